@@ -1,0 +1,18 @@
+//! packetproof: proves what a Kubernetes service proxy does with real packets.
+//!
+//! The pipeline runs one way (see `../shared/STYLE.md`):
+//! `scenario` (files → [`model`]) → `oracle` (expected outcome per probe) and
+//! `topology` (namespaces) → `proxy` (programs nodes) → `traffic` (real probes) →
+//! `verdict` (expected vs observed) → `report`.
+
+pub mod bench;
+pub mod cli;
+pub mod model;
+pub mod oracle;
+pub mod proxy;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod topology;
+pub mod traffic;
+pub mod verdict;
