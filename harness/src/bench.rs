@@ -1,1 +1,156 @@
-//! TODO
+//! `packetproof bench`: figures, never assertions. Topology build and teardown for a 2-node,
+//! 8-pod cluster; the median answered TCP probe next to a bare connect-and-read between the
+//! same namespaces; and the whole suite's wall time.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::model::{Cluster, ContainerPort, ExternalHost, Node, Pod, Protocol};
+use crate::runner::RunOptions;
+use crate::topology::Topology;
+use crate::traffic::client::SourcePorts;
+use crate::traffic::{Attempt, Prober, Servers};
+
+const TOPOLOGY_ROUNDS: usize = 20;
+const BENCH_PORT: u16 = 8080;
+
+pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
+    if let Some(reason) = crate::runner::preflight() {
+        anyhow::bail!("cannot benchmark here: {reason}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let cluster = two_nodes_eight_pods();
+
+    let (mut builds, mut teardowns) = (Vec::new(), Vec::new());
+    for _ in 0..TOPOLOGY_ROUNDS {
+        let t = Instant::now();
+        let topology = runtime.block_on(Topology::build(&cluster))?;
+        builds.push(t.elapsed());
+        let t = Instant::now();
+        topology.teardown()?;
+        teardowns.push(t.elapsed());
+    }
+    println!(
+        "topology 2 nodes, 8 pods, 1 external host: build median {} (min {}), teardown median {}  [{TOPOLOGY_ROUNDS} rounds]",
+        ms(median(&mut builds)),
+        ms(*builds.iter().min().unwrap_or(&Duration::ZERO)),
+        ms(median(&mut teardowns)),
+    );
+
+    let (probe, raw) = round_trips_between_nodes(&runtime, &cluster, round_trips)?;
+    println!(
+        "TCP round trip pod-a0 -> pod-b0 (other node): probe median {}, raw connect+read median {}, ratio {:.2}  [{round_trips} each]",
+        us(probe),
+        us(raw),
+        probe.as_secs_f64() / raw.as_secs_f64()
+    );
+
+    let t = Instant::now();
+    let Some(scenarios) = crate::cli::load_all(&[suite.to_path_buf()])? else {
+        anyhow::bail!("the suite at {} has invalid scenarios", suite.display());
+    };
+    let count = scenarios.len();
+    let failed = run_suite(&scenarios)?;
+    println!(
+        "suite {}: {count} scenarios in {:.2}s wall on {} cores ({failed} failed)",
+        suite.display(),
+        t.elapsed().as_secs_f64(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    Ok(())
+}
+
+/// Runs every scenario, one per core at a time as `cargo test` does; returns how many failed.
+fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::Mutex::new(scenarios.iter());
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                while let Some(s) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
+                    let ok = crate::cli::run_one(s, None, &RunOptions::default(), None).is_ok_and(|r| r.passed());
+                    if !ok {
+                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    Ok(failed.into_inner())
+}
+
+fn round_trips_between_nodes(runtime: &tokio::runtime::Runtime, cluster: &Cluster, n: u32) -> Result<(Duration, Duration)> {
+    let topology = runtime.block_on(Topology::build(cluster))?;
+    let servers = {
+        let _in_runtime = runtime.enter();
+        Servers::start(cluster, &topology)?
+    };
+    let target = cluster.pod("pod-b0").context("bench pod")?;
+    let dst = std::net::SocketAddr::new(target.ip, BENCH_PORT);
+    let prober = Prober::new(&topology.pods["pod-a0"], SourcePorts::default(), Duration::from_secs(1))?;
+    // Warm up neighbour tables so the first samples do not time ARP.
+    prober.probe(Protocol::Tcp, dst, 3)?;
+    let mut probes = Vec::new();
+    let mut raws = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let attempt = prober.probe(Protocol::Tcp, dst, 1)?;
+        probes.push(t.elapsed());
+        anyhow::ensure!(matches!(attempt.as_slice(), [Attempt::Answered { .. }]), "bench probe failed: {attempt:?}");
+        let t = Instant::now();
+        prober.raw_tcp_round_trip(dst)?.context("raw round trip")?;
+        raws.push(t.elapsed());
+    }
+    drop(prober);
+    runtime.block_on(servers.stop());
+    topology.teardown()?;
+    Ok((median(&mut probes), median(&mut raws)))
+}
+
+/// The bench cluster: nodes a and b, four pods each serving TCP 8080, one external host.
+pub fn two_nodes_eight_pods() -> Cluster {
+    let ip = |s: &str| s.parse().expect("literal address");
+    let net = |s: &str| s.parse().expect("literal CIDR");
+    let nodes = vec![
+        Node { name: "node-a".into(), ip: ip("192.168.50.11"), pod_cidr: net("10.244.1.0/24") },
+        Node { name: "node-b".into(), ip: ip("192.168.50.12"), pod_cidr: net("10.244.2.0/24") },
+    ];
+    let pods = (0..8)
+        .map(|i| {
+            let (node, subnet) = if i % 2 == 0 { ("a", 1) } else { ("b", 2) };
+            Pod {
+                namespace: "default".into(),
+                name: format!("pod-{node}{}", i / 2),
+                node: format!("node-{node}"),
+                ip: ip(&format!("10.244.{subnet}.{}", 10 + i / 2)),
+                labels: Default::default(),
+                ports: vec![ContainerPort { name: None, port: BENCH_PORT, protocol: Protocol::Tcp }],
+            }
+        })
+        .collect();
+    Cluster {
+        pod_cidr: net("10.244.0.0/16"),
+        service_cidr: net("10.96.0.0/12"),
+        node_network: net("192.168.50.0/24"),
+        nodes,
+        external_hosts: vec![ExternalHost { name: "outside".into(), ip: ip("192.168.50.100") }],
+        pods,
+        services: Vec::new(),
+    }
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}

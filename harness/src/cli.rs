@@ -1,1 +1,241 @@
-//! TODO
+//! The `packetproof` command: `run`, `check`, `rules`, `bench`, `cleanup`.
+//!
+//! Exit codes: 0 everything passed; 1 a probe failed; 2 bad input or a setup error.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::model::Scenario;
+use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
+use crate::topology::netns;
+use crate::{proxy, report, scenario};
+
+pub const EXIT_PASS: i32 = 0;
+pub const EXIT_FAIL: i32 = 1;
+pub const EXIT_ERROR: i32 = 2;
+
+#[derive(Parser)]
+#[command(name = "packetproof", version, about = "Proves what a Kubernetes service proxy does, with real packets in network namespaces")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenarios (files or directories; default `scenarios/`) and judge every probe.
+    Run {
+        paths: Vec<PathBuf>,
+        /// Proxy to program the nodes with, instead of each scenario's own choice.
+        #[arg(long)]
+        proxy: Option<String>,
+        /// Milliseconds an attempt waits before it counts as dropped.
+        #[arg(long, default_value_t = 1000)]
+        timeout_ms: u64,
+        /// Scenarios run at once (default: one per core).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Where a failing scenario leaves its evidence (rule dumps per node).
+        #[arg(long, default_value = "artifacts")]
+        artifacts: PathBuf,
+    },
+    /// Validate scenario files without running anything.
+    Check { paths: Vec<PathBuf> },
+    /// Print the rules the built-in proxy generates for one node of a scenario.
+    Rules {
+        file: PathBuf,
+        /// Node to generate for (default: the first).
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Measure topology build and teardown, probe round trips and the whole suite.
+    Bench {
+        /// Scenarios for the whole-suite figure.
+        #[arg(default_value = "scenarios")]
+        suite: PathBuf,
+        /// Round trips to time for the probe figure.
+        #[arg(long, default_value_t = 500)]
+        round_trips: u32,
+    },
+    /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
+    Cleanup {
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Parses the command line, runs the command, and returns the exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    netns::install_interrupt_handler();
+    let result = match cli.command {
+        Command::Run { paths, proxy, timeout_ms, jobs, artifacts } => {
+            let options = RunOptions { timeout: Duration::from_millis(timeout_ms) };
+            run(&default_paths(paths), proxy.as_deref(), &options, jobs, &artifacts)
+        }
+        Command::Check { paths } => check(&default_paths(paths)),
+        Command::Rules { file, node } => rules(&file, node.as_deref()),
+        Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
+        Command::Cleanup { all } => cleanup(all),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("packetproof: {e:#}");
+        EXIT_ERROR
+    })
+}
+
+fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    if paths.is_empty() { vec![PathBuf::from("scenarios")] } else { paths }
+}
+
+/// Loads and validates every scenario; prints every error and returns `None` if any file is bad.
+pub fn load_all(paths: &[PathBuf]) -> Result<Option<Vec<Scenario>>> {
+    let files = scenario::discover(paths)?;
+    let mut scenarios = Vec::new();
+    let mut bad = false;
+    for file in &files {
+        match scenario::load(file) {
+            Ok(s) => scenarios.push(s),
+            Err(errors) => {
+                eprintln!("{errors}");
+                bad = true;
+            }
+        }
+    }
+    Ok((!bad).then_some(scenarios))
+}
+
+fn check(paths: &[PathBuf]) -> Result<i32> {
+    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    for s in &scenarios {
+        println!("ok {} ({}, {} probes)", s.name, s.source.display(), s.probes.len());
+    }
+    Ok(EXIT_PASS)
+}
+
+fn run(
+    paths: &[PathBuf],
+    proxy_override: Option<&str>,
+    options: &RunOptions,
+    jobs: Option<usize>,
+    artifacts: &std::path::Path,
+) -> Result<i32> {
+    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    if let Some(name) = proxy_override {
+        proxy::by_name(name)?;
+    }
+    for stale in netns::cleanup(false)? {
+        eprintln!("packetproof: removed namespace {stale} left by an earlier run");
+    }
+    let started = Instant::now();
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let total = scenarios.len();
+    let reports: Mutex<Vec<ScenarioReport>> = Mutex::new(Vec::new());
+    let errors: Mutex<usize> = Mutex::new(0);
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let next = Mutex::new(scenarios.iter());
+    let skip_all = runner::preflight();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(total.max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let Some(s) = next.lock().unwrap_or_else(|e| e.into_inner()).next() else { break };
+                    let outcome = run_one(s, proxy_override, options, skip_all.as_deref());
+                    let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    match outcome {
+                        Ok(report) => {
+                            print_report(&report, s, done, total, artifacts);
+                            reports.lock().unwrap_or_else(|e| e.into_inner()).push(report);
+                        }
+                        Err(e) => {
+                            println!("ERROR {} ({}): {e:#}", s.name, s.source.display());
+                            *errors.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
+    let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+    println!("\n{} in {:.2}s", report::summary_line(&reports, errors), started.elapsed().as_secs_f64());
+    Ok(if errors > 0 {
+        EXIT_ERROR
+    } else if reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))) {
+        EXIT_PASS
+    } else {
+        EXIT_FAIL
+    })
+}
+
+/// Runs one scenario with the proxy it names (or the override).
+pub fn run_one(
+    s: &Scenario,
+    proxy_override: Option<&str>,
+    options: &RunOptions,
+    skip_reason: Option<&str>,
+) -> Result<ScenarioReport> {
+    let proxy = proxy::by_name(proxy_override.unwrap_or(&s.proxy))?;
+    if let Some(reason) = skip_reason {
+        return Ok(ScenarioReport {
+            scenario: s.name.clone(),
+            source: s.source.clone(),
+            proxy: proxy.name().to_string(),
+            outcome: Outcome::Skipped(reason.to_string()),
+            elapsed: Duration::ZERO,
+            node_dumps: Vec::new(),
+        });
+    }
+    runner::run(s, proxy.as_ref(), options)
+}
+
+fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize, artifacts: &std::path::Path) {
+    let mut text = format!("[{done}/{total}] {}\n", report::scenario_line(report));
+    if let Outcome::Judged(verdicts) = &report.outcome {
+        if !report.passed() {
+            text.push_str(&report::flow_table(&s.cluster, verdicts));
+            match save_dumps(report, artifacts) {
+                Ok(dir) => text.push_str(&format!("  node rule dumps: {}\n", dir.display())),
+                Err(e) => text.push_str(&format!("  (could not save node dumps: {e:#})\n")),
+            }
+        }
+    }
+    // One write, so lines of concurrent scenarios do not interleave.
+    print!("{text}");
+}
+
+fn save_dumps(report: &ScenarioReport, artifacts: &std::path::Path) -> Result<PathBuf> {
+    let dir = artifacts.join(&report.scenario);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (node, dump) in &report.node_dumps {
+        let file = dir.join(format!("{node}.rules"));
+        std::fs::write(&file, dump).with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(dir)
+}
+
+fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
+    let Some(mut scenarios) = load_all(&[file.to_path_buf()])? else { return Ok(EXIT_ERROR) };
+    let s = scenarios.remove(0);
+    let node = match node {
+        Some(n) => n.to_string(),
+        None => s.cluster.nodes.first().context("the scenario has no nodes")?.name.clone(),
+    };
+    anyhow::ensure!(s.cluster.node(&node).is_some(), "no node {node:?} in {}", file.display());
+    print!("{}", proxy::iptables::render_node(&s.cluster, &node, None));
+    Ok(EXIT_PASS)
+}
+
+fn cleanup(all: bool) -> Result<i32> {
+    let removed = netns::cleanup(all)?;
+    for name in &removed {
+        println!("removed {name}");
+    }
+    println!("{} namespaces removed", removed.len());
+    Ok(EXIT_PASS)
+}
+

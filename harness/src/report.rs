@@ -1,1 +1,115 @@
-//! TODO
+//! Terminal reports: one line per scenario, and for a failing scenario its whole flow table,
+//! expected beside observed, in the spirit of kube-proxy's packet-flow tests.
+
+use std::fmt::Write;
+
+use crate::model::{Cluster, Target};
+use crate::oracle::Outcome as Expected;
+use crate::runner::{Outcome, ScenarioReport};
+use crate::verdict::ProbeVerdict;
+
+/// `PASS kube-dns-udp  1 probe, 40 attempts  0.31s  (scenarios/kube-dns-udp.yaml)`
+pub fn scenario_line(report: &ScenarioReport) -> String {
+    let (status, detail) = match &report.outcome {
+        Outcome::Skipped(reason) => ("SKIP", format!("skipped: {reason}")),
+        Outcome::Judged(verdicts) => {
+            let attempts: usize = verdicts.iter().map(|v| v.observed.len()).sum();
+            let failed = verdicts.iter().filter(|v| !v.passed()).count();
+            let status = if failed == 0 { "PASS" } else { "FAIL" };
+            let mut detail = format!("{} probes, {attempts} attempts", verdicts.len());
+            if failed > 0 {
+                let _ = write!(detail, ", {failed} failed");
+            }
+            (status, detail)
+        }
+    };
+    format!(
+        "{status} {}  {detail}  {:.2}s  ({}, {})",
+        report.scenario,
+        report.elapsed.as_secs_f64(),
+        report.source.display(),
+        report.proxy
+    )
+}
+
+/// The flow table of a judged scenario; failing probes carry their reasons beneath them.
+pub fn flow_table(cluster: &Cluster, verdicts: &[ProbeVerdict]) -> String {
+    let header = ["", "probe", "from", "to", "expected", "observed"];
+    let rows: Vec<[String; 6]> = verdicts
+        .iter()
+        .map(|v| {
+            [
+                if v.passed() { "ok".into() } else { "FAIL".into() },
+                v.probe.name.clone(),
+                v.probe.from.to_string(),
+                destination(cluster, &v.probe.to, v),
+                expected(&v.expected.outcome),
+                v.observed_summary(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[&str]| {
+        let mut text = String::from("  ");
+        for (i, cell) in cells.iter().enumerate() {
+            let _ = write!(text, "{cell:<w$}  ", w = widths[i]);
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    };
+    line(&mut out, &header);
+    for (row, verdict) in rows.iter().zip(verdicts) {
+        line(&mut out, &row.each_ref().map(String::as_str));
+        for failure in &verdict.failures {
+            let _ = writeln!(out, "        ✗ {failure}");
+        }
+        if !verdict.passed() {
+            let _ = writeln!(out, "        why expected: {}", verdict.expected.because);
+        }
+    }
+    out
+}
+
+fn destination(cluster: &Cluster, target: &Target, verdict: &ProbeVerdict) -> String {
+    let proto = verdict.probe.protocol;
+    match target {
+        Target::ClusterIp { service, port } => {
+            let name = cluster.service(service).map(|s| s.namespaced_name()).unwrap_or_else(|| service.clone());
+            format!("svc {name}:{port} {}/{proto}", verdict.destination)
+        }
+        Target::NodePort { service, port, node } => {
+            format!("nodeport {service}:{port}@{node} {}/{proto}", verdict.destination)
+        }
+        Target::Address(addr) => format!("{addr}/{proto}"),
+    }
+}
+
+fn expected(outcome: &Expected) -> String {
+    match outcome {
+        Expected::Answered { backends } => {
+            // Backends usually share one source rule; print it once when they do.
+            let sources: std::collections::BTreeSet<String> = backends.values().map(|s| s.to_string()).collect();
+            let pods: Vec<&str> = backends.keys().map(String::as_str).collect();
+            if sources.len() == 1 {
+                format!("{} seeing {}", pods.join("|"), sources.into_iter().next().unwrap_or_default())
+            } else {
+                let each: Vec<String> = backends.iter().map(|(p, s)| format!("{p} seeing {s}")).collect();
+                each.join("; ")
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The closing line CI systems read: `N passed, N failed, N skipped`.
+pub fn summary_line(reports: &[ScenarioReport], errors: usize) -> String {
+    let passed = reports.iter().filter(|r| r.passed()).count();
+    let skipped = reports.iter().filter(|r| matches!(r.outcome, Outcome::Skipped(_))).count();
+    let failed = reports.len() - passed - skipped + errors;
+    format!("{passed} passed, {failed} failed, {skipped} skipped")
+}

@@ -1,1 +1,240 @@
-//! TODO
+//! Expected versus observed, per probe: every attempt must match the oracle's outcome, and
+//! with several equally likely backends each one's share must fall inside exact binomial
+//! bounds chosen so that a correct proxy fails the check with probability at most
+//! [`FALSE_FAILURE_RATE`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::net::SocketAddr;
+
+use crate::model::Probe;
+use crate::oracle::{Expectation, Outcome};
+use crate::traffic::Attempt;
+
+/// The chance that a correct proxy fails one probe's load-balancing check.
+pub const FALSE_FAILURE_RATE: f64 = 1e-6;
+
+/// One probe judged.
+#[derive(Debug, Clone)]
+pub struct ProbeVerdict {
+    pub probe: Probe,
+    pub destination: SocketAddr,
+    pub expected: Expectation,
+    pub observed: Vec<Attempt>,
+    /// Empty when the probe passed.
+    pub failures: Vec<String>,
+}
+
+impl ProbeVerdict {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// One line summarising the attempts, e.g. `40/40 answered: coredns-a 19, coredns-b 21; saw 10.244.1.20`.
+    pub fn observed_summary(&self) -> String {
+        summarize(&self.observed)
+    }
+}
+
+pub fn judge(probe: &Probe, destination: SocketAddr, expected: &Expectation, observed: Vec<Attempt>) -> ProbeVerdict {
+    let failures = match &expected.outcome {
+        Outcome::Answered { backends } => check_answers(backends, &observed),
+        Outcome::Rejected => check_all(&observed, "refused", |a| matches!(a, Attempt::Refused { .. })),
+        Outcome::Dropped => check_all(&observed, "silent (dropped)", |a| matches!(a, Attempt::Silent)),
+    };
+    ProbeVerdict { probe: probe.clone(), destination, expected: expected.clone(), observed, failures }
+}
+
+fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) -> Vec<String> {
+    let bad: Vec<&Attempt> = observed.iter().filter(|a| !ok(a)).collect();
+    if bad.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "{} of {} attempts were not {wanted}: {}",
+        bad.len(),
+        observed.len(),
+        summarize(&bad.into_iter().cloned().collect::<Vec<_>>())
+    )]
+}
+
+fn check_answers(backends: &BTreeMap<String, crate::oracle::SeenSource>, observed: &[Attempt]) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut counts: BTreeMap<&str, u64> = backends.keys().map(|k| (k.as_str(), 0)).collect();
+    // Group identical faults so a 100-attempt probe yields one line per distinct fault.
+    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
+    for attempt in observed {
+        match attempt {
+            Attempt::Answered { pod, seen } => match backends.get(pod) {
+                None => *faults.entry(format!("answered by {pod}, which is not a valid backend")).or_default() += 1,
+                Some(source) => {
+                    *counts.get_mut(pod.as_str()).expect("keys mirror backends") += 1;
+                    if !source.allows(seen.ip()) {
+                        *faults.entry(format!("{pod} saw source {}, expected {source}", seen.ip())).or_default() += 1;
+                    }
+                }
+            },
+            other => *faults.entry(format!("{} {}", other.kind(), reason(other))).or_default() += 1,
+        }
+    }
+    for (fault, n) in faults {
+        failures.push(format!("{fault} ({n} of {} attempts)", observed.len()));
+    }
+    let answered: u64 = counts.values().sum();
+    if backends.len() > 1 && answered > 0 {
+        let (low, high) = share_bounds(answered, backends.len() as u64, FALSE_FAILURE_RATE);
+        for (pod, &n) in &counts {
+            if n < low || n > high {
+                failures.push(format!(
+                    "{pod} answered {n} of {answered}; with {} equally likely backends a correct proxy gives {low}..={high} (false-failure rate ≤ {FALSE_FAILURE_RATE:e})",
+                    backends.len()
+                ));
+            }
+        }
+    }
+    failures
+}
+
+fn reason(attempt: &Attempt) -> String {
+    match attempt {
+        Attempt::Refused { reason } | Attempt::Broken { reason } => format!("({reason})"),
+        _ => String::new(),
+    }
+}
+
+/// Bounds `[low, high]` on one backend's count out of `n` answers spread uniformly over `k`
+/// backends, such that the chance any backend falls outside is at most `rate` (Bonferroni over
+/// `k` backends, split evenly between the two tails; exact binomial tails).
+pub fn share_bounds(n: u64, k: u64, rate: f64) -> (u64, u64) {
+    let p = 1.0 / k as f64;
+    let tail = rate / (2.0 * k as f64);
+    let pmf: Vec<f64> = (0..=n).map(|x| binomial_pmf(n, x, p)).collect();
+    let mut low = 0;
+    let mut below = 0.0;
+    while low < n && below + pmf[low as usize] <= tail {
+        below += pmf[low as usize];
+        low += 1;
+    }
+    let mut high = n;
+    let mut above = 0.0;
+    while high > 0 && above + pmf[high as usize] <= tail {
+        above += pmf[high as usize];
+        high -= 1;
+    }
+    (low, high)
+}
+
+fn binomial_pmf(n: u64, x: u64, p: f64) -> f64 {
+    let ln_choose = ln_factorial(n) - ln_factorial(x) - ln_factorial(n - x);
+    (ln_choose + x as f64 * p.ln() + (n - x) as f64 * (1.0 - p).ln()).exp()
+}
+
+fn ln_factorial(n: u64) -> f64 {
+    (2..=n).map(|i| (i as f64).ln()).sum()
+}
+
+/// `40/40 answered: a 19, b 21; saw 10.244.1.20` or `3/3 refused` or mixes of both.
+pub fn summarize(observed: &[Attempt]) -> String {
+    let total = observed.len();
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut by_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for a in observed {
+        *by_kind.entry(a.kind()).or_default() += 1;
+        if let Attempt::Answered { pod, seen: s } = a {
+            *by_pod.entry(pod).or_default() += 1;
+            *seen.entry(s.ip().to_string()).or_default() += 1;
+        }
+    }
+    let mut out = String::new();
+    for (kind, n) in &by_kind {
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        let _ = write!(out, "{n}/{total} {kind}");
+        if *kind == "answered" {
+            let pods: Vec<String> = by_pod.iter().map(|(p, n)| format!("{p} {n}")).collect();
+            let _ = write!(out, ": {}", pods.join(", "));
+            let sources: Vec<&str> = seen.keys().map(String::as_str).collect();
+            let _ = write!(out, "; saw {}", sources.join("|"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Protocol, Source, Target};
+    use crate::oracle::SeenSource;
+
+    fn probe() -> Probe {
+        Probe {
+            name: "p".into(),
+            from: Source::Pod("client".into()),
+            to: Target::Address("10.96.0.10:53".parse().unwrap()),
+            protocol: Protocol::Udp,
+            count: 0,
+            expect: None,
+        }
+    }
+
+    fn answered(pod: &str, ip: &str) -> Attempt {
+        Attempt::Answered { pod: pod.into(), seen: format!("{ip}:20000").parse().unwrap() }
+    }
+
+    fn two_backends() -> Expectation {
+        let client = SeenSource::Client { addrs: vec!["10.244.1.20".parse().unwrap()] };
+        Expectation {
+            outcome: Outcome::Answered {
+                backends: [("a".to_string(), client.clone()), ("b".to_string(), client)].into(),
+            },
+            because: "test".into(),
+        }
+    }
+
+    fn verdict(expected: &Expectation, observed: Vec<Attempt>) -> ProbeVerdict {
+        judge(&probe(), "10.96.0.10:53".parse().unwrap(), expected, observed)
+    }
+
+    #[test]
+    fn bounds_are_exact_binomial_tails() {
+        // Two backends, 40 answers: P(X <= 7) ≈ 2.2e-7 ≤ 2.5e-7, P(X <= 8) ≈ 1.2e-6 > 2.5e-7.
+        assert_eq!(share_bounds(40, 2, 1e-6), (8, 32));
+        // Too few attempts to demand anything.
+        assert_eq!(share_bounds(10, 2, 1e-6), (0, 10));
+        // Seven backends need about a hundred attempts before each must be seen at least once.
+        assert_eq!(share_bounds(100, 7, 1e-6).0, 0);
+        assert!(share_bounds(140, 7, 1e-6).0 >= 1);
+    }
+
+    #[test]
+    fn even_spread_from_the_client_passes() {
+        let observed = (0..40).map(|i| answered(if i % 2 == 0 { "a" } else { "b" }, "10.244.1.20")).collect();
+        let v = verdict(&two_backends(), observed);
+        assert!(v.passed(), "{:?}", v.failures);
+        assert_eq!(v.observed_summary(), "40/40 answered: a 20, b 20; saw 10.244.1.20");
+    }
+
+    #[test]
+    fn a_backend_never_chosen_fails() {
+        let observed = (0..40).map(|_| answered("a", "10.244.1.20")).collect();
+        let v = verdict(&two_backends(), observed);
+        assert!(v.failures.iter().any(|f| f.starts_with("b answered 0 of 40")), "{:?}", v.failures);
+    }
+
+    #[test]
+    fn a_masqueraded_source_fails_when_the_client_must_be_seen() {
+        let v = verdict(&two_backends(), vec![answered("a", "10.244.1.1")]);
+        assert_eq!(v.failures, vec!["a saw source 10.244.1.1, expected client 10.244.1.20 (1 of 1 attempts)"]);
+    }
+
+    #[test]
+    fn wrong_backend_and_wrong_kind_fail() {
+        let v = verdict(&two_backends(), vec![answered("c", "10.244.1.20"), Attempt::Silent]);
+        assert_eq!(v.failures.len(), 2, "{:?}", v.failures);
+        let reject = Expectation { outcome: Outcome::Rejected, because: "test".into() };
+        let v = verdict(&reject, vec![Attempt::Silent, Attempt::Refused { reason: "x".into() }]);
+        assert_eq!(v.failures, vec!["1 of 2 attempts were not refused: 1/1 silent"]);
+    }
+}

@@ -1,1 +1,77 @@
-fn main(){}
+//! `cargo test` runner: one trial per scenario file in `scenarios/`, judged with real packets.
+//!
+//! Filtering works as usual (`cargo test --test scenarios -- kube-dns`). Without root, every
+//! trial is reported as ignored with the reason printed first; with
+//! `PACKETPROOF_REQUIRE_PRIVILEGES=1` (set by `.ci/run`) that is a failure instead, so a CI
+//! machine that lost its privileges cannot pass by skipping everything.
+
+use std::path::{Path, PathBuf};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use packetproof::runner::{self, Outcome, RunOptions};
+use packetproof::topology::netns;
+use packetproof::{cli, report, scenario};
+
+fn main() {
+    let args = Arguments::from_args();
+    netns::install_interrupt_handler();
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let files = scenario::discover(&[suite]).expect("listing scenarios/");
+    let skip_reason = runner::preflight();
+    let require = std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_ok_and(|v| v == "1");
+    if let Some(reason) = &skip_reason {
+        eprintln!("packetproof: scenarios cannot run here: {reason}");
+    } else if let Ok(stale) = netns::cleanup(false) {
+        for name in stale {
+            eprintln!("packetproof: removed namespace {name} left by an earlier run");
+        }
+    }
+    let trials = files
+        .into_iter()
+        .map(|file| {
+            let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            // A scenario this host cannot run (e.g. SCTP without SCTP sockets) is ignored with its
+            // reason printed: libtest-mimic cannot turn a running trial into a skipped one.
+            let unsupported = scenario::load(&file).ok().and_then(|s| runner::unsupported(&s));
+            if let Some(why) = &unsupported {
+                eprintln!("packetproof: {name} skipped: {why}");
+            }
+            let ignored = unsupported.is_some() || (skip_reason.is_some() && !require);
+            let must_fail = skip_reason.clone().filter(|_| require);
+            Trial::test(name, move || run_trial(&file, must_fail.as_deref())).with_ignored_flag(ignored)
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    // Every trial tears down its own namespaces; anything of ours still here is a leak.
+    let leaked: Vec<String> = netns::leftover_namespaces(true)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.starts_with(&netns::process_prefix()))
+        .collect();
+    if !leaked.is_empty() {
+        eprintln!("packetproof: namespaces left behind by this run: {}", leaked.join(", "));
+        netns::remove_all_live();
+        std::process::exit(101);
+    }
+    conclusion.exit();
+}
+
+fn run_trial(file: &PathBuf, missing_privileges: Option<&str>) -> Result<(), Failed> {
+    if let Some(reason) = missing_privileges {
+        return Err(format!("PACKETPROOF_REQUIRE_PRIVILEGES=1 but {reason}").into());
+    }
+    let scenario = scenario::load(file).map_err(|errors| Failed::from(errors.to_string()))?;
+    let report = cli::run_one(&scenario, None, &RunOptions::default(), None)
+        .map_err(|e| Failed::from(format!("{}: setup failed: {e:#}", file.display())))?;
+    match &report.outcome {
+        Outcome::Judged(verdicts) if !report.passed() => Err(format!(
+            "{}\n{}",
+            report::scenario_line(&report),
+            report::flow_table(&scenario.cluster, verdicts)
+        )
+        .into()),
+        Outcome::Judged(_) => Ok(()),
+        // Never a pass: a scenario that could not run fails with its reason.
+        Outcome::Skipped(reason) => Err(format!("could not run: {reason}").into()),
+    }
+}

@@ -1,1 +1,107 @@
-//! TODO
+//! Scenario files → a validated [`crate::model::Scenario`], with compiler-style errors.
+//!
+//! A file is multi-document YAML: one `kind: Scenario` document (cluster shape, nodes, probes)
+//! plus plain Kubernetes objects (Service, EndpointSlice, Pod) as `kubectl get -o yaml` prints
+//! them. Every error points at a line, column and field, and as many as can be found without
+//! cascading are reported at once.
+//!
+//! The stages, one file each: `yaml` (text → JSON values + positions), `objects` (kind
+//! dispatch, k8s-openapi parsing), `scenario_doc` (our document), `pods`, `services`,
+//! `endpoints` and `derive` (EndpointSlices), `probes`, tied together by `validate`.
+
+mod addresses;
+mod de;
+mod derive;
+mod endpoints;
+mod error;
+mod names;
+mod net;
+mod objects;
+mod pods;
+mod probes;
+mod registry;
+mod scenario_doc;
+mod services;
+mod spec;
+mod validate;
+mod yaml;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+
+use crate::model::Scenario;
+
+pub use error::{ScenarioError, ScenarioErrors};
+
+/// Reads and validates one scenario file.
+pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioErrors {
+        errors: vec![ScenarioError {
+            file: path.to_path_buf(),
+            line: 1,
+            column: 1,
+            field: String::new(),
+            message: format!("cannot read the file: {e}"),
+        }],
+    })?;
+    load_str(&text, path)
+}
+
+/// Validates scenario text; `path` only names the file in errors and in `Scenario::source`.
+pub fn load_str(text: &str, path: &Path) -> Result<Scenario, ScenarioErrors> {
+    let mut diag = error::Diagnostics::new(path.to_path_buf());
+    let docs = match yaml::parse(text) {
+        Ok(docs) => docs,
+        Err(e) => {
+            let field = if e.field.is_root() { String::new() } else { e.field.to_string() };
+            diag.push(e.pos, field, e.message);
+            return Err(diag.into_errors());
+        }
+    };
+    let scenario = validate::build(&docs, path, &mut diag);
+    match scenario {
+        Some(scenario) if diag.is_empty() => Ok(scenario),
+        _ => {
+            if diag.is_empty() {
+                diag.push(
+                    Default::default(),
+                    String::new(),
+                    "internal error: the scenario was rejected without a reason",
+                );
+            }
+            let mut errors = diag.into_errors();
+            // Read top to bottom, like a compiler's output.
+            errors.errors.sort_by_key(|e| (e.line, e.column));
+            Err(errors)
+        }
+    }
+}
+
+/// Expands directories into their `*.yaml` / `*.yml` files (sorted, not recursive) and keeps
+/// files as given; a path that does not exist is an error.
+pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut files = Vec::new();
+            for entry in std::fs::read_dir(path).with_context(|| format!("listing {}", path.display()))? {
+                let file = entry.with_context(|| format!("listing {}", path.display()))?.path();
+                let yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+                if yaml && file.is_file() {
+                    files.push(file);
+                }
+            }
+            files.sort();
+            out.extend(files);
+        } else if path.exists() {
+            out.push(path.clone());
+        } else {
+            bail!("{}: no such file or directory", path.display());
+        }
+    }
+    Ok(out)
+}

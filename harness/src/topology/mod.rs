@@ -1,8 +1,27 @@
-//! The cluster as network namespaces: a namespace per node, pod and external host, and one for
-//! the node network, joined by veth pairs and bridges over netlink. Removed on every path out.
+//! The cluster as network namespaces: one per node, pod and external host, and one for the
+//! node network, joined by veth pairs and bridges over netlink. Removed on every path out.
+//!
+//! ```text
+//!  pod ns: eth0 ──veth── node ns: vethN ─┐ cni0 (bridge, pod gateway, hairpin ports)
+//!                        node ns: eth0 ──veth── net ns: nN ─┐ br0 (bridge: the node network)
+//!                   external ns: eth0 ──veth── net ns: xN ─┘
+//! ```
+//! Links are created inside harness namespaces only (a veth is made in one namespace with its
+//! peer placed straight into the other), so the machine's own namespace never changes.
 
+mod links;
 pub mod netns;
+mod sysctl;
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, Result};
+use ipnet::IpNet;
+
+use crate::model::{Cluster, Source, bridge_address};
+use links::Links;
 pub use netns::Netns;
 
 /// A node namespace, as handed to a proxy to program.
@@ -11,4 +30,178 @@ pub struct NodeHandle {
     /// The scenario's node name.
     pub name: String,
     pub netns: Netns,
+}
+
+/// Names of the links the topology makes, fixed so dumps and captures read the same everywhere.
+pub const NODE_UPLINK: &str = "eth0";
+pub const POD_BRIDGE: &str = "cni0";
+pub const NODE_NETWORK_BRIDGE: &str = "br0";
+pub const POD_INTERFACE: &str = "eth0";
+
+/// Distinguishes the topologies of concurrent scenarios within one process.
+static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);
+
+/// A built cluster. Dropping it removes every namespace it made.
+#[derive(Debug)]
+pub struct Topology {
+    pub node_network: Netns,
+    pub nodes: Vec<NodeHandle>,
+    pub pods: BTreeMap<String, Netns>,
+    pub external_hosts: BTreeMap<String, Netns>,
+    /// Every namespace made, in creation order, for teardown.
+    created: Vec<Netns>,
+}
+
+impl Topology {
+    /// Builds the cluster's namespaces and links; on failure removes whatever it made.
+    pub async fn build(cluster: &Cluster) -> Result<Topology> {
+        let prefix = format!(
+            "{}{}-",
+            netns::process_prefix(),
+            NEXT_TOPOLOGY.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut topo = Topology {
+            node_network: Netns::create(&format!("{prefix}net"))?,
+            nodes: Vec::new(),
+            pods: BTreeMap::new(),
+            external_hosts: BTreeMap::new(),
+            created: Vec::new(),
+        };
+        topo.created.push(topo.node_network.clone());
+        // From here on, an error drops `topo`, which removes what exists so far.
+        for node in &cluster.nodes {
+            let ns = topo.create(&format!("{prefix}n-{}", node.name))?;
+            topo.nodes.push(NodeHandle { name: node.name.clone(), netns: ns });
+        }
+        for pod in &cluster.pods {
+            let ns = topo.create(&format!("{prefix}p-{}", pod.name))?;
+            topo.pods.insert(pod.name.clone(), ns);
+        }
+        for host in &cluster.external_hosts {
+            let ns = topo.create(&format!("{prefix}x-{}", host.name))?;
+            topo.external_hosts.insert(host.name.clone(), ns);
+        }
+        topo.wire(cluster).await?;
+        Ok(topo)
+    }
+
+    fn create(&mut self, name: &str) -> Result<Netns> {
+        let ns = Netns::create(name)?;
+        self.created.push(ns.clone());
+        Ok(ns)
+    }
+
+    /// Links, addresses, routes and sysctls, as a CNI plugin and a node's boot would set them.
+    async fn wire(&self, cluster: &Cluster) -> Result<()> {
+        let net = Links::connect(&self.node_network).await?;
+        net.loopback_up().await?;
+        let br0 = net.bridge(NODE_NETWORK_BRIDGE).await?;
+        let net_prefix = cluster.node_network.prefix_len();
+
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            let ns = &self.node(&node.name)?.netns;
+            let links = Links::connect(ns).await?;
+            links.loopback_up().await?;
+            sysctl::node_defaults(ns)?;
+
+            // Uplink to the node network.
+            let port = format!("n{i}");
+            links.veth_into(NODE_UPLINK, &port, &self.node_network).await?;
+            net.attach(&port, br0, false).await?;
+            let uplink = links.index(NODE_UPLINK).await?;
+            links.address(uplink, node.ip, net_prefix).await?;
+            links.up(uplink).await?;
+
+            // Pod bridge with the node's gateway address for its pod CIDR.
+            let cni0 = links.bridge(POD_BRIDGE).await?;
+            links.address(cni0, bridge_address(&node.pod_cidr), node.pod_cidr.prefix_len()).await?;
+
+            // Other nodes' pods are reached through those nodes, as a simple routed CNI does.
+            for other in cluster.nodes.iter().filter(|o| o.name != node.name) {
+                links.route_via(other.pod_cidr, other.ip, uplink).await?;
+            }
+            // Without a route covering the service CIDR, traffic to a VIP that the proxy does
+            // not translate fails locally with ENETUNREACH instead of reaching its REJECT.
+            links.route_dev(cluster.service_cidr, uplink).await?;
+
+            for (j, pod) in cluster.pods.iter().filter(|p| p.node == node.name).enumerate() {
+                let pod_ns = &self.pods[&pod.name];
+                let pod_links = Links::connect(pod_ns).await?;
+                pod_links.loopback_up().await?;
+                let host_side = format!("veth{j}");
+                pod_links.veth_into(POD_INTERFACE, &host_side, ns).await?;
+                // Kubelet turns hairpin on so a pod can reach itself through its Service.
+                links.attach(&host_side, cni0, true).await?;
+                let eth0 = pod_links.index(POD_INTERFACE).await?;
+                pod_links.address(eth0, pod.ip, node.pod_cidr.prefix_len()).await?;
+                pod_links.up(eth0).await?;
+                pod_links.default_route(bridge_address(&node.pod_cidr), eth0).await?;
+            }
+        }
+
+        for (i, host) in cluster.external_hosts.iter().enumerate() {
+            let ns = &self.external_hosts[&host.name];
+            let links = Links::connect(ns).await?;
+            links.loopback_up().await?;
+            let port = format!("x{i}");
+            links.veth_into(POD_INTERFACE, &port, &self.node_network).await?;
+            net.attach(&port, br0, false).await?;
+            let eth0 = links.index(POD_INTERFACE).await?;
+            links.address(eth0, host.ip, net_prefix).await?;
+            links.up(eth0).await?;
+        }
+        Ok(())
+    }
+
+    pub fn node(&self, name: &str) -> Result<&NodeHandle> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .with_context(|| format!("no namespace for node {name}"))
+    }
+
+    /// The namespace a probe source sends from.
+    pub fn source_netns(&self, source: &Source) -> Result<&Netns> {
+        match source {
+            Source::Pod(name) => self.pods.get(name).with_context(|| format!("no namespace for pod {name}")),
+            Source::Node(name) => Ok(&self.node(name)?.netns),
+            Source::External(name) => self
+                .external_hosts
+                .get(name)
+                .with_context(|| format!("no namespace for external host {name}")),
+        }
+    }
+
+    /// Every namespace of this topology, for reports and leak checks.
+    pub fn namespaces(&self) -> impl Iterator<Item = &Netns> {
+        self.created.iter()
+    }
+
+    /// Removes every namespace; reports the first failure but tries them all.
+    pub fn teardown(mut self) -> Result<()> {
+        self.remove_all()
+    }
+
+    fn remove_all(&mut self) -> Result<()> {
+        let mut first_error = None;
+        for ns in self.created.drain(..).rev() {
+            if let Err(e) = ns.remove() {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove_all() {
+            eprintln!("packetproof: tearing down a topology: {e:#}");
+        }
+    }
+}
+
+/// The addresses a node owns: its node-network address and its pod-bridge gateway.
+pub fn node_addresses(node_ip: IpAddr, pod_cidr: &IpNet) -> Vec<IpAddr> {
+    vec![node_ip, bridge_address(pod_cidr)]
 }

@@ -1,1 +1,9 @@
-//! TODO
+//! Real traffic: servers in every pod that report who they are and whom they saw, and a client
+//! that sends probes from a source namespace and classifies what came back.
+
+pub mod client;
+pub mod reply;
+pub mod server;
+
+pub use client::{Attempt, Prober};
+pub use server::Servers;

@@ -1,0 +1,159 @@
+//! Which endpoints a service port uses on one node, as kube-proxy decides it
+//! (`CategorizeEndpoints` in pkg/proxy/topology.go, without topology hints, which the model
+//! does not carry).
+//!
+//! Usable means ready; when no endpoint is ready, serving-and-terminating ones are used
+//! instead, separately for the Cluster set and for this node's Local set.
+
+use std::net::IpAddr;
+
+use crate::model::{Endpoint, Service, ServicePort, ServiceType, TrafficPolicy};
+
+/// The traffic policies of one service port, as kube-proxy's `BaseServicePortInfo` keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortPolicy {
+    pub internal_local: bool,
+    /// externalTrafficPolicy Local on a NodePort or LoadBalancer service.
+    pub external_local: bool,
+    /// Reachable from outside: it has a node port (the model has no external or LB IPs).
+    pub externally_accessible: bool,
+}
+
+impl PortPolicy {
+    pub fn of(svc: &Service, port: &ServicePort) -> PortPolicy {
+        let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
+        PortPolicy {
+            internal_local: svc.internal_traffic_policy == TrafficPolicy::Local,
+            external_local: external_type && svc.external_traffic_policy == TrafficPolicy::Local,
+            externally_accessible: external_type && port.node_port.is_some(),
+        }
+    }
+
+    /// Cluster endpoints are needed for internal Cluster policy, and for any external traffic
+    /// (even with external Local policy, to short-circuit traffic from this node).
+    pub fn uses_cluster_endpoints(self) -> bool {
+        !self.internal_local || self.externally_accessible
+    }
+
+    pub fn uses_local_endpoints(self) -> bool {
+        self.internal_local || (self.external_local && self.externally_accessible)
+    }
+}
+
+/// The endpoints of one service port on one node, each list sorted by `ip:port` string as
+/// kube-proxy's endpoint cache sorts them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection<'a> {
+    /// Behind `KUBE-SVC-…` (Cluster policy).
+    pub cluster: Vec<&'a Endpoint>,
+    /// Behind `KUBE-SVL-…` (Local policy): this node's endpoints.
+    pub local: Vec<&'a Endpoint>,
+    /// Every endpoint that gets a `KUBE-SEP-…` chain on this node.
+    pub reachable: Vec<&'a Endpoint>,
+    /// Whether the port has usable endpoints anywhere in the cluster.
+    pub has_any: bool,
+}
+
+fn ready(ep: &Endpoint) -> bool {
+    ep.ready
+}
+
+fn serving_terminating(ep: &Endpoint) -> bool {
+    ep.serving && ep.terminating
+}
+
+/// Endpoints matching `wanted`, falling back to serving-terminating ones when none match.
+fn usable<'a>(candidates: &[&'a Endpoint], wanted: impl Fn(&Endpoint) -> bool) -> Vec<&'a Endpoint> {
+    let chosen: Vec<&Endpoint> = candidates.iter().copied().filter(|ep| wanted(ep) && ready(ep)).collect();
+    if !chosen.is_empty() {
+        return chosen;
+    }
+    candidates.iter().copied().filter(|ep| wanted(ep) && serving_terminating(ep)).collect()
+}
+
+/// kube-proxy's choice of endpoints for `port` on `node` (IPv4 endpoints only).
+pub fn select<'a>(port: &'a ServicePort, policy: PortPolicy, node: &str) -> Selection<'a> {
+    let mut all: Vec<&Endpoint> = port.endpoints.iter().filter(|ep| matches!(ep.ip, IpAddr::V4(_))).collect();
+    all.sort_by_key(|ep| ep.address().to_string());
+    let is_local = |ep: &Endpoint| ep.node.as_deref() == Some(node);
+
+    let cluster = if policy.uses_cluster_endpoints() { usable(&all, |_| true) } else { Vec::new() };
+    let local = if policy.uses_local_endpoints() { usable(&all, is_local) } else { Vec::new() };
+    // Every policy combination uses one of the two sets, and both see the same candidates.
+    let has_any = all.iter().any(|ep| ready(ep) || serving_terminating(ep));
+
+    // Union of both sets; sorted, where kube-proxy's order here is a Go map's (random).
+    let mut reachable = cluster.clone();
+    for ep in &local {
+        if !reachable.iter().any(|r| r.address() == ep.address()) {
+            reachable.push(ep);
+        }
+    }
+    reachable.sort_by_key(|ep| ep.address().to_string());
+    Selection { cluster, local, reachable, has_any }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Protocol;
+
+    fn ep(ip: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {
+        Endpoint {
+            ip: ip.parse().unwrap(),
+            port: 80,
+            ready,
+            serving,
+            terminating,
+            node: Some(node.into()),
+            pod: format!("pod-{ip}"),
+        }
+    }
+
+    fn port(endpoints: Vec<Endpoint>) -> ServicePort {
+        ServicePort { name: String::new(), protocol: Protocol::Tcp, port: 80, node_port: Some(30080), endpoints }
+    }
+
+    const CLUSTER: PortPolicy = PortPolicy { internal_local: false, external_local: false, externally_accessible: true };
+    const EXT_LOCAL: PortPolicy = PortPolicy { internal_local: false, external_local: true, externally_accessible: true };
+
+    fn ips(eps: &[&Endpoint]) -> Vec<String> {
+        eps.iter().map(|e| e.ip.to_string()).collect()
+    }
+
+    #[test]
+    fn ready_endpoints_win_and_are_sorted_by_address_string() {
+        let p = port(vec![
+            ep("10.0.0.9", "a", true, true, false),
+            ep("10.0.0.10", "b", true, true, false),
+            ep("10.0.0.5", "b", false, true, true),
+        ]);
+        let sel = select(&p, CLUSTER, "a");
+        // String order, as kube-proxy sorts: "10.0.0.10:80" < "10.0.0.9:80".
+        assert_eq!(ips(&sel.cluster), ["10.0.0.10", "10.0.0.9"]);
+        assert!(sel.local.is_empty());
+        assert!(sel.has_any);
+    }
+
+    #[test]
+    fn falls_back_to_serving_terminating() {
+        let p = port(vec![ep("10.0.0.1", "a", false, true, true), ep("10.0.0.2", "a", false, false, true)]);
+        let sel = select(&p, CLUSTER, "a");
+        assert_eq!(ips(&sel.cluster), ["10.0.0.1"]);
+        assert!(sel.has_any);
+        let none = port(vec![ep("10.0.0.2", "a", false, false, true)]);
+        assert!(!select(&none, CLUSTER, "a").has_any);
+    }
+
+    #[test]
+    fn local_set_is_this_nodes_and_may_fall_back_alone() {
+        let p = port(vec![ep("10.0.0.1", "a", true, true, false), ep("10.0.0.2", "b", false, true, true)]);
+        let on_b = select(&p, EXT_LOCAL, "b");
+        assert_eq!(ips(&on_b.cluster), ["10.0.0.1"]);
+        assert_eq!(ips(&on_b.local), ["10.0.0.2"]);
+        assert_eq!(ips(&on_b.reachable), ["10.0.0.1", "10.0.0.2"]);
+        let on_c = select(&p, EXT_LOCAL, "c");
+        assert!(on_c.local.is_empty());
+        assert!(on_c.has_any);
+    }
+}

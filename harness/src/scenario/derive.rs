@@ -1,0 +1,152 @@
+//! EndpointSlices for a Service with a selector and no slices in the file, derived as the
+//! EndpointSlice controller would (pkg/controller/endpointslice): the selected pods of the
+//! Service's namespace, each port's `targetPort` resolved in each pod, one slice per distinct
+//! set of resolved ports.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::endpoints::{SERVICE_NAME_LABEL, SliceData, SliceEndpoint, SlicePort, undeclared_port};
+use super::error::Diagnostics;
+use super::pods::PodEntry;
+use super::registry::Registry;
+use super::services::{ServiceEntry, TargetPort};
+use super::yaml::FieldPath;
+
+/// The derived slices of one Service, as data for the model and as objects for real proxies.
+pub(crate) fn derive(
+    entry: &ServiceEntry<'_>,
+    pods: &Registry<PodEntry>,
+    diag: &mut Diagnostics,
+) -> Vec<(SliceData, EndpointSlice)> {
+    let Some(selector) = &entry.selector else { return Vec::new() };
+    let service = &entry.service;
+    // Slices group pods by the ports they resolve to, in pod (file) order.
+    let mut groups: Vec<(Vec<SlicePort>, Vec<&PodEntry>)> = Vec::new();
+    for pod in pods.values().filter(|p| selects(selector, entry, p)) {
+        let ports = resolve_ports(entry, pod, diag);
+        match groups.iter_mut().find(|(p, _)| *p == ports) {
+            Some((_, members)) => members.push(pod),
+            None => groups.push((ports, vec![pod])),
+        }
+    }
+    let many = groups.len() > 1;
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, (ports, members))| {
+            let endpoints = members.iter().map(|p| endpoint(entry, p)).collect();
+            let data = SliceData { service: service.name.clone(), ports, endpoints };
+            let name =
+                if many { format!("{}-derived-{}", service.name, i + 1) } else { format!("{}-derived", service.name) };
+            let object = to_k8s(&data, &name, &service.namespace, &members);
+            (data, object)
+        })
+        .collect()
+}
+
+/// Whether the controller puts `pod` in the Service's slices: same namespace, labels match,
+/// and not finished (terminating pods stay, marked terminating).
+fn selects(selector: &BTreeMap<String, String>, entry: &ServiceEntry<'_>, pod: &PodEntry) -> bool {
+    pod.pod.namespace == entry.service.namespace
+        && !pod.finished
+        && selector.iter().all(|(k, v)| pod.pod.labels.get(k) == Some(v))
+}
+
+/// The ports of `pod` each service port resolves to; a named `targetPort` the pod lacks leaves
+/// the pod out of that port, as the controller does.
+fn resolve_ports(entry: &ServiceEntry<'_>, pod: &PodEntry, diag: &mut Diagnostics) -> Vec<SlicePort> {
+    let mut out = Vec::new();
+    for (j, (sp, target)) in entry.service.ports.iter().zip(&entry.target_ports).enumerate() {
+        let port = match target {
+            TargetPort::Number(n) => {
+                if !pod.pod.ports.iter().any(|c| c.port == *n && c.protocol == sp.protocol) {
+                    let path = FieldPath::parse("spec.ports").index(j).key("targetPort");
+                    diag.value(
+                        &entry.site,
+                        &path,
+                        format!("selects {}", undeclared_port(&pod.pod.name, *n, sp.protocol)),
+                    );
+                }
+                *n
+            }
+            TargetPort::Name(name) => {
+                let found = pod.pod.ports.iter().find(|c| c.name.as_deref() == Some(name) && c.protocol == sp.protocol);
+                match found {
+                    Some(c) => c.port,
+                    None => continue,
+                }
+            }
+        };
+        out.push(SlicePort { name: sp.name.clone(), port, protocol: sp.protocol });
+    }
+    out
+}
+
+/// Conditions as the controller's `podToEndpoint` sets them.
+fn endpoint(entry: &ServiceEntry<'_>, pod: &PodEntry) -> SliceEndpoint {
+    let serving = pod.ready;
+    let terminating = pod.terminating;
+    SliceEndpoint {
+        ip: pod.pod.ip,
+        // A terminating pod is never ready, unless the Service publishes not-ready addresses.
+        ready: entry.publish_not_ready || (serving && !terminating),
+        serving,
+        terminating,
+        node: pod.pod.node.clone(),
+        pod: pod.pod.name.clone(),
+    }
+}
+
+fn to_k8s(data: &SliceData, name: &str, namespace: &str, members: &[&PodEntry]) -> EndpointSlice {
+    let labels = BTreeMap::from([
+        (SERVICE_NAME_LABEL.to_string(), data.service.clone()),
+        ("endpointslice.kubernetes.io/managed-by".to_string(), "packetproof".to_string()),
+    ]);
+    let endpoints = data
+        .endpoints
+        .iter()
+        .zip(members)
+        .map(|(ep, pod)| Endpoint {
+            addresses: vec![ep.ip.to_string()],
+            conditions: Some(EndpointConditions {
+                ready: Some(ep.ready),
+                serving: Some(ep.serving),
+                terminating: Some(ep.terminating),
+            }),
+            node_name: Some(ep.node.clone()),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".to_string()),
+                namespace: Some(pod.pod.namespace.clone()),
+                name: Some(pod.pod.name.clone()),
+                uid: pod.uid.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let ports = data
+        .ports
+        .iter()
+        .map(|p| EndpointPort {
+            name: Some(p.name.clone()),
+            port: Some(i32::from(p.port)),
+            protocol: Some(p.protocol.as_k8s().to_string()),
+            ..Default::default()
+        })
+        .collect();
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        address_type: "IPv4".to_string(),
+        endpoints,
+        ports: Some(ports),
+    }
+}

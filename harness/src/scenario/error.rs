@@ -1,0 +1,144 @@
+//! Errors that point into the scenario file, compiler style: `FILE:LINE:COL: FIELD: MESSAGE`.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::yaml::{Document, FieldPath, Pos};
+
+/// One problem in a scenario file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError {
+    pub file: PathBuf,
+    /// 1-based.
+    pub line: usize,
+    /// 1-based, in characters.
+    pub column: usize,
+    /// Where inside the document, e.g. `spec.probes[2].to.service` or
+    /// `Service kube-system/kube-dns: spec.ports[1].protocol`; empty for YAML syntax errors.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// Every problem found in one file, in the order found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioErrors {
+    pub errors: Vec<ScenarioError>,
+}
+
+impl fmt::Display for ScenarioErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ScenarioErrors {}
+
+/// One document plus how its fields are named in messages: the Scenario document's fields
+/// are bare (`spec.nodes[0].ip`), other objects' are prefixed (`Pod default/web: status.podIP`).
+#[derive(Clone)]
+pub(crate) struct Site<'a> {
+    pub doc: &'a Document,
+    /// Empty for the Scenario document, else e.g. `Service kube-system/kube-dns`.
+    pub label: String,
+}
+
+impl<'a> Site<'a> {
+    pub fn new(doc: &'a Document, label: impl Into<String>) -> Self {
+        Site { doc, label: label.into() }
+    }
+
+    /// The FIELD part of a message for `path`; a whole-document error is named by the label.
+    pub fn field(&self, path: &FieldPath) -> String {
+        match (self.label.is_empty(), path.is_root()) {
+            (true, true) => "kind".to_string(),
+            (true, false) => path.to_string(),
+            (false, true) => self.label.clone(),
+            (false, false) => format!("{}: {path}", self.label),
+        }
+    }
+}
+
+/// Collects errors for one file.
+pub(crate) struct Diagnostics {
+    file: PathBuf,
+    errors: Vec<ScenarioError>,
+}
+
+impl Diagnostics {
+    pub fn new(file: PathBuf) -> Self {
+        Diagnostics { file, errors: Vec::new() }
+    }
+
+    pub fn push(&mut self, pos: Pos, field: String, message: impl Into<String>) {
+        self.errors.push(ScenarioError {
+            file: self.file.clone(),
+            line: pos.line,
+            column: pos.column,
+            field,
+            message: message.into(),
+        });
+    }
+
+    /// An error about the value at `path` (or, when it is missing, the nearest enclosing one).
+    pub fn value(&mut self, site: &Site<'_>, path: &FieldPath, message: impl Into<String>) {
+        self.push(site.doc.value_pos(path), site.field(path), message);
+    }
+
+    /// An error about the key of `path` itself, e.g. an unknown field.
+    pub fn key(&mut self, site: &Site<'_>, path: &FieldPath, message: impl Into<String>) {
+        self.push(site.doc.key_pos(path), site.field(path), message);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    pub fn count(&self) -> usize {
+        self.errors.len()
+    }
+
+    pub fn into_errors(self) -> ScenarioErrors {
+        ScenarioErrors { errors: self.errors }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn displays_compiler_style() {
+        let e = ScenarioError {
+            file: "scenarios/x.yaml".into(),
+            line: 12,
+            column: 5,
+            field: "spec.probes[2].to.service".into(),
+            message: "no Service named \"web2\" in the scenario (known: web)".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "scenarios/x.yaml:12:5: spec.probes[2].to.service: no Service named \"web2\" in the scenario (known: web)"
+        );
+        let all = ScenarioErrors { errors: vec![e.clone(), ScenarioError { field: String::new(), ..e }] };
+        assert_eq!(all.to_string().lines().count(), 2);
+        assert!(all.to_string().lines().nth(1).unwrap().starts_with("scenarios/x.yaml:12:5: no Service"));
+    }
+}

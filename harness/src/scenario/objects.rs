@@ -1,0 +1,233 @@
+//! Sorting documents by `kind` and parsing the Kubernetes ones into k8s-openapi types.
+//!
+//! k8s-openapi ignores fields it doesn't know, and accepts a document without `kind` as any
+//! kind, so both are checked here: `kind` is required and dispatched on, and a field of the
+//! input that does not survive a deserialize/serialize round trip is reported as unknown.
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::de;
+use super::error::{Diagnostics, Site};
+use super::spec;
+use super::yaml::{Document, FieldPath};
+
+const SUPPORTED: &str = "Scenario, Service, EndpointSlice, Pod";
+
+/// One parsed Kubernetes object and where it came from.
+pub(crate) struct Parsed<'a, T> {
+    pub object: T,
+    pub site: Site<'a>,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// A document of a known kind that could not be parsed; its name (if readable) must still
+/// count as defined, so references to it don't produce a second, misleading error.
+pub(crate) struct Unparsed<'a> {
+    pub kind: Kind,
+    pub name: Option<String>,
+    pub site: Site<'a>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Scenario,
+    Service,
+    EndpointSlice,
+    Pod,
+}
+
+impl Kind {
+    fn parse(kind: &str) -> Option<Kind> {
+        Some(match kind {
+            spec::KIND => Kind::Scenario,
+            "Service" => Kind::Service,
+            "EndpointSlice" => Kind::EndpointSlice,
+            "Pod" => Kind::Pod,
+            _ => return None,
+        })
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::Scenario => spec::API_VERSION,
+            Kind::Service | Kind::Pod => "v1",
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Scenario => spec::KIND,
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Pod => "Pod",
+        }
+    }
+}
+
+/// The documents of one file, by kind.
+#[derive(Default)]
+pub(crate) struct Classified<'a> {
+    pub scenarios: Vec<&'a Document>,
+    pub services: Vec<Parsed<'a, Service>>,
+    pub slices: Vec<Parsed<'a, EndpointSlice>>,
+    pub pods: Vec<Parsed<'a, Pod>>,
+    pub unparsed: Vec<Unparsed<'a>>,
+    /// `metadata.name` of documents whose kind is missing or unsupported: whatever they were
+    /// meant to be, references to them must not add errors.
+    pub kindless: Vec<Option<String>>,
+    /// A document meant as the Scenario (by its apiVersion) could not be read.
+    pub scenario_unreadable: bool,
+}
+
+pub(crate) fn classify<'a>(docs: &'a [Document], diag: &mut Diagnostics) -> Classified<'a> {
+    let mut out = Classified::default();
+    for doc in docs {
+        let name = doc.value.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string);
+        let ours = doc.value.get("apiVersion").and_then(Value::as_str) == Some(spec::API_VERSION);
+        match kind_of(doc, diag) {
+            Ok(Kind::Scenario) => out.scenarios.push(doc),
+            Ok(kind) => out.parse(kind, doc, name, diag),
+            Err(Some(Kind::Scenario)) => out.scenario_unreadable = true,
+            Err(_) if ours => out.scenario_unreadable = true,
+            Err(Some(kind)) => {
+                out.unparsed.push(Unparsed { kind, site: Site::new(doc, label(kind, doc, &name)), name })
+            }
+            Err(None) => out.kindless.push(name),
+        }
+    }
+    out
+}
+
+impl<'a> Classified<'a> {
+    fn parse(&mut self, kind: Kind, doc: &'a Document, name: Option<String>, diag: &mut Diagnostics) {
+        let namespace = namespace_of(doc);
+        let site = Site::new(doc, label(kind, doc, &name));
+        let parsed = match kind {
+            Kind::Scenario => unreachable!("the Scenario document is not a Kubernetes object"),
+            Kind::Service => parse_as(&site, diag).map(|o| self.services.push(Parsed::new(o, &site, &namespace))),
+            Kind::EndpointSlice => parse_as(&site, diag).map(|o| self.slices.push(Parsed::new(o, &site, &namespace))),
+            Kind::Pod => parse_as(&site, diag).map(|o| self.pods.push(Parsed::new(o, &site, &namespace))),
+        };
+        if parsed.is_none() {
+            self.unparsed.push(Unparsed { kind, name, site });
+        }
+    }
+}
+
+/// `metadata.namespace`, defaulted as the API server does.
+fn namespace_of(doc: &Document) -> String {
+    let ns = doc.value.pointer("/metadata/namespace").and_then(Value::as_str);
+    ns.filter(|ns| !ns.is_empty()).unwrap_or("default").to_string()
+}
+
+/// How messages name an object: `Service kube-system/kube-dns`.
+fn label(kind: Kind, doc: &Document, name: &Option<String>) -> String {
+    match name {
+        Some(n) => format!("{} {}/{n}", kind.name(), namespace_of(doc)),
+        None => format!("{} <no name>", kind.name()),
+    }
+}
+
+impl<'a, T> Parsed<'a, T> {
+    fn new(object: T, site: &Site<'a>, namespace: &str) -> Self {
+        let name = site.doc.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        Parsed { object, site: site.clone(), namespace: namespace.to_string(), name: name.to_string() }
+    }
+}
+
+/// The document's kind, if it has a supported one with the matching apiVersion; else the
+/// kind it names, if supported.
+fn kind_of(doc: &Document, diag: &mut Diagnostics) -> Result<Kind, Option<Kind>> {
+    let site = Site::new(doc, "");
+    let root = FieldPath::root();
+    if !doc.value.is_object() {
+        diag.value(
+            &site,
+            &root,
+            format!("a document must be a mapping with apiVersion and kind (supported kinds: {SUPPORTED})"),
+        );
+        return Err(None);
+    }
+    let kind_path = FieldPath::parse("kind");
+    let kind = match doc.value.get("kind") {
+        None | Some(Value::Null) => {
+            diag.value(&site, &kind_path, format!("required field `kind` is missing (supported kinds: {SUPPORTED})"));
+            return Err(None);
+        }
+        Some(Value::String(k)) => k,
+        Some(other) => {
+            diag.value(&site, &kind_path, format!("kind must be a string, not {other}"));
+            return Err(None);
+        }
+    };
+    let Some(parsed) = Kind::parse(kind) else {
+        diag.value(&site, &kind_path, format!("unsupported kind {kind:?} (supported kinds: {SUPPORTED})"));
+        return Err(None);
+    };
+    let want = parsed.api_version();
+    let api_path = FieldPath::parse("apiVersion");
+    match doc.value.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if v == want => Ok(parsed),
+        Some(v) => {
+            diag.value(&site, &api_path, format!("kind {kind} needs apiVersion {want}, not {v:?}"));
+            Err(Some(parsed))
+        }
+        None => {
+            diag.value(
+                &site,
+                &api_path,
+                format!("required field `apiVersion` is missing (kind {kind} needs apiVersion {want})"),
+            );
+            Err(Some(parsed))
+        }
+    }
+}
+
+/// Parses the whole document as `T` and reports input fields `T` does not have.
+fn parse_as<T: DeserializeOwned + Serialize>(site: &Site<'_>, diag: &mut Diagnostics) -> Option<T> {
+    let object: T = de::typed(site, &FieldPath::root(), diag)?;
+    if site.doc.value.pointer("/metadata/name").and_then(Value::as_str).is_none_or(str::is_empty) {
+        diag.value(site, &FieldPath::parse("metadata.name"), "required field `name` is missing");
+        return None;
+    }
+    let round_trip = serde_json::to_value(&object).expect("k8s-openapi objects serialize to JSON");
+    let mut unknown = Vec::new();
+    unknown_fields(&site.doc.value, &round_trip, &FieldPath::root(), &mut unknown);
+    for (path, key) in unknown {
+        diag.key(
+            site,
+            &path,
+            format!(
+                "unknown field `{key}`: not in the Kubernetes 1.33 API packetproof reads (check the spelling; \
+                 remove it if it comes from a newer cluster)"
+            ),
+        );
+    }
+    Some(object)
+}
+
+/// Fields set in `input` (not null) that `output`, its round trip, lost.
+fn unknown_fields(input: &Value, output: &Value, path: &FieldPath, found: &mut Vec<(FieldPath, String)>) {
+    match (input, output) {
+        (Value::Object(input), Value::Object(output)) => {
+            for (key, value) in input.iter().filter(|(_, v)| !v.is_null()) {
+                match output.get(key) {
+                    None => found.push((path.key(key), key.clone())),
+                    Some(out) => unknown_fields(value, out, &path.key(key), found),
+                }
+            }
+        }
+        (Value::Array(input), Value::Array(output)) => {
+            for (i, (value, out)) in input.iter().zip(output).enumerate() {
+                unknown_fields(value, out, &path.index(i), found);
+            }
+        }
+        _ => {}
+    }
+}

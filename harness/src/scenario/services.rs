@@ -1,0 +1,371 @@
+//! Service objects → `model::Service` (endpoints are attached later, see `endpoints.rs`).
+//! Anything a proxy would act on that the model can't express is an error, not ignored.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::model::{Protocol, Service, ServicePort, ServiceType, TrafficPolicy};
+
+use super::addresses::Addresses;
+use super::error::{Diagnostics, Site};
+use super::names::check_name;
+use super::net::{IPV6_UNSUPPORTED, not_a_host_of, parse_ip, port_number, protocol};
+use super::objects::{Kind, Parsed, Unparsed};
+use super::registry::Registry;
+use super::yaml::FieldPath;
+
+/// `targetPort`, resolved against each pod when endpoints are derived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TargetPort {
+    Number(u16),
+    Name(String),
+}
+
+/// A valid Service plus what endpoint derivation needs beyond the model.
+pub(crate) struct ServiceEntry<'a> {
+    pub service: Service,
+    /// One per `service.ports` entry.
+    pub target_ports: Vec<TargetPort>,
+    /// `None` when the Service selects no pods (its endpoints are managed by hand).
+    pub selector: Option<BTreeMap<String, String>>,
+    pub publish_not_ready: bool,
+    pub site: Site<'a>,
+}
+
+pub(crate) fn read<'a>(
+    parsed: &[Parsed<'a, K8sService>],
+    unparsed: &[Unparsed<'a>],
+    service_cidr: Option<IpNet>,
+    addresses: &mut Addresses,
+    diag: &mut Diagnostics,
+) -> Registry<ServiceEntry<'a>> {
+    let mut services = Registry::new("Service");
+    for u in unparsed.iter().filter(|u| u.kind == Kind::Service) {
+        match &u.name {
+            Some(name) => services.define(name, None, &u.site, &FieldPath::parse("metadata.name"), diag),
+            None => services.mark_incomplete(),
+        }
+    }
+    // Node ports are per node, shared by every Service.
+    let mut node_ports: HashMap<(u16, Protocol), String> = HashMap::new();
+    for p in parsed {
+        let before = diag.count();
+        let entry = read_one(p, service_cidr, addresses, &mut node_ports, diag).filter(|_| diag.count() == before);
+        services.define(&p.name, entry, &p.site, &FieldPath::parse("metadata.name"), diag);
+    }
+    services
+}
+
+fn read_one<'a>(
+    p: &Parsed<'a, K8sService>,
+    service_cidr: Option<IpNet>,
+    addresses: &mut Addresses,
+    node_ports: &mut HashMap<(u16, Protocol), String>,
+    diag: &mut Diagnostics,
+) -> Option<ServiceEntry<'a>> {
+    let site = &p.site;
+    let at = |path: &str| FieldPath::parse(path);
+    if let Err(e) = check_name(&p.name) {
+        diag.value(site, &at("metadata.name"), e);
+    }
+    let Some(spec) = &p.object.spec else {
+        diag.value(site, &at("spec"), "required field `spec` is missing");
+        return None;
+    };
+    let service_type = read_type(site, spec, diag);
+    let cluster_ip = read_cluster_ip(p, spec, service_cidr, addresses, diag);
+    let external_traffic_policy =
+        policy(site, &at("spec.externalTrafficPolicy"), spec.external_traffic_policy.as_deref(), diag);
+    let internal_traffic_policy =
+        policy(site, &at("spec.internalTrafficPolicy"), spec.internal_traffic_policy.as_deref(), diag);
+    if external_traffic_policy == Some(TrafficPolicy::Local) && service_type == Some(ServiceType::ClusterIp) {
+        diag.value(
+            site,
+            &at("spec.externalTrafficPolicy"),
+            "externalTrafficPolicy applies only to NodePort and LoadBalancer Services",
+        );
+    }
+    check_unsupported(site, spec, diag);
+
+    let ports = spec.ports.as_deref().unwrap_or_default();
+    if ports.is_empty() {
+        diag.value(site, &at("spec.ports"), "a Service needs at least one port");
+    }
+    let mut model_ports = Vec::new();
+    let mut target_ports = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let path = at("spec.ports").index(i);
+        if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, diag) {
+            if let Some(np) = sp.node_port
+                && let Some(first) = node_ports.insert((np, sp.protocol), format!("Service {}/{}", p.namespace, p.name))
+            {
+                diag.value(
+                    site,
+                    &path.key("nodePort"),
+                    format!("node port {np}/{} is already used by {first}", sp.protocol),
+                );
+            }
+            model_ports.push(sp);
+            target_ports.push(tp);
+        }
+    }
+
+    let service = Service {
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        service_type: service_type?,
+        cluster_ip: cluster_ip?,
+        external_traffic_policy: external_traffic_policy?,
+        internal_traffic_policy: internal_traffic_policy?,
+        ports: model_ports,
+    };
+    Some(ServiceEntry {
+        service,
+        target_ports,
+        selector: spec.selector.clone().filter(|s| !s.is_empty()),
+        publish_not_ready: spec.publish_not_ready_addresses == Some(true),
+        site: site.clone(),
+    })
+}
+
+fn read_type(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Option<ServiceType> {
+    let path = FieldPath::parse("spec.type");
+    match spec.type_.as_deref() {
+        None | Some("ClusterIP") => Some(ServiceType::ClusterIp),
+        Some("NodePort") => Some(ServiceType::NodePort),
+        Some("LoadBalancer") => Some(ServiceType::LoadBalancer),
+        Some("ExternalName") => {
+            diag.value(site, &path, "ExternalName Services are not supported (they have no cluster IP to proxy)");
+            None
+        }
+        Some(other) => {
+            diag.value(
+                site,
+                &path,
+                format!("unknown Service type {other:?} (expected ClusterIP, NodePort or LoadBalancer)"),
+            );
+            None
+        }
+    }
+}
+
+fn read_cluster_ip(
+    p: &Parsed<'_, K8sService>,
+    spec: &ServiceSpec,
+    service_cidr: Option<IpNet>,
+    addresses: &mut Addresses,
+    diag: &mut Diagnostics,
+) -> Option<IpAddr> {
+    let site = &p.site;
+    let path = FieldPath::parse("spec.clusterIP");
+    let ip = match spec.cluster_ip.as_deref() {
+        None | Some("") => {
+            let hint = service_cidr.map(|c| format!(" inside serviceCIDR {c}")).unwrap_or_default();
+            diag.value(
+                site,
+                &path,
+                format!(
+                    "required field `clusterIP` is missing: the harness does not allocate cluster IPs; give one{hint}"
+                ),
+            );
+            None
+        }
+        Some("None") => {
+            diag.value(
+                site,
+                &path,
+                "headless Services (clusterIP: None) are not supported: there is no cluster IP to proxy",
+            );
+            None
+        }
+        Some(text) => parse_ip(text).map_err(|e| diag.value(site, &path, e)).ok(),
+    };
+    for (k, text) in spec.cluster_ips.iter().flatten().enumerate() {
+        let path = FieldPath::parse("spec.clusterIPs").index(k);
+        match parse_ip(text) {
+            Err(e) if text != "None" => diag.value(site, &path, e),
+            Ok(first) if k == 0 && Some(first) != ip && ip.is_some() => {
+                diag.value(site, &path, format!("{first} differs from spec.clusterIP"))
+            }
+            _ => {}
+        }
+    }
+    let ip = ip?;
+    if let Some(cidr) = service_cidr
+        && let Some(e) = not_a_host_of(ip, &cidr, &format!("serviceCIDR {cidr}"))
+    {
+        diag.value(site, &path, e);
+    }
+    addresses.claim(ip, format!("Service {}/{}", p.namespace, p.name), site, &path, diag);
+    Some(ip)
+}
+
+fn policy(site: &Site<'_>, path: &FieldPath, value: Option<&str>, diag: &mut Diagnostics) -> Option<TrafficPolicy> {
+    match value {
+        None | Some("Cluster") => Some(TrafficPolicy::Cluster),
+        Some("Local") => Some(TrafficPolicy::Local),
+        Some(other) => {
+            diag.value(site, path, format!("unknown traffic policy {other:?} (expected Cluster or Local)"));
+            None
+        }
+    }
+}
+
+/// Fields that change what a proxy does but that the model (and so the oracle) can't express.
+fn check_unsupported(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) {
+    let at = |path: &str| FieldPath::parse(path);
+    match spec.session_affinity.as_deref() {
+        None | Some("None") => {}
+        Some("ClientIP") => {
+            diag.value(site, &at("spec.sessionAffinity"), "sessionAffinity ClientIP is not supported yet")
+        }
+        Some(other) => diag.value(
+            site,
+            &at("spec.sessionAffinity"),
+            format!("unknown sessionAffinity {other:?} (expected None or ClientIP)"),
+        ),
+    }
+    if spec.external_ips.as_ref().is_some_and(|ips| !ips.is_empty()) {
+        diag.value(site, &at("spec.externalIPs"), "externalIPs are not supported yet");
+    }
+    for (k, family) in spec.ip_families.iter().flatten().enumerate() {
+        if family == "IPv6" {
+            diag.value(site, &at("spec.ipFamilies").index(k), IPV6_UNSUPPORTED);
+        }
+    }
+    if spec.ip_family_policy.as_deref() == Some("RequireDualStack") {
+        diag.value(site, &at("spec.ipFamilyPolicy"), IPV6_UNSUPPORTED);
+    }
+}
+
+fn read_port(
+    site: &Site<'_>,
+    path: &FieldPath,
+    port: &K8sServicePort,
+    all: &[K8sServicePort],
+    service_type: Option<ServiceType>,
+    diag: &mut Diagnostics,
+) -> Option<(ServicePort, TargetPort)> {
+    let number = port_number(port.port).map_err(|e| diag.value(site, &path.key("port"), e)).ok();
+    let proto = protocol(port.protocol.as_deref()).map_err(|e| diag.value(site, &path.key("protocol"), e)).ok();
+    let name = port.name.clone().unwrap_or_default();
+    check_port_name(site, path, &name, port, all, diag);
+    if let (Some(n), Some(pr)) = (number, proto)
+        && let Some(first) = all.iter().position(|q| q.port == port.port && protocol(q.protocol.as_deref()) == Ok(pr))
+        && !std::ptr::eq(&all[first], port)
+    {
+        diag.value(
+            site,
+            &path.key("port"),
+            format!("{n}/{pr} is already a port of this Service (spec.ports[{first}])"),
+        );
+    }
+    let node_port = read_node_port(site, path, port, service_type, diag);
+    let target = match &port.target_port {
+        None => number.map(TargetPort::Number),
+        Some(IntOrString::Int(n)) => {
+            port_number(*n).map_err(|e| diag.value(site, &path.key("targetPort"), e)).ok().map(TargetPort::Number)
+        }
+        Some(IntOrString::String(s)) => match check_target_port_name(s) {
+            Ok(()) => Some(TargetPort::Name(s.clone())),
+            Err(e) => {
+                diag.value(site, &path.key("targetPort"), e);
+                None
+            }
+        },
+    };
+    let sp = ServicePort { name, protocol: proto?, port: number?, node_port: node_port?, endpoints: Vec::new() };
+    Some((sp, target?))
+}
+
+fn check_port_name(
+    site: &Site<'_>,
+    path: &FieldPath,
+    name: &str,
+    port: &K8sServicePort,
+    all: &[K8sServicePort],
+    diag: &mut Diagnostics,
+) {
+    let path = path.key("name");
+    if name.is_empty() {
+        if all.len() > 1 {
+            diag.value(site, &path, "a Service with several ports must name each of them");
+        }
+        return;
+    }
+    if name.bytes().all(|b| b.is_ascii_digit()) {
+        // Probes refer to ports by name or number: an all-digit name would be ambiguous.
+        diag.value(site, &path, format!("port name {name:?} is all digits, which is ambiguous with port numbers"));
+    } else if !is_dns_label(name) {
+        diag.value(
+            site,
+            &path,
+            format!("{name:?} is not a valid port name (up to 63 lowercase letters, digits and '-')"),
+        );
+    }
+    let first = all.iter().position(|q| q.name.as_deref() == Some(name));
+    if first.is_some_and(|f| !std::ptr::eq(&all[f], port)) {
+        diag.value(
+            site,
+            &path,
+            format!("port name {name:?} is already used by spec.ports[{}]", first.unwrap_or_default()),
+        );
+    }
+}
+
+fn read_node_port(
+    site: &Site<'_>,
+    path: &FieldPath,
+    port: &K8sServicePort,
+    service_type: Option<ServiceType>,
+    diag: &mut Diagnostics,
+) -> Option<Option<u16>> {
+    let path = path.key("nodePort");
+    match (service_type, port.node_port) {
+        (_, Some(n)) if port_number(n).is_err() => {
+            diag.value(site, &path, format!("{n} is not a port number (1-65535)"));
+            None
+        }
+        (Some(ServiceType::ClusterIp), Some(_)) => {
+            diag.value(site, &path, "nodePort is only allowed when type is NodePort or LoadBalancer");
+            None
+        }
+        (Some(ServiceType::NodePort | ServiceType::LoadBalancer), None) => {
+            let kind = if service_type == Some(ServiceType::NodePort) { "NodePort" } else { "LoadBalancer" };
+            diag.value(site, &path, format!("required for type {kind}: the harness does not allocate node ports"));
+            None
+        }
+        (_, n) => Some(n.and_then(|n| port_number(n).ok())),
+    }
+}
+
+fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// A named `targetPort` must be an IANA service name, as container port names are; a quoted
+/// number is a common slip for a port number.
+fn check_target_port_name(name: &str) -> Result<(), String> {
+    if name.parse::<u16>().is_ok() {
+        return Err(format!("targetPort {name:?} is a string; write {name} without quotes for a port number"));
+    }
+    let ok = !name.is_empty()
+        && name.len() <= 15
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name.bytes().any(|b| b.is_ascii_lowercase())
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{name:?} is not a valid port name (at most 15 lowercase letters, digits and '-', with a letter)"))
+    }
+}

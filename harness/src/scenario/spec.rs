@@ -1,0 +1,187 @@
+//! The serde shape of our own `kind: Scenario` document. Unknown fields are errors everywhere.
+//!
+//! Sections and list items are deserialized one at a time (see `scenario_doc.rs`), so a bad
+//! probe doesn't hide errors in the next one; the `IgnoredAny` fields here only check that a
+//! section is present and has the right shape.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, IgnoredAny, Visitor};
+use serde::{Deserialize, Deserializer};
+
+pub(crate) const API_VERSION: &str = "packetproof.dev/v1alpha1";
+pub(crate) const KIND: &str = "Scenario";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct Envelope {
+    #[allow(dead_code)]
+    pub api_version: IgnoredAny,
+    #[allow(dead_code)]
+    pub kind: IgnoredAny,
+    #[allow(dead_code)]
+    pub metadata: IgnoredAny,
+    #[allow(dead_code)]
+    pub spec: IgnoredAny,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct Metadata {
+    pub name: String,
+    /// Accepted for tooling; the harness does not read them.
+    #[allow(dead_code)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[allow(dead_code)]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct Sections {
+    pub description: Option<String>,
+    pub proxy: Option<String>,
+    #[allow(dead_code)]
+    pub cluster: IgnoredAny,
+    pub nodes: Vec<IgnoredAny>,
+    #[serde(default)]
+    pub external_hosts: Vec<IgnoredAny>,
+    pub probes: Vec<IgnoredAny>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ClusterSpec {
+    #[serde(rename = "podCIDR")]
+    pub pod_cidr: String,
+    #[serde(rename = "serviceCIDR")]
+    pub service_cidr: String,
+    pub node_network: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct NodeSpec {
+    pub name: String,
+    pub ip: String,
+    #[serde(rename = "podCIDR")]
+    pub pod_cidr: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ExternalHostSpec {
+    pub name: String,
+    pub ip: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ProbeSpec {
+    pub name: Option<String>,
+    pub from: SourceSpec,
+    pub to: TargetSpec,
+    pub protocol: Option<ProtocolSpec>,
+    pub count: Option<u32>,
+    pub expect: Option<ExpectSpec>,
+}
+
+/// `{pod: NAME} | {node: NAME} | {external: NAME}`; exactly one is checked later.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SourceSpec {
+    pub pod: Option<String>,
+    pub node: Option<String>,
+    pub external: Option<String>,
+}
+
+/// `{service, port?, nodePort?} | {address, port}`; which combination is checked later.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct TargetSpec {
+    pub service: Option<String>,
+    pub address: Option<String>,
+    pub port: Option<PortRef>,
+    pub node_port: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(crate) enum ProtocolSpec {
+    #[serde(rename = "TCP")]
+    Tcp,
+    #[serde(rename = "UDP")]
+    Udp,
+    #[serde(rename = "SCTP")]
+    Sctp,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExpectSpec {
+    pub verdict: VerdictSpec,
+    pub backends: Option<Vec<String>>,
+    pub source: Option<SourceKindSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum VerdictSpec {
+    Answered,
+    Rejected,
+    Dropped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SourceKindSpec {
+    Client,
+    Masqueraded,
+}
+
+/// A service port by name (`dns`) or number (`53`); YAML keeps the two apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PortRef {
+    Number(u16),
+    Name(String),
+}
+
+impl fmt::Display for PortRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortRef::Number(n) => write!(f, "{n}"),
+            PortRef::Name(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PortRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct PortVisitor;
+        impl Visitor<'_> for PortVisitor {
+            type Value = PortRef;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a port name or a port number (1-65535)")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PortRef, E> {
+                match u16::try_from(v) {
+                    Ok(n) if n > 0 => Ok(PortRef::Number(n)),
+                    _ => Err(E::invalid_value(de::Unexpected::Unsigned(v), &self)),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PortRef, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PortRef, E> {
+                if v.is_empty() {
+                    return Err(E::invalid_value(de::Unexpected::Str(v), &self));
+                }
+                Ok(PortRef::Name(v.to_string()))
+            }
+        }
+        d.deserialize_any(PortVisitor)
+    }
+}

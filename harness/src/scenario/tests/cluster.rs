@@ -1,0 +1,243 @@
+//! Networks, nodes, external hosts, pod placement, unique names and addresses.
+
+use super::*;
+
+#[test]
+fn invalid_cidrs() {
+    let text = edit(KUBE_DNS, "podCIDR: 10.244.0.0/16", "podCIDR: 10.244.0.0/33");
+    assert_only(
+        &errors(&text),
+        at(&text, "10.244.0.0/33"),
+        "spec.cluster.podCIDR",
+        "\"10.244.0.0/33\" is not a CIDR (expected e.g. 10.244.0.0/16)",
+    );
+    let text = edit(KUBE_DNS, "serviceCIDR: 10.96.0.0/12", "serviceCIDR: 10.96.0.1/12");
+    assert_only(
+        &errors(&text),
+        at(&text, "10.96.0.1/12"),
+        "spec.cluster.serviceCIDR",
+        "10.96.0.1/12 has host bits set (did you mean 10.96.0.0/12?)",
+    );
+    let text = edit(KUBE_DNS, "nodeNetwork: 192.168.50.0/24", "nodeNetwork: fd00::/64");
+    assert_only(&errors(&text), at(&text, "fd00::/64"), "spec.cluster.nodeNetwork", "IPv6 is not supported yet");
+}
+
+#[test]
+fn overlapping_cluster_networks() {
+    let text = edit(KUBE_DNS, "serviceCIDR: 10.96.0.0/12", "serviceCIDR: 10.240.0.0/12");
+    let errs = errors(&text);
+    assert_has(
+        &errs,
+        at(&text, "10.240.0.0/12"),
+        "spec.cluster.serviceCIDR",
+        "10.240.0.0/12 overlaps podCIDR 10.244.0.0/16",
+    );
+}
+
+#[test]
+fn invalid_node_ip() {
+    let text = edit(KUBE_DNS, "ip: 192.168.50.12", "ip: 192.168.50.300");
+    assert_only(
+        &errors(&text),
+        at(&text, "192.168.50.300"),
+        "spec.nodes[1].ip",
+        "\"192.168.50.300\" is not an IP address",
+    );
+    let text = edit(KUBE_DNS, "ip: 192.168.50.12", "ip: fd00::12");
+    assert_only(&errors(&text), at(&text, "fd00::12"), "spec.nodes[1].ip", "IPv6 is not supported yet");
+}
+
+#[test]
+fn node_ip_outside_node_network() {
+    let text = edit(KUBE_DNS, "ip: 192.168.50.12", "ip: 192.168.51.12");
+    assert_only(
+        &errors(&text),
+        at(&text, "192.168.51.12"),
+        "spec.nodes[1].ip",
+        "192.168.51.12 is not inside nodeNetwork 192.168.50.0/24",
+    );
+    let text = edit(KUBE_DNS, "ip: 192.168.50.12", "ip: 192.168.50.255");
+    assert_only(
+        &errors(&text),
+        at(&text, "192.168.50.255"),
+        "spec.nodes[1].ip",
+        "192.168.50.255 is the broadcast address of nodeNetwork 192.168.50.0/24, not a host address",
+    );
+}
+
+#[test]
+fn node_pod_cidr_outside_cluster_or_overlapping() {
+    let text = edit(KUBE_DNS, "podCIDR: 10.244.2.0/24", "podCIDR: 10.245.2.0/24");
+    // The pod on that node is not also reported: its node's podCIDR is the problem.
+    let errs = errors(&text);
+    assert_has(
+        &errs,
+        at(&text, "10.245.2.0/24"),
+        "spec.nodes[1].podCIDR",
+        "10.245.2.0/24 is not inside the cluster podCIDR 10.244.0.0/16",
+    );
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert_has(
+        &errs,
+        at(&text, "10.244.2.7"),
+        "Pod kube-system/coredns-b: status.podIP",
+        "not inside the podCIDR 10.245.2.0/24 of node node-b",
+    );
+
+    let text = edit(KUBE_DNS, "podCIDR: 10.244.2.0/24", "podCIDR: 10.244.0.0/23");
+    assert_has(
+        &errors(&text),
+        at(&text, "10.244.0.0/23"),
+        "spec.nodes[1].podCIDR",
+        "10.244.0.0/23 overlaps the podCIDR 10.244.1.0/24 of node node-a",
+    );
+}
+
+#[test]
+fn pod_ip_missing_or_outside_its_node() {
+    let text = edit(KUBE_DNS, "status:\n  podIP: 10.244.1.20\n", "status: {}\n");
+    assert_only(
+        &errors(&text),
+        at(&text, "{}\n"),
+        "Pod default/client: status.podIP",
+        "required field `podIP` is missing: the harness gives each pod the address written here",
+    );
+    let text = edit(KUBE_DNS, "podIP: 10.244.1.20", "podIP: 10.244.2.20");
+    assert_only(
+        &errors(&text),
+        at(&text, "10.244.2.20"),
+        "Pod default/client: status.podIP",
+        "10.244.2.20 is not inside the podCIDR 10.244.1.0/24 of node node-a",
+    );
+    let text = edit(KUBE_DNS, "podIP: 10.244.1.20", "podIP: 10.244.1.1");
+    assert_only(
+        &errors(&text),
+        at(&text, "10.244.1.1\n"),
+        "Pod default/client: status.podIP",
+        "10.244.1.1 is already the address of the pod bridge of node node-a",
+    );
+}
+
+#[test]
+fn pod_node_name_missing_or_unknown() {
+    let text = edit(KUBE_DNS, "  nodeName: node-b\n", "");
+    let pos = at(&text, "spec:\n  containers:\n    - name: coredns");
+    assert_only(
+        &errors(&text),
+        (pos.0 + 1, 3),
+        "Pod kube-system/coredns-b: spec.nodeName",
+        "required field `nodeName` is missing: the harness runs each pod on the node named here",
+    );
+    let text = edit(KUBE_DNS, "nodeName: node-b", "nodeName: node-c");
+    assert_only(
+        &errors(&text),
+        at(&text, "node-c"),
+        "Pod kube-system/coredns-b: spec.nodeName",
+        "no node named \"node-c\" in the scenario (known: node-a, node-b)",
+    );
+}
+
+#[test]
+fn a_broken_node_does_not_cascade_into_its_pods() {
+    let text = edit(
+        KUBE_DNS,
+        "    - name: node-b\n      ip: 192.168.50.12\n",
+        "    - name: node-b\n      ip: 192.168.50.12\n      zone: z\n",
+    );
+    let errs = errors(&text);
+    assert_only(
+        &errs,
+        at(&text, "zone"),
+        "spec.nodes[1].zone",
+        "unknown field `zone`, expected one of `name`, `ip`, `podCIDR`",
+    );
+}
+
+#[test]
+fn external_host_ip_outside_node_network() {
+    let text = edit(WEB, "ip: 192.168.50.100", "ip: 10.0.0.100");
+    assert_only(
+        &errors(&text),
+        at(&text, "10.0.0.100"),
+        "spec.externalHosts[0].ip",
+        "10.0.0.100 is not inside nodeNetwork 192.168.50.0/24",
+    );
+}
+
+#[test]
+fn duplicate_names() {
+    let text = edit(KUBE_DNS, "    - name: node-b\n", "    - name: node-a\n");
+    let errs = errors(&text);
+    assert_has(
+        &errs,
+        at_nth(&text, "node-a", 1),
+        "spec.nodes[1].name",
+        "duplicate node name \"node-a\" (first defined at line 16)",
+    );
+
+    // Pods in different namespaces still need different names: probes use bare names.
+    let text = edit(KUBE_DNS, "  name: client\n  namespace: default", "  name: coredns-a\n  namespace: default");
+    let errs = errors(&text);
+    assert_has(
+        &errs,
+        at_in(&text, "name: coredns-a\n  namespace: default", "coredns-a"),
+        "Pod default/coredns-a: metadata.name",
+        "duplicate Pod name \"coredns-a\" (first defined at line",
+    );
+
+    let text = format!(
+        "{WEB}---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: other}}\nspec:\n  clusterIP: 10.96.0.21\n  ports: [{{port: 80}}]\n"
+    );
+    assert_only(
+        &errors(&text),
+        at(&text, "web, namespace: other"),
+        "Service other/web: metadata.name",
+        &format!(
+            "duplicate Service name \"web\" (first defined at line {}); names must be unique across the scenario, \
+             whatever the namespace, because probes refer to bare names",
+            at(WEB, "web}\nspec:\n  type").0
+        ),
+    );
+
+    let text = edit(
+        WEB,
+        "    - {name: outside, ip: 192.168.50.100}\n",
+        "    - {name: outside, ip: 192.168.50.100}\n    - {name: outside, ip: 192.168.50.101}\n",
+    );
+    assert_has(
+        &errors(&text),
+        at_nth(&text, "outside", 1),
+        "spec.externalHosts[1].name",
+        "duplicate external host name \"outside\"",
+    );
+}
+
+#[test]
+fn addresses_used_twice() {
+    let text = edit(KUBE_DNS, "podIP: 10.244.1.20", "podIP: 10.244.1.5");
+    assert_only(
+        &errors(&text),
+        at_nth(&text, "10.244.1.5", 1),
+        "Pod default/client: status.podIP",
+        "10.244.1.5 is already the address of Pod kube-system/coredns-a",
+    );
+    let text = edit(WEB, "ip: 192.168.50.100", "ip: 192.168.50.12");
+    assert_only(
+        &errors(&text),
+        at_nth(&text, "192.168.50.12", 1),
+        "spec.externalHosts[0].ip",
+        "192.168.50.12 is already the address of node node-b",
+    );
+}
+
+#[test]
+fn nodes_and_probes_are_required() {
+    let text = edit(KUBE_DNS, "  nodes:\n", "  nodes: []\n  old:\n");
+    assert!(errors(&text).iter().any(|e| e.field == "spec.old"));
+    let start = KUBE_DNS.find("  nodes:\n").unwrap();
+    let end = KUBE_DNS.find("  probes:\n").unwrap();
+    let text = format!("{}  nodes: []\n{}", &KUBE_DNS[..start], &KUBE_DNS[end..]);
+    let errs = errors(&text);
+    // The pods' nodes are missing too, but only the empty list is the cause worth reporting first.
+    assert_has(&errs, at(&text, "[]"), "spec.nodes", "at least one node is required");
+}

@@ -1,0 +1,130 @@
+//! The whole check of one file's documents, in dependency order, and the assembly of the
+//! model once nothing is wrong: networks and nodes → pods → services → endpoints → probes.
+
+use std::path::Path;
+
+use crate::model::{Cluster, Objects, Scenario};
+
+use super::addresses::Addresses;
+use super::endpoints::{self, Context, SliceData, endpoints_for};
+use super::error::{Diagnostics, Site};
+use super::objects::{self, Classified};
+use super::yaml::{Document, FieldPath, Pos};
+use super::{derive, pods, probes, scenario_doc, services};
+
+pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
+    let classified = objects::classify(docs, diag);
+    let scenario = pick_scenario(&classified, diag);
+    let mut addresses = Addresses::default();
+    let doc = scenario_doc::read(scenario, &mut addresses, diag);
+    let mut pods = pods::read(&classified.pods, &classified.unparsed, &doc.nodes, &mut addresses, diag);
+    let mut services =
+        services::read(&classified.services, &classified.unparsed, doc.networks.service_cidr, &mut addresses, diag);
+    for name in &classified.kindless {
+        // A document without a readable kind may be any pod or service (or its address).
+        pods.registry.tolerate(name.as_deref());
+        pods.ips_incomplete = true;
+        services.tolerate(name.as_deref());
+    }
+    let cx = Context { services: &services, pods: &pods, nodes: &doc.nodes };
+    let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
+    let derived: Vec<_> = services
+        .values()
+        .filter(|e| !given.services_with_slices.contains(&e.service.name))
+        .flat_map(|e| derive::derive(e, &pods.registry, diag))
+        .collect();
+    let names = probes::Names {
+        nodes: &doc.nodes,
+        external_hosts: &doc.external_hosts,
+        pods: &pods.registry,
+        services: &services,
+    };
+    let probes = match &doc.site {
+        Some(site) => probes::resolve(site, &doc.probes, &names, diag),
+        None => Vec::new(),
+    };
+    if !diag.is_empty() {
+        return None;
+    }
+
+    let slices: Vec<&SliceData> = given.slices.iter().chain(derived.iter().map(|(data, _)| data)).collect();
+    let model_services = services
+        .values()
+        .map(|e| {
+            let mut service = e.service.clone();
+            for (port, endpoints) in service.ports.iter_mut().zip(endpoints_for(&e.service, &slices)) {
+                port.endpoints = endpoints;
+            }
+            service
+        })
+        .collect();
+    let objects = Objects {
+        services: classified.services.iter().map(|p| p.object.clone()).collect(),
+        endpoint_slices: classified
+            .slices
+            .iter()
+            .map(|p| p.object.clone())
+            .chain(derived.into_iter().map(|(_, object)| object))
+            .collect(),
+        pods: classified.pods.iter().map(|p| p.object.clone()).collect(),
+    };
+    let cluster = Cluster {
+        pod_cidr: doc.networks.pod_cidr?,
+        service_cidr: doc.networks.service_cidr?,
+        node_network: doc.networks.node_network?,
+        nodes: doc.nodes.into_values().collect(),
+        external_hosts: doc.external_hosts.into_values().collect(),
+        pods: pods.registry.into_values().map(|e| e.pod).collect(),
+        services: model_services,
+    };
+    check_against_oracle(scenario?, &cluster, &probes, diag);
+    if !diag.is_empty() {
+        return None;
+    }
+    Some(Scenario {
+        name: doc.name?,
+        source: source.to_path_buf(),
+        description: doc.description,
+        proxy: doc.proxy,
+        cluster,
+        probes,
+        objects,
+    })
+}
+
+/// The file's one Scenario document; reports none or several.
+fn pick_scenario<'a>(classified: &Classified<'a>, diag: &mut Diagnostics) -> Option<&'a Document> {
+    let (first, rest) = match classified.scenarios.split_first() {
+        Some(split) => split,
+        None if classified.scenario_unreadable => return None,
+        None => {
+            diag.push(
+                Pos { line: 1, column: 1 },
+                "kind".to_string(),
+                "no Scenario document: a scenario file needs one document with \
+                 apiVersion: packetproof.dev/v1alpha1 and kind: Scenario",
+            );
+            return None;
+        }
+    };
+    for doc in rest {
+        diag.value(
+            &Site::new(doc, ""),
+            &FieldPath::parse("kind"),
+            format!(
+                "a second Scenario document (the first starts at line {}): a file holds exactly one",
+                first.start.line
+            ),
+        );
+    }
+    Some(first)
+}
+
+/// The last check, once the model is whole: every probe must be predictable and every
+/// `expect:` must agree with Kubernetes semantics.
+fn check_against_oracle(doc: &Document, cluster: &Cluster, probes: &[crate::model::Probe], diag: &mut Diagnostics) {
+    let site = Site::new(doc, "");
+    for (index, field, message) in crate::oracle::scenario_problems(cluster, probes) {
+        diag.value(&site, &FieldPath::parse(&format!("spec.probes[{index}].{field}")), message);
+    }
+}

@@ -1,0 +1,176 @@
+//! Netlink verbs inside one namespace: make a bridge or veth, attach a port, add an address or
+//! a route. The netlink socket is created on a thread inside the namespace, so every request
+//! it carries acts there, whichever thread awaits it.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use anyhow::{Context, Result, anyhow, bail};
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use netlink_packet_route::link::{InfoData, InfoVeth};
+use rtnetlink::{
+    Handle, LinkBridge, LinkBridgePort, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder,
+};
+
+use super::netns::Netns;
+
+pub struct Links {
+    handle: Handle,
+    netns: String,
+    connection: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Links {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
+}
+
+impl Links {
+    /// Opens a route-netlink connection inside `ns`.
+    pub async fn connect(ns: &Netns) -> Result<Links> {
+        let runtime = tokio::runtime::Handle::current();
+        let (connection, handle, _) = ns
+            .run(move || {
+                let _entered = runtime.enter();
+                rtnetlink::new_connection()
+            })?
+            .with_context(|| format!("opening netlink in namespace {}", ns.name()))?;
+        Ok(Links {
+            handle,
+            netns: ns.name().to_string(),
+            connection: tokio::spawn(connection),
+        })
+    }
+
+    fn context(&self, what: &str) -> String {
+        format!("{what} in namespace {}", self.netns)
+    }
+
+    pub async fn index(&self, name: &str) -> Result<u32> {
+        let mut links = self.handle.link().get().match_name(name.to_string()).execute();
+        let link = links
+            .try_next()
+            .await
+            .with_context(|| self.context(&format!("looking up link {name}")))?
+            .ok_or_else(|| anyhow!("{}: no such link", self.context(&format!("looking up link {name}"))))?;
+        Ok(link.header.index)
+    }
+
+    pub async fn up(&self, index: u32) -> Result<()> {
+        self.handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).up().build())
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("setting link {index} up")))
+    }
+
+    pub async fn loopback_up(&self) -> Result<()> {
+        let lo = self.index("lo").await?;
+        self.up(lo).await
+    }
+
+    /// Creates a bridge, up, and returns its index.
+    pub async fn bridge(&self, name: &str) -> Result<u32> {
+        self.handle
+            .link()
+            .add(LinkBridge::new(name).up().build())
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("creating bridge {name}")))?;
+        self.index(name).await
+    }
+
+    /// Creates a veth pair: `name` here and `peer` straight inside `peer_ns`.
+    pub async fn veth_into(&self, name: &str, peer: &str, peer_ns: &Netns) -> Result<()> {
+        let peer_msg = LinkMessageBuilder::<LinkUnspec>::new()
+            .name(peer.to_string())
+            .setns_by_fd(peer_ns.raw_fd())
+            .build();
+        let message = LinkVeth::new(name, peer)
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer_msg)))
+            .build();
+        self.handle.link().add(message).execute().await.with_context(|| {
+            self.context(&format!("creating veth {name} with peer {peer} in {}", peer_ns.name()))
+        })
+    }
+
+    /// Enslaves link `port` to `bridge`, sets hairpin mode as asked, and brings it up.
+    pub async fn attach(&self, port: &str, bridge: u32, hairpin: bool) -> Result<()> {
+        let index = self.index(port).await?;
+        self.handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).controller(bridge).up().build())
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("attaching {port} to bridge {bridge}")))?;
+        if hairpin {
+            self.handle
+                .link()
+                .set_port(LinkBridgePort::new(index).hairpin(true).build())
+                .execute()
+                .await
+                .with_context(|| self.context(&format!("turning hairpin mode on for {port}")))?;
+        }
+        Ok(())
+    }
+
+    pub async fn address(&self, index: u32, ip: IpAddr, prefix: u8) -> Result<()> {
+        self.handle
+            .address()
+            .add(index, ip, prefix)
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("adding address {ip}/{prefix} to link {index}")))
+    }
+
+    pub async fn route_via(&self, dest: IpNet, gateway: IpAddr, dev: u32) -> Result<()> {
+        let (dest_ip, gw) = (v4(dest.network())?, v4(gateway)?);
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(dest_ip, dest.prefix_len())
+            .gateway(gw)
+            .output_interface(dev)
+            .build();
+        self.handle
+            .route()
+            .add(route)
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("adding route {dest} via {gateway}")))
+    }
+
+    pub async fn route_dev(&self, dest: IpNet, dev: u32) -> Result<()> {
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(v4(dest.network())?, dest.prefix_len())
+            .output_interface(dev)
+            .scope(netlink_packet_route::route::RouteScope::Link)
+            .build();
+        self.handle
+            .route()
+            .add(route)
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("adding route {dest} on link {dev}")))
+    }
+
+    pub async fn default_route(&self, gateway: IpAddr, dev: u32) -> Result<()> {
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .gateway(v4(gateway)?)
+            .output_interface(dev)
+            .build();
+        self.handle
+            .route()
+            .add(route)
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("adding default route via {gateway}")))
+    }
+}
+
+fn v4(ip: IpAddr) -> Result<Ipv4Addr> {
+    match ip {
+        IpAddr::V4(v4) => Ok(v4),
+        IpAddr::V6(v6) => bail!("IPv6 address {v6}: IPv6 topologies are not supported yet"),
+    }
+}

@@ -1,0 +1,80 @@
+//! A small server on every declared container port of every pod, inside the pod's namespace.
+//! TCP: on accept, write the reply line and close. UDP: answer each datagram with the line.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use anyhow::{Context, Result};
+use tokio::task::JoinSet;
+
+use super::reply;
+use crate::model::{Cluster, Protocol};
+use crate::topology::Topology;
+
+/// Running servers; dropping this stops them and closes their sockets.
+pub struct Servers {
+    tasks: JoinSet<()>,
+    /// `(pod, port, protocol)` not served because the kernel lacks the socket type.
+    pub unserved: Vec<(String, u16, Protocol)>,
+}
+
+impl Servers {
+    /// Binds every pod's declared ports inside its namespace and serves them on the current
+    /// tokio runtime.
+    pub fn start(cluster: &Cluster, topology: &Topology) -> Result<Servers> {
+        let mut servers = Servers { tasks: JoinSet::new(), unserved: Vec::new() };
+        for pod in &cluster.pods {
+            let ns = topology.pods.get(&pod.name).with_context(|| format!("no namespace for pod {}", pod.name))?;
+            for port in &pod.ports {
+                let bind = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port.port));
+                let what = || format!("serving {}/{} in pod {}", port.port, port.protocol, pod.name);
+                let name = pod.name.clone();
+                match port.protocol {
+                    Protocol::Tcp => {
+                        let listener = ns.run(move || std::net::TcpListener::bind(bind))?.with_context(what)?;
+                        listener.set_nonblocking(true).with_context(what)?;
+                        let listener = tokio::net::TcpListener::from_std(listener).with_context(what)?;
+                        servers.tasks.spawn(serve_tcp(listener, name));
+                    }
+                    Protocol::Udp => {
+                        let socket = ns.run(move || std::net::UdpSocket::bind(bind))?.with_context(what)?;
+                        socket.set_nonblocking(true).with_context(what)?;
+                        let socket = tokio::net::UdpSocket::from_std(socket).with_context(what)?;
+                        servers.tasks.spawn(serve_udp(socket, name));
+                    }
+                    Protocol::Sctp => servers.unserved.push((pod.name.clone(), port.port, port.protocol)),
+                }
+            }
+        }
+        Ok(servers)
+    }
+
+    /// Stops every server and waits until their sockets are closed, so the pod namespaces can go.
+    pub async fn stop(mut self) {
+        self.tasks.shutdown().await;
+    }
+}
+
+async fn serve_tcp(listener: tokio::net::TcpListener, pod: String) {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(_) => {
+                // Out of descriptors or similar: back off instead of spinning.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        // One short line fits any socket buffer; a client that gave up early is its own business.
+        let _ = stream.write_all(reply::encode(&pod, peer).as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
+}
+
+async fn serve_udp(socket: tokio::net::UdpSocket, pod: String) {
+    let mut buf = [0u8; 512];
+    loop {
+        let Ok((_, peer)) = socket.recv_from(&mut buf).await else { continue };
+        let _ = socket.send_to(reply::encode(&pod, peer).as_bytes(), peer).await;
+    }
+}

@@ -1,0 +1,74 @@
+//! The checks can fail: each test breaks one generated rule the way real proxies have broken
+//! it, runs the scenario that covers that rule with real packets, and requires a readable
+//! failure that names the probe and what went wrong.
+
+use std::path::Path;
+use std::time::Duration;
+
+use packetproof::model::Scenario;
+use packetproof::proxy::iptables::{BuiltinIptables, Mutant};
+use packetproof::runner::{self, Outcome, RunOptions};
+use packetproof::{report, scenario};
+
+/// Runs `scenario_name` against the built-in proxy broken by `mutant`; returns the failure
+/// table, or `None` when this host cannot run scenarios.
+fn failure_table(scenario_name: &str, mutant: Mutant) -> Option<String> {
+    if let Some(reason) = runner::preflight() {
+        assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
+        eprintln!("skipped: {reason}");
+        return None;
+    }
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{scenario_name}.yaml"));
+    let s: Scenario = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let proxy = BuiltinIptables { mutant: Some(mutant) };
+    // Drops are the point of some mutants: a short wait keeps this test quick, and the
+    // assertions below name what must be seen, so a slow answer cannot pass for a kill.
+    let options = RunOptions { timeout: Duration::from_millis(300) };
+    let report = runner::run(&s, &proxy, &options).expect("the broken proxy still loads");
+    let Outcome::Judged(verdicts) = &report.outcome else { panic!("{scenario_name} did not run") };
+    assert!(!report.passed(), "mutant {mutant} survived scenario {scenario_name}");
+    let table = report::flow_table(&s.cluster, verdicts);
+    println!("{}\n{table}", report::scenario_line(&report));
+    Some(table)
+}
+
+fn assert_mentions(table: &str, fragments: &[&str]) {
+    for fragment in fragments {
+        assert!(table.contains(fragment), "the failure report lacks {fragment:?}:\n{table}");
+    }
+}
+
+#[test]
+fn hairpin_without_masquerade_is_caught() {
+    if let Some(table) = failure_table("hairpin", Mutant::NoHairpinMasq) {
+        assert_mentions(&table, &["FAIL", "self-via-service-tcp", "self-via-service-udp", "expected"]);
+    }
+}
+
+#[test]
+fn node_port_without_masquerade_is_caught() {
+    if let Some(table) = failure_table("external-nodeport-masquerade", Mutant::NoNodePortMasq) {
+        assert_mentions(&table, &["FAIL", "outside-via-node-a"]);
+    }
+}
+
+#[test]
+fn a_ladder_that_never_reaches_the_last_endpoint_is_caught() {
+    if let Some(table) = failure_table("seven-endpoints", Mutant::LastEndpointNeverChosen) {
+        assert_mentions(&table, &["FAIL", "answered 0 of 140", "equally likely backends"]);
+    }
+}
+
+#[test]
+fn dropping_instead_of_rejecting_is_caught() {
+    if let Some(table) = failure_table("no-endpoints-reject", Mutant::DropInsteadOfReject) {
+        assert_mentions(&table, &["FAIL", "attempts were not refused", "silent"]);
+    }
+}
+
+#[test]
+fn dnat_to_the_service_port_is_caught() {
+    if let Some(table) = failure_table("pod-to-clusterip-cross-node", Mutant::DnatToServicePort) {
+        assert_mentions(&table, &["FAIL", "frontend-to-api", "refused"]);
+    }
+}
