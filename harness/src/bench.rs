@@ -71,7 +71,8 @@ fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
         for _ in 0..jobs {
             scope.spawn(|| {
                 while let Some(s) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
-                    let ok = crate::cli::run_one(s, None, &RunOptions::default(), None).is_ok_and(|r| r.passed());
+                    let ok =
+                        crate::cli::run_one(s, None, &RunOptions::default(), None).is_ok_and(|r| r.passed());
                     if !ok {
                         failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
@@ -82,7 +83,11 @@ fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
     Ok(failed.into_inner())
 }
 
-fn round_trips_between_nodes(runtime: &tokio::runtime::Runtime, cluster: &Cluster, n: u32) -> Result<(Duration, Duration)> {
+fn round_trips_between_nodes(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    n: u32,
+) -> Result<(Duration, Duration)> {
     let topology = runtime.block_on(Topology::build(cluster))?;
     let servers = {
         let _in_runtime = runtime.enter();
@@ -99,7 +104,10 @@ fn round_trips_between_nodes(runtime: &tokio::runtime::Runtime, cluster: &Cluste
         let t = Instant::now();
         let attempt = prober.probe(Protocol::Tcp, dst, 1)?;
         probes.push(t.elapsed());
-        anyhow::ensure!(matches!(attempt.as_slice(), [Attempt::Answered { .. }]), "bench probe failed: {attempt:?}");
+        anyhow::ensure!(
+            matches!(attempt.as_slice(), [Attempt::Answered { .. }]),
+            "bench probe failed: {attempt:?}"
+        );
         let t = Instant::now();
         prober.raw_tcp_round_trip(dst)?.context("raw round trip")?;
         raws.push(t.elapsed());

@@ -19,7 +19,11 @@ pub const EXIT_FAIL: i32 = 1;
 pub const EXIT_ERROR: i32 = 2;
 
 #[derive(Parser)]
-#[command(name = "packetproof", version, about = "Proves what a Kubernetes service proxy does, with real packets in network namespaces")]
+#[command(
+    name = "packetproof",
+    version,
+    about = "Proves what a Kubernetes service proxy does, with real packets in network namespaces"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -193,15 +197,21 @@ pub fn run_one(
     runner::run(s, proxy.as_ref(), options)
 }
 
-fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize, artifacts: &std::path::Path) {
+fn print_report(
+    report: &ScenarioReport,
+    s: &Scenario,
+    done: usize,
+    total: usize,
+    artifacts: &std::path::Path,
+) {
     let mut text = format!("[{done}/{total}] {}\n", report::scenario_line(report));
-    if let Outcome::Judged(verdicts) = &report.outcome {
-        if !report.passed() {
-            text.push_str(&report::flow_table(&s.cluster, verdicts));
-            match save_dumps(report, artifacts) {
-                Ok(dir) => text.push_str(&format!("  node rule dumps: {}\n", dir.display())),
-                Err(e) => text.push_str(&format!("  (could not save node dumps: {e:#})\n")),
-            }
+    if let Outcome::Judged(verdicts) = &report.outcome
+        && !report.passed()
+    {
+        text.push_str(&report::flow_table(&s.cluster, verdicts));
+        match save_dumps(report, artifacts) {
+            Ok(dir) => text.push_str(&format!("  node rule dumps: {}\n", dir.display())),
+            Err(e) => text.push_str(&format!("  (could not save node dumps: {e:#})\n")),
         }
     }
     // One write, so lines of concurrent scenarios do not interleave.
@@ -238,4 +248,3 @@ fn cleanup(all: bool) -> Result<i32> {
     println!("{} namespaces removed", removed.len());
     Ok(EXIT_PASS)
 }
-

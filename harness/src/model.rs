@@ -304,9 +304,7 @@ impl Cluster {
         let found = if port.is_empty() && svc.ports.len() == 1 {
             svc.ports.first()
         } else {
-            svc.ports
-                .iter()
-                .find(|p| p.name == port || port.parse::<u16>().ok() == Some(p.port))
+            svc.ports.iter().find(|p| p.name == port || port.parse::<u16>().ok() == Some(p.port))
         };
         found.map(|p| (svc, p))
     }

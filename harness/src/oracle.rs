@@ -18,8 +18,8 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::model::{
-    Cluster, Endpoint, Node, Probe, Protocol, Service, ServicePort, Source, StatedExpectation,
-    StatedSource, StatedVerdict, Target, TrafficPolicy, bridge_address,
+    Cluster, Endpoint, Node, Probe, Protocol, Service, ServicePort, Source, StatedExpectation, StatedSource,
+    StatedVerdict, Target, TrafficPolicy, bridge_address,
 };
 
 /// What Kubernetes requires of every attempt of a probe.
@@ -104,7 +104,9 @@ pub fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Re
     };
     let backends = match (&expectation.outcome, stated.verdict) {
         (Outcome::Answered { backends }, StatedVerdict::Answered) => backends,
-        (Outcome::Rejected, StatedVerdict::Rejected) | (Outcome::Dropped, StatedVerdict::Dropped) => return Ok(()),
+        (Outcome::Rejected, StatedVerdict::Rejected) | (Outcome::Dropped, StatedVerdict::Dropped) => {
+            return Ok(());
+        }
         (_, verdict) => return mismatch(format!("the scenario expects {verdict:?}").to_lowercase()),
     };
     if let Some(stated_backends) = &stated.backends {
@@ -162,10 +164,11 @@ fn frontend<'a>(
                     if svc.cluster_ip == dst.ip() && sp.port == dst.port() {
                         return Ok(Frontend::ClusterIp(svc, sp));
                     }
-                    if let (Some(np), Some(node)) = (sp.node_port, cluster.nodes.iter().find(|n| n.ip == dst.ip())) {
-                        if np == dst.port() {
-                            return Ok(Frontend::NodePort(svc, sp, node));
-                        }
+                    if let (Some(np), Some(node)) =
+                        (sp.node_port, cluster.nodes.iter().find(|n| n.ip == dst.ip()))
+                        && np == dst.port()
+                    {
+                        return Ok(Frontend::NodePort(svc, sp, node));
                     }
                 }
             }
@@ -201,7 +204,12 @@ fn describe(svc: &Service, port: &ServicePort) -> String {
     }
 }
 
-fn cluster_ip(cluster: &Cluster, probe: &Probe, svc: &Service, port: &ServicePort) -> Result<Expectation, String> {
+fn cluster_ip(
+    cluster: &Cluster,
+    probe: &Probe,
+    svc: &Service,
+    port: &ServicePort,
+) -> Result<Expectation, String> {
     let name = describe(svc, port);
     let Some(client_node) = cluster.source_node(&probe.from) else {
         return Err(format!(
@@ -211,7 +219,10 @@ fn cluster_ip(cluster: &Cluster, probe: &Probe, svc: &Service, port: &ServicePor
     };
     let all = usable(port);
     if all.is_empty() {
-        return Ok(Expectation { outcome: Outcome::Rejected, because: format!("ClusterIP {name} has no endpoints") });
+        return Ok(Expectation {
+            outcome: Outcome::Rejected,
+            because: format!("ClusterIP {name} has no endpoints"),
+        });
     }
     let (chosen, policy) = match svc.internal_traffic_policy {
         TrafficPolicy::Cluster => (all, "".to_string()),
@@ -223,7 +234,10 @@ fn cluster_ip(cluster: &Cluster, probe: &Probe, svc: &Service, port: &ServicePor
             if local.is_empty() {
                 return Ok(Expectation {
                     outcome: Outcome::Dropped,
-                    because: format!("ClusterIP {name}, internalTrafficPolicy Local, no endpoint on {}", client_node.name),
+                    because: format!(
+                        "ClusterIP {name}, internalTrafficPolicy Local, no endpoint on {}",
+                        client_node.name
+                    ),
                 });
             }
             (local, ", internalTrafficPolicy Local".to_string())
@@ -277,19 +291,24 @@ fn node_port(
         if local.is_empty() {
             return Ok(Expectation {
                 outcome: Outcome::Dropped,
-                because: format!("node port of {name}, externalTrafficPolicy Local, no endpoint on {}", node.name),
+                because: format!(
+                    "node port of {name}, externalTrafficPolicy Local, no endpoint on {}",
+                    node.name
+                ),
             });
         }
-        let backends = local
-            .iter()
-            .map(|e| (e.pod.clone(), client_source(cluster, &probe.from)))
-            .collect();
+        let backends = local.iter().map(|e| (e.pod.clone(), client_source(cluster, &probe.from))).collect();
         return Ok(Expectation {
             outcome: Outcome::Answered { backends },
-            because: format!("node port of {name} on {}, externalTrafficPolicy Local, {} local endpoints", node.name, local.len()),
+            because: format!(
+                "node port of {name} on {}, externalTrafficPolicy Local, {} local endpoints",
+                node.name,
+                local.len()
+            ),
         });
     }
-    let local_policy_pod = svc.external_traffic_policy == TrafficPolicy::Local && matches!(probe.from, Source::Pod(_));
+    let local_policy_pod =
+        svc.external_traffic_policy == TrafficPolicy::Local && matches!(probe.from, Source::Pod(_));
     let backends = all
         .iter()
         .map(|e| {
@@ -308,7 +327,12 @@ fn node_port(
     })
 }
 
-fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &crate::model::Pod, dst: SocketAddr) -> Result<Expectation, String> {
+fn direct_to_pod(
+    cluster: &Cluster,
+    probe: &Probe,
+    pod: &crate::model::Pod,
+    dst: SocketAddr,
+) -> Result<Expectation, String> {
     let serves = pod.ports.iter().any(|p| p.port == dst.port() && p.protocol == probe.protocol);
     if !serves {
         return Ok(Expectation {
@@ -317,7 +341,10 @@ fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &crate::model::Pod, dst:
         });
     }
     let backends = BTreeMap::from([(pod.name.clone(), client_source(cluster, &probe.from))]);
-    Ok(Expectation { outcome: Outcome::Answered { backends }, because: format!("directly to pod {}", pod.name) })
+    Ok(Expectation {
+        outcome: Outcome::Answered { backends },
+        because: format!("directly to pod {}", pod.name),
+    })
 }
 
 /// The client's own addresses: a node may send from its node address or its bridge address,
@@ -350,10 +377,10 @@ pub fn scenario_problems(cluster: &Cluster, probes: &[Probe]) -> Vec<(usize, &'s
         match expect(cluster, probe) {
             Err(message) => problems.push((i, "to", message)),
             Ok(expectation) => {
-                if let Some(stated) = &probe.expect {
-                    if let Err(message) = check_stated(&expectation, stated) {
-                        problems.push((i, "expect", message));
-                    }
+                if let Some(stated) = &probe.expect
+                    && let Err(message) = check_stated(&expectation, stated)
+                {
+                    problems.push((i, "expect", message));
                 }
             }
         }
@@ -395,11 +422,23 @@ mod tests {
             service_cidr: "10.96.0.0/12".parse().unwrap(),
             node_network: "192.168.50.0/24".parse().unwrap(),
             nodes: vec![
-                Node { name: "a".into(), ip: "192.168.50.11".parse().unwrap(), pod_cidr: "10.244.1.0/24".parse().unwrap() },
-                Node { name: "b".into(), ip: "192.168.50.12".parse().unwrap(), pod_cidr: "10.244.2.0/24".parse().unwrap() },
+                Node {
+                    name: "a".into(),
+                    ip: "192.168.50.11".parse().unwrap(),
+                    pod_cidr: "10.244.1.0/24".parse().unwrap(),
+                },
+                Node {
+                    name: "b".into(),
+                    ip: "192.168.50.12".parse().unwrap(),
+                    pod_cidr: "10.244.2.0/24".parse().unwrap(),
+                },
             ],
             external_hosts: vec![ExternalHost { name: "ext".into(), ip: "192.168.50.100".parse().unwrap() }],
-            pods: vec![pod("web-a", "10.244.1.5", "a"), pod("web-b", "10.244.2.5", "b"), pod("client", "10.244.1.9", "a")],
+            pods: vec![
+                pod("web-a", "10.244.1.5", "a"),
+                pod("web-b", "10.244.2.5", "b"),
+                pod("client", "10.244.1.9", "a"),
+            ],
             services: vec![Service {
                 namespace: "default".into(),
                 name: "web".into(),
@@ -463,7 +502,9 @@ mod tests {
     fn node_to_cluster_ip_is_masqueraded() {
         let c = cluster(both(), TrafficPolicy::Cluster);
         let e = expect(&c, &probe(Source::Node("b".into()), to_cluster_ip())).unwrap();
-        assert!(backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b")));
+        assert!(
+            backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b"))
+        );
     }
 
     #[test]
@@ -503,7 +544,10 @@ mod tests {
     fn local_policy_keeps_external_clients_local_and_drops_without_local_endpoints() {
         let c = cluster(vec![endpoint("web-a", "10.244.1.5", "a")], TrafficPolicy::Local);
         let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
-        assert_eq!(backends(&e)["web-a"], SeenSource::Client { addrs: vec!["192.168.50.100".parse().unwrap()] });
+        assert_eq!(
+            backends(&e)["web-a"],
+            SeenSource::Client { addrs: vec!["192.168.50.100".parse().unwrap()] }
+        );
         let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).unwrap();
         assert_eq!(e.outcome, Outcome::Dropped);
         // Pods are short-circuited to every endpoint, wherever they send.
@@ -539,11 +583,14 @@ mod tests {
             backends: backends.map(|b| b.into_iter().map(String::from).collect()),
             source,
         };
-        assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok());
+        assert!(
+            check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok()
+        );
         assert!(check_stated(&e, &stated(StatedVerdict::Rejected, None, None)).is_err());
         assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-a"]), None)).is_err());
         // Hairpin to web-a is masqueraded, so "client" is wrong for the probe as a whole.
-        let err = check_stated(&e, &stated(StatedVerdict::Answered, None, Some(StatedSource::Client))).unwrap_err();
+        let err =
+            check_stated(&e, &stated(StatedVerdict::Answered, None, Some(StatedSource::Client))).unwrap_err();
         assert!(err.contains("web-a"), "{err}");
     }
 }

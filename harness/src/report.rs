@@ -79,7 +79,8 @@ fn destination(cluster: &Cluster, target: &Target, verdict: &ProbeVerdict) -> St
     let proto = verdict.probe.protocol;
     match target {
         Target::ClusterIp { service, port } => {
-            let name = cluster.service(service).map(|s| s.namespaced_name()).unwrap_or_else(|| service.clone());
+            let name =
+                cluster.service(service).map(|s| s.namespaced_name()).unwrap_or_else(|| service.clone());
             format!("svc {name}:{port} {}/{proto}", verdict.destination)
         }
         Target::NodePort { service, port, node } => {
@@ -93,7 +94,8 @@ fn expected(outcome: &Expected) -> String {
     match outcome {
         Expected::Answered { backends } => {
             // Backends usually share one source rule; print it once when they do.
-            let sources: std::collections::BTreeSet<String> = backends.values().map(|s| s.to_string()).collect();
+            let sources: std::collections::BTreeSet<String> =
+                backends.values().map(|s| s.to_string()).collect();
             let pods: Vec<&str> = backends.keys().map(String::as_str).collect();
             if sources.len() == 1 {
                 format!("{} seeing {}", pods.join("|"), sources.into_iter().next().unwrap_or_default())

@@ -164,5 +164,6 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
 }
 
 fn sctp_available() -> bool {
-    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::from(132))).is_ok()
+    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::from(132)))
+        .is_ok()
 }

@@ -36,7 +36,12 @@ impl ProbeVerdict {
     }
 }
 
-pub fn judge(probe: &Probe, destination: SocketAddr, expected: &Expectation, observed: Vec<Attempt>) -> ProbeVerdict {
+pub fn judge(
+    probe: &Probe,
+    destination: SocketAddr,
+    expected: &Expectation,
+    observed: Vec<Attempt>,
+) -> ProbeVerdict {
     let failures = match &expected.outcome {
         Outcome::Answered { backends } => check_answers(backends, &observed),
         Outcome::Rejected => check_all(&observed, "refused", |a| matches!(a, Attempt::Refused { .. })),
@@ -58,7 +63,10 @@ fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) 
     )]
 }
 
-fn check_answers(backends: &BTreeMap<String, crate::oracle::SeenSource>, observed: &[Attempt]) -> Vec<String> {
+fn check_answers(
+    backends: &BTreeMap<String, crate::oracle::SeenSource>,
+    observed: &[Attempt],
+) -> Vec<String> {
     let mut failures = Vec::new();
     let mut counts: BTreeMap<&str, u64> = backends.keys().map(|k| (k.as_str(), 0)).collect();
     // Group identical faults so a 100-attempt probe yields one line per distinct fault.
@@ -66,15 +74,20 @@ fn check_answers(backends: &BTreeMap<String, crate::oracle::SeenSource>, observe
     for attempt in observed {
         match attempt {
             Attempt::Answered { pod, seen } => match backends.get(pod) {
-                None => *faults.entry(format!("answered by {pod}, which is not a valid backend")).or_default() += 1,
+                None => {
+                    *faults.entry(format!("answered by {pod}, which is not a valid backend")).or_default() +=
+                        1
+                }
                 Some(source) => {
                     *counts.get_mut(pod.as_str()).expect("keys mirror backends") += 1;
                     if !source.allows(seen.ip()) {
-                        *faults.entry(format!("{pod} saw source {}, expected {source}", seen.ip())).or_default() += 1;
+                        *faults
+                            .entry(format!("{pod} saw source {}, expected {source}", seen.ip()))
+                            .or_default() += 1;
                     }
                 }
             },
-            other => *faults.entry(format!("{} {}", other.kind(), reason(other))).or_default() += 1,
+            other => *faults.entry(format!("{}{}", other.kind(), reason(other))).or_default() += 1,
         }
     }
     for (fault, n) in faults {
@@ -95,9 +108,10 @@ fn check_answers(backends: &BTreeMap<String, crate::oracle::SeenSource>, observe
     failures
 }
 
+/// `: why` for attempts that carry a reason, nothing otherwise.
 fn reason(attempt: &Attempt) -> String {
     match attempt {
-        Attempt::Refused { reason } | Attempt::Broken { reason } => format!("({reason})"),
+        Attempt::Refused { reason } | Attempt::Broken { reason } => format!(": {reason}"),
         _ => String::new(),
     }
 }
@@ -199,8 +213,8 @@ mod tests {
 
     #[test]
     fn bounds_are_exact_binomial_tails() {
-        // Two backends, 40 answers: P(X <= 7) ≈ 2.2e-7 ≤ 2.5e-7, P(X <= 8) ≈ 1.2e-6 > 2.5e-7.
-        assert_eq!(share_bounds(40, 2, 1e-6), (8, 32));
+        // Two backends, 40 answers, tail budget 1e-6/4: P(X <= 4) ≈ 9.3e-8 fits, P(X <= 5) ≈ 6.9e-7 does not.
+        assert_eq!(share_bounds(40, 2, 1e-6), (5, 35));
         // Too few attempts to demand anything.
         assert_eq!(share_bounds(10, 2, 1e-6), (0, 10));
         // Seven backends need about a hundred attempts before each must be seen at least once.
@@ -226,7 +240,10 @@ mod tests {
     #[test]
     fn a_masqueraded_source_fails_when_the_client_must_be_seen() {
         let v = verdict(&two_backends(), vec![answered("a", "10.244.1.1")]);
-        assert_eq!(v.failures, vec!["a saw source 10.244.1.1, expected client 10.244.1.20 (1 of 1 attempts)"]);
+        assert_eq!(
+            v.failures,
+            vec!["a saw source 10.244.1.1, expected client 10.244.1.20 (1 of 1 attempts)"]
+        );
     }
 
     #[test]

@@ -18,7 +18,11 @@ fn failure_table(scenario_name: &str, mutant: Mutant) -> Option<String> {
         eprintln!("skipped: {reason}");
         return None;
     }
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{scenario_name}.yaml"));
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .canonicalize()
+        .expect("scenarios/ exists")
+        .join(format!("{scenario_name}.yaml"));
     let s: Scenario = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
     let proxy = BuiltinIptables { mutant: Some(mutant) };
     // Drops are the point of some mutants: a short wait keeps this test quick, and the

@@ -43,7 +43,8 @@ fn a_run_leaves_the_host_namespace_untouched() {
     }
     let before = snapshot();
 
-    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let suite =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
     for name in ["hairpin", "external-nodeport-masquerade", "no-endpoints-reject"] {
         let file = suite.join(format!("{name}.yaml"));
         let s = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));

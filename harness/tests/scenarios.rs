@@ -5,7 +5,7 @@
 //! `PACKETPROOF_REQUIRE_PRIVILEGES=1` (set by `.ci/run`) that is a failure instead, so a CI
 //! machine that lost its privileges cannot pass by skipping everything.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use packetproof::runner::{self, Outcome, RunOptions};
@@ -15,7 +15,8 @@ use packetproof::{cli, report, scenario};
 fn main() {
     let args = Arguments::from_args();
     netns::install_interrupt_handler();
-    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let suite =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
     let files = scenario::discover(&[suite]).expect("listing scenarios/");
     let skip_reason = runner::preflight();
     let require = std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_ok_and(|v| v == "1");
@@ -56,7 +57,7 @@ fn main() {
     conclusion.exit();
 }
 
-fn run_trial(file: &PathBuf, missing_privileges: Option<&str>) -> Result<(), Failed> {
+fn run_trial(file: &Path, missing_privileges: Option<&str>) -> Result<(), Failed> {
     if let Some(reason) = missing_privileges {
         return Err(format!("PACKETPROOF_REQUIRE_PRIVILEGES=1 but {reason}").into());
     }

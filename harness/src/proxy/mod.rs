@@ -29,9 +29,6 @@ pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME];
 pub fn by_name(name: &str) -> Result<Box<dyn Proxy>> {
     match name {
         iptables::NAME => Ok(Box::new(iptables::BuiltinIptables::default())),
-        other => anyhow::bail!(
-            "unknown proxy {other:?} (known: {})",
-            KNOWN_PROXIES.join(", ")
-        ),
+        other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }

@@ -13,7 +13,14 @@ pub(crate) struct Addresses {
 
 impl Addresses {
     /// Records `ip` as `owner`'s (e.g. `node node-a`); reports it at `path` if already taken.
-    pub fn claim(&mut self, ip: IpAddr, owner: String, site: &Site<'_>, path: &FieldPath, diag: &mut Diagnostics) {
+    pub fn claim(
+        &mut self,
+        ip: IpAddr,
+        owner: String,
+        site: &Site<'_>,
+        path: &FieldPath,
+        diag: &mut Diagnostics,
+    ) {
         match self.owners.get(&ip) {
             Some(first) => diag.value(site, path, format!("{ip} is already the address of {first}")),
             None => {

@@ -8,7 +8,11 @@ use super::yaml::FieldPath;
 
 /// Deserializes the value at `path` of the site's document into `T`; on failure, reports
 /// serde's message at the exact field that failed and returns `None`.
-pub(crate) fn typed<T: DeserializeOwned>(site: &Site<'_>, path: &FieldPath, diag: &mut Diagnostics) -> Option<T> {
+pub(crate) fn typed<T: DeserializeOwned>(
+    site: &Site<'_>,
+    path: &FieldPath,
+    diag: &mut Diagnostics,
+) -> Option<T> {
     let value = path.lookup(&site.doc.value).cloned().unwrap_or(Value::Null);
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(v) => Some(v),

@@ -40,8 +40,11 @@ pub(crate) fn derive(
         .map(|(i, (ports, members))| {
             let endpoints = members.iter().map(|p| endpoint(entry, p)).collect();
             let data = SliceData { service: service.name.clone(), ports, endpoints };
-            let name =
-                if many { format!("{}-derived-{}", service.name, i + 1) } else { format!("{}-derived", service.name) };
+            let name = if many {
+                format!("{}-derived-{}", service.name, i + 1)
+            } else {
+                format!("{}-derived", service.name)
+            };
             let object = to_k8s(&data, &name, &service.namespace, &members);
             (data, object)
         })
@@ -74,7 +77,11 @@ fn resolve_ports(entry: &ServiceEntry<'_>, pod: &PodEntry, diag: &mut Diagnostic
                 *n
             }
             TargetPort::Name(name) => {
-                let found = pod.pod.ports.iter().find(|c| c.name.as_deref() == Some(name) && c.protocol == sp.protocol);
+                let found = pod
+                    .pod
+                    .ports
+                    .iter()
+                    .find(|c| c.name.as_deref() == Some(name) && c.protocol == sp.protocol);
                 match found {
                     Some(c) => c.port,
                     None => continue,

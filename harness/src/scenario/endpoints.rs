@@ -53,7 +53,11 @@ pub(crate) struct SliceEndpoint {
 impl SliceEndpoint {
     /// Conditions with Kubernetes' defaulting: ready absent → true; serving absent → ready;
     /// terminating absent → false.
-    pub fn conditions(ready: Option<bool>, serving: Option<bool>, terminating: Option<bool>) -> (bool, bool, bool) {
+    pub fn conditions(
+        ready: Option<bool>,
+        serving: Option<bool>,
+        terminating: Option<bool>,
+    ) -> (bool, bool, bool) {
         let ready = ready.unwrap_or(true);
         (ready, serving.unwrap_or(ready), terminating.unwrap_or(false))
     }
@@ -94,9 +98,14 @@ pub(crate) fn read_given(
     let mut names: HashMap<(String, String), usize> = HashMap::new();
     for s in parsed {
         let name_path = FieldPath::parse("metadata.name");
-        if let Some(first) = names.insert((s.namespace.clone(), s.name.clone()), s.site.doc.value_pos(&name_path).line)
+        if let Some(first) =
+            names.insert((s.namespace.clone(), s.name.clone()), s.site.doc.value_pos(&name_path).line)
         {
-            diag.value(&s.site, &name_path, format!("duplicate EndpointSlice name (first defined at line {first})"));
+            diag.value(
+                &s.site,
+                &name_path,
+                format!("duplicate EndpointSlice name (first defined at line {first})"),
+            );
         }
         if let Some(service) = s.object.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
             given.services_with_slices.insert(service.clone());
@@ -110,7 +119,11 @@ pub(crate) fn read_given(
     given
 }
 
-fn read_slice(s: &Parsed<'_, EndpointSlice>, cx: &Context<'_, '_>, diag: &mut Diagnostics) -> Option<SliceData> {
+fn read_slice(
+    s: &Parsed<'_, EndpointSlice>,
+    cx: &Context<'_, '_>,
+    diag: &mut Diagnostics,
+) -> Option<SliceData> {
     let site = &s.site;
     let service = read_service(s, cx.services, diag);
     match s.object.address_type.as_str() {
@@ -121,9 +134,11 @@ fn read_slice(s: &Parsed<'_, EndpointSlice>, cx: &Context<'_, '_>, diag: &mut Di
             &FieldPath::parse("addressType"),
             "addressType FQDN is not supported (proxies ignore FQDN slices)",
         ),
-        other => {
-            diag.value(site, &FieldPath::parse("addressType"), format!("unknown addressType {other:?} (expected IPv4)"))
-        }
+        other => diag.value(
+            site,
+            &FieldPath::parse("addressType"),
+            format!("unknown addressType {other:?} (expected IPv4)"),
+        ),
     }
     let ports: Vec<Option<SlicePort>> = s
         .object
@@ -131,7 +146,9 @@ fn read_slice(s: &Parsed<'_, EndpointSlice>, cx: &Context<'_, '_>, diag: &mut Di
         .iter()
         .flatten()
         .enumerate()
-        .map(|(k, port)| read_port(site, &FieldPath::parse("ports").index(k), port, service.map(|e| &e.service), diag))
+        .map(|(k, port)| {
+            read_port(site, &FieldPath::parse("ports").index(k), port, service.map(|e| &e.service), diag)
+        })
         .collect();
     let mut endpoints = Vec::new();
     for (i, ep) in s.object.endpoints.iter().enumerate() {
@@ -194,12 +211,14 @@ fn read_port(
         }
         Some(n) => port_number(n).map_err(|e| diag.value(site, &path.key("port"), e)).ok(),
     };
-    let proto = protocol(port.protocol.as_deref()).map_err(|e| diag.value(site, &path.key("protocol"), e)).ok()?;
+    let proto =
+        protocol(port.protocol.as_deref()).map_err(|e| diag.value(site, &path.key("protocol"), e)).ok()?;
     let sp = SlicePort { name: port.name.clone().unwrap_or_default(), port: number?, protocol: proto };
     if let Some(service) = service
         && !service.ports.iter().any(|p| p.name == sp.name && p.protocol == sp.protocol)
     {
-        let ports = service.ports.iter().map(|p| format!("{} ({}/{})", display_name(&p.name), p.port, p.protocol));
+        let ports =
+            service.ports.iter().map(|p| format!("{} ({}/{})", display_name(&p.name), p.port, p.protocol));
         diag.value(
             site,
             path,
@@ -250,7 +269,11 @@ fn read_endpoint(
         Some(name) => {
             let node_path = path.key("nodeName");
             if cx.nodes.resolve(name, site, &node_path, diag).is_some() && *name != pod.node {
-                diag.value(site, &node_path, format!("Pod {} at {ip} runs on node {}, not {name}", pod.name, pod.node));
+                diag.value(
+                    site,
+                    &node_path,
+                    format!("Pod {} at {ip} runs on node {}, not {name}", pod.name, pod.node),
+                );
             }
             name.clone()
         }
@@ -261,8 +284,11 @@ fn read_endpoint(
         }
     }
     let c = ep.conditions.as_ref();
-    let (ready, serving, terminating) =
-        SliceEndpoint::conditions(c.and_then(|c| c.ready), c.and_then(|c| c.serving), c.and_then(|c| c.terminating));
+    let (ready, serving, terminating) = SliceEndpoint::conditions(
+        c.and_then(|c| c.ready),
+        c.and_then(|c| c.serving),
+        c.and_then(|c| c.terminating),
+    );
     Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: pod.name.clone() })
 }
 
@@ -310,7 +336,8 @@ pub(crate) fn endpoints_for(service: &Service, slices: &[&SliceData]) -> Vec<Vec
         .map(|sp| {
             let mut out: Vec<Endpoint> = Vec::new();
             for slice in slices.iter().filter(|s| s.service == service.name) {
-                let Some(port) = slice.ports.iter().find(|p| p.name == sp.name && p.protocol == sp.protocol) else {
+                let Some(port) = slice.ports.iter().find(|p| p.name == sp.name && p.protocol == sp.protocol)
+                else {
                     continue;
                 };
                 for ep in &slice.endpoints {

@@ -74,7 +74,8 @@ pub(crate) fn port_number(n: i32) -> Result<u16, String> {
 pub(crate) fn protocol(p: Option<&str>) -> Result<Protocol, String> {
     match p {
         None => Ok(Protocol::Tcp),
-        Some(p) => Protocol::parse_k8s(p).ok_or_else(|| format!("unknown protocol {p:?} (expected TCP, UDP or SCTP)")),
+        Some(p) => Protocol::parse_k8s(p)
+            .ok_or_else(|| format!("unknown protocol {p:?} (expected TCP, UDP or SCTP)")),
     }
 }
 
@@ -108,7 +109,10 @@ mod tests {
         assert!(port_number(0).is_err() && port_number(70000).is_err() && port_number(-1).is_err());
         assert_eq!(protocol(None), Ok(Protocol::Tcp));
         assert_eq!(protocol(Some("UDP")), Ok(Protocol::Udp));
-        assert_eq!(protocol(Some("udp")).unwrap_err(), "unknown protocol \"udp\" (expected TCP, UDP or SCTP)");
+        assert_eq!(
+            protocol(Some("udp")).unwrap_err(),
+            "unknown protocol \"udp\" (expected TCP, UDP or SCTP)"
+        );
     }
 
     #[test]
@@ -121,7 +125,8 @@ mod tests {
         assert_eq!(reserved_in("10.244.1.255".parse().unwrap(), &b), Some("the broadcast address"));
         assert_eq!(reserved_in("10.244.1.7".parse().unwrap(), &b), None);
         assert_eq!(
-            not_a_host_of("10.244.2.7".parse().unwrap(), &b, "the podCIDR 10.244.1.0/24 of node node-a").unwrap(),
+            not_a_host_of("10.244.2.7".parse().unwrap(), &b, "the podCIDR 10.244.1.0/24 of node node-a")
+                .unwrap(),
             "10.244.2.7 is not inside the podCIDR 10.244.1.0/24 of node node-a"
         );
     }

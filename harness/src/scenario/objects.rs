@@ -110,8 +110,12 @@ impl<'a> Classified<'a> {
         let site = Site::new(doc, label(kind, doc, &name));
         let parsed = match kind {
             Kind::Scenario => unreachable!("the Scenario document is not a Kubernetes object"),
-            Kind::Service => parse_as(&site, diag).map(|o| self.services.push(Parsed::new(o, &site, &namespace))),
-            Kind::EndpointSlice => parse_as(&site, diag).map(|o| self.slices.push(Parsed::new(o, &site, &namespace))),
+            Kind::Service => {
+                parse_as(&site, diag).map(|o| self.services.push(Parsed::new(o, &site, &namespace)))
+            }
+            Kind::EndpointSlice => {
+                parse_as(&site, diag).map(|o| self.slices.push(Parsed::new(o, &site, &namespace)))
+            }
             Kind::Pod => parse_as(&site, diag).map(|o| self.pods.push(Parsed::new(o, &site, &namespace))),
         };
         if parsed.is_none() {
@@ -157,7 +161,11 @@ fn kind_of(doc: &Document, diag: &mut Diagnostics) -> Result<Kind, Option<Kind>>
     let kind_path = FieldPath::parse("kind");
     let kind = match doc.value.get("kind") {
         None | Some(Value::Null) => {
-            diag.value(&site, &kind_path, format!("required field `kind` is missing (supported kinds: {SUPPORTED})"));
+            diag.value(
+                &site,
+                &kind_path,
+                format!("required field `kind` is missing (supported kinds: {SUPPORTED})"),
+            );
             return Err(None);
         }
         Some(Value::String(k)) => k,

@@ -155,9 +155,12 @@ fn check_ports(site: &Site<'_>, spec: &k8s_openapi::api::core::v1::PodSpec, diag
     for (ci, c) in spec.containers.iter().enumerate() {
         for (pi, port) in c.ports.iter().flatten().enumerate() {
             let path = FieldPath::parse("spec.containers").index(ci).key("ports").index(pi);
-            let number =
-                port_number(port.container_port).map_err(|e| diag.value(site, &path.key("containerPort"), e)).ok();
-            let proto = protocol(port.protocol.as_deref()).map_err(|e| diag.value(site, &path.key("protocol"), e)).ok();
+            let number = port_number(port.container_port)
+                .map_err(|e| diag.value(site, &path.key("containerPort"), e))
+                .ok();
+            let proto = protocol(port.protocol.as_deref())
+                .map_err(|e| diag.value(site, &path.key("protocol"), e))
+                .ok();
             if let (Some(number), Some(proto)) = (number, proto) {
                 // The harness serves each declared port once; a second declaration can't bind.
                 if let Some(first) = seen.insert((number, proto), path.clone()) {

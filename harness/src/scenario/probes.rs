@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use crate::model::{
-    ExternalHost, Node, Probe, Protocol, Service, ServicePort, Source, StatedExpectation, StatedSource, StatedVerdict,
-    Target,
+    ExternalHost, Node, Probe, Protocol, Service, ServicePort, Source, StatedExpectation, StatedSource,
+    StatedVerdict, Target,
 };
 
 use super::error::{Diagnostics, Site};
@@ -12,7 +12,9 @@ use super::net::parse_ip;
 use super::pods::PodEntry;
 use super::registry::Registry;
 use super::services::ServiceEntry;
-use super::spec::{ExpectSpec, PortRef, ProbeSpec, ProtocolSpec, SourceKindSpec, SourceSpec, TargetSpec, VerdictSpec};
+use super::spec::{
+    ExpectSpec, PortRef, ProbeSpec, ProtocolSpec, SourceKindSpec, SourceSpec, TargetSpec, VerdictSpec,
+};
 use super::yaml::FieldPath;
 
 const DEFAULT_COUNT: u32 = 10;
@@ -38,7 +40,11 @@ pub(crate) fn resolve(
         let name = spec.name.clone().unwrap_or_else(|| format!("probe[{i}]"));
         let name_path = path.key("name");
         if let Some(first) = seen.insert(name.clone(), *i) {
-            diag.value(site, &name_path, format!("duplicate probe name {name:?} (also spec.probes[{first}])"));
+            diag.value(
+                site,
+                &name_path,
+                format!("duplicate probe name {name:?} (also spec.probes[{first}])"),
+            );
         } else if name.is_empty() {
             diag.value(site, &name_path, "a probe name must not be empty");
         }
@@ -87,10 +93,11 @@ fn source(
     names: &Names<'_, '_>,
     diag: &mut Diagnostics,
 ) -> Option<Source> {
-    let given: Vec<(&str, &String)> = [("pod", &spec.pod), ("node", &spec.node), ("external", &spec.external)]
-        .into_iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
-        .collect();
+    let given: Vec<(&str, &String)> =
+        [("pod", &spec.pod), ("node", &spec.node), ("external", &spec.external)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+            .collect();
     let [(key, name)] = given.as_slice() else {
         let got = if given.is_empty() {
             "none".to_string()
@@ -158,7 +165,8 @@ fn service_target(
     diag: &mut Diagnostics,
 ) -> Option<(Target, Option<Protocol>)> {
     let entry = names.services.resolve(name, site, &path.key("service"), diag);
-    let node = spec.node_port.as_ref().and_then(|n| names.nodes.resolve(n, site, &path.key("nodePort"), diag));
+    let node =
+        spec.node_port.as_ref().and_then(|n| names.nodes.resolve(n, site, &path.key("nodePort"), diag));
     let service = &entry?.service;
     let port = service_port(site, path, service, spec.port.as_ref(), stated, diag)?;
     if let Some(p) = stated
@@ -223,7 +231,12 @@ fn service_port<'s>(
             diag.value(
                 site,
                 &at,
-                format!("Service {} has {} ports: name one (known: {})", service.name, service.ports.len(), known()),
+                format!(
+                    "Service {} has {} ports: name one (known: {})",
+                    service.name,
+                    service.ports.len(),
+                    known()
+                ),
             );
             return None;
         }
@@ -233,13 +246,20 @@ fn service_port<'s>(
         },
         Some(PortRef::Number(n)) => Some(*n),
     };
-    let candidates: Vec<&ServicePort> =
-        service.ports.iter().filter(|p| Some(p.port) == number && stated.is_none_or(|s| s == p.protocol)).collect();
+    let candidates: Vec<&ServicePort> = service
+        .ports
+        .iter()
+        .filter(|p| Some(p.port) == number && stated.is_none_or(|s| s == p.protocol))
+        .collect();
     match candidates.as_slice() {
         [one] => Some(one),
         [] => {
             let what = port.map(|p| p.to_string()).unwrap_or_default();
-            diag.value(site, &at, format!("Service {} has no port {what} (known: {})", service.name, known()));
+            diag.value(
+                site,
+                &at,
+                format!("Service {} has no port {what} (known: {})", service.name, known()),
+            );
             None
         }
         _ => {

@@ -45,7 +45,14 @@ impl<T> Registry<T> {
     }
 
     /// Inserts, reporting a duplicate name at `path` of `site`.
-    pub fn define(&mut self, name: &str, value: Option<T>, site: &Site<'_>, path: &FieldPath, diag: &mut Diagnostics) {
+    pub fn define(
+        &mut self,
+        name: &str,
+        value: Option<T>,
+        site: &Site<'_>,
+        path: &FieldPath,
+        diag: &mut Diagnostics,
+    ) {
         let at = site.doc.value_pos(path);
         if let Err(first) = self.insert(name, value, at) {
             diag.value(
@@ -84,7 +91,13 @@ impl<T> Registry<T> {
     }
 
     /// Looks `name` up; reports an unknown name at `path`, listing the known ones.
-    pub fn resolve(&self, name: &str, site: &Site<'_>, path: &FieldPath, diag: &mut Diagnostics) -> Option<&T> {
+    pub fn resolve(
+        &self,
+        name: &str,
+        site: &Site<'_>,
+        path: &FieldPath,
+        diag: &mut Diagnostics,
+    ) -> Option<&T> {
         match self.get(name) {
             Lookup::Found(v) => Some(v),
             Lookup::Broken => None,

@@ -79,7 +79,8 @@ pub(crate) fn read<'a>(
 
     let networks = read_networks(&site, diag);
     let nodes = read_nodes(&site, &networks, sections.nodes.len(), addresses, diag);
-    let external_hosts = read_external_hosts(&site, &networks, sections.external_hosts.len(), addresses, diag);
+    let external_hosts =
+        read_external_hosts(&site, &networks, sections.external_hosts.len(), addresses, diag);
 
     let mut probes = Vec::new();
     if sections.probes.is_empty() {
@@ -92,11 +93,15 @@ pub(crate) fn read<'a>(
         }
     }
 
-    if let Some(proxy) = &sections.proxy {
-        if !crate::proxy::KNOWN_PROXIES.contains(&proxy.as_str()) {
-            let known = crate::proxy::KNOWN_PROXIES.join(", ");
-            diag.value(&site, &FieldPath::parse("spec.proxy"), format!("unknown proxy {proxy:?} (known: {known})"));
-        }
+    if let Some(proxy) = &sections.proxy
+        && !crate::proxy::KNOWN_PROXIES.contains(&proxy.as_str())
+    {
+        let known = crate::proxy::KNOWN_PROXIES.join(", ");
+        diag.value(
+            &site,
+            &FieldPath::parse("spec.proxy"),
+            format!("unknown proxy {proxy:?} (known: {known})"),
+        );
     }
 
     ScenarioDoc {
@@ -114,7 +119,8 @@ pub(crate) fn read<'a>(
 fn read_networks(site: &Site<'_>, diag: &mut Diagnostics) -> Networks {
     let path = FieldPath::parse("spec.cluster");
     let Some(spec) = typed::<ClusterSpec>(site, &path, diag) else { return Networks::default() };
-    let mut cidr = |field: &str, text: &str| parse_cidr(text).map_err(|e| diag.value(site, &path.key(field), e)).ok();
+    let mut cidr =
+        |field: &str, text: &str| parse_cidr(text).map_err(|e| diag.value(site, &path.key(field), e)).ok();
     let networks = Networks {
         pod_cidr: cidr("podCIDR", &spec.pod_cidr),
         service_cidr: cidr("serviceCIDR", &spec.service_cidr),
@@ -212,7 +218,11 @@ fn check_node_pod_cidr(
         diag.value(site, path, format!("{cidr} is too small: the node's pod bridge takes the first address"));
     }
     if let Some(other) = nodes.values().find(|n| overlaps(&n.pod_cidr, cidr)) {
-        diag.value(site, path, format!("{cidr} overlaps the podCIDR {} of node {}", other.pod_cidr, other.name));
+        diag.value(
+            site,
+            path,
+            format!("{cidr} overlaps the podCIDR {} of node {}", other.pod_cidr, other.name),
+        );
     }
 }
 

@@ -54,7 +54,8 @@ pub(crate) fn read<'a>(
     let mut node_ports: HashMap<(u16, Protocol), String> = HashMap::new();
     for p in parsed {
         let before = diag.count();
-        let entry = read_one(p, service_cidr, addresses, &mut node_ports, diag).filter(|_| diag.count() == before);
+        let entry =
+            read_one(p, service_cidr, addresses, &mut node_ports, diag).filter(|_| diag.count() == before);
         services.define(&p.name, entry, &p.site, &FieldPath::parse("metadata.name"), diag);
     }
     services
@@ -101,7 +102,8 @@ fn read_one<'a>(
         let path = at("spec.ports").index(i);
         if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, diag) {
             if let Some(np) = sp.node_port
-                && let Some(first) = node_ports.insert((np, sp.protocol), format!("Service {}/{}", p.namespace, p.name))
+                && let Some(first) =
+                    node_ports.insert((np, sp.protocol), format!("Service {}/{}", p.namespace, p.name))
             {
                 diag.value(
                     site,
@@ -139,7 +141,11 @@ fn read_type(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Opt
         Some("NodePort") => Some(ServiceType::NodePort),
         Some("LoadBalancer") => Some(ServiceType::LoadBalancer),
         Some("ExternalName") => {
-            diag.value(site, &path, "ExternalName Services are not supported (they have no cluster IP to proxy)");
+            diag.value(
+                site,
+                &path,
+                "ExternalName Services are not supported (they have no cluster IP to proxy)",
+            );
             None
         }
         Some(other) => {
@@ -204,7 +210,12 @@ fn read_cluster_ip(
     Some(ip)
 }
 
-fn policy(site: &Site<'_>, path: &FieldPath, value: Option<&str>, diag: &mut Diagnostics) -> Option<TrafficPolicy> {
+fn policy(
+    site: &Site<'_>,
+    path: &FieldPath,
+    value: Option<&str>,
+    diag: &mut Diagnostics,
+) -> Option<TrafficPolicy> {
     match value {
         None | Some("Cluster") => Some(TrafficPolicy::Cluster),
         Some("Local") => Some(TrafficPolicy::Local),
@@ -251,11 +262,13 @@ fn read_port(
     diag: &mut Diagnostics,
 ) -> Option<(ServicePort, TargetPort)> {
     let number = port_number(port.port).map_err(|e| diag.value(site, &path.key("port"), e)).ok();
-    let proto = protocol(port.protocol.as_deref()).map_err(|e| diag.value(site, &path.key("protocol"), e)).ok();
+    let proto =
+        protocol(port.protocol.as_deref()).map_err(|e| diag.value(site, &path.key("protocol"), e)).ok();
     let name = port.name.clone().unwrap_or_default();
     check_port_name(site, path, &name, port, all, diag);
     if let (Some(n), Some(pr)) = (number, proto)
-        && let Some(first) = all.iter().position(|q| q.port == port.port && protocol(q.protocol.as_deref()) == Ok(pr))
+        && let Some(first) =
+            all.iter().position(|q| q.port == port.port && protocol(q.protocol.as_deref()) == Ok(pr))
         && !std::ptr::eq(&all[first], port)
     {
         diag.value(
@@ -267,9 +280,10 @@ fn read_port(
     let node_port = read_node_port(site, path, port, service_type, diag);
     let target = match &port.target_port {
         None => number.map(TargetPort::Number),
-        Some(IntOrString::Int(n)) => {
-            port_number(*n).map_err(|e| diag.value(site, &path.key("targetPort"), e)).ok().map(TargetPort::Number)
-        }
+        Some(IntOrString::Int(n)) => port_number(*n)
+            .map_err(|e| diag.value(site, &path.key("targetPort"), e))
+            .ok()
+            .map(TargetPort::Number),
         Some(IntOrString::String(s)) => match check_target_port_name(s) {
             Ok(()) => Some(TargetPort::Name(s.clone())),
             Err(e) => {
@@ -278,7 +292,8 @@ fn read_port(
             }
         },
     };
-    let sp = ServicePort { name, protocol: proto?, port: number?, node_port: node_port?, endpoints: Vec::new() };
+    let sp =
+        ServicePort { name, protocol: proto?, port: number?, node_port: node_port?, endpoints: Vec::new() };
     Some((sp, target?))
 }
 
@@ -299,7 +314,11 @@ fn check_port_name(
     }
     if name.bytes().all(|b| b.is_ascii_digit()) {
         // Probes refer to ports by name or number: an all-digit name would be ambiguous.
-        diag.value(site, &path, format!("port name {name:?} is all digits, which is ambiguous with port numbers"));
+        diag.value(
+            site,
+            &path,
+            format!("port name {name:?} is all digits, which is ambiguous with port numbers"),
+        );
     } else if !is_dns_label(name) {
         diag.value(
             site,
@@ -336,7 +355,11 @@ fn read_node_port(
         }
         (Some(ServiceType::NodePort | ServiceType::LoadBalancer), None) => {
             let kind = if service_type == Some(ServiceType::NodePort) { "NodePort" } else { "LoadBalancer" };
-            diag.value(site, &path, format!("required for type {kind}: the harness does not allocate node ports"));
+            diag.value(
+                site,
+                &path,
+                format!("required for type {kind}: the harness does not allocate node ports"),
+            );
             None
         }
         (_, n) => Some(n.and_then(|n| port_number(n).ok())),
@@ -354,7 +377,9 @@ fn is_dns_label(name: &str) -> bool {
 /// number is a common slip for a port number.
 fn check_target_port_name(name: &str) -> Result<(), String> {
     if name.parse::<u16>().is_ok() {
-        return Err(format!("targetPort {name:?} is a string; write {name} without quotes for a port number"));
+        return Err(format!(
+            "targetPort {name:?} is a string; write {name} without quotes for a port number"
+        ));
     }
     let ok = !name.is_empty()
         && name.len() <= 15
@@ -366,6 +391,8 @@ fn check_target_port_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{name:?} is not a valid port name (at most 15 lowercase letters, digits and '-', with a letter)"))
+        Err(format!(
+            "{name:?} is not a valid port name (at most 15 lowercase letters, digits and '-', with a letter)"
+        ))
     }
 }

@@ -18,8 +18,13 @@ pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) ->
     let mut addresses = Addresses::default();
     let doc = scenario_doc::read(scenario, &mut addresses, diag);
     let mut pods = pods::read(&classified.pods, &classified.unparsed, &doc.nodes, &mut addresses, diag);
-    let mut services =
-        services::read(&classified.services, &classified.unparsed, doc.networks.service_cidr, &mut addresses, diag);
+    let mut services = services::read(
+        &classified.services,
+        &classified.unparsed,
+        doc.networks.service_cidr,
+        &mut addresses,
+        diag,
+    );
     for name in &classified.kindless {
         // A document without a readable kind may be any pod or service (or its address).
         pods.registry.tolerate(name.as_deref());
@@ -122,7 +127,12 @@ fn pick_scenario<'a>(classified: &Classified<'a>, diag: &mut Diagnostics) -> Opt
 
 /// The last check, once the model is whole: every probe must be predictable and every
 /// `expect:` must agree with Kubernetes semantics.
-fn check_against_oracle(doc: &Document, cluster: &Cluster, probes: &[crate::model::Probe], diag: &mut Diagnostics) {
+fn check_against_oracle(
+    doc: &Document,
+    cluster: &Cluster,
+    probes: &[crate::model::Probe],
+    diag: &mut Diagnostics,
+) {
     let site = Site::new(doc, "");
     for (index, field, message) in crate::oracle::scenario_problems(cluster, probes) {
         diag.value(&site, &FieldPath::parse(&format!("spec.probes[{index}].{field}")), message);

@@ -106,7 +106,8 @@ impl fmt::Display for FieldPath {
                 Segment::Index(n) => write!(f, "[{n}]")?,
                 // Label keys like `kubernetes.io/service-name` would read as several fields.
                 Segment::Key(k)
-                    if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
+                    if k.is_empty()
+                        || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
                 {
                     write!(f, "[{k:?}]")?
                 }
@@ -186,16 +187,23 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Document>, YamlError> {
     Ok(out)
 }
 
-fn convert(node: &MarkedYaml<'_>, path: &FieldPath, spots: &mut HashMap<FieldPath, Spot>) -> Result<Value, YamlError> {
+fn convert(
+    node: &MarkedYaml<'_>,
+    path: &FieldPath,
+    spots: &mut HashMap<FieldPath, Spot>,
+) -> Result<Value, YamlError> {
     let here = Pos::from_marker(&node.span.start);
     let fail = |message: String| YamlError { pos: here, field: path.clone(), message };
     Ok(match &node.data {
-        YamlData::Value(scalar) => scalar_value(scalar).ok_or_else(|| fail("numbers must be finite".into()))?,
+        YamlData::Value(scalar) => {
+            scalar_value(scalar).ok_or_else(|| fail("numbers must be finite".into()))?
+        }
         YamlData::Sequence(items) => {
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 let item_path = path.index(i);
-                spots.insert(item_path.clone(), Spot { key: None, value: Pos::from_marker(&item.span.start) });
+                spots
+                    .insert(item_path.clone(), Spot { key: None, value: Pos::from_marker(&item.span.start) });
                 out.push(convert(item, &item_path, spots)?);
             }
             Value::Array(out)
@@ -218,7 +226,10 @@ fn convert(node: &MarkedYaml<'_>, path: &FieldPath, spots: &mut HashMap<FieldPat
                         message: format!("duplicated key `{key}` in mapping"),
                     });
                 }
-                spots.insert(field.clone(), Spot { key: Some(key_pos), value: Pos::from_marker(&v.span.start) });
+                spots.insert(
+                    field.clone(),
+                    Spot { key: Some(key_pos), value: Pos::from_marker(&v.span.start) },
+                );
                 let value = convert(v, &field, spots)?;
                 out.insert(key, value);
             }
@@ -267,7 +278,10 @@ mod tests {
     fn converts_scalars_with_yaml_1_2_types() {
         let docs = parse("a: 53\nb: \"53\"\nc: on\nd: true\ne: ~\nf: 1.5\n").unwrap();
         assert_eq!(docs.len(), 1);
-        assert_eq!(docs[0].value, serde_json::json!({"a": 53, "b": "53", "c": "on", "d": true, "e": null, "f": 1.5}));
+        assert_eq!(
+            docs[0].value,
+            serde_json::json!({"a": 53, "b": "53", "c": "on", "d": true, "e": null, "f": 1.5})
+        );
     }
 
     #[test]

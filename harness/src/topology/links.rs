@@ -36,11 +36,7 @@ impl Links {
                 rtnetlink::new_connection()
             })?
             .with_context(|| format!("opening netlink in namespace {}", ns.name()))?;
-        Ok(Links {
-            handle,
-            netns: ns.name().to_string(),
-            connection: tokio::spawn(connection),
-        })
+        Ok(Links { handle, netns: ns.name().to_string(), connection: tokio::spawn(connection) })
     }
 
     fn context(&self, what: &str) -> String {
@@ -88,9 +84,8 @@ impl Links {
             .name(peer.to_string())
             .setns_by_fd(peer_ns.raw_fd())
             .build();
-        let message = LinkVeth::new(name, peer)
-            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer_msg)))
-            .build();
+        let message =
+            LinkVeth::new(name, peer).set_info_data(InfoData::Veth(InfoVeth::Peer(peer_msg))).build();
         self.handle.link().add(message).execute().await.with_context(|| {
             self.context(&format!("creating veth {name} with peer {peer} in {}", peer_ns.name()))
         })
@@ -155,10 +150,8 @@ impl Links {
     }
 
     pub async fn default_route(&self, gateway: IpAddr, dev: u32) -> Result<()> {
-        let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .gateway(v4(gateway)?)
-            .output_interface(dev)
-            .build();
+        let route =
+            RouteMessageBuilder::<Ipv4Addr>::new().gateway(v4(gateway)?).output_interface(dev).build();
         self.handle
             .route()
             .add(route)

@@ -55,11 +55,7 @@ pub struct Topology {
 impl Topology {
     /// Builds the cluster's namespaces and links; on failure removes whatever it made.
     pub async fn build(cluster: &Cluster) -> Result<Topology> {
-        let prefix = format!(
-            "{}{}-",
-            netns::process_prefix(),
-            NEXT_TOPOLOGY.fetch_add(1, Ordering::Relaxed)
-        );
+        let prefix = format!("{}{}-", netns::process_prefix(), NEXT_TOPOLOGY.fetch_add(1, Ordering::Relaxed));
         let mut topo = Topology {
             node_network: Netns::create(&format!("{prefix}net"))?,
             nodes: Vec::new(),
@@ -154,10 +150,7 @@ impl Topology {
     }
 
     pub fn node(&self, name: &str) -> Result<&NodeHandle> {
-        self.nodes
-            .iter()
-            .find(|n| n.name == name)
-            .with_context(|| format!("no namespace for node {name}"))
+        self.nodes.iter().find(|n| n.name == name).with_context(|| format!("no namespace for node {name}"))
     }
 
     /// The namespace a probe source sends from.

@@ -48,8 +48,8 @@ impl Netns {
         // Registered before it exists, under the lock, so an interrupt either sees it or waits.
         let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
         live.insert(name.to_string());
-        let created = netns_rs::NetNs::new(name)
-            .with_context(|| format!("creating network namespace {name}"));
+        let created =
+            netns_rs::NetNs::new(name).with_context(|| format!("creating network namespace {name}"));
         let ns = match created {
             Ok(ns) => ns,
             Err(e) => {
@@ -57,10 +57,7 @@ impl Netns {
                 return Err(e);
             }
         };
-        let file = ns
-            .file()
-            .try_clone()
-            .with_context(|| format!("opening network namespace {name}"))?;
+        let file = ns.file().try_clone().with_context(|| format!("opening network namespace {name}"))?;
         Ok(Netns { name: name.to_string(), file: Arc::new(file) })
     }
 
@@ -78,9 +75,7 @@ impl Netns {
         let file = Arc::clone(&self.file);
         // SAFETY: setns is async-signal-safe; the closure allocates nothing.
         unsafe {
-            cmd.pre_exec(move || {
-                setns(&*file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
-            });
+            cmd.pre_exec(move || setns(&*file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from));
         }
         cmd
     }
@@ -104,12 +99,7 @@ impl Netns {
         }
         let output = child.wait_with_output().with_context(what)?;
         if !output.status.success() {
-            bail!(
-                "{}: {}: {}",
-                what(),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
+            bail!("{}: {}: {}", what(), output.status, String::from_utf8_lossy(&output.stderr).trim());
         }
         Ok(output)
     }
@@ -184,8 +174,7 @@ impl NsThread {
             .expect("jobs channel lives until drop")
             .send(job)
             .map_err(|_| anyhow::anyhow!("thread of namespace {} has stopped", self.netns))?;
-        rx.recv()
-            .map_err(|_| anyhow::anyhow!("a job in namespace {} panicked", self.netns))
+        rx.recv().map_err(|_| anyhow::anyhow!("a job in namespace {} panicked", self.netns))
     }
 }
 
@@ -219,7 +208,7 @@ pub fn remove_all_live() {
     }
 }
 
-/// On Ctrl-C (or SIGTERM), removes this process's namespaces and exits with 130.
+/// On Ctrl-C, SIGTERM or SIGHUP, removes this process's namespaces and exits with 130.
 pub fn install_interrupt_handler() {
     // Fails only if a handler is already set, which is fine: it was ours.
     let _ = ctrlc::set_handler(|| {

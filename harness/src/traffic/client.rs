@@ -78,11 +78,7 @@ impl Prober {
     /// Makes `count` attempts to `dst`, one after another, inside the source namespace.
     pub fn probe(&self, protocol: Protocol, dst: SocketAddr, count: u32) -> Result<Vec<Attempt>> {
         let (ports, timeout) = (self.ports.clone(), self.timeout);
-        self.thread.run(move || {
-            (0..count)
-                .map(|_| attempt(protocol, &ports, dst, timeout))
-                .collect()
-        })
+        self.thread.run(move || (0..count).map(|_| attempt(protocol, &ports, dst, timeout)).collect())
     }
 
     /// A bare connect-and-read with no classification, for benchmarks.
@@ -140,7 +136,9 @@ fn tcp(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Result<Attempt, U
     Ok(match stream.read_to_string(&mut text) {
         Ok(_) => answer(&text),
         Err(e) => match classify_error(e) {
-            Attempt::Silent => Attempt::Broken { reason: "connected, but no answer before the timeout".into() },
+            Attempt::Silent => {
+                Attempt::Broken { reason: "connected, but no answer before the timeout".into() }
+            }
             other => other,
         },
     })
@@ -174,10 +172,14 @@ fn answer(text: &str) -> Attempt {
 fn classify_error(e: std::io::Error) -> Attempt {
     match e.kind() {
         ErrorKind::TimedOut | ErrorKind::WouldBlock => Attempt::Silent,
-        ErrorKind::ConnectionRefused => Attempt::Refused { reason: "connection refused (RST or ICMP port unreachable)".into() },
+        ErrorKind::ConnectionRefused => {
+            Attempt::Refused { reason: "connection refused (RST or ICMP port unreachable)".into() }
+        }
         ErrorKind::HostUnreachable => Attempt::Refused { reason: "ICMP host unreachable".into() },
         // No route in the source namespace: a topology fault, not a proxy's reject.
-        ErrorKind::NetworkUnreachable => Attempt::Broken { reason: "no route to the destination (ENETUNREACH)".into() },
+        ErrorKind::NetworkUnreachable => {
+            Attempt::Broken { reason: "no route to the destination (ENETUNREACH)".into() }
+        }
         ErrorKind::PermissionDenied => Attempt::Refused { reason: "ICMP administratively prohibited".into() },
         _ => Attempt::Broken { reason: e.to_string() },
     }

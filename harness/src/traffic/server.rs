@@ -23,14 +23,16 @@ impl Servers {
     pub fn start(cluster: &Cluster, topology: &Topology) -> Result<Servers> {
         let mut servers = Servers { tasks: JoinSet::new(), unserved: Vec::new() };
         for pod in &cluster.pods {
-            let ns = topology.pods.get(&pod.name).with_context(|| format!("no namespace for pod {}", pod.name))?;
+            let ns =
+                topology.pods.get(&pod.name).with_context(|| format!("no namespace for pod {}", pod.name))?;
             for port in &pod.ports {
                 let bind = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port.port));
                 let what = || format!("serving {}/{} in pod {}", port.port, port.protocol, pod.name);
                 let name = pod.name.clone();
                 match port.protocol {
                     Protocol::Tcp => {
-                        let listener = ns.run(move || std::net::TcpListener::bind(bind))?.with_context(what)?;
+                        let listener =
+                            ns.run(move || std::net::TcpListener::bind(bind))?.with_context(what)?;
                         listener.set_nonblocking(true).with_context(what)?;
                         let listener = tokio::net::TcpListener::from_std(listener).with_context(what)?;
                         servers.tasks.spawn(serve_tcp(listener, name));

@@ -111,11 +111,19 @@ mod tests {
     }
 
     fn port(endpoints: Vec<Endpoint>) -> ServicePort {
-        ServicePort { name: String::new(), protocol: Protocol::Tcp, port: 80, node_port: Some(30080), endpoints }
+        ServicePort {
+            name: String::new(),
+            protocol: Protocol::Tcp,
+            port: 80,
+            node_port: Some(30080),
+            endpoints,
+        }
     }
 
-    const CLUSTER: PortPolicy = PortPolicy { internal_local: false, external_local: false, externally_accessible: true };
-    const EXT_LOCAL: PortPolicy = PortPolicy { internal_local: false, external_local: true, externally_accessible: true };
+    const CLUSTER: PortPolicy =
+        PortPolicy { internal_local: false, external_local: false, externally_accessible: true };
+    const EXT_LOCAL: PortPolicy =
+        PortPolicy { internal_local: false, external_local: true, externally_accessible: true };
 
     fn ips(eps: &[&Endpoint]) -> Vec<String> {
         eps.iter().map(|e| e.ip.to_string()).collect()

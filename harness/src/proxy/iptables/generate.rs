@@ -91,9 +91,22 @@ fn write_fixed_rules(rules: &mut RuleSet) {
     rules.filter.append(
         FIREWALL,
         args![
-            "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
-            "-m", "comment", "--comment", "block incoming localnet connections",
-            "-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP"
+            "!",
+            "-s",
+            "127.0.0.0/8",
+            "-d",
+            "127.0.0.0/8",
+            "-m",
+            "comment",
+            "--comment",
+            "block incoming localnet connections",
+            "-m",
+            "conntrack",
+            "!",
+            "--ctstate",
+            "RELATED,ESTABLISHED,DNAT",
+            "-j",
+            "DROP"
         ],
     );
     let n = &mut rules.nat;
@@ -103,8 +116,13 @@ fn write_fixed_rules(rules: &mut RuleSet) {
     n.append(
         POSTROUTING,
         args![
-            "-m", "comment", "--comment", "kubernetes service traffic requiring SNAT",
-            "-j", "MASQUERADE", "--random-fully"
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service traffic requiring SNAT",
+            "-j",
+            "MASQUERADE",
+            "--random-fully"
         ],
     );
     n.append(MARK_MASQ, args!["-j", "MARK", "--set-xmark", MASQ_MARK_MASK]);
@@ -115,9 +133,16 @@ fn write_trailer(rules: &mut RuleSet) {
     rules.nat.append(
         SERVICES,
         args![
-            "-m", "comment", "--comment",
+            "-m",
+            "comment",
+            "--comment",
             "kubernetes service nodeports; NOTE: this must be the last rule in this chain",
-            "-m", "addrtype", "--dst-type", "LOCAL", "-j", NODEPORTS
+            "-m",
+            "addrtype",
+            "--dst-type",
+            "LOCAL",
+            "-j",
+            NODEPORTS
         ],
     );
     let f = &mut rules.filter;
@@ -126,15 +151,31 @@ fn write_trailer(rules: &mut RuleSet) {
     f.append(
         FORWARD,
         args![
-            "-m", "comment", "--comment", "kubernetes forwarding rules",
-            "-m", "mark", "--mark", MASQ_MARK_MASK, "-j", "ACCEPT"
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes forwarding rules",
+            "-m",
+            "mark",
+            "--mark",
+            MASQ_MARK_MASK,
+            "-j",
+            "ACCEPT"
         ],
     );
     f.append(
         FORWARD,
         args![
-            "-m", "comment", "--comment", "kubernetes forwarding conntrack rule",
-            "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes forwarding conntrack rule",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT"
         ],
     );
 }
@@ -213,8 +254,18 @@ impl<'a> Port<'a> {
     /// `-d VIP/32 -p proto -m comment --comment C -m proto --dport PORT`
     fn cluster_ip_match(&self, comment: &str) -> Vec<String> {
         args![
-            "-d", &self.cluster_ip, "-p", self.proto, "-m", "comment", "--comment", comment,
-            "-m", self.proto, "--dport", &self.port
+            "-d",
+            &self.cluster_ip,
+            "-p",
+            self.proto,
+            "-m",
+            "comment",
+            "--comment",
+            comment,
+            "-m",
+            self.proto,
+            "--dport",
+            &self.port
         ]
     }
 }
@@ -259,16 +310,38 @@ fn write_node_port(rules: &mut RuleSet, p: &Port) {
         rules.nat.append(
             NODEPORTS,
             args![
-                "-p", p.proto, "-m", "comment", "--comment", &p.name,
-                "-m", p.proto, "--dport", node_port, "-j", &p.ext_chain
+                "-p",
+                p.proto,
+                "-m",
+                "comment",
+                "--comment",
+                &p.name,
+                "-m",
+                p.proto,
+                "--dport",
+                node_port,
+                "-j",
+                &p.ext_chain
             ],
         );
     }
     if !p.has_external_endpoints() {
         let (verdict, comment) = p.filter_verdict();
         let matches = args![
-            "-p", p.proto, "-m", "comment", "--comment", comment,
-            "-m", "addrtype", "--dst-type", "LOCAL", "-m", p.proto, "--dport", node_port
+            "-p",
+            p.proto,
+            "-m",
+            "comment",
+            "--comment",
+            comment,
+            "-m",
+            "addrtype",
+            "--dst-type",
+            "LOCAL",
+            "-m",
+            p.proto,
+            "--dport",
+            node_port
         ];
         rules.filter.append(EXTERNAL_SERVICES, with(matches, verdict));
     }
@@ -300,19 +373,44 @@ fn write_ext_chain(rules: &mut RuleSet, p: &Port) {
     } else {
         if let Some(pod_cidr) = &p.pod_cidr {
             let comment = format!("pod traffic for {} external destinations", p.name);
-            rules.nat.append(ext, args!["-s", pod_cidr, "-m", "comment", "--comment", comment, "-j", &p.svc_chain]);
+            rules.nat.append(
+                ext,
+                args!["-s", pod_cidr, "-m", "comment", "--comment", comment, "-j", &p.svc_chain],
+            );
         }
         // From the node itself the source would be a local address: masquerade and use all
         // endpoints, as if the traffic had gone out to a load balancer and come back.
         let comment = format!("masquerade LOCAL traffic for {} external destinations", p.name);
         rules.nat.append(
             ext,
-            args!["-m", "comment", "--comment", comment, "-m", "addrtype", "--src-type", "LOCAL", "-j", MARK_MASQ],
+            args![
+                "-m",
+                "comment",
+                "--comment",
+                comment,
+                "-m",
+                "addrtype",
+                "--src-type",
+                "LOCAL",
+                "-j",
+                MARK_MASQ
+            ],
         );
         let comment = format!("route LOCAL traffic for {} external destinations", p.name);
         rules.nat.append(
             ext,
-            args!["-m", "comment", "--comment", comment, "-m", "addrtype", "--src-type", "LOCAL", "-j", &p.svc_chain],
+            args![
+                "-m",
+                "comment",
+                "--comment",
+                comment,
+                "-m",
+                "addrtype",
+                "--src-type",
+                "LOCAL",
+                "-j",
+                &p.svc_chain
+            ],
         );
     }
     if p.has_external_endpoints() {
@@ -328,7 +426,14 @@ fn write_ladder(rules: &mut RuleSet, p: &Port, chain: &str, endpoints: &[&Endpoi
         let sep = naming::sep_chain(&p.name, p.protocol, ep.address());
         let mut rule = args!["-m", "comment", "--comment", format!("{} -> {}", p.name, ep.address())];
         if i + 1 < n {
-            rule.extend(args!["-m", "statistic", "--mode", "random", "--probability", ladder::probability(n - i)]);
+            rule.extend(args![
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                ladder::probability(n - i)
+            ]);
         }
         rule.extend(args!["-j", sep]);
         rules.nat.append(chain, rule);
@@ -347,8 +452,18 @@ fn write_sep_chain(rules: &mut RuleSet, p: &Port, ep: &Endpoint) {
     rules.nat.append(
         &chain,
         args![
-            "-p", p.proto, "-m", "comment", "--comment", &p.name, "-m", p.proto,
-            "-j", "DNAT", "--to-destination", ep.address().to_string()
+            "-p",
+            p.proto,
+            "-m",
+            "comment",
+            "--comment",
+            &p.name,
+            "-m",
+            p.proto,
+            "-j",
+            "DNAT",
+            "--to-destination",
+            ep.address().to_string()
         ],
     );
 }

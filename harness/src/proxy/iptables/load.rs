@@ -9,9 +9,12 @@ use crate::topology::NodeHandle;
 pub fn restore(node: &NodeHandle, text: &str) -> Result<()> {
     let loaded = node.netns.exec("iptables-restore", &["-w"], Some(text.as_bytes()));
     loaded.map(|_| ()).map_err(|e| {
-        let shown: Vec<String> =
-            offending_lines(&format!("{e:#}"), text).iter().map(|(n, line)| format!("line {n}: {line}")).collect();
-        let offending = if shown.is_empty() { String::new() } else { format!(" (input {})", shown.join("; ")) };
+        let shown: Vec<String> = offending_lines(&format!("{e:#}"), text)
+            .iter()
+            .map(|(n, line)| format!("line {n}: {line}"))
+            .collect();
+        let offending =
+            if shown.is_empty() { String::new() } else { format!(" (input {})", shown.join("; ")) };
         e.context(format!("loading iptables rules on node {}{offending}", node.name))
     })
 }

@@ -59,19 +59,25 @@ impl Mutant {
             Mutant::DropInsteadOfReject => {
                 "a service port without endpoints silently drops packets instead of rejecting them with ICMP port unreachable"
             }
-            Mutant::DnatToServicePort => "KUBE-SEP chains DNAT to the endpoint IP with the service port instead of the target port",
+            Mutant::DnatToServicePort => {
+                "KUBE-SEP chains DNAT to the endpoint IP with the service port instead of the target port"
+            }
         }
     }
 
     /// Breaks `rules` (generated for `cluster`) the way this mutant says.
     pub fn apply(self, cluster: &Cluster, rules: &mut RuleSet) {
         let masq_from = |prefixes: &'static [&'static str]| {
-            move |r: &Rule| prefixes.iter().any(|p| r.chain.starts_with(p)) && r.target() == Some("KUBE-MARK-MASQ")
+            move |r: &Rule| {
+                prefixes.iter().any(|p| r.chain.starts_with(p)) && r.target() == Some("KUBE-MARK-MASQ")
+            }
         };
         match self {
             Mutant::NoHairpinMasq => rules.nat.rules.retain(|r| !masq_from(&["KUBE-SEP-"])(r)),
             Mutant::NoNodePortMasq => rules.nat.rules.retain(|r| !masq_from(&["KUBE-EXT-"])(r)),
-            Mutant::NoOffClusterMasq => rules.nat.rules.retain(|r| !masq_from(&["KUBE-SVC-", "KUBE-SVL-"])(r)),
+            Mutant::NoOffClusterMasq => {
+                rules.nat.rules.retain(|r| !masq_from(&["KUBE-SVC-", "KUBE-SVL-"])(r))
+            }
             Mutant::LastEndpointNeverChosen => off_by_one_ladders(rules),
             Mutant::DropInsteadOfReject => reject_to_drop(rules),
             Mutant::DnatToServicePort => dnat_to_service_port(cluster, rules),

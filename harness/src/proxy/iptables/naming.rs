@@ -86,8 +86,14 @@ mod tests {
         let sep = |name: &str, proto, ep: &str| sep_chain(name, proto, ep.parse().unwrap());
         assert_eq!(sep("default/nginx", Protocol::Tcp, "10.64.2.4:80"), "KUBE-SEP-YVT6EXXEKT4LDXBC");
         // Seed 000: kube-dns over UDP, two endpoints.
-        assert_eq!(sep("kube-system/kube-dns:dns", Protocol::Udp, "10.244.0.5:53"), "KUBE-SEP-LPGSDLJ3FDW46N4W");
-        assert_eq!(sep("kube-system/kube-dns:dns", Protocol::Udp, "10.244.0.7:53"), "KUBE-SEP-232DQYSHL5HNRYWJ");
+        assert_eq!(
+            sep("kube-system/kube-dns:dns", Protocol::Udp, "10.244.0.5:53"),
+            "KUBE-SEP-LPGSDLJ3FDW46N4W"
+        );
+        assert_eq!(
+            sep("kube-system/kube-dns:dns", Protocol::Udp, "10.244.0.7:53"),
+            "KUBE-SEP-232DQYSHL5HNRYWJ"
+        );
     }
 
     #[test]

@@ -144,11 +144,8 @@ pub struct Table {
 
 impl Table {
     pub fn new(name: TableName) -> Table {
-        let chains = name
-            .builtin_chains()
-            .iter()
-            .map(|c| Chain { name: c.to_string(), builtin: true })
-            .collect();
+        let chains =
+            name.builtin_chains().iter().map(|c| Chain { name: c.to_string(), builtin: true }).collect();
         Table { name, chains, rules: Vec::new() }
     }
 
@@ -325,7 +322,10 @@ mod tests {
         let mut rules = RuleSet::default();
         rules.nat.add_chain("KUBE-SVC-B");
         rules.nat.add_chain("KUBE-SEP-A");
-        rules.nat.append("KUBE-SVC-B", args!["-m", "statistic", "--mode", "random", "--probability", "0.5000000000", "-j", "KUBE-SEP-A"]);
+        rules.nat.append(
+            "KUBE-SVC-B",
+            args!["-m", "statistic", "--mode", "random", "--probability", "0.5000000000", "-j", "KUBE-SEP-A"],
+        );
         rules.nat.append("KUBE-SEP-A", args!["-j", "RETURN"]);
         rules.nat.append("OUTPUT", args!["-j", "KUBE-SVC-B"]);
         let saved = rules.render_saved();

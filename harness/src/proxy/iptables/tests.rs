@@ -17,11 +17,23 @@ fn ep(ip: &str, port: u16, node: &str) -> Endpoint {
     }
 }
 
-fn port(name: &str, protocol: Protocol, port: u16, node_port: Option<u16>, endpoints: Vec<Endpoint>) -> ServicePort {
+fn port(
+    name: &str,
+    protocol: Protocol,
+    port: u16,
+    node_port: Option<u16>,
+    endpoints: Vec<Endpoint>,
+) -> ServicePort {
     ServicePort { name: name.to_string(), protocol, port, node_port, endpoints }
 }
 
-fn service(namespace: &str, name: &str, service_type: ServiceType, cluster_ip: &str, ports: Vec<ServicePort>) -> Service {
+fn service(
+    namespace: &str,
+    name: &str,
+    service_type: ServiceType,
+    cluster_ip: &str,
+    ports: Vec<ServicePort>,
+) -> Service {
     Service {
         namespace: namespace.to_string(),
         name: name.to_string(),
@@ -42,7 +54,10 @@ fn cluster(services: Vec<Service>) -> Cluster {
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         node_network: "192.168.50.0/24".parse().unwrap(),
-        nodes: vec![node("node-a", "192.168.50.2", "10.244.0.0/24"), node("node-b", "192.168.50.3", "10.244.1.0/24")],
+        nodes: vec![
+            node("node-a", "192.168.50.2", "10.244.0.0/24"),
+            node("node-b", "192.168.50.3", "10.244.1.0/24"),
+        ],
         external_hosts: vec![],
         pods: vec![],
         services,
@@ -52,7 +67,13 @@ fn cluster(services: Vec<Service>) -> Cluster {
 fn kube_dns() -> Service {
     // Listed out of order on purpose: kube-proxy sorts endpoints by address string.
     let eps = vec![ep("10.244.0.7", 53, "node-a"), ep("10.244.0.5", 53, "node-b")];
-    service("kube-system", "kube-dns", ServiceType::ClusterIp, "10.96.0.10", vec![port("dns", Protocol::Udp, 53, None, eps)])
+    service(
+        "kube-system",
+        "kube-dns",
+        ServiceType::ClusterIp,
+        "10.96.0.10",
+        vec![port("dns", Protocol::Udp, 53, None, eps)],
+    )
 }
 
 /// Seed 004's nginx: NodePort 30783, one endpoint on node-b.
@@ -124,7 +145,9 @@ fn nodeport_cluster_policy_matches_seed_004() {
     let nat = &rules.nat;
     assert_eq!(
         lines(nat, "KUBE-NODEPORTS"),
-        ["-A KUBE-NODEPORTS -p tcp -m comment --comment \"default/nginx\" -m tcp --dport 30783 -j KUBE-EXT-2CMXP7HKUVJN7L6M"]
+        [
+            "-A KUBE-NODEPORTS -p tcp -m comment --comment \"default/nginx\" -m tcp --dport 30783 -j KUBE-EXT-2CMXP7HKUVJN7L6M"
+        ]
     );
     assert_eq!(
         lines(nat, "KUBE-EXT-2CMXP7HKUVJN7L6M"),
@@ -136,7 +159,9 @@ fn nodeport_cluster_policy_matches_seed_004() {
     // The seed's cluster ran without --cluster-cidr, so it lacks our `! -s` rule (first).
     assert_eq!(
         lines(nat, "KUBE-SVC-2CMXP7HKUVJN7L6M")[1..],
-        ["-A KUBE-SVC-2CMXP7HKUVJN7L6M -m comment --comment \"default/nginx -> 10.64.2.4:80\" -j KUBE-SEP-YVT6EXXEKT4LDXBC"]
+        [
+            "-A KUBE-SVC-2CMXP7HKUVJN7L6M -m comment --comment \"default/nginx -> 10.64.2.4:80\" -j KUBE-SEP-YVT6EXXEKT4LDXBC"
+        ]
     );
     assert_eq!(
         lines(nat, "KUBE-SEP-YVT6EXXEKT4LDXBC"),
@@ -181,14 +206,18 @@ fn nodeport_local_policy_matches_seed_004() {
     );
     assert_eq!(
         lines(&with_local.nat, "KUBE-SVL-2CMXP7HKUVJN7L6M"),
-        ["-A KUBE-SVL-2CMXP7HKUVJN7L6M -m comment --comment \"default/nginx -> 10.64.2.4:80\" -j KUBE-SEP-YVT6EXXEKT4LDXBC"]
+        [
+            "-A KUBE-SVL-2CMXP7HKUVJN7L6M -m comment --comment \"default/nginx -> 10.64.2.4:80\" -j KUBE-SEP-YVT6EXXEKT4LDXBC"
+        ]
     );
     assert_eq!(lines(&with_local.filter, "KUBE-EXTERNAL-SERVICES"), Vec::<String>::new());
 
     let without = node_rules(&c, "node-a");
     assert_eq!(
         lines(&without.filter, "KUBE-EXTERNAL-SERVICES"),
-        ["-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"default/nginx has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30783 -j DROP"]
+        [
+            "-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"default/nginx has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30783 -j DROP"
+        ]
     );
     // Short-circuit rules stay; there is no KUBE-SVL chain and no final jump to one.
     assert_eq!(lines(&without.nat, "KUBE-EXT-2CMXP7HKUVJN7L6M").len(), 3);
@@ -210,7 +239,9 @@ fn internal_local_policy_uses_svl_or_drops() {
     let elsewhere = node_rules(&c, "node-c");
     assert_eq!(
         lines(&elsewhere.filter, "KUBE-SERVICES"),
-        ["-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment \"kube-system/kube-dns:dns has no local endpoints\" -m udp --dport 53 -j DROP"]
+        [
+            "-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m comment --comment \"kube-system/kube-dns:dns has no local endpoints\" -m udp --dport 53 -j DROP"
+        ]
     );
     assert_eq!(lines(&elsewhere.nat, "KUBE-SERVICES").len(), 1, "only the node-port catch-all");
 }
@@ -218,10 +249,17 @@ fn internal_local_policy_uses_svl_or_drops() {
 #[test]
 fn seven_endpoint_ladder() {
     let eps: Vec<Endpoint> = (1..=7).map(|i| ep(&format!("10.244.1.{i}"), 8080, "node-b")).collect();
-    let svc = service("default", "web", ServiceType::ClusterIp, "10.96.0.20", vec![port("http", Protocol::Tcp, 80, None, eps)]);
+    let svc = service(
+        "default",
+        "web",
+        ServiceType::ClusterIp,
+        "10.96.0.20",
+        vec![port("http", Protocol::Tcp, 80, None, eps)],
+    );
     let rules = node_rules(&cluster(vec![svc]), "node-a");
     let chain = naming::svc_chain("default/web:http", Protocol::Tcp);
-    let ladder: Vec<&Rule> = rules.nat.rules_in(&chain).filter(|r| r.target().unwrap().starts_with("KUBE-SEP-")).collect();
+    let ladder: Vec<&Rule> =
+        rules.nat.rules_in(&chain).filter(|r| r.target().unwrap().starts_with("KUBE-SEP-")).collect();
     let probabilities: Vec<Option<&str>> = ladder.iter().map(|r| r.value_of("--probability")).collect();
     assert_eq!(
         probabilities,
@@ -244,11 +282,20 @@ fn node_port_catch_all_is_last_in_nat_services() {
     let rules = node_rules(&c, "node-a");
     let last = rules.nat.rules_in("KUBE-SERVICES").last().unwrap();
     assert_eq!(last.target(), Some("KUBE-NODEPORTS"));
-    assert_eq!(rules.nat.rules_in("KUBE-SERVICES").filter(|r| r.target() == Some("KUBE-NODEPORTS")).count(), 1);
+    assert_eq!(
+        rules.nat.rules_in("KUBE-SERVICES").filter(|r| r.target() == Some("KUBE-NODEPORTS")).count(),
+        1
+    );
 }
 
 fn no_endpoints() -> Service {
-    service("default", "empty", ServiceType::NodePort, "10.96.0.30", vec![port("web", Protocol::Tcp, 80, Some(30080), vec![])])
+    service(
+        "default",
+        "empty",
+        ServiceType::NodePort,
+        "10.96.0.30",
+        vec![port("web", Protocol::Tcp, 80, Some(30080), vec![])],
+    )
 }
 
 #[test]
@@ -256,11 +303,15 @@ fn no_endpoints_rejects_and_has_no_nat_chains() {
     let rules = node_rules(&cluster(vec![no_endpoints()]), "node-a");
     assert_eq!(
         lines(&rules.filter, "KUBE-SERVICES"),
-        ["-A KUBE-SERVICES -d 10.96.0.30/32 -p tcp -m comment --comment \"default/empty:web has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"]
+        [
+            "-A KUBE-SERVICES -d 10.96.0.30/32 -p tcp -m comment --comment \"default/empty:web has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"
+        ]
     );
     assert_eq!(
         lines(&rules.filter, "KUBE-EXTERNAL-SERVICES"),
-        ["-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"default/empty:web has no endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30080 -j REJECT --reject-with icmp-port-unreachable"]
+        [
+            "-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"default/empty:web has no endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30080 -j REJECT --reject-with icmp-port-unreachable"
+        ]
     );
     let svc = naming::svc_chain("default/empty:web", Protocol::Tcp);
     assert!(!rules.nat.has_chain(&svc));
@@ -292,7 +343,9 @@ fn sctp_and_unnamed_ports() {
     let sep = naming::sep_chain("default/sig", Protocol::Sctp, "10.244.1.4:3868".parse().unwrap());
     assert_eq!(
         lines(&rules.nat, &sep)[1],
-        format!("-A {sep} -p sctp -m comment --comment \"default/sig\" -m sctp -j DNAT --to-destination 10.244.1.4:3868")
+        format!(
+            "-A {sep} -p sctp -m comment --comment \"default/sig\" -m sctp -j DNAT --to-destination 10.244.1.4:3868"
+        )
     );
 }
 
@@ -311,7 +364,9 @@ fn fixed_rules_and_no_mark_drop() {
     );
     assert_eq!(
         lines(&rules.filter, "KUBE-FIREWALL"),
-        ["-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"]
+        [
+            "-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+        ]
     );
     assert_eq!(
         lines(&rules.nat, "PREROUTING"),
@@ -375,7 +430,9 @@ fn no_node_port_masq_removes_only_ext_masquerade() {
     let (gone, new) = diff(&before, &after);
     assert_eq!(
         gone,
-        ["-A KUBE-EXT-2CMXP7HKUVJN7L6M -m comment --comment \"masquerade traffic for default/nginx external destinations\" -j KUBE-MARK-MASQ"]
+        [
+            "-A KUBE-EXT-2CMXP7HKUVJN7L6M -m comment --comment \"masquerade traffic for default/nginx external destinations\" -j KUBE-MARK-MASQ"
+        ]
     );
     assert!(new.is_empty());
 }
@@ -397,10 +454,17 @@ fn last_endpoint_never_chosen_makes_the_ladder_certain_too_early() {
     assert_eq!(new, [gone[0].replace("--probability 0.5000000000", "--probability 1.0000000000")]);
 
     let eps: Vec<Endpoint> = (1..=4).map(|i| ep(&format!("10.244.1.{i}"), 80, "node-b")).collect();
-    let svc = service("default", "four", ServiceType::ClusterIp, "10.96.0.50", vec![port("", Protocol::Tcp, 80, None, eps)]);
+    let svc = service(
+        "default",
+        "four",
+        ServiceType::ClusterIp,
+        "10.96.0.50",
+        vec![port("", Protocol::Tcp, 80, None, eps)],
+    );
     let rules = node_ruleset(&cluster(vec![svc]), "node-a", Some(Mutant::LastEndpointNeverChosen));
     let chain = naming::svc_chain("default/four", Protocol::Tcp);
-    let p: Vec<Option<&str>> = rules.nat.rules_in(&chain).skip(1).map(|r| r.value_of("--probability")).collect();
+    let p: Vec<Option<&str>> =
+        rules.nat.rules_in(&chain).skip(1).map(|r| r.value_of("--probability")).collect();
     assert_eq!(p, [Some("0.3333333333"), Some("0.5000000000"), Some("1.0000000000"), None]);
 }
 
@@ -417,9 +481,16 @@ fn drop_instead_of_reject_changes_only_the_verdict() {
 #[test]
 fn dnat_to_service_port_uses_the_port_not_the_target_port() {
     let eps = vec![ep("10.244.1.5", 8080, "node-b")];
-    let svc = service("default", "web", ServiceType::ClusterIp, "10.96.0.60", vec![port("", Protocol::Tcp, 80, None, eps)]);
+    let svc = service(
+        "default",
+        "web",
+        ServiceType::ClusterIp,
+        "10.96.0.60",
+        vec![port("", Protocol::Tcp, 80, None, eps)],
+    );
     let c = cluster(vec![svc]);
-    let (before, after) = (node_rules(&c, "node-a"), node_ruleset(&c, "node-a", Some(Mutant::DnatToServicePort)));
+    let (before, after) =
+        (node_rules(&c, "node-a"), node_ruleset(&c, "node-a", Some(Mutant::DnatToServicePort)));
     let (gone, new) = diff(&before, &after);
     assert_eq!(gone.len(), 1);
     assert!(gone[0].ends_with("--to-destination 10.244.1.5:8080"));
@@ -448,9 +519,23 @@ impl Drop for Scratch {
 
 /// Loads every node's rules (and every mutant's) into a scratch namespace through the real
 /// `Proxy` methods and checks that `iptables-save` prints back exactly [`RuleSet::render_saved`].
+/// Kernel tests run wherever scenarios can; elsewhere they say why and pass nothing off as run.
+fn privileged() -> bool {
+    match crate::runner::preflight() {
+        None => true,
+        Some(reason) => {
+            assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
+            eprintln!("skipped: {reason}");
+            false
+        }
+    }
+}
+
 #[test]
-#[ignore = "needs root: creates a network namespace and runs iptables-restore in it"]
 fn loads_and_saves_back_identically() {
+    if !privileged() {
+        return;
+    }
     use crate::proxy::Proxy;
     use crate::topology::{Netns, NodeHandle, netns};
 
@@ -472,8 +557,10 @@ fn loads_and_saves_back_identically() {
 }
 
 #[test]
-#[ignore = "needs root: creates a network namespace and runs iptables-restore in it"]
 fn load_errors_name_the_node_and_the_line() {
+    if !privileged() {
+        return;
+    }
     use crate::topology::{Netns, NodeHandle, netns};
 
     let name = format!("{}iptables-bad-input", netns::process_prefix());

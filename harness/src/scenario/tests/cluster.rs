@@ -19,7 +19,12 @@ fn invalid_cidrs() {
         "10.96.0.1/12 has host bits set (did you mean 10.96.0.0/12?)",
     );
     let text = edit(KUBE_DNS, "nodeNetwork: 192.168.50.0/24", "nodeNetwork: fd00::/64");
-    assert_only(&errors(&text), at(&text, "fd00::/64"), "spec.cluster.nodeNetwork", "IPv6 is not supported yet");
+    assert_only(
+        &errors(&text),
+        at(&text, "fd00::/64"),
+        "spec.cluster.nodeNetwork",
+        "IPv6 is not supported yet",
+    );
 }
 
 #[test]
@@ -176,7 +181,8 @@ fn duplicate_names() {
     );
 
     // Pods in different namespaces still need different names: probes use bare names.
-    let text = edit(KUBE_DNS, "  name: client\n  namespace: default", "  name: coredns-a\n  namespace: default");
+    let text =
+        edit(KUBE_DNS, "  name: client\n  namespace: default", "  name: coredns-a\n  namespace: default");
     let errs = errors(&text);
     assert_has(
         &errs,

@@ -19,7 +19,11 @@ fn pasted_kubectl_output_is_accepted() {
 
 #[test]
 fn unknown_fields_in_kubernetes_objects_are_errors() {
-    let text = edit(KUBECTL, "  sessionAffinity: None\n", "  sessionAffinity: None\n  externalTrafficPolicyy: Local\n");
+    let text = edit(
+        KUBECTL,
+        "  sessionAffinity: None\n",
+        "  sessionAffinity: None\n  externalTrafficPolicyy: Local\n",
+    );
     assert_only(
         &errors(&text),
         at(&text, "externalTrafficPolicyy"),
@@ -37,7 +41,8 @@ fn unknown_fields_in_kubernetes_objects_are_errors() {
 
 #[test]
 fn wrong_types_in_kubernetes_objects() {
-    let text = edit(KUBE_DNS, "      port: 53\n      protocol: UDP", "      port: \"53\"\n      protocol: UDP");
+    let text =
+        edit(KUBE_DNS, "      port: 53\n      protocol: UDP", "      port: \"53\"\n      protocol: UDP");
     assert_only(
         &errors(&text),
         at(&text, "\"53\""),
@@ -48,7 +53,11 @@ fn wrong_types_in_kubernetes_objects() {
 
 #[test]
 fn object_names_are_required() {
-    let text = edit(KUBE_DNS, "metadata:\n  name: client\n  namespace: default\n", "metadata:\n  namespace: default\n");
+    let text = edit(
+        KUBE_DNS,
+        "metadata:\n  name: client\n  namespace: default\n",
+        "metadata:\n  namespace: default\n",
+    );
     let errs = errors(&text);
     assert_has(
         &errs,
@@ -126,15 +135,22 @@ fn service_port_rules() {
         "Service kube-system/kube-dns: spec.ports[1].name",
         "a Service with several ports must name each of them",
     );
-    let text = edit(KUBE_DNS, "      protocol: TCP\n      targetPort: 53", "      protocol: tcp\n      targetPort: 53");
+    let text = edit(
+        KUBE_DNS,
+        "      protocol: TCP\n      targetPort: 53",
+        "      protocol: tcp\n      targetPort: 53",
+    );
     assert_only(
         &errors(&text),
         at_in(&text, "protocol: tcp", "tcp"),
         "Service kube-system/kube-dns: spec.ports[1].protocol",
         "unknown protocol \"tcp\" (expected TCP, UDP or SCTP)",
     );
-    let text =
-        edit(KUBE_DNS, "      protocol: TCP\n      targetPort: 53", "      protocol: TCP\n      targetPort: \"53\"");
+    let text = edit(
+        KUBE_DNS,
+        "      protocol: TCP\n      targetPort: 53",
+        "      protocol: TCP\n      targetPort: \"53\"",
+    );
     assert_only(
         &errors(&text),
         at(&text, "\"53\""),
@@ -145,14 +161,16 @@ fn service_port_rules() {
 
 #[test]
 fn behaviour_the_model_cannot_express_is_rejected() {
-    let text = edit(KUBE_DNS, "  clusterIP: 10.96.0.10\n", "  clusterIP: 10.96.0.10\n  sessionAffinity: ClientIP\n");
+    let text =
+        edit(KUBE_DNS, "  clusterIP: 10.96.0.10\n", "  clusterIP: 10.96.0.10\n  sessionAffinity: ClientIP\n");
     assert_only(
         &errors(&text),
         at(&text, "ClientIP"),
         "Service kube-system/kube-dns: spec.sessionAffinity",
         "sessionAffinity ClientIP is not supported yet",
     );
-    let text = edit(KUBE_DNS, "  clusterIP: 10.96.0.10\n", "  clusterIP: 10.96.0.10\n  ipFamilies: [IPv4, IPv6]\n");
+    let text =
+        edit(KUBE_DNS, "  clusterIP: 10.96.0.10\n", "  clusterIP: 10.96.0.10\n  ipFamilies: [IPv4, IPv6]\n");
     assert_only(
         &errors(&text),
         at(&text, "IPv6"),

@@ -41,13 +41,13 @@ spec:
     - name: pod-to-web
       from: {pod: client}
       to: {service: web, port: http}
-      expect: {verdict: answered, backends: [web-a, web-b], source: client}
+      expect: {verdict: answered, source: client}
     - name: outside-to-nodeport
       from: {external: outside}
       to: {service: web, port: http, nodePort: node-b}
     - from: {node: node-a}
       to: {address: 10.96.0.99, port: 80}
-      expect: {verdict: rejected}
+      expect: {verdict: dropped}
 ---
 apiVersion: v1
 kind: Service
@@ -115,7 +115,8 @@ pub(super) fn at(text: &str, needle: &str) -> (usize, usize) {
 
 /// 1-based line and column of the `n`th (from 0) occurrence of `needle`.
 pub(super) fn at_nth(text: &str, needle: &str, n: usize) -> (usize, usize) {
-    let (offset, _) = text.match_indices(needle).nth(n).unwrap_or_else(|| panic!("{needle:?} #{n} not in the text"));
+    let (offset, _) =
+        text.match_indices(needle).nth(n).unwrap_or_else(|| panic!("{needle:?} #{n} not in the text"));
     position(text, offset)
 }
 
@@ -144,7 +145,8 @@ pub(super) fn assert_only(errors: &[ScenarioError], pos: (usize, usize), field: 
 /// Asserts that some error is at `pos`, on `field`, with a message containing `message`.
 #[track_caller]
 pub(super) fn assert_has(errors: &[ScenarioError], pos: (usize, usize), field: &str, message: &str) {
-    let found = errors.iter().any(|e| (e.line, e.column) == pos && e.field == field && e.message.contains(message));
+    let found =
+        errors.iter().any(|e| (e.line, e.column) == pos && e.field == field && e.message.contains(message));
     assert!(found, "no error at {pos:?} on {field:?} containing {message:?}; got:\n{}", show(errors));
 }
 

@@ -54,8 +54,11 @@ fn target_needs_service_or_address() {
         "spec.probes[0].to",
         "give either service (with port) or address (with port)",
     );
-    let text =
-        edit(KUBE_DNS, "to: {service: kube-dns, port: dns}", "to: {service: kube-dns, address: 10.96.0.10, port: dns}");
+    let text = edit(
+        KUBE_DNS,
+        "to: {service: kube-dns, port: dns}",
+        "to: {service: kube-dns, address: 10.96.0.10, port: dns}",
+    );
     assert_only(
         &errors(&text),
         at(&text, "{service: kube-dns, address"),
@@ -116,8 +119,11 @@ fn node_port_targets() {
         "spec.probes[1].to.nodePort",
         "no node named \"node-c\" in the scenario (known: node-a, node-b)",
     );
-    let text =
-        edit(KUBE_DNS, "to: {service: kube-dns, port: dns}", "to: {service: kube-dns, port: dns, nodePort: node-a}");
+    let text = edit(
+        KUBE_DNS,
+        "to: {service: kube-dns, port: dns}",
+        "to: {service: kube-dns, port: dns, nodePort: node-a}",
+    );
     assert_only(
         &errors(&text),
         at(&text, "node-a}"),
@@ -154,7 +160,12 @@ fn address_targets() {
         "an address target needs a port number, not a name",
     );
     let text = edit(WEB, "to: {address: 10.96.0.99, port: 80}", "to: {address: fd00::99, port: 80}");
-    assert_only(&errors(&text), at(&text, "fd00::99"), "spec.probes[2].to.address", "IPv6 is not supported yet");
+    assert_only(
+        &errors(&text),
+        at(&text, "fd00::99"),
+        "spec.probes[2].to.address",
+        "IPv6 is not supported yet",
+    );
     let text = edit(WEB, "to: {address: 10.96.0.99, port: 80}", "to: {address: 10.96.0.99}");
     assert_only(
         &errors(&text),
@@ -231,7 +242,8 @@ fn count_range() {
 
 #[test]
 fn probe_names_are_unique() {
-    let text = edit(WEB, "    - from: {node: node-a}\n", "    - name: pod-to-web\n      from: {node: node-a}\n");
+    let text =
+        edit(WEB, "    - from: {node: node-a}\n", "    - name: pod-to-web\n      from: {node: node-a}\n");
     assert_only(
         &errors(&text),
         at_nth(&text, "pod-to-web", 1),

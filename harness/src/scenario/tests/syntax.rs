@@ -110,7 +110,12 @@ fn unsupported_kinds_are_named() {
 fn api_version_must_match_the_kind() {
     let text = edit(KUBE_DNS, "apiVersion: v1\nkind: Service", "apiVersion: apps/v1\nkind: Service");
     let errs = errors(&text);
-    assert_only(&errs, at(&text, "apps/v1"), "apiVersion", "kind Service needs apiVersion v1, not \"apps/v1\"");
+    assert_only(
+        &errs,
+        at(&text, "apps/v1"),
+        "apiVersion",
+        "kind Service needs apiVersion v1, not \"apps/v1\"",
+    );
 }
 
 #[test]
