@@ -121,18 +121,12 @@ impl Links {
     }
 
     pub async fn route_via(&self, dest: IpNet, gateway: IpAddr, dev: u32) -> Result<()> {
-        let (dest_ip, gw) = (v4(dest.network())?, v4(gateway)?);
         let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(dest_ip, dest.prefix_len())
-            .gateway(gw)
+            .destination_prefix(v4(dest.network())?, dest.prefix_len())
+            .gateway(v4(gateway)?)
             .output_interface(dev)
             .build();
-        self.handle
-            .route()
-            .add(route)
-            .execute()
-            .await
-            .with_context(|| self.context(&format!("adding route {dest} via {gateway}")))
+        self.add_route(route, format!("adding route {dest} via {gateway}")).await
     }
 
     pub async fn route_dev(&self, dest: IpNet, dev: u32) -> Result<()> {
@@ -141,23 +135,17 @@ impl Links {
             .output_interface(dev)
             .scope(netlink_packet_route::route::RouteScope::Link)
             .build();
-        self.handle
-            .route()
-            .add(route)
-            .execute()
-            .await
-            .with_context(|| self.context(&format!("adding route {dest} on link {dev}")))
+        self.add_route(route, format!("adding route {dest} on link {dev}")).await
     }
 
     pub async fn default_route(&self, gateway: IpAddr, dev: u32) -> Result<()> {
         let route =
             RouteMessageBuilder::<Ipv4Addr>::new().gateway(v4(gateway)?).output_interface(dev).build();
-        self.handle
-            .route()
-            .add(route)
-            .execute()
-            .await
-            .with_context(|| self.context(&format!("adding default route via {gateway}")))
+        self.add_route(route, format!("adding default route via {gateway}")).await
+    }
+
+    async fn add_route(&self, route: netlink_packet_route::route::RouteMessage, what: String) -> Result<()> {
+        self.handle.route().add(route).execute().await.with_context(|| self.context(&what))
     }
 }
 
