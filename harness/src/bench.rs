@@ -123,8 +123,8 @@ pub fn two_nodes_eight_pods() -> Cluster {
     let ip = |s: &str| s.parse().expect("literal address");
     let net = |s: &str| s.parse().expect("literal CIDR");
     let nodes = vec![
-        Node { name: "node-a".into(), ip: ip("192.168.50.11"), pod_cidr: net("10.244.1.0/24") },
-        Node { name: "node-b".into(), ip: ip("192.168.50.12"), pod_cidr: net("10.244.2.0/24") },
+        Node { name: "node-a".into(), ip: ip("192.168.50.11"), secondary_ips: vec![], pod_cidr: net("10.244.1.0/24") },
+        Node { name: "node-b".into(), ip: ip("192.168.50.12"), secondary_ips: vec![], pod_cidr: net("10.244.2.0/24") },
     ];
     let pods = (0..8)
         .map(|i| {
@@ -147,6 +147,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
         external_hosts: vec![ExternalHost { name: "outside".into(), ip: ip("192.168.50.100") }],
         pods,
         services: Vec::new(),
+        proxy: Default::default(),
     }
 }
 

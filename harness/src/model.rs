@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use ipnet::IpNet;
 
@@ -47,6 +48,28 @@ pub struct Cluster {
     pub external_hosts: Vec<ExternalHost>,
     pub pods: Vec<Pod>,
     pub services: Vec<Service>,
+    /// How the proxy on every node is configured (kube-proxy's flags).
+    pub proxy: ProxyConfig,
+}
+
+/// Node-level proxy settings, as kube-proxy's flags set them. Part of the desired state: the
+/// oracle reads them as semantics, proxies implement them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// `--masquerade-all`: masquerade all traffic to cluster IPs, even from pods.
+    pub masquerade_all: bool,
+    /// `--nodeport-addresses`: node ports answer only on node addresses inside these CIDRs;
+    /// empty means every address of the node (kube-proxy's default).
+    pub node_port_addresses: Vec<IpNet>,
+    /// Node ports on 127.0.0.1 from the node itself (iptables mode's `route_localnet` feature,
+    /// on by default there; nftables mode has none).
+    pub localhost_node_ports: bool,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig { masquerade_all: false, node_port_addresses: Vec::new(), localhost_node_ports: true }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,8 +77,17 @@ pub struct Node {
     pub name: String,
     /// The node's InternalIP on the node network.
     pub ip: IpAddr,
+    /// Further addresses of the node on the node network (same prefix as `ip`).
+    pub secondary_ips: Vec<IpAddr>,
     /// This node's share of the pod CIDR; the first address is the node's bridge (gateway) address.
     pub pod_cidr: IpNet,
+}
+
+impl Node {
+    /// Every address on the node's node-network interface, primary first.
+    pub fn node_network_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        std::iter::once(self.ip).chain(self.secondary_ips.iter().copied())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +178,23 @@ pub struct Service {
     pub external_traffic_policy: TrafficPolicy,
     pub internal_traffic_policy: TrafficPolicy,
     pub ports: Vec<ServicePort>,
+    /// `spec.externalIPs`.
+    pub external_ips: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress[].ip` (type LoadBalancer only).
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges`, whitespace trimmed; empty allows every source.
+    pub load_balancer_source_ranges: Vec<IpNet>,
+    /// `spec.healthCheckNodePort` (type LoadBalancer with externalTrafficPolicy Local).
+    pub health_check_node_port: Option<u16>,
+    pub session_affinity: SessionAffinity,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionAffinity {
+    None,
+    /// `sessionAffinity: ClientIP` with `sessionAffinityConfig.clientIP.timeoutSeconds`
+    /// (Kubernetes' default 10800).
+    ClientIp { timeout_seconds: u32 },
 }
 
 impl Service {
@@ -202,6 +251,8 @@ pub struct Probe {
     pub protocol: Protocol,
     /// Number of separate attempts (each a new connection from a new source port).
     pub count: u32,
+    /// Pause between attempts (`interval: 1500ms`), e.g. to outlast a session-affinity timeout.
+    pub interval: Option<Duration>,
     pub expect: Option<StatedExpectation>,
 }
 
@@ -227,8 +278,17 @@ impl fmt::Display for Source {
 pub enum Target {
     /// A Service port through its cluster IP.
     ClusterIp { service: String, port: String },
-    /// A Service port through its node port on the named node's IP.
-    NodePort { service: String, port: String, node: String },
+    /// A Service port through its node port on the named node: on the node's primary IP, or
+    /// on `address` (a secondary node IP, or 127.0.0.1 from the node itself).
+    NodePort { service: String, port: String, node: String, address: Option<IpAddr> },
+    /// A Service port through one of its `spec.externalIPs`. An external host's traffic enters
+    /// the cluster at node `via` (as a router would send it); pods and nodes need no `via`.
+    ExternalIp { service: String, port: String, ip: IpAddr, via: Option<String> },
+    /// A Service port through one of its load-balancer ingress IPs, entering at node `via` for
+    /// external hosts (as the cloud load balancer would send it).
+    LoadBalancer { service: String, port: String, ip: IpAddr, via: Option<String> },
+    /// The Service's `healthCheckNodePort` on a node: HTTP `GET /`.
+    HealthCheck { service: String, node: String },
     /// A raw address, interpreted by the oracle (cluster IP, node port, pod or nothing).
     Address(SocketAddr),
 }
@@ -241,6 +301,8 @@ pub struct StatedExpectation {
     pub backends: Option<Vec<String>>,
     /// Whether the backend must see the client's own address; `None` means not said.
     pub source: Option<StatedSource>,
+    /// For health-check targets: the HTTP status (200 with local endpoints, 503 without).
+    pub http_status: Option<u16>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,6 +371,14 @@ impl Cluster {
         found.map(|p| (svc, p))
     }
 
+    /// The node an external host's traffic to `target` is routed through, if it names one.
+    pub fn entry_node(&self, target: &Target) -> Option<&Node> {
+        match target {
+            Target::ExternalIp { via: Some(n), .. } | Target::LoadBalancer { via: Some(n), .. } => self.node(n),
+            _ => None,
+        }
+    }
+
     /// The concrete address:port a target sends to.
     pub fn target_address(&self, target: &Target) -> Option<SocketAddr> {
         match target {
@@ -316,9 +386,17 @@ impl Cluster {
                 let (svc, sp) = self.service_port(service, port)?;
                 Some(SocketAddr::new(svc.cluster_ip, sp.port))
             }
-            Target::NodePort { service, port, node } => {
+            Target::NodePort { service, port, node, address } => {
                 let (_, sp) = self.service_port(service, port)?;
-                Some(SocketAddr::new(self.node(node)?.ip, sp.node_port?))
+                Some(SocketAddr::new(address.unwrap_or(self.node(node)?.ip), sp.node_port?))
+            }
+            Target::ExternalIp { service, port, ip, .. } | Target::LoadBalancer { service, port, ip, .. } => {
+                let (_, sp) = self.service_port(service, port)?;
+                Some(SocketAddr::new(*ip, sp.port))
+            }
+            Target::HealthCheck { service, node } => {
+                let svc = self.service(service)?;
+                Some(SocketAddr::new(self.node(node)?.ip, svc.health_check_node_port?))
             }
             Target::Address(addr) => Some(*addr),
         }

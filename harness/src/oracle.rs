@@ -154,9 +154,12 @@ fn frontend<'a>(
             let (svc, sp) = cluster.service_port(service, port).ok_or_else(unknown)?;
             Ok(Frontend::ClusterIp(svc, sp))
         }
-        Target::NodePort { service, port, node } => {
+        Target::NodePort { service, port, node, .. } => {
             let (svc, sp) = cluster.service_port(service, port).ok_or_else(unknown)?;
             Ok(Frontend::NodePort(svc, sp, cluster.node(node).ok_or_else(unknown)?))
+        }
+        Target::ExternalIp { .. } | Target::LoadBalancer { .. } | Target::HealthCheck { .. } => {
+            Err("external IPs, load balancers and health checks are being written".into())
         }
         Target::Address(_) => {
             for svc in &cluster.services {
@@ -423,11 +426,13 @@ mod tests {
             node_network: "192.168.50.0/24".parse().unwrap(),
             nodes: vec![
                 Node {
+                    secondary_ips: vec![],
                     name: "a".into(),
                     ip: "192.168.50.11".parse().unwrap(),
                     pod_cidr: "10.244.1.0/24".parse().unwrap(),
                 },
                 Node {
+                    secondary_ips: vec![],
                     name: "b".into(),
                     ip: "192.168.50.12".parse().unwrap(),
                     pod_cidr: "10.244.2.0/24".parse().unwrap(),
@@ -453,7 +458,13 @@ mod tests {
                     node_port: Some(30080),
                     endpoints,
                 }],
+                external_ips: vec![],
+                load_balancer_ips: vec![],
+                load_balancer_source_ranges: vec![],
+                health_check_node_port: None,
+                session_affinity: SessionAffinity::None,
             }],
+            proxy: ProxyConfig::default(),
         }
     }
 
@@ -462,7 +473,7 @@ mod tests {
     }
 
     fn probe(from: Source, to: Target) -> Probe {
-        Probe { name: "p".into(), from, to, protocol: Protocol::Tcp, count: 1, expect: None }
+        Probe { name: "p".into(), from, to, protocol: Protocol::Tcp, count: 1, interval: None, expect: None }
     }
 
     fn to_cluster_ip() -> Target {
@@ -470,7 +481,7 @@ mod tests {
     }
 
     fn to_node_port(node: &str) -> Target {
-        Target::NodePort { service: "web".into(), port: "http".into(), node: node.into() }
+        Target::NodePort { service: "web".into(), port: "http".into(), node: node.into(), address: None }
     }
 
     fn backends(e: &Expectation) -> &BTreeMap<String, SeenSource> {
@@ -582,6 +593,7 @@ mod tests {
             verdict,
             backends: backends.map(|b| b.into_iter().map(String::from).collect()),
             source,
+            http_status: None,
         };
         assert!(
             check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok()

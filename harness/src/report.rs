@@ -83,11 +83,24 @@ fn destination(cluster: &Cluster, target: &Target, verdict: &ProbeVerdict) -> St
                 cluster.service(service).map(|s| s.namespaced_name()).unwrap_or_else(|| service.clone());
             format!("svc {name}:{port} {}/{proto}", verdict.destination)
         }
-        Target::NodePort { service, port, node } => {
+        Target::NodePort { service, port, node, .. } => {
             format!("nodeport {service}:{port}@{node} {}/{proto}", verdict.destination)
+        }
+        Target::ExternalIp { service, port, via, .. } => {
+            format!("externalIP {service}:{port}{} {}/{proto}", via_suffix(via), verdict.destination)
+        }
+        Target::LoadBalancer { service, port, via, .. } => {
+            format!("loadbalancer {service}:{port}{} {}/{proto}", via_suffix(via), verdict.destination)
+        }
+        Target::HealthCheck { service, node } => {
+            format!("healthcheck {service}@{node} {}/HTTP", verdict.destination)
         }
         Target::Address(addr) => format!("{addr}/{proto}"),
     }
+}
+
+fn via_suffix(via: &Option<String>) -> String {
+    via.as_ref().map(|n| format!(" via {n}")).unwrap_or_default()
 }
 
 fn expected(outcome: &Expected) -> String {

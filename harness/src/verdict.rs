@@ -189,6 +189,7 @@ mod tests {
             to: Target::Address("10.96.0.10:53".parse().unwrap()),
             protocol: Protocol::Udp,
             count: 0,
+            interval: None,
             expect: None,
         }
     }

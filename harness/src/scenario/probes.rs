@@ -75,7 +75,7 @@ fn resolve_one(
     let expect = spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, names.pods, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
-    Some(Probe { name, from: from?, to, protocol, count, expect })
+    Some(Probe { name, from: from?, to, protocol, count, interval: None, expect })
 }
 
 fn protocol_of(p: ProtocolSpec) -> Protocol {
@@ -200,7 +200,7 @@ fn service_target(
                     ),
                 );
             }
-            Target::NodePort { service: service.name.clone(), port: port_ref, node: node.name.clone() }
+            Target::NodePort { service: service.name.clone(), port: port_ref, node: node.name.clone(), address: None }
         }
     };
     Some((target, Some(port.protocol)))
@@ -311,5 +311,5 @@ fn expectation(
         SourceKindSpec::Client => StatedSource::Client,
         SourceKindSpec::Masqueraded => StatedSource::Masqueraded,
     });
-    StatedExpectation { verdict, backends, source }
+    StatedExpectation { verdict, backends, source, http_status: None }
 }

@@ -193,7 +193,7 @@ fn read_nodes(
             addresses.claim(ip, format!("node {}", spec.name), site, &path.key("ip"), diag);
         }
         let node = match (ip, pod_cidr) {
-            (Some(ip), Some(pod_cidr)) => Some(Node { name: spec.name.clone(), ip, pod_cidr }),
+            (Some(ip), Some(pod_cidr)) => Some(Node { name: spec.name.clone(), ip, secondary_ips: Vec::new(), pod_cidr }),
             _ => None,
         };
         nodes.define(&spec.name, node, site, &path.key("name"), diag);

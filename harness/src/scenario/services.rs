@@ -124,6 +124,11 @@ fn read_one<'a>(
         external_traffic_policy: external_traffic_policy?,
         internal_traffic_policy: internal_traffic_policy?,
         ports: model_ports,
+        external_ips: Vec::new(),
+        load_balancer_ips: Vec::new(),
+        load_balancer_source_ranges: Vec::new(),
+        health_check_node_port: None,
+        session_affinity: crate::model::SessionAffinity::None,
     };
     Some(ServiceEntry {
         service,

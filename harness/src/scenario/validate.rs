@@ -81,6 +81,7 @@ pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) ->
         external_hosts: doc.external_hosts.into_values().collect(),
         pods: pods.registry.into_values().map(|e| e.pod).collect(),
         services: model_services,
+        proxy: Default::default(),
     };
     check_against_oracle(scenario?, &cluster, &probes, diag);
     if !diag.is_empty() {

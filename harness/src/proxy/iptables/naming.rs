@@ -106,6 +106,11 @@ mod tests {
             external_traffic_policy: crate::model::TrafficPolicy::Cluster,
             internal_traffic_policy: crate::model::TrafficPolicy::Cluster,
             ports: vec![],
+            external_ips: vec![],
+            load_balancer_ips: vec![],
+            load_balancer_source_ranges: vec![],
+            health_check_node_port: None,
+            session_affinity: crate::model::SessionAffinity::None,
         };
         let mut port = ServicePort {
             name: String::new(),

@@ -42,11 +42,16 @@ fn service(
         external_traffic_policy: TrafficPolicy::Cluster,
         internal_traffic_policy: TrafficPolicy::Cluster,
         ports,
+        external_ips: vec![],
+        load_balancer_ips: vec![],
+        load_balancer_source_ranges: vec![],
+        health_check_node_port: None,
+        session_affinity: crate::model::SessionAffinity::None,
     }
 }
 
 fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
-    Node { name: name.to_string(), ip: ip.parse().unwrap(), pod_cidr: pod_cidr.parse().unwrap() }
+    Node { name: name.to_string(), ip: ip.parse().unwrap(), secondary_ips: vec![], pod_cidr: pod_cidr.parse().unwrap() }
 }
 
 fn cluster(services: Vec<Service>) -> Cluster {
@@ -61,6 +66,7 @@ fn cluster(services: Vec<Service>) -> Cluster {
         external_hosts: vec![],
         pods: vec![],
         services,
+        proxy: Default::default(),
     }
 }
 

@@ -126,7 +126,7 @@ fn targets_and_defaults() {
     assert_eq!(nodeport.from, Source::External("outside".into()));
     assert_eq!(
         nodeport.to,
-        Target::NodePort { service: "web".into(), port: "http".into(), node: "node-b".into() }
+        Target::NodePort { service: "web".into(), port: "http".into(), node: "node-b".into(), address: None }
     );
     assert_eq!(s.cluster.target_address(&nodeport.to), Some("192.168.50.12:30080".parse().unwrap()));
     assert_eq!(nodeport.count, 10);
