@@ -105,7 +105,7 @@ fn via_suffix(via: &Option<String>) -> String {
 
 fn expected(outcome: &Expected) -> String {
     match outcome {
-        Expected::Answered { backends } => {
+        Expected::Answered { backends, .. } => {
             // Backends usually share one source rule; print it once when they do.
             let sources: std::collections::BTreeSet<String> =
                 backends.values().map(|s| s.to_string()).collect();

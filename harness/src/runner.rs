@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{Protocol, Scenario, Source};
+use crate::model::{Probe, Protocol, Scenario, Source, Target};
 use crate::oracle;
 use crate::proxy::Proxy;
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
-use crate::traffic::{Prober, Servers};
+use crate::traffic::{Pace, Plan, Prober, Servers, Speech};
 use crate::verdict::{self, ProbeVerdict};
 
 #[derive(Debug, Clone)]
@@ -99,17 +99,18 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         .block_on(Topology::build(&scenario.cluster))
         .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
     // From here, dropping `topology` (on error or panic) removes every namespace.
-    for node in &topology.nodes {
-        proxy
-            .program_node(&scenario.cluster, node)
-            .with_context(|| format!("programming node {} with {}", node.name, proxy.name()))?;
-    }
     let servers = {
+        // Proxies may start servers of their own (health checks) on this runtime.
         let _in_runtime = runtime.enter();
+        for node in &topology.nodes {
+            proxy
+                .program_node(&scenario.cluster, node)
+                .with_context(|| format!("programming node {} with {}", node.name, proxy.name()))?;
+        }
         Servers::start(&scenario.cluster, &topology)?
     };
 
-    let verdicts = send_probes(scenario, &topology, &expectations, options);
+    let verdicts = send_probes(scenario, &topology, &runtime, &expectations, options);
     let node_dumps = match &verdicts {
         Ok(v) if v.iter().any(|p| !p.passed()) => topology
             .nodes
@@ -128,6 +129,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
 fn send_probes(
     scenario: &Scenario,
     topology: &Topology,
+    runtime: &tokio::runtime::Runtime,
     expectations: &[oracle::Expectation],
     options: &RunOptions,
 ) -> Result<Vec<ProbeVerdict>> {
@@ -146,12 +148,28 @@ fn send_probes(
             .cluster
             .target_address(&probe.to)
             .with_context(|| format!("probe {}: no destination address", probe.name))?;
-        let observed = prober
-            .probe(probe.protocol, dst, probe.count)
-            .with_context(|| format!("sending probe {}", probe.name))?;
+        if let (Source::External(host), Some(via)) = (&probe.from, scenario.cluster.entry_node(&probe.to)) {
+            runtime.block_on(topology.steer(host, dst.ip(), via.ip))?;
+        }
+        let sent = prober.send(plan(probe, dst, expected)).with_context(|| format!("sending probe {}", probe.name))?;
+        let observed = sent.into_iter().map(|s| s.attempt).collect();
         verdicts.push(verdict::judge(probe, dst, expected, observed));
     }
     Ok(verdicts)
+}
+
+/// How to send a probe. Traffic expected to vanish is sent all at once, so waiting out the
+/// silence costs one timeout rather than one per attempt; everything else goes one by one.
+fn plan(probe: &Probe, dst: std::net::SocketAddr, expected: &oracle::Expectation) -> Plan {
+    let speech = match probe.to {
+        Target::HealthCheck { .. } => Speech::HttpGet,
+        _ => Speech::Plain(probe.protocol),
+    };
+    let pace = match expected.outcome {
+        oracle::Outcome::Dropped if probe.interval.is_none() => Pace::Concurrent,
+        _ => Pace::Sequential { interval: probe.interval },
+    };
+    Plan { dst, count: probe.count, speech, pace }
 }
 
 /// Why this host cannot run `scenario`, if it cannot.

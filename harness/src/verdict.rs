@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::net::SocketAddr;
 
 use crate::model::Probe;
-use crate::oracle::{Expectation, Outcome};
+use crate::oracle::{Expectation, Outcome, Spread};
 use crate::traffic::Attempt;
 
 /// The chance that a correct proxy fails one probe's load-balancing check.
@@ -43,7 +43,12 @@ pub fn judge(
     observed: Vec<Attempt>,
 ) -> ProbeVerdict {
     let failures = match &expected.outcome {
-        Outcome::Answered { backends } => check_answers(backends, &observed),
+        Outcome::Answered { backends, spread, .. } => {
+            let mut failures = check_answers(backends, &observed);
+            failures.extend(check_spread(*spread, backends.len(), &observed));
+            failures
+        }
+        Outcome::Http { status, local_endpoints } => check_http(*status, *local_endpoints, &observed),
         Outcome::Rejected => check_all(&observed, "refused", |a| matches!(a, Attempt::Refused { .. })),
         Outcome::Dropped => check_all(&observed, "silent (dropped)", |a| matches!(a, Attempt::Silent)),
     };
@@ -61,6 +66,63 @@ fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) 
         observed.len(),
         summarize(&bad.into_iter().cloned().collect::<Vec<_>>())
     )]
+}
+
+/// Session affinity: sticky attempts must all reach one backend; attempts spaced past the
+/// timeout must not (a correct proxy lands them all on one of `k` backends with probability
+/// `k^(1-n)`, which the oracle keeps below [`FALSE_FAILURE_RATE`]).
+fn check_spread(spread: Spread, k: usize, observed: &[Attempt]) -> Vec<String> {
+    let mut reached: Vec<&str> = observed
+        .iter()
+        .filter_map(|a| match a {
+            Attempt::Answered { pod, .. } => Some(pod.as_str()),
+            _ => None,
+        })
+        .collect();
+    let answers = reached.len();
+    reached.sort();
+    reached.dedup();
+    match spread {
+        Spread::Sticky if reached.len() > 1 => vec![format!(
+            "session affinity broken: one client reached {} different backends ({}) in {answers} attempts",
+            reached.len(),
+            reached.join(", ")
+        )],
+        Spread::AffinityExpires { timeout } if k > 1 && answers > 1 && reached.len() == 1 => vec![format!(
+            "session affinity never expired: all {answers} attempts, spaced past the {}s timeout, reached {} \
+             (a correct proxy does this with probability {:.1e})",
+            timeout.as_secs(),
+            reached[0],
+            (k as f64).powi(1 - answers as i32)
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// A health-check answer: the status and the `localEndpoints` count kube-proxy reports.
+fn check_http(status: u16, local_endpoints: usize, observed: &[Attempt]) -> Vec<String> {
+    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
+    for attempt in observed {
+        let fault = match attempt {
+            Attempt::Http { status: got, body } => {
+                let count = serde_json::from_str::<serde_json::Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("localEndpoints").and_then(|n| n.as_u64()));
+                if *got != status {
+                    Some(format!("HTTP {got}, expected {status}"))
+                } else if count != Some(local_endpoints as u64) {
+                    Some(format!("localEndpoints {count:?} in {body:?}, expected {local_endpoints}"))
+                } else {
+                    None
+                }
+            }
+            other => Some(format!("{}{}", other.kind(), reason(other))),
+        };
+        if let Some(f) = fault {
+            *faults.entry(f).or_default() += 1;
+        }
+    }
+    faults.into_iter().map(|(f, n)| format!("{f} ({n} of {} attempts)", observed.len())).collect()
 }
 
 fn check_answers(
@@ -203,6 +265,8 @@ mod tests {
         Expectation {
             outcome: Outcome::Answered {
                 backends: [("a".to_string(), client.clone()), ("b".to_string(), client)].into(),
+                spread: Spread::Uniform,
+                translated_by: Some("node-a".into()),
             },
             because: "test".into(),
         }

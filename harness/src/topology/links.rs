@@ -144,6 +144,22 @@ impl Links {
         self.add_route(route, format!("adding default route via {gateway}")).await
     }
 
+    /// Sends traffic for `dest` through `gateway`, replacing any route for it.
+    pub async fn steer(&self, dest: IpAddr, gateway: IpAddr, dev: u32) -> Result<()> {
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(v4(dest)?, 32)
+            .gateway(v4(gateway)?)
+            .output_interface(dev)
+            .build();
+        self.handle
+            .route()
+            .add(route)
+            .replace()
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("routing {dest} via {gateway}")))
+    }
+
     async fn add_route(&self, route: netlink_packet_route::route::RouteMessage, what: String) -> Result<()> {
         self.handle.route().add(route).execute().await.with_context(|| self.context(&what))
     }

@@ -105,7 +105,9 @@ impl Topology {
             links.veth_into(NODE_UPLINK, &port, &self.node_network).await?;
             net.attach(&port, br0, false).await?;
             let uplink = links.index(NODE_UPLINK).await?;
-            links.address(uplink, node.ip, net_prefix).await?;
+            for ip in node.node_network_ips() {
+                links.address(uplink, ip, net_prefix).await?;
+            }
             links.up(uplink).await?;
 
             // Pod bridge with the node's gateway address for its pod CIDR.
@@ -119,6 +121,11 @@ impl Topology {
             // Without a route covering the service CIDR, traffic to a VIP that the proxy does
             // not translate fails locally with ENETUNREACH instead of reaching its REJECT.
             links.route_dev(cluster.service_cidr, uplink).await?;
+            // External and load-balancer IPs live outside every subnet here; a node's own
+            // processes need a route to them before the proxy's OUTPUT rules can act.
+            for ip in external_destinations(cluster) {
+                links.route_dev(IpNet::from(ip), uplink).await?;
+            }
 
             for (j, pod) in cluster.pods.iter().filter(|p| p.node == node.name).enumerate() {
                 let pod_ns = &self.pods[&pod.name];
@@ -147,6 +154,15 @@ impl Topology {
             links.up(eth0).await?;
         }
         Ok(())
+    }
+
+    /// Routes an external host's traffic for `dest` through `via`, as a router or cloud load
+    /// balancer in front of the cluster would.
+    pub async fn steer(&self, host: &str, dest: IpAddr, via: IpAddr) -> Result<()> {
+        let ns = self.external_hosts.get(host).with_context(|| format!("no namespace for external host {host}"))?;
+        let links = Links::connect(ns).await?;
+        let eth0 = links.index(POD_INTERFACE).await?;
+        links.steer(dest, via, eth0).await
     }
 
     pub fn node(&self, name: &str) -> Result<&NodeHandle> {
@@ -194,7 +210,14 @@ impl Drop for Topology {
     }
 }
 
-/// The addresses a node owns: its node-network address and its pod-bridge gateway.
-pub fn node_addresses(node_ip: IpAddr, pod_cidr: &IpNet) -> Vec<IpAddr> {
-    vec![node_ip, bridge_address(pod_cidr)]
+/// Every external IP and load-balancer IP of the cluster's Services, once each.
+fn external_destinations(cluster: &Cluster) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = cluster
+        .services
+        .iter()
+        .flat_map(|s| s.external_ips.iter().chain(&s.load_balancer_ips).copied())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    ips
 }

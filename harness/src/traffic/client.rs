@@ -20,6 +20,8 @@ use crate::topology::netns::NsThread;
 pub enum Attempt {
     /// A pod's server answered; `seen` is the source address it saw.
     Answered { pod: String, seen: SocketAddr },
+    /// An HTTP server answered (a node's health-check port).
+    Http { status: u16, body: String },
     /// The connection was actively refused: TCP RST or an ICMP unreachable.
     Refused { reason: String },
     /// Nothing came back before the timeout (dropped somewhere).
@@ -32,6 +34,7 @@ impl Attempt {
     pub fn kind(&self) -> &'static str {
         match self {
             Attempt::Answered { .. } => "answered",
+            Attempt::Http { .. } => "http",
             Attempt::Refused { .. } => "refused",
             Attempt::Silent => "silent",
             Attempt::Broken { .. } => "broken",
@@ -63,6 +66,40 @@ impl SourcePorts {
     }
 }
 
+/// What to send: `count` attempts to `dst`.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub dst: SocketAddr,
+    pub count: u32,
+    pub speech: Speech,
+    pub pace: Pace,
+}
+
+/// What an attempt says once connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speech {
+    /// Our pods' one-line protocol over TCP, UDP or SCTP.
+    Plain(Protocol),
+    /// `GET /` over TCP (health-check node ports).
+    HttpGet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// One attempt after another, with an optional pause between them.
+    Sequential { interval: Option<Duration> },
+    /// All attempts at once: for traffic expected to vanish, so waiting for silence costs one
+    /// timeout instead of one per attempt.
+    Concurrent,
+}
+
+/// One attempt and the source port it was sent from (the key to its conntrack entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub source_port: u16,
+    pub attempt: Attempt,
+}
+
 /// Sends probes from one namespace.
 pub struct Prober {
     thread: NsThread,
@@ -77,8 +114,38 @@ impl Prober {
 
     /// Makes `count` attempts to `dst`, one after another, inside the source namespace.
     pub fn probe(&self, protocol: Protocol, dst: SocketAddr, count: u32) -> Result<Vec<Attempt>> {
+        let plan = Plan { dst, count, speech: Speech::Plain(protocol), pace: Pace::Sequential { interval: None } };
+        Ok(self.send(plan)?.into_iter().map(|s| s.attempt).collect())
+    }
+
+    /// Carries out `plan` inside the source namespace.
+    pub fn send(&self, plan: Plan) -> Result<Vec<Sent>> {
         let (ports, timeout) = (self.ports.clone(), self.timeout);
-        self.thread.run(move || (0..count).map(|_| attempt(protocol, &ports, dst, timeout)).collect())
+        self.thread.run(move || match plan.pace {
+            Pace::Sequential { interval } => (0..plan.count)
+                .map(|i| {
+                    if let (Some(pause), true) = (interval, i > 0) {
+                        std::thread::sleep(pause);
+                    }
+                    attempt(plan.speech, &ports, plan.dst, timeout)
+                })
+                .collect(),
+            // Threads spawned here inherit this thread's network namespace.
+            Pace::Concurrent => std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..plan.count)
+                    .map(|_| scope.spawn(|| attempt(plan.speech, &ports, plan.dst, timeout)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| Sent {
+                            source_port: 0,
+                            attempt: Attempt::Broken { reason: "the attempt's thread panicked".into() },
+                        })
+                    })
+                    .collect()
+            }),
+        })
     }
 
     /// A bare connect-and-read with no classification, for benchmarks.
@@ -92,23 +159,29 @@ impl Prober {
     }
 }
 
-fn attempt(protocol: Protocol, ports: &SourcePorts, dst: SocketAddr, timeout: Duration) -> Attempt {
+fn attempt(speech: Speech, ports: &SourcePorts, dst: SocketAddr, timeout: Duration) -> Sent {
     // A source port may still be taken by something else in the namespace: move on to the next.
+    let mut source_port = 0;
     for _ in 0..16 {
-        let src = SocketAddr::new(unspecified(dst.ip()), ports.next());
-        let result = match protocol {
-            Protocol::Tcp => tcp(src, dst, timeout),
-            Protocol::Udp => udp(src, dst, timeout),
-            Protocol::Sctp => Err(Unsent::Other("SCTP probes are not supported on this host".into())),
+        source_port = ports.next();
+        let src = SocketAddr::new(unspecified(dst.ip()), source_port);
+        let result = match speech {
+            Speech::Plain(Protocol::Tcp) => tcp(src, dst, timeout, b"", answer),
+            Speech::HttpGet => tcp(src, dst, timeout, HTTP_GET, http_answer),
+            Speech::Plain(Protocol::Udp) => udp(src, dst, timeout),
+            Speech::Plain(Protocol::Sctp) => Err(Unsent::Other("SCTP probes are not supported on this host".into())),
         };
-        match result {
-            Ok(attempt) => return attempt,
+        let attempt = match result {
+            Ok(attempt) => attempt,
             Err(Unsent::PortInUse) => continue,
-            Err(Unsent::Other(reason)) => return Attempt::Broken { reason },
-        }
+            Err(Unsent::Other(reason)) => Attempt::Broken { reason },
+        };
+        return Sent { source_port, attempt };
     }
-    Attempt::Broken { reason: "no free source port after 16 tries".into() }
+    Sent { source_port, attempt: Attempt::Broken { reason: "no free source port after 16 tries".into() } }
 }
+
+const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: packetproof\r\nConnection: close\r\n\r\n";
 
 enum Unsent {
     PortInUse,
@@ -123,7 +196,14 @@ fn bind_error(e: std::io::Error, src: SocketAddr) -> Unsent {
     }
 }
 
-fn tcp(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Result<Attempt, Unsent> {
+/// Connects, sends `request` (if any), reads to the end and lets `interpret` judge the answer.
+fn tcp(
+    src: SocketAddr,
+    dst: SocketAddr,
+    timeout: Duration,
+    request: &[u8],
+    interpret: fn(&str) -> Attempt,
+) -> Result<Attempt, Unsent> {
     let socket = Socket::new(Domain::for_address(dst), Type::STREAM, None)
         .map_err(|e| Unsent::Other(format!("creating a TCP socket: {e}")))?;
     socket.bind(&src.into()).map_err(|e| bind_error(e, src))?;
@@ -132,9 +212,15 @@ fn tcp(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Result<Attempt, U
     }
     let mut stream: std::net::TcpStream = socket.into();
     let _ = stream.set_read_timeout(Some(timeout));
+    if !request.is_empty() {
+        use std::io::Write;
+        if let Err(e) = stream.write_all(request) {
+            return Ok(classify_error(e));
+        }
+    }
     let mut text = String::new();
     Ok(match stream.read_to_string(&mut text) {
-        Ok(_) => answer(&text),
+        Ok(_) => interpret(&text),
         Err(e) => match classify_error(e) {
             Attempt::Silent => {
                 Attempt::Broken { reason: "connected, but no answer before the timeout".into() }
@@ -166,6 +252,19 @@ fn answer(text: &str) -> Attempt {
         Some((pod, seen)) => Attempt::Answered { pod, seen },
         None if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
         None => Attempt::Broken { reason: format!("unexpected answer {:?}", text.trim_end()) },
+    }
+}
+
+/// `HTTP/1.1 200 OK ... \r\n\r\nbody` → status and body.
+fn http_answer(text: &str) -> Attempt {
+    let status = text
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.get(2..5))
+        .and_then(|code| code.parse().ok());
+    match (status, text.split_once("\r\n\r\n")) {
+        (Some(status), Some((_, body))) => Attempt::Http { status, body: body.to_string() },
+        _ if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
+        _ => Attempt::Broken { reason: format!("not an HTTP answer: {:?}", text.lines().next().unwrap_or("")) },
     }
 }
 

@@ -5,5 +5,5 @@ pub mod client;
 pub mod reply;
 pub mod server;
 
-pub use client::{Attempt, Prober};
+pub use client::{Attempt, Pace, Plan, Prober, Sent, Speech};
 pub use server::Servers;

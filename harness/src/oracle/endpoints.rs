@@ -1,0 +1,40 @@
+//! Which endpoints receive traffic: kube-proxy's choice, applied to a set of endpoints (the
+//! whole cluster's, or one node's).
+
+use crate::model::{Cluster, Endpoint, ServicePort};
+
+/// The ready endpoints of `set`, or, when none is ready, its serving terminating ones.
+pub(super) fn usable<'a>(set: impl Iterator<Item = &'a Endpoint> + Clone) -> Vec<&'a Endpoint> {
+    let ready: Vec<&Endpoint> = set.clone().filter(|e| e.ready).collect();
+    if !ready.is_empty() {
+        return ready;
+    }
+    set.filter(|e| e.serving && e.terminating).collect()
+}
+
+pub(super) fn cluster_wide(port: &ServicePort) -> Vec<&Endpoint> {
+    usable(port.endpoints.iter())
+}
+
+/// The usable endpoints among those on `node` (the fallback applies to this set on its own).
+pub(super) fn local_to<'a>(cluster: &'a Cluster, port: &'a ServicePort, node: &str) -> Vec<&'a Endpoint> {
+    usable(port.endpoints.iter().filter(move |e| node_of(cluster, e) == Some(node)))
+}
+
+pub(super) fn node_of<'a>(cluster: &'a Cluster, e: &'a Endpoint) -> Option<&'a str> {
+    e.node.as_deref().or_else(|| cluster.pod(&e.pod).map(|p| p.node.as_str()))
+}
+
+/// Ready endpoints on `node` across all ports of a Service, counted once per address: what a
+/// health-check node port reports.
+pub(super) fn ready_local_count(cluster: &Cluster, ports: &[ServicePort], node: &str) -> usize {
+    let mut addresses: Vec<_> = ports
+        .iter()
+        .flat_map(|p| p.endpoints.iter())
+        .filter(|e| e.ready && node_of(cluster, e) == Some(node))
+        .map(|e| e.ip)
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    addresses.len()
+}

@@ -1,0 +1,150 @@
+//! What a destination is, in Kubernetes terms: a cluster IP, an external destination (node
+//! port, external IP, load-balancer IP) handled by some node, a health-check port, a pod, a
+//! node's own closed port, or an unallocated service address.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use crate::model::{Cluster, Node, Pod, Probe, Protocol, Service, ServicePort, Source, Target, bridge_address};
+
+pub(super) enum Frontend<'a> {
+    ClusterIp { svc: &'a Service, port: &'a ServicePort },
+    /// Handled by the proxy on `node` (the node that translates it).
+    External { svc: &'a Service, port: &'a ServicePort, kind: ExternalKind, node: &'a Node },
+    HealthCheck { svc: &'a Service, node: &'a Node },
+    /// An address of a node where no Service listens: the node's own stack refuses.
+    NodeItself { why: String },
+    Pod(&'a Pod),
+    /// In the service CIDR, but no Service port there.
+    Unallocated,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExternalKind {
+    NodePort,
+    ExternalIp,
+    LoadBalancer,
+}
+
+impl ExternalKind {
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            ExternalKind::NodePort => "node port",
+            ExternalKind::ExternalIp => "external IP",
+            ExternalKind::LoadBalancer => "load-balancer IP",
+        }
+    }
+}
+
+pub(super) fn classify<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Result<Frontend<'a>, String> {
+    let port_of = |service: &str, port: &str| {
+        cluster.service_port(service, port).ok_or_else(|| format!("no port {port:?} on Service {service}"))
+    };
+    let node_named = |name: &str| cluster.node(name).ok_or_else(|| format!("no node {name}"));
+    match &probe.to {
+        Target::ClusterIp { service, port } => {
+            let (svc, port) = port_of(service, port)?;
+            Ok(Frontend::ClusterIp { svc, port })
+        }
+        Target::NodePort { service, port, node, .. } => {
+            let (svc, port) = port_of(service, port)?;
+            node_port(cluster, svc, port, node_named(node)?, dst.ip())
+        }
+        Target::ExternalIp { service, port, .. } | Target::LoadBalancer { service, port, .. } => {
+            let (svc, port) = port_of(service, port)?;
+            let kind = match probe.to {
+                Target::ExternalIp { .. } => ExternalKind::ExternalIp,
+                _ => ExternalKind::LoadBalancer,
+            };
+            let node = translating_node(cluster, probe)?;
+            Ok(Frontend::External { svc, port, kind, node })
+        }
+        Target::HealthCheck { service, node } => {
+            let svc = cluster.service(service).ok_or_else(|| format!("no Service {service}"))?;
+            Ok(Frontend::HealthCheck { svc, node: node_named(node)? })
+        }
+        Target::Address(_) => raw_address(cluster, probe, dst),
+    }
+}
+
+/// Where the proxy sees traffic to an external IP or load-balancer IP: the client's own node
+/// for pods and nodes (their node intercepts it), the node the router picked for outsiders.
+fn translating_node<'a>(cluster: &'a Cluster, probe: &Probe) -> Result<&'a Node, String> {
+    match (&probe.from, cluster.entry_node(&probe.to)) {
+        (Source::External(_), Some(via)) => Ok(via),
+        (Source::External(host), None) => {
+            Err(format!("external host {host} needs `via: NODE` to say which node receives the traffic"))
+        }
+        (from, _) => cluster.source_node(from).ok_or_else(|| format!("{from} is on no node")),
+    }
+}
+
+/// A node port on `addr` of `node`: a node port only where nodePortAddresses (and, for
+/// 127.0.0.1, localhost node ports) allow it; elsewhere the node's own closed port.
+fn node_port<'a>(
+    cluster: &'a Cluster,
+    svc: &'a Service,
+    port: &'a ServicePort,
+    node: &'a Node,
+    addr: IpAddr,
+) -> Result<Frontend<'a>, String> {
+    let config = &cluster.proxy;
+    let allowed_by_cidrs = config.node_port_addresses.is_empty()
+        || config.node_port_addresses.iter().any(|cidr| cidr.contains(&addr));
+    let localhost = addr.is_loopback();
+    if localhost && !config.localhost_node_ports {
+        return Ok(Frontend::NodeItself { why: "localhost node ports are off on this proxy".into() });
+    }
+    if !allowed_by_cidrs {
+        return Ok(Frontend::NodeItself {
+            why: format!("{addr} is outside nodePortAddresses, so node {} serves no node port there", node.name),
+        });
+    }
+    Ok(Frontend::External { svc, port, kind: ExternalKind::NodePort, node })
+}
+
+fn raw_address<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Result<Frontend<'a>, String> {
+    let matches = |sp: &ServicePort, port: u16| sp.protocol == probe.protocol && sp.port == port;
+    for svc in &cluster.services {
+        for sp in &svc.ports {
+            if svc.cluster_ip == dst.ip() && matches(sp, dst.port()) {
+                return Ok(Frontend::ClusterIp { svc, port: sp });
+            }
+            let external = svc.external_ips.contains(&dst.ip()) || svc.load_balancer_ips.contains(&dst.ip());
+            if external && matches(sp, dst.port()) {
+                return Err(format!(
+                    "{dst} is an external or load-balancer IP of {}: use the `externalIP:` or `loadBalancer:` form",
+                    svc.name
+                ));
+            }
+        }
+    }
+    if let Some(node) = node_owning(cluster, &probe.from, dst.ip()) {
+        for svc in &cluster.services {
+            if let Some(sp) = svc.ports.iter().find(|sp| sp.protocol == probe.protocol && sp.node_port == Some(dst.port())) {
+                return node_port(cluster, svc, sp, node, dst.ip());
+            }
+            if probe.protocol == Protocol::Tcp && svc.health_check_node_port == Some(dst.port()) {
+                return Ok(Frontend::HealthCheck { svc, node });
+            }
+        }
+        return Ok(Frontend::NodeItself { why: format!("nothing listens on node {} port {}", node.name, dst.port()) });
+    }
+    if let Some(pod) = cluster.pod_by_ip(dst.ip()) {
+        return Ok(Frontend::Pod(pod));
+    }
+    if cluster.service_cidr.contains(&dst.ip()) {
+        return Ok(Frontend::Unallocated);
+    }
+    Err(format!("no Service port, node port, node or pod answers to {dst}/{}", probe.protocol))
+}
+
+/// The node an address belongs to; 127.0.0.1 belongs to the sending node.
+fn node_owning<'a>(cluster: &'a Cluster, from: &Source, ip: IpAddr) -> Option<&'a Node> {
+    if ip == IpAddr::V4(Ipv4Addr::LOCALHOST) {
+        return match from {
+            Source::Node(n) => cluster.node(n),
+            _ => None,
+        };
+    }
+    cluster.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ip) || bridge_address(&n.pod_cidr) == ip)
+}

@@ -1,0 +1,177 @@
+//! Kubernetes Service semantics: from the Services, their endpoints and a probe alone, what
+//! must happen to the probe's traffic. Never reads rules; never knows which proxy runs.
+//!
+//! The semantics are those of kube-proxy with `--cluster-cidr` set (the reference every
+//! conformant proxy is held to here):
+//! - a Service port with no usable endpoints rejects;
+//! - usable endpoints are the ready ones, or, when none is ready, the serving terminating ones
+//!   (chosen separately for the cluster-wide and the node-local set);
+//! - a ClusterIP keeps the client's address, except from outside the pod CIDR (a node's own
+//!   processes), for hairpin traffic (a pod reaching itself) and with masquerade-all;
+//! - external destinations (node ports, external IPs, load-balancer IPs) masquerade with
+//!   externalTrafficPolicy Cluster; with Local, traffic from outside keeps its address and
+//!   reaches only the receiving node's endpoints (none: dropped), while pods and the
+//!   receiving node itself are sent to any endpoint;
+//! - internalTrafficPolicy Local sends cluster-IP traffic only to endpoints on the client's
+//!   node (none: dropped);
+//! - loadBalancerSourceRanges admit only those sources to the load-balancer IPs (node ports
+//!   bypass them);
+//! - sessionAffinity ClientIP sends a client to one backend until the timeout passes;
+//! - the health-check node port answers 200 with the node's ready local endpoint count, or 503.
+
+mod endpoints;
+mod frontend;
+mod paths;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::model::{Cluster, Probe, StatedExpectation, StatedSource, StatedVerdict};
+
+/// What Kubernetes requires of every attempt of a probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expectation {
+    pub outcome: Outcome,
+    /// One line on why, e.g. `ClusterIP kube-system/kube-dns:dns, 2 usable endpoints`.
+    pub because: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered by one of `backends`, each seeing the source given for it, spread as `spread`
+    /// says. `translated_by` is the node whose conntrack table holds the NAT (none for traffic
+    /// sent straight to a pod).
+    Answered { backends: BTreeMap<String, SeenSource>, spread: Spread, translated_by: Option<String> },
+    /// An HTTP answer from the node itself (a health-check node port).
+    Http { status: u16, local_endpoints: usize },
+    /// Actively refused (ICMP unreachable or TCP RST).
+    Rejected,
+    /// Dropped: nothing comes back.
+    Dropped,
+}
+
+/// How the attempts of one probe spread over the backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spread {
+    /// Each attempt picks a backend independently and uniformly.
+    Uniform,
+    /// Session affinity: every attempt goes to the backend the first one reached.
+    Sticky,
+    /// Session affinity whose timeout passes between attempts: each attempt picks afresh, so
+    /// they cannot all land on one backend (beyond chance).
+    AffinityExpires { timeout: Duration },
+}
+
+/// The source address a backend must see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeenSource {
+    /// The client's own address (one of them, for a node with several).
+    Client { addrs: Vec<IpAddr> },
+    /// An address of the node that masqueraded the traffic.
+    Masqueraded { node: String, addrs: Vec<IpAddr> },
+}
+
+impl SeenSource {
+    pub fn allows(&self, ip: IpAddr) -> bool {
+        match self {
+            SeenSource::Client { addrs } | SeenSource::Masqueraded { addrs, .. } => addrs.contains(&ip),
+        }
+    }
+}
+
+impl fmt::Display for SeenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |addrs: &[IpAddr]| addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join("|");
+        match self {
+            SeenSource::Client { addrs } => write!(f, "client {}", list(addrs)),
+            SeenSource::Masqueraded { node, addrs } => write!(f, "masq {node} {}", list(addrs)),
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Rejected => f.write_str("REJECT"),
+            Outcome::Dropped => f.write_str("DROP"),
+            Outcome::Http { status, local_endpoints } => {
+                write!(f, "HTTP {status} localEndpoints={local_endpoints}")
+            }
+            Outcome::Answered { backends, .. } => {
+                let names: Vec<&str> = backends.keys().map(String::as_str).collect();
+                write!(f, "{}", names.join("|"))
+            }
+        }
+    }
+}
+
+/// The expectation for a probe, or why none can be computed (a scenario error).
+pub fn expect(cluster: &Cluster, probe: &Probe) -> Result<Expectation, String> {
+    let dst = cluster
+        .target_address(&probe.to)
+        .ok_or_else(|| "the destination does not resolve to an address".to_string())?;
+    let front = frontend::classify(cluster, probe, dst)?;
+    paths::expect(cluster, probe, front)
+}
+
+/// Compares what a scenario author wrote under `expect:` with the oracle's expectation.
+pub fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Result<(), String> {
+    let mismatch = |what: String| {
+        Err(format!("{what}, but Kubernetes semantics say {} ({})", expectation.outcome, expectation.because))
+    };
+    let backends = match (&expectation.outcome, stated.verdict) {
+        (Outcome::Answered { backends, .. }, StatedVerdict::Answered) => backends,
+        (Outcome::Http { status, .. }, StatedVerdict::Answered) => {
+            return match stated.http_status {
+                Some(s) if s != *status => mismatch(format!("the scenario expects HTTP {s}")),
+                _ => Ok(()),
+            };
+        }
+        (Outcome::Rejected, StatedVerdict::Rejected) | (Outcome::Dropped, StatedVerdict::Dropped) => {
+            return Ok(());
+        }
+        (_, verdict) => return mismatch(format!("the scenario expects {verdict:?}").to_lowercase()),
+    };
+    if let Some(stated_backends) = &stated.backends {
+        let mut stated_sorted = stated_backends.clone();
+        stated_sorted.sort();
+        let expected: Vec<String> = backends.keys().cloned().collect();
+        if stated_sorted != expected {
+            return mismatch(format!("the scenario expects backends {}", stated_sorted.join("|")));
+        }
+    }
+    if let Some(stated_source) = stated.source {
+        for (pod, seen) in backends {
+            let agrees = matches!(
+                (stated_source, seen),
+                (StatedSource::Client, SeenSource::Client { .. })
+                    | (StatedSource::Masqueraded, SeenSource::Masqueraded { .. })
+            );
+            if !agrees {
+                return mismatch(format!("the scenario expects source {stated_source:?} at {pod}, not {seen}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Problems with a scenario that only the oracle sees: probes it cannot predict, and stated
+/// expectations that disagree with Kubernetes semantics. `(probe index, field, message)`.
+pub fn scenario_problems(cluster: &Cluster, probes: &[Probe]) -> Vec<(usize, &'static str, String)> {
+    let mut problems = Vec::new();
+    for (i, probe) in probes.iter().enumerate() {
+        match expect(cluster, probe) {
+            Err(message) => problems.push((i, "to", message)),
+            Ok(expectation) => {
+                if let Some(Err(message)) = probe.expect.as_ref().map(|s| check_stated(&expectation, s)) {
+                    problems.push((i, "expect", message));
+                }
+            }
+        }
+    }
+    problems
+}

@@ -1,0 +1,212 @@
+//! The expectation for each kind of frontend: who may answer, what source they see, how the
+//! attempts spread, and where the traffic is translated.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::endpoints::{cluster_wide, local_to, ready_local_count};
+use super::frontend::{ExternalKind, Frontend};
+use super::{Expectation, Outcome, SeenSource, Spread};
+use crate::model::{
+    Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, TrafficPolicy,
+    bridge_address,
+};
+
+/// Kernels age `recent` entries in jiffies; an interval this much past the affinity timeout is
+/// safely past it.
+const AFFINITY_MARGIN: Duration = Duration::from_millis(500);
+
+pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> Result<Expectation, String> {
+    match front {
+        Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port),
+        Frontend::External { svc, port, kind, node } => external(cluster, probe, svc, port, kind, node),
+        Frontend::HealthCheck { svc, node } => Ok(health_check(cluster, svc, node)),
+        Frontend::NodeItself { why } => Ok(Expectation { outcome: Outcome::Rejected, because: why }),
+        Frontend::Pod(pod) => Ok(direct_to_pod(cluster, probe, pod)),
+        Frontend::Unallocated => Ok(Expectation {
+            outcome: Outcome::Dropped,
+            because: "in the service CIDR, but no Service port listens there".into(),
+        }),
+    }
+}
+
+fn describe(svc: &Service, port: &ServicePort) -> String {
+    if port.name.is_empty() { svc.namespaced_name() } else { format!("{}:{}", svc.namespaced_name(), port.name) }
+}
+
+fn cluster_ip(cluster: &Cluster, probe: &Probe, svc: &Service, port: &ServicePort) -> Result<Expectation, String> {
+    let name = format!("ClusterIP {}", describe(svc, port));
+    let Some(client_node) = cluster.source_node(&probe.from) else {
+        return Err(format!("{} has no route to cluster IPs: only pods and nodes can reach {name}", probe.from));
+    };
+    let all = cluster_wide(port);
+    if all.is_empty() {
+        return Ok(rejected(format!("{name} has no endpoints")));
+    }
+    let (chosen, policy) = match svc.internal_traffic_policy {
+        TrafficPolicy::Cluster => (all, ""),
+        TrafficPolicy::Local => (local_to(cluster, port, &client_node.name), ", internalTrafficPolicy Local"),
+    };
+    if chosen.is_empty() {
+        return Ok(dropped(format!("{name}{policy}, no endpoint on {}", client_node.name)));
+    }
+    let from_pod = matches!(probe.from, Source::Pod(_));
+    let seen = |e: &Endpoint| {
+        if from_pod && !cluster.proxy.masquerade_all && !is_hairpin(probe, e) {
+            client_source(cluster, &probe.from)
+        } else {
+            masqueraded_by(client_node)
+        }
+    };
+    answered(probe, svc, &chosen, seen, client_node, format!("{name}, {} usable endpoints{policy}", chosen.len()))
+}
+
+/// Node ports, external IPs and load-balancer IPs: the "external destinations" of a Service.
+fn external(
+    cluster: &Cluster,
+    probe: &Probe,
+    svc: &Service,
+    port: &ServicePort,
+    kind: ExternalKind,
+    node: &Node,
+) -> Result<Expectation, String> {
+    let name = format!("{} of {} on {}", kind.describe(), describe(svc, port), node.name);
+    if kind == ExternalKind::LoadBalancer && !svc.load_balancer_source_ranges.is_empty() {
+        let source = cluster.source_ip(&probe.from).expect("validated source");
+        if !svc.load_balancer_source_ranges.iter().any(|r| r.contains(&source)) {
+            return Ok(dropped(format!("{name}: source {source} is outside loadBalancerSourceRanges")));
+        }
+    }
+    let all = cluster_wide(port);
+    if all.is_empty() {
+        return Ok(rejected(format!("{name} has no endpoints")));
+    }
+    // With policy Local, only traffic from outside is kept local: pods (anywhere) and the
+    // receiving node's own processes are short-circuited to every endpoint.
+    let from_pod = matches!(probe.from, Source::Pod(_));
+    let from_receiving_node = matches!(&probe.from, Source::Node(n) if *n == node.name);
+    if svc.external_traffic_policy == TrafficPolicy::Local && !from_pod && !from_receiving_node {
+        let local = local_to(cluster, port, &node.name);
+        if local.is_empty() {
+            return Ok(dropped(format!("{name}, externalTrafficPolicy Local, no endpoint on {}", node.name)));
+        }
+        let because = format!("{name}, externalTrafficPolicy Local, {} local endpoints", local.len());
+        return answered(probe, svc, &local, |_| client_source(cluster, &probe.from), node, because);
+    }
+    let keep_pod_source = svc.external_traffic_policy == TrafficPolicy::Local && from_pod;
+    let seen = |e: &Endpoint| {
+        if keep_pod_source && !is_hairpin(probe, e) {
+            client_source(cluster, &probe.from)
+        } else {
+            masqueraded_by(node)
+        }
+    };
+    answered(probe, svc, &all, seen, node, format!("{name}, {} usable endpoints", all.len()))
+}
+
+fn health_check(cluster: &Cluster, svc: &Service, node: &Node) -> Expectation {
+    let local = ready_local_count(cluster, &svc.ports, &node.name);
+    let status = if local > 0 { 200 } else { 503 };
+    Expectation {
+        outcome: Outcome::Http { status, local_endpoints: local },
+        because: format!("health check of {} on {}: {local} ready local endpoints", svc.namespaced_name(), node.name),
+    }
+}
+
+fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &Pod) -> Expectation {
+    let dst = cluster.target_address(&probe.to).expect("classified from this address");
+    let serves = pod.ports.iter().any(|p| p.port == dst.port() && p.protocol == probe.protocol);
+    if !serves {
+        return rejected(format!("pod {} does not listen on {}/{}", pod.name, dst.port(), probe.protocol));
+    }
+    let backends = BTreeMap::from([(pod.name.clone(), client_source(cluster, &probe.from))]);
+    Expectation {
+        outcome: Outcome::Answered { backends, spread: Spread::Uniform, translated_by: None },
+        because: format!("directly to pod {}", pod.name),
+    }
+}
+
+fn answered(
+    probe: &Probe,
+    svc: &Service,
+    chosen: &[&Endpoint],
+    seen: impl Fn(&Endpoint) -> SeenSource,
+    translated_by: &Node,
+    because: String,
+) -> Result<Expectation, String> {
+    let backends = chosen.iter().map(|e| (e.pod.clone(), seen(e))).collect();
+    let spread = spread(svc, probe)?;
+    if let (Spread::AffinityExpires { .. }, k @ 2..) = (spread, chosen.len()) {
+        // All attempts on one backend by chance: k^(1-n). Too few attempts and the check that
+        // affinity expired could never fail.
+        let needed = attempts_to_see_expiry(k);
+        if probe.count < needed {
+            return Err(format!(
+                "count {} is too small to see affinity expire over {k} backends: use at least {needed}",
+                probe.count
+            ));
+        }
+    }
+    let because = match spread {
+        Spread::Uniform => because,
+        Spread::Sticky => format!("{because}, sessionAffinity ClientIP"),
+        Spread::AffinityExpires { timeout } => {
+            format!("{because}, sessionAffinity ClientIP expiring after {}s between attempts", timeout.as_secs())
+        }
+    };
+    Ok(Expectation {
+        outcome: Outcome::Answered { backends, spread, translated_by: Some(translated_by.name.clone()) },
+        because,
+    })
+}
+
+/// The fewest attempts `n` with `k^(1-n)` ≤ the verdict's false-failure rate.
+fn attempts_to_see_expiry(k: usize) -> u32 {
+    let rate = crate::verdict::FALSE_FAILURE_RATE;
+    (1..).find(|&n| (k as f64).powi(1 - n as i32) <= rate).unwrap_or(u32::MAX)
+}
+
+fn spread(svc: &Service, probe: &Probe) -> Result<Spread, String> {
+    let SessionAffinity::ClientIp { timeout_seconds } = svc.session_affinity else { return Ok(Spread::Uniform) };
+    let timeout = Duration::from_secs(timeout_seconds.into());
+    match probe.interval {
+        Some(interval) if interval >= timeout + AFFINITY_MARGIN => Ok(Spread::AffinityExpires { timeout }),
+        Some(interval) if interval > timeout => Err(format!(
+            "interval {interval:?} is too close to the affinity timeout {timeout:?} to say whether it expired: \
+             make it at least {:?}",
+            timeout + AFFINITY_MARGIN
+        )),
+        _ => Ok(Spread::Sticky),
+    }
+}
+
+fn is_hairpin(probe: &Probe, e: &Endpoint) -> bool {
+    matches!(&probe.from, Source::Pod(p) if *p == e.pod)
+}
+
+fn rejected(because: String) -> Expectation {
+    Expectation { outcome: Outcome::Rejected, because }
+}
+
+fn dropped(because: String) -> Expectation {
+    Expectation { outcome: Outcome::Dropped, because }
+}
+
+/// The client's own addresses: a node may send from its node address or its bridge address,
+/// depending on the route to the backend.
+fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
+    match source {
+        Source::Node(n) => SeenSource::Client { addrs: node_addresses(cluster.node(n).expect("validated source")) },
+        other => SeenSource::Client { addrs: vec![cluster.source_ip(other).expect("validated source")] },
+    }
+}
+
+fn masqueraded_by(node: &Node) -> SeenSource {
+    SeenSource::Masqueraded { node: node.name.clone(), addrs: node_addresses(node) }
+}
+
+/// A node masquerades to the address of the interface toward the backend: its node-network
+/// address, or its pod-bridge gateway for a backend on the same node.
+fn node_addresses(node: &Node) -> Vec<std::net::IpAddr> {
+    vec![node.ip, bridge_address(&node.pod_cidr)]
+}

@@ -1,0 +1,346 @@
+//! Kubernetes semantics, one path at a time, on a two-node cluster with a NodePort Service.
+
+use super::*;
+use crate::model::*;
+
+fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
+    Endpoint {
+        ip: ip.parse().unwrap(),
+        port: 8080,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node: Some(node.into()),
+        pod: pod.into(),
+    }
+}
+
+fn pod(name: &str, ip: &str, node: &str) -> Pod {
+    Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        node: node.into(),
+        ip: ip.parse().unwrap(),
+        labels: Default::default(),
+        ports: vec![ContainerPort { name: None, port: 8080, protocol: Protocol::Tcp }],
+    }
+}
+
+fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
+    Cluster {
+        pod_cidr: "10.244.0.0/16".parse().unwrap(),
+        service_cidr: "10.96.0.0/12".parse().unwrap(),
+        node_network: "192.168.50.0/24".parse().unwrap(),
+        nodes: vec![
+            Node {
+                secondary_ips: vec![],
+                name: "a".into(),
+                ip: "192.168.50.11".parse().unwrap(),
+                pod_cidr: "10.244.1.0/24".parse().unwrap(),
+            },
+            Node {
+                secondary_ips: vec![],
+                name: "b".into(),
+                ip: "192.168.50.12".parse().unwrap(),
+                pod_cidr: "10.244.2.0/24".parse().unwrap(),
+            },
+        ],
+        external_hosts: vec![ExternalHost { name: "ext".into(), ip: "192.168.50.100".parse().unwrap() }],
+        pods: vec![
+            pod("web-a", "10.244.1.5", "a"),
+            pod("web-b", "10.244.2.5", "b"),
+            pod("client", "10.244.1.9", "a"),
+        ],
+        services: vec![Service {
+            namespace: "default".into(),
+            name: "web".into(),
+            service_type: ServiceType::NodePort,
+            cluster_ip: "10.96.0.20".parse().unwrap(),
+            external_traffic_policy: etp,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            ports: vec![ServicePort {
+                name: "http".into(),
+                protocol: Protocol::Tcp,
+                port: 80,
+                node_port: Some(30080),
+                endpoints,
+            }],
+            external_ips: vec![],
+            load_balancer_ips: vec![],
+            load_balancer_source_ranges: vec![],
+            health_check_node_port: None,
+            session_affinity: SessionAffinity::None,
+        }],
+        proxy: ProxyConfig::default(),
+    }
+}
+
+fn both() -> Vec<Endpoint> {
+    vec![endpoint("web-a", "10.244.1.5", "a"), endpoint("web-b", "10.244.2.5", "b")]
+}
+
+fn probe(from: Source, to: Target) -> Probe {
+    Probe { name: "p".into(), from, to, protocol: Protocol::Tcp, count: 1, interval: None, expect: None }
+}
+
+fn to_cluster_ip() -> Target {
+    Target::ClusterIp { service: "web".into(), port: "http".into() }
+}
+
+fn to_node_port(node: &str) -> Target {
+    Target::NodePort { service: "web".into(), port: "http".into(), node: node.into(), address: None }
+}
+
+fn backends(e: &Expectation) -> &BTreeMap<String, SeenSource> {
+    match &e.outcome {
+        Outcome::Answered { backends, .. } => backends,
+        other => panic!("expected an answer, got {other}"),
+    }
+}
+
+#[test]
+fn pod_to_cluster_ip_keeps_the_client_address() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
+    let b = backends(&e);
+    assert_eq!(b.len(), 2);
+    assert_eq!(b["web-b"], SeenSource::Client { addrs: vec!["10.244.1.9".parse().unwrap()] });
+}
+
+#[test]
+fn hairpin_is_masqueraded_by_the_pods_node() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Pod("web-a".into()), to_cluster_ip())).unwrap();
+    let b = backends(&e);
+    assert!(matches!(&b["web-a"], SeenSource::Masqueraded { node, .. } if node == "a"));
+    assert!(matches!(&b["web-b"], SeenSource::Client { .. }));
+}
+
+#[test]
+fn node_to_cluster_ip_is_masqueraded() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Node("b".into()), to_cluster_ip())).unwrap();
+    assert!(
+        backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b"))
+    );
+}
+
+#[test]
+fn external_to_node_port_is_masqueraded_by_the_receiving_node() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
+    let b = backends(&e);
+    assert_eq!(b.len(), 2);
+    assert!(b.values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "a")));
+}
+
+#[test]
+fn no_endpoints_rejects() {
+    let c = cluster(vec![], TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
+    assert_eq!(e.outcome, Outcome::Rejected);
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Rejected);
+}
+
+#[test]
+fn terminating_endpoints_serve_only_when_none_is_ready() {
+    let mut eps = both();
+    eps[0].ready = false;
+    eps[0].terminating = true;
+    let c = cluster(eps.clone(), TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
+    assert_eq!(backends(&e).keys().collect::<Vec<_>>(), vec!["web-b"]);
+    eps[1].ready = false;
+    eps[1].serving = false;
+    let c = cluster(eps, TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
+    assert_eq!(backends(&e).keys().collect::<Vec<_>>(), vec!["web-a"]);
+}
+
+#[test]
+fn local_policy_keeps_external_clients_local_and_drops_without_local_endpoints() {
+    let c = cluster(vec![endpoint("web-a", "10.244.1.5", "a")], TrafficPolicy::Local);
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
+    assert_eq!(
+        backends(&e)["web-a"],
+        SeenSource::Client { addrs: vec!["192.168.50.100".parse().unwrap()] }
+    );
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Dropped);
+    // Pods are short-circuited to every endpoint, wherever they send.
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_node_port("b"))).unwrap();
+    assert_eq!(backends(&e).len(), 1);
+}
+
+#[test]
+fn raw_addresses_are_recognised() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let to = |a: &str| Target::Address(a.parse().unwrap());
+    let from = || Source::Pod("client".into());
+    assert_eq!(backends(&expect(&c, &probe(from(), to("10.96.0.20:80"))).unwrap()).len(), 2);
+    assert_eq!(backends(&expect(&c, &probe(from(), to("192.168.50.12:30080"))).unwrap()).len(), 2);
+    assert_eq!(backends(&expect(&c, &probe(from(), to("10.244.2.5:8080"))).unwrap()).len(), 1);
+    assert_eq!(expect(&c, &probe(from(), to("10.244.2.5:9999"))).unwrap().outcome, Outcome::Rejected);
+    assert_eq!(expect(&c, &probe(from(), to("10.96.0.99:80"))).unwrap().outcome, Outcome::Dropped);
+    assert!(expect(&c, &probe(from(), to("8.8.8.8:53"))).is_err());
+}
+
+#[test]
+fn external_hosts_cannot_reach_cluster_ips() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    assert!(expect(&c, &probe(Source::External("ext".into()), to_cluster_ip())).is_err());
+}
+
+#[test]
+fn stated_expectations_are_checked() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Pod("web-a".into()), to_cluster_ip())).unwrap();
+    let stated = |verdict, backends: Option<Vec<&str>>, source| StatedExpectation {
+        verdict,
+        backends: backends.map(|b| b.into_iter().map(String::from).collect()),
+        source,
+        http_status: None,
+    };
+    assert!(
+        check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok()
+    );
+    assert!(check_stated(&e, &stated(StatedVerdict::Rejected, None, None)).is_err());
+    assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-a"]), None)).is_err());
+    // Hairpin to web-a is masqueraded, so "client" is wrong for the probe as a whole.
+    let err =
+        check_stated(&e, &stated(StatedVerdict::Answered, None, Some(StatedSource::Client))).unwrap_err();
+    assert!(err.contains("web-a"), "{err}");
+}
+
+fn lb_cluster(etp: TrafficPolicy, ranges: &[&str]) -> Cluster {
+    let mut c = cluster(vec![endpoint("web-a", "10.244.1.5", "a")], etp);
+    let svc = &mut c.services[0];
+    svc.service_type = ServiceType::LoadBalancer;
+    svc.load_balancer_ips = vec!["203.0.113.10".parse().unwrap()];
+    svc.external_ips = vec!["198.51.100.7".parse().unwrap()];
+    svc.load_balancer_source_ranges = ranges.iter().map(|r| r.parse().unwrap()).collect();
+    c.external_hosts.push(ExternalHost { name: "blocked".into(), ip: "192.168.50.200".parse().unwrap() });
+    c
+}
+
+fn to_lb(via: Option<&str>) -> Target {
+    Target::LoadBalancer {
+        service: "web".into(),
+        port: "http".into(),
+        ip: "203.0.113.10".parse().unwrap(),
+        via: via.map(String::from),
+    }
+}
+
+#[test]
+fn source_ranges_admit_only_listed_sources_to_the_load_balancer() {
+    let c = lb_cluster(TrafficPolicy::Cluster, &["192.168.50.100/32"]);
+    let e = expect(&c, &probe(Source::External("ext".into()), to_lb(Some("b")))).unwrap();
+    assert!(matches!(&backends(&e)["web-a"], SeenSource::Masqueraded { node, .. } if node == "b"));
+    let e = expect(&c, &probe(Source::External("blocked".into()), to_lb(Some("b")))).unwrap();
+    assert_eq!(e.outcome, Outcome::Dropped);
+    // A pod is outside the ranges too: kube-proxy drops it at the load-balancer IP.
+    assert_eq!(expect(&c, &probe(Source::Pod("client".into()), to_lb(None))).unwrap().outcome, Outcome::Dropped);
+    // Node ports bypass the ranges.
+    let e = expect(&c, &probe(Source::External("blocked".into()), to_node_port("a"))).unwrap();
+    assert_eq!(backends(&e).len(), 1);
+}
+
+#[test]
+fn external_hosts_need_a_via_node_for_external_and_load_balancer_ips() {
+    let c = lb_cluster(TrafficPolicy::Cluster, &[]);
+    assert!(expect(&c, &probe(Source::External("ext".into()), to_lb(None))).unwrap_err().contains("via"));
+}
+
+#[test]
+fn local_policy_on_a_load_balancer_keeps_outsiders_on_the_entry_node() {
+    let c = lb_cluster(TrafficPolicy::Local, &[]);
+    let e = expect(&c, &probe(Source::External("ext".into()), to_lb(Some("a")))).unwrap();
+    assert!(matches!(&backends(&e)["web-a"], SeenSource::Client { .. }));
+    let e = expect(&c, &probe(Source::External("ext".into()), to_lb(Some("b")))).unwrap();
+    assert_eq!(e.outcome, Outcome::Dropped);
+    // Pods on a node without endpoints are short-circuited and keep their address.
+    let mut c = c;
+    c.pods.push(pod("far", "10.244.2.9", "b"));
+    let e = expect(&c, &probe(Source::Pod("far".into()), to_lb(None))).unwrap();
+    assert!(matches!(&backends(&e)["web-a"], SeenSource::Client { .. }));
+    // The node itself is short-circuited and masqueraded.
+    let e = expect(&c, &probe(Source::Node("b".into()), to_lb(None))).unwrap();
+    assert!(matches!(&backends(&e)["web-a"], SeenSource::Masqueraded { node, .. } if node == "b"));
+}
+
+#[test]
+fn health_check_reports_ready_local_endpoints() {
+    let mut c = lb_cluster(TrafficPolicy::Local, &[]);
+    c.services[0].health_check_node_port = Some(32000);
+    let hc = |node: &str| Target::HealthCheck { service: "web".into(), node: node.into() };
+    let e = expect(&c, &probe(Source::External("ext".into()), hc("a"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Http { status: 200, local_endpoints: 1 });
+    let e = expect(&c, &probe(Source::External("ext".into()), hc("b"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Http { status: 503, local_endpoints: 0 });
+}
+
+#[test]
+fn affinity_is_sticky_until_attempts_outlast_the_timeout() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.services[0].session_affinity = SessionAffinity::ClientIp { timeout_seconds: 1 };
+    let mut p = probe(Source::Pod("client".into()), to_cluster_ip());
+    let spread = |c: &Cluster, p: &Probe| match expect(c, p).unwrap().outcome {
+        Outcome::Answered { spread, .. } => spread,
+        other => panic!("{other}"),
+    };
+    assert_eq!(spread(&c, &p), Spread::Sticky);
+    p.interval = Some(std::time::Duration::from_millis(1600));
+    // Two backends need 21 attempts before "never expired" stops being plausible luck.
+    assert!(expect(&c, &p).unwrap_err().contains("at least 21"));
+    p.count = 21;
+    assert!(matches!(spread(&c, &p), Spread::AffinityExpires { .. }));
+    p.interval = Some(std::time::Duration::from_millis(1200));
+    assert!(expect(&c, &p).unwrap_err().contains("too close"));
+}
+
+#[test]
+fn node_port_addresses_and_localhost_decide_where_node_ports_answer() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    let at = |addr: &str| Target::NodePort {
+        service: "web".into(),
+        port: "http".into(),
+        node: "a".into(),
+        address: Some(addr.parse().unwrap()),
+    };
+    let ext = || Source::External("ext".into());
+    assert_eq!(backends(&expect(&c, &probe(ext(), at("192.168.50.111"))).unwrap()).len(), 2);
+    c.proxy.node_port_addresses = vec!["192.168.50.11/32".parse().unwrap()];
+    assert_eq!(expect(&c, &probe(ext(), at("192.168.50.111"))).unwrap().outcome, Outcome::Rejected);
+    assert_eq!(backends(&expect(&c, &probe(ext(), at("192.168.50.11"))).unwrap()).len(), 2);
+    // Localhost node ports: from the node itself, only where enabled and allowed.
+    let local = || Source::Node("a".into());
+    assert_eq!(expect(&c, &probe(local(), at("127.0.0.1"))).unwrap().outcome, Outcome::Rejected);
+    c.proxy.node_port_addresses.clear();
+    assert_eq!(backends(&expect(&c, &probe(local(), at("127.0.0.1"))).unwrap()).len(), 2);
+    c.proxy.localhost_node_ports = false;
+    assert_eq!(expect(&c, &probe(local(), at("127.0.0.1"))).unwrap().outcome, Outcome::Rejected);
+}
+
+#[test]
+fn masquerade_all_masquerades_pods_too() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.proxy.masquerade_all = true;
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
+    assert!(backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "a")));
+}
+
+#[test]
+fn internal_local_policy_falls_back_to_local_terminating_endpoints_only() {
+    let mut eps = both();
+    eps[0].ready = false;
+    eps[0].terminating = true;
+    let mut c = cluster(eps, TrafficPolicy::Cluster);
+    c.services[0].internal_traffic_policy = TrafficPolicy::Local;
+    // On node a, the only local endpoint is terminating but serving: it is used, although a
+    // ready endpoint exists on node b.
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
+    assert_eq!(backends(&e).keys().collect::<Vec<_>>(), vec!["web-a"]);
+}
