@@ -28,4 +28,9 @@ impl Addresses {
             }
         }
     }
+
+    /// Who `ip` was assigned to, e.g. `node node-a`, if anyone.
+    pub fn owner(&self, ip: IpAddr) -> Option<&str> {
+        self.owners.get(&ip).map(String::as_str)
+    }
 }

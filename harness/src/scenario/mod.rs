@@ -6,23 +6,33 @@
 //! cascading are reported at once.
 //!
 //! The stages, one file each: `yaml` (text → JSON values + positions), `objects` (kind
-//! dispatch, k8s-openapi parsing), `scenario_doc` (our document), `pods`, `services`,
-//! `endpoints` and `derive` (EndpointSlices), `probes`, tied together by `validate`.
+//! dispatch, k8s-openapi parsing), `scenario_doc` (our document) with `proxy_config`, `pods`,
+//! `services` with `external` (external IPs, load balancers, health checks), `affinity` and
+//! `claims` (what Services share), `endpoints` and `derive` (EndpointSlices), `probes` with
+//! `targets`, `target_form` and `duration`, `flows` (generated probes), tied together by `validate`.
 
 mod addresses;
+mod affinity;
+mod claims;
 mod de;
 mod derive;
+mod duration;
 mod endpoints;
 mod error;
+mod external;
+mod flows;
 mod names;
 mod net;
 mod objects;
 mod pods;
 mod probes;
+mod proxy_config;
 mod registry;
 mod scenario_doc;
 mod services;
 mod spec;
+mod target_form;
+mod targets;
 mod validate;
 mod yaml;
 
@@ -53,6 +63,13 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {
 
 /// Validates scenario text; `path` only names the file in errors and in `Scenario::source`.
 pub fn load_str(text: &str, path: &Path) -> Result<Scenario, ScenarioErrors> {
+    load_with(text, path, validate::build)
+}
+
+/// How the documents of a file become a scenario (the whole check, or part of it in tests).
+type Build = fn(&[yaml::Document], &Path, &mut error::Diagnostics) -> Option<Scenario>;
+
+fn load_with(text: &str, path: &Path, build: Build) -> Result<Scenario, ScenarioErrors> {
     let mut diag = error::Diagnostics::new(path.to_path_buf());
     let docs = match yaml::parse(text) {
         Ok(docs) => docs,
@@ -62,7 +79,7 @@ pub fn load_str(text: &str, path: &Path) -> Result<Scenario, ScenarioErrors> {
             return Err(diag.into_errors());
         }
     };
-    let scenario = validate::build(&docs, path, &mut diag);
+    let scenario = build(&docs, path, &mut diag);
     match scenario {
         Some(scenario) if diag.is_empty() => Ok(scenario),
         _ => {

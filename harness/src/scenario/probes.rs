@@ -1,24 +1,26 @@
-//! `spec.probes` → `model::Probe`, every name resolved against the scenario.
+//! `spec.probes` → `model::Probe`, every name resolved against the scenario (targets in
+//! `targets.rs`).
 
 use std::collections::HashMap;
 
 use crate::model::{
-    ExternalHost, Node, Probe, Protocol, Service, ServicePort, Source, StatedExpectation, StatedSource,
-    StatedVerdict, Target,
+    ExternalHost, Node, Probe, Protocol, Source, StatedExpectation, StatedSource, StatedVerdict, Target,
 };
 
+use super::duration::parse_interval;
 use super::error::{Diagnostics, Site};
-use super::net::parse_ip;
 use super::pods::PodEntry;
 use super::registry::Registry;
 use super::services::ServiceEntry;
-use super::spec::{
-    ExpectSpec, PortRef, ProbeSpec, ProtocolSpec, SourceKindSpec, SourceSpec, TargetSpec, VerdictSpec,
-};
+use super::spec::{ExpectSpec, ProbeSpec, ProtocolSpec, SourceKindSpec, SourceSpec, VerdictSpec};
+use super::targets;
 use super::yaml::FieldPath;
 
-const DEFAULT_COUNT: u32 = 10;
-const MAX_COUNT: u32 = 10_000;
+pub(crate) const DEFAULT_COUNT: u32 = 10;
+pub(crate) const MAX_COUNT: u32 = 10_000;
+
+/// The HTTP statuses of a health-check node port: 200 with local endpoints, 503 without.
+const HEALTH_CHECK_STATUSES: [u16; 2] = [200, 503];
 
 /// Everything a probe may refer to.
 pub(crate) struct Names<'r, 'a> {
@@ -67,15 +69,25 @@ fn resolve_one(
 ) -> Option<Probe> {
     let from = source(site, &path.key("from"), &spec.from, names, diag);
     let stated = spec.protocol.map(protocol_of);
-    let to = target(site, &path.key("to"), &spec.to, stated, names, diag);
+    let to = targets::resolve(site, &path.key("to"), &spec.to, stated, from.as_ref(), names, diag);
     let count = spec.count.unwrap_or(DEFAULT_COUNT);
-    if !(1..=MAX_COUNT).contains(&count) {
-        diag.value(site, &path.key("count"), format!("count must be between 1 and {MAX_COUNT}, not {count}"));
-    }
-    let expect = spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, names.pods, diag));
+    check_count(site, &path.key("count"), count, diag);
+    let interval = spec.interval.as_ref().and_then(|text| {
+        parse_interval(&text.0).map_err(|e| diag.value(site, &path.key("interval"), e)).ok()
+    });
+    let target = to.as_ref().map(|(t, _)| t);
+    let expect =
+        spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names.pods, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
-    Some(Probe { name, from: from?, to, protocol, count, interval: None, expect })
+    Some(Probe { name, from: from?, to, protocol, count, interval, expect })
+}
+
+/// A probe's or the flows' `count`.
+pub(crate) fn check_count(site: &Site<'_>, path: &FieldPath, count: u32, diag: &mut Diagnostics) {
+    if !(1..=MAX_COUNT).contains(&count) {
+        diag.value(site, path, format!("count must be between 1 and {MAX_COUNT}, not {count}"));
+    }
 }
 
 fn protocol_of(p: ProtocolSpec) -> Protocol {
@@ -115,177 +127,12 @@ fn source(
     }
 }
 
-/// The target and the protocol it implies (`None` for a raw address, meaning TCP unless stated).
-fn target(
-    site: &Site<'_>,
-    path: &FieldPath,
-    spec: &TargetSpec,
-    stated: Option<Protocol>,
-    names: &Names<'_, '_>,
-    diag: &mut Diagnostics,
-) -> Option<(Target, Option<Protocol>)> {
-    match (&spec.service, &spec.address) {
-        (Some(service), None) => service_target(site, path, service, spec, stated, names, diag),
-        (None, Some(address)) => {
-            if spec.node_port.is_some() {
-                diag.value(site, &path.key("nodePort"), "nodePort goes with service, not with address");
-            }
-            let ip = parse_ip(address).map_err(|e| diag.value(site, &path.key("address"), e)).ok();
-            let port = match &spec.port {
-                Some(PortRef::Number(n)) => Some(*n),
-                Some(PortRef::Name(_)) => {
-                    diag.value(site, &path.key("port"), "an address target needs a port number, not a name");
-                    None
-                }
-                None => {
-                    diag.value(site, &path.key("port"), "required field `port` is missing");
-                    None
-                }
-            };
-            Some((Target::Address(std::net::SocketAddr::new(ip?, port?)), stated))
-        }
-        (Some(_), Some(_)) => {
-            diag.value(site, path, "give either service (with port) or address (with port), not both");
-            None
-        }
-        (None, None) => {
-            diag.value(site, path, "give either service (with port) or address (with port)");
-            None
-        }
-    }
-}
-
-fn service_target(
-    site: &Site<'_>,
-    path: &FieldPath,
-    name: &str,
-    spec: &TargetSpec,
-    stated: Option<Protocol>,
-    names: &Names<'_, '_>,
-    diag: &mut Diagnostics,
-) -> Option<(Target, Option<Protocol>)> {
-    let entry = names.services.resolve(name, site, &path.key("service"), diag);
-    let node =
-        spec.node_port.as_ref().and_then(|n| names.nodes.resolve(n, site, &path.key("nodePort"), diag));
-    let service = &entry?.service;
-    let port = service_port(site, path, service, spec.port.as_ref(), stated, diag)?;
-    if let Some(p) = stated
-        && p != port.protocol
-    {
-        diag.value(
-            site,
-            &path.parent().unwrap_or_default().key("protocol"),
-            format!(
-                "protocol {p} does not match port {} of Service {}, which is {}",
-                port_label(port),
-                service.name,
-                port.protocol
-            ),
-        );
-    }
-    // What `model::Cluster::service_port` resolves back to this port.
-    let port_ref = if port.name.is_empty() { port.port.to_string() } else { port.name.clone() };
-    let target = match (&spec.node_port, node) {
-        (None, _) => Target::ClusterIp { service: service.name.clone(), port: port_ref },
-        (Some(_), None) => return None,
-        (Some(_), Some(node)) => {
-            if port.node_port.is_none() {
-                diag.value(
-                    site,
-                    &path.key("nodePort"),
-                    format!(
-                        "port {} of Service {} has no nodePort (the Service is not of type NodePort or LoadBalancer)",
-                        port_label(port),
-                        service.name
-                    ),
-                );
-            }
-            Target::NodePort { service: service.name.clone(), port: port_ref, node: node.name.clone(), address: None }
-        }
-    };
-    Some((target, Some(port.protocol)))
-}
-
-/// The service port `port` names: by name, else by number (with the stated protocol choosing
-/// between, e.g., 53/UDP and 53/TCP); may be left out when the Service has one port.
-fn service_port<'s>(
-    site: &Site<'_>,
-    path: &FieldPath,
-    service: &'s Service,
-    port: Option<&PortRef>,
-    stated: Option<Protocol>,
-    diag: &mut Diagnostics,
-) -> Option<&'s ServicePort> {
-    let known = || {
-        service
-            .ports
-            .iter()
-            .map(|p| format!("{} ({}/{})", port_label(p), p.port, p.protocol))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let at = path.key("port");
-    let number = match port {
-        None if service.ports.len() == 1 => return service.ports.first(),
-        None => {
-            diag.value(
-                site,
-                &at,
-                format!(
-                    "Service {} has {} ports: name one (known: {})",
-                    service.name,
-                    service.ports.len(),
-                    known()
-                ),
-            );
-            return None;
-        }
-        Some(PortRef::Name(name)) => match service.ports.iter().find(|p| p.name == *name) {
-            Some(p) => return Some(p),
-            None => name.parse::<u16>().ok(),
-        },
-        Some(PortRef::Number(n)) => Some(*n),
-    };
-    let candidates: Vec<&ServicePort> = service
-        .ports
-        .iter()
-        .filter(|p| Some(p.port) == number && stated.is_none_or(|s| s == p.protocol))
-        .collect();
-    match candidates.as_slice() {
-        [one] => Some(one),
-        [] => {
-            let what = port.map(|p| p.to_string()).unwrap_or_default();
-            diag.value(
-                site,
-                &at,
-                format!("Service {} has no port {what} (known: {})", service.name, known()),
-            );
-            None
-        }
-        _ => {
-            diag.value(
-                site,
-                &at,
-                format!(
-                    "port {} of Service {} is ambiguous: name one, or give protocol (known: {})",
-                    number.unwrap_or_default(),
-                    service.name,
-                    known()
-                ),
-            );
-            None
-        }
-    }
-}
-
-fn port_label(p: &ServicePort) -> String {
-    if p.name.is_empty() { p.port.to_string() } else { p.name.clone() }
-}
-
+/// `target` is `None` when it did not resolve (then nothing is checked against it).
 fn expectation(
     site: &Site<'_>,
     path: &FieldPath,
     spec: &ExpectSpec,
+    target: Option<&Target>,
     pods: &Registry<PodEntry>,
     diag: &mut Diagnostics,
 ) -> StatedExpectation {
@@ -295,11 +142,43 @@ fn expectation(
         VerdictSpec::Dropped => StatedVerdict::Dropped,
     };
     let answered = verdict == StatedVerdict::Answered;
-    if !answered && spec.backends.is_some() {
-        diag.value(site, &path.key("backends"), "backends only go with verdict: answered");
+    let health_check = target.map(|t| matches!(t, Target::HealthCheck { .. }));
+    let stated = [
+        ("backends", "backends only go", spec.backends.is_some()),
+        ("source", "source only goes", spec.source.is_some()),
+    ];
+    for (key, only, given) in stated {
+        if !given {
+            continue;
+        }
+        if !answered {
+            diag.value(site, &path.key(key), format!("{only} with verdict: answered"));
+        } else if health_check == Some(true) {
+            diag.value(
+                site,
+                &path.key(key),
+                format!(
+                    "{key} does not apply to a healthCheck target: the proxy on the node answers it \
+                     (state httpStatus instead)"
+                ),
+            );
+        }
     }
-    if !answered && spec.source.is_some() {
-        diag.value(site, &path.key("source"), "source only goes with verdict: answered");
+    if let Some(status) = spec.http_status {
+        let at = path.key("httpStatus");
+        if !HEALTH_CHECK_STATUSES.contains(&status) {
+            diag.value(
+                site,
+                &at,
+                format!(
+                    "httpStatus must be 200 (the node has local endpoints) or 503 (it has none), not {status}"
+                ),
+            );
+        } else if health_check == Some(false) {
+            diag.value(site, &at, "httpStatus only goes with a healthCheck target");
+        } else if !answered {
+            diag.value(site, &at, "httpStatus only goes with verdict: answered");
+        }
     }
     let backends = spec.backends.as_ref().map(|names| {
         for (k, name) in names.iter().enumerate() {
@@ -311,5 +190,5 @@ fn expectation(
         SourceKindSpec::Client => StatedSource::Client,
         SourceKindSpec::Masqueraded => StatedSource::Masqueraded,
     });
-    StatedExpectation { verdict, backends, source, http_status: None }
+    StatedExpectation { verdict, backends, source, http_status: spec.http_status }
 }

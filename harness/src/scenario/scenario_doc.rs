@@ -1,18 +1,21 @@
 //! Our `kind: Scenario` document: its header, the cluster networks, nodes and external hosts.
-//! Probes are only typed here; they are resolved once the Kubernetes objects are known.
+//! Probes are only typed here; they are resolved once the Kubernetes objects are known, and
+//! flows are generated then (`flows.rs`). The proxy's flags are read in `proxy_config.rs`.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use serde_json::Value;
 
-use crate::model::{ExternalHost, Node, bridge_address};
+use crate::model::{ExternalHost, Node, ProxyConfig, bridge_address};
 
 use super::addresses::Addresses;
 use super::de::typed;
 use super::error::{Diagnostics, Site};
+use super::flows::{self, Flows};
 use super::names::check_name;
 use super::net::{not_a_host_of, overlaps, parse_cidr, parse_ip};
+use super::proxy_config;
 use super::registry::Registry;
 use super::spec::{ClusterSpec, Envelope, ExternalHostSpec, Metadata, NodeSpec, ProbeSpec, Sections};
 use super::yaml::{Document, FieldPath};
@@ -32,11 +35,14 @@ pub(crate) struct ScenarioDoc<'a> {
     pub name: Option<String>,
     pub description: Option<String>,
     pub proxy: String,
+    pub proxy_config: ProxyConfig,
     pub networks: Networks,
     pub nodes: Registry<Node>,
     pub external_hosts: Registry<ExternalHost>,
     /// Probes that parsed, with their path (`spec.probes[N]`) and index.
     pub probes: Vec<(usize, FieldPath, ProbeSpec)>,
+    /// `spec.flows` with `all: true`.
+    pub flows: Option<Flows>,
 }
 
 impl ScenarioDoc<'_> {
@@ -52,10 +58,12 @@ impl ScenarioDoc<'_> {
             name: None,
             description: None,
             proxy: DEFAULT_PROXY.to_string(),
+            proxy_config: ProxyConfig::default(),
             networks: Networks::default(),
             nodes,
             external_hosts,
             probes: Vec::new(),
+            flows: None,
         }
     }
 }
@@ -82,9 +90,18 @@ pub(crate) fn read<'a>(
     let external_hosts =
         read_external_hosts(&site, &networks, sections.external_hosts.len(), addresses, diag);
 
+    let proxy_config = proxy_config::read(&site, diag);
+    let before = diag.count();
+    let flows = flows::read(&site, diag);
+    // Flows that could not be read may have been meant to replace the probes.
+    let flows_broken = diag.count() > before;
     let mut probes = Vec::new();
-    if sections.probes.is_empty() {
-        diag.value(&site, &spec.key("probes"), "at least one probe is required");
+    if sections.probes.is_empty() && flows.is_none() && !flows_broken {
+        diag.value(
+            &site,
+            &spec.key("probes"),
+            "at least one probe is required (or generate them with flows: {all: true})",
+        );
     }
     for i in 0..sections.probes.len() {
         let path = spec.key("probes").index(i);
@@ -108,10 +125,12 @@ pub(crate) fn read<'a>(
         name,
         description: sections.description,
         proxy: sections.proxy.unwrap_or_else(|| DEFAULT_PROXY.to_string()),
+        proxy_config,
         networks,
         nodes,
         external_hosts,
         probes,
+        flows,
         site: Some(site),
     }
 }
@@ -192,13 +211,42 @@ fn read_nodes(
         if let Some(ip) = ip {
             addresses.claim(ip, format!("node {}", spec.name), site, &path.key("ip"), diag);
         }
-        let node = match (ip, pod_cidr) {
-            (Some(ip), Some(pod_cidr)) => Some(Node { name: spec.name.clone(), ip, secondary_ips: Vec::new(), pod_cidr }),
+        let secondary_ips = read_secondary_ips(site, &path, &spec, networks, addresses, diag);
+        let node = match (ip, pod_cidr, secondary_ips) {
+            (Some(ip), Some(pod_cidr), Some(secondary_ips)) => {
+                Some(Node { name: spec.name.clone(), ip, secondary_ips, pod_cidr })
+            }
             _ => None,
         };
         nodes.define(&spec.name, node, site, &path.key("name"), diag);
     }
     nodes
+}
+
+/// `secondaryIPs` of a node: on the node network, nobody else's. `None` when one can't be
+/// read, so the node counts as broken rather than as lacking that address.
+fn read_secondary_ips(
+    site: &Site<'_>,
+    path: &FieldPath,
+    spec: &NodeSpec,
+    networks: &Networks,
+    addresses: &mut Addresses,
+    diag: &mut Diagnostics,
+) -> Option<Vec<IpAddr>> {
+    let mut ips = Some(Vec::new());
+    for (k, text) in spec.secondary_ips.iter().enumerate() {
+        let at = path.key("secondaryIPs").index(k);
+        match host_ip(site, &at, text, networks.node_network, diag) {
+            Some(ip) => {
+                addresses.claim(ip, format!("node {}", spec.name), site, &at, diag);
+                if let Some(ips) = &mut ips {
+                    ips.push(ip);
+                }
+            }
+            None => ips = None,
+        }
+    }
+    ips
 }
 
 fn check_node_pod_cidr(

@@ -1,21 +1,26 @@
-//! Service objects → `model::Service` (endpoints are attached later, see `endpoints.rs`).
+//! Service objects → `model::Service` (endpoints are attached later, see `endpoints.rs`;
+//! external IPs, load balancers and health checks in `external.rs`; affinity in `affinity.rs`).
 //! Anything a proxy would act on that the model can't express is an error, not ignored.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::model::{Protocol, Service, ServicePort, ServiceType, TrafficPolicy};
+use crate::model::{Service, ServicePort, ServiceType, TrafficPolicy};
 
 use super::addresses::Addresses;
+use super::affinity;
+use super::claims::Claims;
 use super::error::{Diagnostics, Site};
+use super::external::{self, Env, Shape};
 use super::names::check_name;
 use super::net::{IPV6_UNSUPPORTED, not_a_host_of, parse_ip, port_number, protocol};
 use super::objects::{Kind, Parsed, Unparsed};
 use super::registry::Registry;
+use super::scenario_doc::Networks;
 use super::yaml::FieldPath;
 
 /// `targetPort`, resolved against each pod when endpoints are derived.
@@ -39,7 +44,7 @@ pub(crate) struct ServiceEntry<'a> {
 pub(crate) fn read<'a>(
     parsed: &[Parsed<'a, K8sService>],
     unparsed: &[Unparsed<'a>],
-    service_cidr: Option<IpNet>,
+    networks: &Networks,
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
 ) -> Registry<ServiceEntry<'a>> {
@@ -50,12 +55,11 @@ pub(crate) fn read<'a>(
             None => services.mark_incomplete(),
         }
     }
-    // Node ports are per node, shared by every Service.
-    let mut node_ports: HashMap<(u16, Protocol), String> = HashMap::new();
+    // Node ports and external addresses are shared by every Service.
+    let mut claims = Claims::default();
     for p in parsed {
         let before = diag.count();
-        let entry =
-            read_one(p, service_cidr, addresses, &mut node_ports, diag).filter(|_| diag.count() == before);
+        let entry = read_one(p, networks, addresses, &mut claims, diag).filter(|_| diag.count() == before);
         services.define(&p.name, entry, &p.site, &FieldPath::parse("metadata.name"), diag);
     }
     services
@@ -63,9 +67,9 @@ pub(crate) fn read<'a>(
 
 fn read_one<'a>(
     p: &Parsed<'a, K8sService>,
-    service_cidr: Option<IpNet>,
+    networks: &Networks,
     addresses: &mut Addresses,
-    node_ports: &mut HashMap<(u16, Protocol), String>,
+    claims: &mut Claims,
     diag: &mut Diagnostics,
 ) -> Option<ServiceEntry<'a>> {
     let site = &p.site;
@@ -78,7 +82,7 @@ fn read_one<'a>(
         return None;
     };
     let service_type = read_type(site, spec, diag);
-    let cluster_ip = read_cluster_ip(p, spec, service_cidr, addresses, diag);
+    let cluster_ip = read_cluster_ip(p, spec, networks.service_cidr, addresses, diag);
     let external_traffic_policy =
         policy(site, &at("spec.externalTrafficPolicy"), spec.external_traffic_policy.as_deref(), diag);
     let internal_traffic_policy =
@@ -91,30 +95,30 @@ fn read_one<'a>(
         );
     }
     check_unsupported(site, spec, diag);
+    let session_affinity = affinity::read(site, spec, diag);
 
     let ports = spec.ports.as_deref().unwrap_or_default();
     if ports.is_empty() {
         diag.value(site, &at("spec.ports"), "a Service needs at least one port");
     }
+    let owner = format!("Service {}/{}", p.namespace, p.name);
     let mut model_ports = Vec::new();
     let mut target_ports = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         let path = at("spec.ports").index(i);
         if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, diag) {
             if let Some(np) = sp.node_port
-                && let Some(first) =
-                    node_ports.insert((np, sp.protocol), format!("Service {}/{}", p.namespace, p.name))
+                && let Err(e) = claims.node_port(np, sp.protocol, &owner)
             {
-                diag.value(
-                    site,
-                    &path.key("nodePort"),
-                    format!("node port {np}/{} is already used by {first}", sp.protocol),
-                );
+                diag.value(site, &path.key("nodePort"), e);
             }
             model_ports.push(sp);
             target_ports.push(tp);
         }
     }
+    let shape = Shape { service_type, external_policy: external_traffic_policy };
+    let mut env = Env { networks, addresses, claims };
+    let external = external::read(p, spec, shape, &model_ports, &mut env, diag);
 
     let service = Service {
         namespace: p.namespace.clone(),
@@ -124,11 +128,11 @@ fn read_one<'a>(
         external_traffic_policy: external_traffic_policy?,
         internal_traffic_policy: internal_traffic_policy?,
         ports: model_ports,
-        external_ips: Vec::new(),
-        load_balancer_ips: Vec::new(),
-        load_balancer_source_ranges: Vec::new(),
-        health_check_node_port: None,
-        session_affinity: crate::model::SessionAffinity::None,
+        external_ips: external.external_ips,
+        load_balancer_ips: external.load_balancer_ips,
+        load_balancer_source_ranges: external.source_ranges,
+        health_check_node_port: external.health_check_node_port,
+        session_affinity: session_affinity?,
     };
     Some(ServiceEntry {
         service,
@@ -234,20 +238,6 @@ fn policy(
 /// Fields that change what a proxy does but that the model (and so the oracle) can't express.
 fn check_unsupported(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) {
     let at = |path: &str| FieldPath::parse(path);
-    match spec.session_affinity.as_deref() {
-        None | Some("None") => {}
-        Some("ClientIP") => {
-            diag.value(site, &at("spec.sessionAffinity"), "sessionAffinity ClientIP is not supported yet")
-        }
-        Some(other) => diag.value(
-            site,
-            &at("spec.sessionAffinity"),
-            format!("unknown sessionAffinity {other:?} (expected None or ClientIP)"),
-        ),
-    }
-    if spec.external_ips.as_ref().is_some_and(|ips| !ips.is_empty()) {
-        diag.value(site, &at("spec.externalIPs"), "externalIPs are not supported yet");
-    }
     for (k, family) in spec.ip_families.iter().flatten().enumerate() {
         if family == "IPv6" {
             diag.value(site, &at("spec.ipFamilies").index(k), IPV6_UNSUPPORTED);

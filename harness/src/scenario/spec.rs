@@ -44,10 +44,16 @@ pub(crate) struct Sections {
     pub proxy: Option<String>,
     #[allow(dead_code)]
     pub cluster: IgnoredAny,
+    #[allow(dead_code)]
+    pub proxy_config: Option<IgnoredAny>,
     pub nodes: Vec<IgnoredAny>,
     #[serde(default)]
     pub external_hosts: Vec<IgnoredAny>,
+    /// May be left out when `flows` generates the probes.
+    #[serde(default)]
     pub probes: Vec<IgnoredAny>,
+    #[allow(dead_code)]
+    pub flows: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,8 +71,28 @@ pub(crate) struct ClusterSpec {
 pub(crate) struct NodeSpec {
     pub name: String,
     pub ip: String,
+    #[serde(default, rename = "secondaryIPs")]
+    pub secondary_ips: Vec<String>,
     #[serde(rename = "podCIDR")]
     pub pod_cidr: String,
+}
+
+/// `spec.proxyConfig`: kube-proxy's flags, every one optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ProxyConfigSpec {
+    pub masquerade_all: Option<bool>,
+    #[serde(default)]
+    pub node_port_addresses: Vec<String>,
+    pub localhost_node_ports: Option<bool>,
+}
+
+/// `spec.flows: {all: true, count: N}`: generate a probe for every path.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FlowsSpec {
+    pub all: bool,
+    pub count: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,7 +110,29 @@ pub(crate) struct ProbeSpec {
     pub to: TargetSpec,
     pub protocol: Option<ProtocolSpec>,
     pub count: Option<u32>,
+    pub interval: Option<IntervalSpec>,
     pub expect: Option<ExpectSpec>,
+}
+
+/// `interval: 1500ms`: the text, checked in `duration.rs`; a bare number has no unit and is
+/// refused here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IntervalSpec(pub String);
+
+impl<'de> Deserialize<'de> for IntervalSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct IntervalVisitor;
+        impl Visitor<'_> for IntervalVisitor {
+            type Value = IntervalSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration with a unit, like 1500ms or 2s")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<IntervalSpec, E> {
+                Ok(IntervalSpec(v.to_string()))
+            }
+        }
+        d.deserialize_any(IntervalVisitor)
+    }
 }
 
 /// `{pod: NAME} | {node: NAME} | {external: NAME}`; exactly one is checked later.
@@ -96,14 +144,20 @@ pub(crate) struct SourceSpec {
     pub external: Option<String>,
 }
 
-/// `{service, port?, nodePort?} | {address, port}`; which combination is checked later.
+/// Every key a target may have; which combination forms a target is checked in `targets.rs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct TargetSpec {
     pub service: Option<String>,
-    pub address: Option<String>,
     pub port: Option<PortRef>,
     pub node_port: Option<String>,
+    #[serde(rename = "externalIP")]
+    pub external_ip: Option<String>,
+    pub load_balancer: Option<String>,
+    pub via: Option<String>,
+    pub health_check: Option<String>,
+    pub node: Option<String>,
+    pub address: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -117,11 +171,12 @@ pub(crate) enum ProtocolSpec {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ExpectSpec {
     pub verdict: VerdictSpec,
     pub backends: Option<Vec<String>>,
     pub source: Option<SourceKindSpec>,
+    pub http_status: Option<u16>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

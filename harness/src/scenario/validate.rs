@@ -1,5 +1,6 @@
 //! The whole check of one file's documents, in dependency order, and the assembly of the
-//! model once nothing is wrong: networks and nodes → pods → services → endpoints → probes.
+//! model once nothing is wrong: networks and nodes → pods → services → endpoints → probes
+//! (given, then generated flows) → the oracle's check of every probe.
 
 use std::path::Path;
 
@@ -10,21 +11,41 @@ use super::endpoints::{self, Context, SliceData, endpoints_for};
 use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
 use super::yaml::{Document, FieldPath, Pos};
-use super::{derive, pods, probes, scenario_doc, services};
+use super::{derive, flows, pods, probes, scenario_doc, services};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
+    let assembled = assemble(docs, source, diag)?;
+    check_against_oracle(&assembled, diag);
+    diag.is_empty().then_some(assembled.scenario)
+}
+
+/// Everything but the oracle's check, for tests of what the parser alone accepts.
+#[cfg(test)]
+pub(crate) fn build_without_oracle(
+    docs: &[Document],
+    source: &Path,
+    diag: &mut Diagnostics,
+) -> Option<Scenario> {
+    assemble(docs, source, diag).map(|a| a.scenario)
+}
+
+/// A scenario whose every part is valid on its own.
+struct Assembled<'a> {
+    scenario: Scenario,
+    /// The Scenario document, where the oracle's findings are reported.
+    doc: &'a Document,
+    /// How many of `scenario.probes` are given in `spec.probes`; the rest are generated flows.
+    given: usize,
+}
+
+fn assemble<'a>(docs: &'a [Document], source: &Path, diag: &mut Diagnostics) -> Option<Assembled<'a>> {
     let classified = objects::classify(docs, diag);
-    let scenario = pick_scenario(&classified, diag);
+    let document = pick_scenario(&classified, diag);
     let mut addresses = Addresses::default();
-    let doc = scenario_doc::read(scenario, &mut addresses, diag);
+    let doc = scenario_doc::read(document, &mut addresses, diag);
     let mut pods = pods::read(&classified.pods, &classified.unparsed, &doc.nodes, &mut addresses, diag);
-    let mut services = services::read(
-        &classified.services,
-        &classified.unparsed,
-        doc.networks.service_cidr,
-        &mut addresses,
-        diag,
-    );
+    let mut services =
+        services::read(&classified.services, &classified.unparsed, &doc.networks, &mut addresses, diag);
     for name in &classified.kindless {
         // A document without a readable kind may be any pod or service (or its address).
         pods.registry.tolerate(name.as_deref());
@@ -44,10 +65,23 @@ pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) ->
         pods: &pods.registry,
         services: &services,
     };
-    let probes = match &doc.site {
+    let mut probes = match &doc.site {
         Some(site) => probes::resolve(site, &doc.probes, &names, diag),
         None => Vec::new(),
     };
+    let given_probes = probes.len();
+    if let (Some(flows), Some(site)) = (&doc.flows, &doc.site) {
+        let generated = flows::generate(flows, &names);
+        flows::check_names(site, &doc.probes, &generated, diag);
+        if generated.is_empty() && doc.probes.is_empty() {
+            diag.value(
+                site,
+                &FieldPath::parse("spec.flows"),
+                "flows found nothing to probe: the scenario has no Service",
+            );
+        }
+        probes.extend(generated);
+    }
     if !diag.is_empty() {
         return None;
     }
@@ -81,13 +115,9 @@ pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) ->
         external_hosts: doc.external_hosts.into_values().collect(),
         pods: pods.registry.into_values().map(|e| e.pod).collect(),
         services: model_services,
-        proxy: Default::default(),
+        proxy: doc.proxy_config,
     };
-    check_against_oracle(scenario?, &cluster, &probes, diag);
-    if !diag.is_empty() {
-        return None;
-    }
-    Some(Scenario {
+    let scenario = Scenario {
         name: doc.name?,
         source: source.to_path_buf(),
         description: doc.description,
@@ -95,7 +125,8 @@ pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) ->
         cluster,
         probes,
         objects,
-    })
+    };
+    Some(Assembled { scenario, doc: document?, given: given_probes })
 }
 
 /// The file's one Scenario document; reports none or several.
@@ -127,15 +158,47 @@ fn pick_scenario<'a>(classified: &Classified<'a>, diag: &mut Diagnostics) -> Opt
 }
 
 /// The last check, once the model is whole: every probe must be predictable and every
-/// `expect:` must agree with Kubernetes semantics.
-fn check_against_oracle(
-    doc: &Document,
-    cluster: &Cluster,
-    probes: &[crate::model::Probe],
-    diag: &mut Diagnostics,
-) {
-    let site = Site::new(doc, "");
+/// `expect:` must agree with Kubernetes semantics. A generated flow is named, at `spec.flows`.
+fn check_against_oracle(assembled: &Assembled<'_>, diag: &mut Diagnostics) {
+    let site = Site::new(assembled.doc, "");
+    let Scenario { cluster, probes, .. } = &assembled.scenario;
     for (index, field, message) in crate::oracle::scenario_problems(cluster, probes) {
-        diag.value(&site, &FieldPath::parse(&format!("spec.probes[{index}].{field}")), message);
+        if index < assembled.given {
+            diag.value(&site, &FieldPath::parse(&format!("spec.probes[{index}].{field}")), message);
+        } else {
+            diag.value(&site, &FieldPath::parse("spec.flows"), format!("{}: {message}", probes[index].name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Source;
+    use crate::scenario::tests::WEB;
+    use crate::scenario::yaml;
+
+    #[test]
+    fn oracle_findings_name_the_generated_flow_at_spec_flows() {
+        let docs = yaml::parse(WEB).unwrap();
+        let mut diag = Diagnostics::new("x.yaml".into());
+        let mut assembled = assemble(&docs, Path::new("x.yaml"), &mut diag).unwrap();
+        assert_eq!(assembled.given, 3);
+        // A flow no generator makes (external hosts have no route to cluster IPs), so the
+        // oracle cannot predict it.
+        let mut flow = assembled.scenario.probes[0].clone();
+        flow.name = "flow: external outside -> web:http clusterIP".into();
+        flow.from = Source::External("outside".into());
+        flow.expect = None;
+        assembled.scenario.probes.push(flow);
+        check_against_oracle(&assembled, &mut diag);
+        let errors = diag.into_errors().errors;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.flows");
+        assert!(
+            errors[0].message.starts_with("flow: external outside -> web:http clusterIP: "),
+            "{}",
+            errors[0]
+        );
     }
 }

@@ -154,7 +154,7 @@ fn a_broken_node_does_not_cascade_into_its_pods() {
         &errs,
         at(&text, "zone"),
         "spec.nodes[1].zone",
-        "unknown field `zone`, expected one of `name`, `ip`, `podCIDR`",
+        "unknown field `zone`, expected one of `name`, `ip`, `secondaryIPs`, `podCIDR`",
     );
 }
 
@@ -246,4 +246,103 @@ fn nodes_and_probes_are_required() {
     let errs = errors(&text);
     // The pods' nodes are missing too, but only the empty list is the cause worth reporting first.
     assert_has(&errs, at(&text, "[]"), "spec.nodes", "at least one node is required");
+}
+
+#[test]
+fn secondary_node_ips() {
+    let s = parse(EXPOSED);
+    let node_a = s.cluster.node("node-a").unwrap();
+    assert_eq!(node_a.secondary_ips, ["192.168.50.21".parse::<std::net::IpAddr>().unwrap()]);
+    assert!(s.cluster.node("node-b").unwrap().secondary_ips.is_empty());
+
+    // (A probe sends to 192.168.50.21: once that address is gone, it is reported too.)
+    let text = edit(EXPOSED, "secondaryIPs: [192.168.50.21]", "secondaryIPs: [192.168.51.21]");
+    assert_has(
+        &parse_errors(&text),
+        at(&text, "192.168.51.21"),
+        "spec.nodes[0].secondaryIPs[0]",
+        "192.168.51.21 is not inside nodeNetwork 192.168.50.0/24",
+    );
+    // Unique against every other address: a secondary IP claims it as the node's, and
+    // whoever comes later in the file is told.
+    let text = edit(EXPOSED, "secondaryIPs: [192.168.50.21]", "secondaryIPs: [192.168.50.11]");
+    assert_has(
+        &parse_errors(&text),
+        at_in(&text, "secondaryIPs: [192.168.50.11]", "192"),
+        "spec.nodes[0].secondaryIPs[0]",
+        "192.168.50.11 is already the address of node node-a",
+    );
+    let text = edit(EXPOSED, "secondaryIPs: [192.168.50.21]", "secondaryIPs: [192.168.50.100]");
+    assert_has(
+        &parse_errors(&text),
+        at_in(&text, "{name: outside, ip: 192.168.50.100}", "192"),
+        "spec.externalHosts[0].ip",
+        "192.168.50.100 is already the address of node node-a",
+    );
+    let text = edit(EXPOSED, "secondaryIPs: [192.168.50.21]", "secondaryIPs: [192.168.50.21, 192.168.50.21]");
+    assert_only(
+        &parse_errors(&text),
+        at_nth(&text, "192.168.50.21", 1),
+        "spec.nodes[0].secondaryIPs[1]",
+        "192.168.50.21 is already the address of node node-a",
+    );
+    let text = edit(EXPOSED, "secondaryIPs: [192.168.50.21]", "secondaryIPs: [fd00::21]");
+    assert_only(
+        &parse_errors(&text),
+        at(&text, "fd00::21"),
+        "spec.nodes[0].secondaryIPs[0]",
+        "IPv6 is not supported yet",
+    );
+}
+
+#[test]
+fn proxy_config_with_kube_proxy_defaults() {
+    let config = parse(EXPOSED).cluster.proxy;
+    assert!(config.masquerade_all && !config.localhost_node_ports);
+    let cidrs: Vec<String> = config.node_port_addresses.iter().map(|c| c.to_string()).collect();
+    assert_eq!(cidrs, ["192.168.50.0/24"]);
+    assert_eq!(load(KUBE_DNS).cluster.proxy, crate::model::ProxyConfig::default());
+    let text = edit(KUBE_DNS, "  cluster:\n", "  proxyConfig: {}\n  cluster:\n");
+    let config = load(&text).cluster.proxy;
+    assert_eq!(
+        (config.masquerade_all, config.node_port_addresses.is_empty(), config.localhost_node_ports),
+        (false, true, true)
+    );
+}
+
+#[test]
+fn proxy_config_errors() {
+    let text = edit(
+        EXPOSED,
+        "nodePortAddresses: [192.168.50.0/24]",
+        "nodePortAddresses: [192.168.50.1/24, primary]",
+    );
+    let errs = parse_errors(&text);
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert_has(
+        &errs,
+        at(&text, "192.168.50.1/24"),
+        "spec.proxyConfig.nodePortAddresses[0]",
+        "192.168.50.1/24 has host bits set (did you mean 192.168.50.0/24?)",
+    );
+    assert_has(
+        &errs,
+        at(&text, "primary]"),
+        "spec.proxyConfig.nodePortAddresses[1]",
+        "\"primary\" is not supported here: list CIDRs (e.g. 192.168.50.0/24 for the node network)",
+    );
+    let text = edit(EXPOSED, "masqueradeAll: true", "masqueradeAll: yes");
+    assert_only(
+        &parse_errors(&text),
+        at(&text, "yes"),
+        "spec.proxyConfig.masqueradeAll",
+        "invalid type: string \"yes\", expected a boolean",
+    );
+    let text = edit(EXPOSED, "masqueradeAll: true", "masqueradAll: true");
+    assert_only(
+        &parse_errors(&text),
+        at(&text, "masqueradAll"),
+        "spec.proxyConfig.masqueradAll",
+        "unknown field `masqueradAll`, expected one of `masqueradeAll`, `nodePortAddresses`, `localhostNodePorts`",
+    );
 }

@@ -161,13 +161,16 @@ fn service_port_rules() {
 
 #[test]
 fn behaviour_the_model_cannot_express_is_rejected() {
-    let text =
-        edit(KUBE_DNS, "  clusterIP: 10.96.0.10\n", "  clusterIP: 10.96.0.10\n  sessionAffinity: ClientIP\n");
+    let text = edit(
+        KUBE_DNS,
+        "  clusterIP: 10.96.0.10\n",
+        "  clusterIP: 10.96.0.10\n  ipFamilyPolicy: RequireDualStack\n",
+    );
     assert_only(
         &errors(&text),
-        at(&text, "ClientIP"),
-        "Service kube-system/kube-dns: spec.sessionAffinity",
-        "sessionAffinity ClientIP is not supported yet",
+        at(&text, "RequireDualStack"),
+        "Service kube-system/kube-dns: spec.ipFamilyPolicy",
+        "IPv6 is not supported yet",
     );
     let text =
         edit(KUBE_DNS, "  clusterIP: 10.96.0.10\n", "  clusterIP: 10.96.0.10\n  ipFamilies: [IPv4, IPv6]\n");

@@ -4,15 +4,18 @@
 //! recounting lines by hand.
 
 mod cluster;
+mod external;
+mod flows;
 mod happy;
 mod kubernetes;
 mod probes;
 mod slices;
 mod syntax;
+mod targets;
 
 use std::path::Path;
 
-use super::{ScenarioError, load_str};
+use super::{ScenarioError, load_str, load_with, validate};
 use crate::model::Scenario;
 
 /// The shipped example, which other work may extend: only the happy path reads it.
@@ -20,6 +23,10 @@ pub(super) const SHIPPED_KUBE_DNS: &str = include_str!("../../../../scenarios/ku
 /// A frozen copy of it (one probe), which the error tests edit.
 pub(super) const KUBE_DNS: &str = include_str!("dns.yaml");
 pub(super) const FILE: &str = "scenarios/test.yaml";
+/// A LoadBalancer Service with every external frontend (external IP, ingress IP, source
+/// ranges, health-check node port), session affinity, a node with a secondary IP, proxy
+/// flags, and a probe of every new target form.
+pub(super) const EXPOSED: &str = include_str!("exposed.yaml");
 
 /// A NodePort Service with a named targetPort that resolves to different ports in its two
 /// pods, an external host and the three kinds of target.
@@ -92,6 +99,23 @@ pub(super) fn load(text: &str) -> Scenario {
     match load_str(text, Path::new(FILE)) {
         Ok(s) => s,
         Err(e) => panic!("expected a valid scenario, got:\n{e}"),
+    }
+}
+
+/// `text` through every check but the oracle's, which judges probes separately: for the
+/// parser's own rules, whatever the oracle makes of the probes.
+pub(super) fn parse(text: &str) -> Scenario {
+    match load_with(text, Path::new(FILE), validate::build_without_oracle) {
+        Ok(s) => s,
+        Err(e) => panic!("expected the parser to accept the scenario, got:\n{e}"),
+    }
+}
+
+/// The parser's errors, without the oracle's check (see [`parse`]).
+pub(super) fn parse_errors(text: &str) -> Vec<ScenarioError> {
+    match load_with(text, Path::new(FILE), validate::build_without_oracle) {
+        Ok(_) => panic!("expected errors, the parser accepted:\n{text}"),
+        Err(e) => e.errors,
     }
 }
 

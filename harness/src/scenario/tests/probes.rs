@@ -1,6 +1,7 @@
 //! Probe sources, targets, protocols and stated expectations.
 
 use super::*;
+use crate::scenario::target_form::FORMS;
 
 #[test]
 fn unknown_source_lists_the_known_names() {
@@ -46,13 +47,13 @@ fn source_needs_exactly_one_key() {
 }
 
 #[test]
-fn target_needs_service_or_address() {
+fn target_needs_service_health_check_or_address() {
     let text = edit(KUBE_DNS, "to: {service: kube-dns, port: dns}", "to: {port: dns}");
     assert_only(
         &errors(&text),
         at(&text, "{port: dns}"),
         "spec.probes[0].to",
-        "give either service (with port) or address (with port)",
+        &format!("no target: give one of {FORMS}"),
     );
     let text = edit(
         KUBE_DNS,
@@ -61,9 +62,9 @@ fn target_needs_service_or_address() {
     );
     assert_only(
         &errors(&text),
-        at(&text, "{service: kube-dns, address"),
-        "spec.probes[0].to",
-        "give either service (with port) or address (with port), not both",
+        at(&text, "address: 10.96.0.10"),
+        "spec.probes[0].to.address",
+        &format!("address does not go with {{service, port}}; the target forms are {FORMS}"),
     );
 }
 
@@ -265,5 +266,10 @@ fn at_least_one_probe() {
     let start = KUBE_DNS.find("  probes:\n").unwrap();
     let end = KUBE_DNS.find("---\n").unwrap();
     let text = format!("{}  probes: []\n{}", &KUBE_DNS[..start], &KUBE_DNS[end..]);
-    assert_only(&errors(&text), at(&text, "[]"), "spec.probes", "at least one probe is required");
+    assert_only(
+        &errors(&text),
+        at(&text, "[]"),
+        "spec.probes",
+        "at least one probe is required (or generate them with flows: {all: true})",
+    );
 }

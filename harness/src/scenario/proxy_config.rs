@@ -1,0 +1,35 @@
+//! `spec.proxyConfig` → `model::ProxyConfig`: kube-proxy's flags that change what traffic
+//! means, with kube-proxy's defaults.
+
+use crate::model::ProxyConfig;
+
+use super::de::typed;
+use super::error::{Diagnostics, Site};
+use super::net::parse_cidr;
+use super::spec::ProxyConfigSpec;
+use super::yaml::FieldPath;
+
+pub(crate) fn read(site: &Site<'_>, diag: &mut Diagnostics) -> ProxyConfig {
+    let path = FieldPath::parse("spec.proxyConfig");
+    let defaults = ProxyConfig::default();
+    let Some(spec) = typed::<Option<ProxyConfigSpec>>(site, &path, diag).flatten() else { return defaults };
+    let list = path.key("nodePortAddresses");
+    let mut node_port_addresses = Vec::new();
+    for (k, text) in spec.node_port_addresses.iter().enumerate() {
+        match parse_cidr(text) {
+            Ok(net) => node_port_addresses.push(net),
+            // kube-proxy 1.31+ also takes `primary` (the node's primary IPs); here, CIDRs only.
+            Err(_) if text.trim() == "primary" => diag.value(
+                site,
+                &list.index(k),
+                "\"primary\" is not supported here: list CIDRs (e.g. 192.168.50.0/24 for the node network)",
+            ),
+            Err(e) => diag.value(site, &list.index(k), e),
+        }
+    }
+    ProxyConfig {
+        masquerade_all: spec.masquerade_all.unwrap_or(defaults.masquerade_all),
+        node_port_addresses,
+        localhost_node_ports: spec.localhost_node_ports.unwrap_or(defaults.localhost_node_ports),
+    }
+}
