@@ -131,6 +131,7 @@ impl Topology {
                 let pod_ns = &self.pods[&pod.name];
                 let pod_links = Links::connect(pod_ns).await?;
                 pod_links.loopback_up().await?;
+                sysctl::host_defaults(pod_ns)?;
                 let host_side = format!("veth{j}");
                 pod_links.veth_into(POD_INTERFACE, &host_side, ns).await?;
                 // Kubelet turns hairpin on so a pod can reach itself through its Service.
@@ -146,6 +147,7 @@ impl Topology {
             let ns = &self.external_hosts[&host.name];
             let links = Links::connect(ns).await?;
             links.loopback_up().await?;
+            sysctl::host_defaults(ns)?;
             let port = format!("x{i}");
             links.veth_into(POD_INTERFACE, &port, &self.node_network).await?;
             net.attach(&port, br0, false).await?;

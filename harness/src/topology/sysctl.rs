@@ -13,8 +13,20 @@ const NODE_SETTINGS: &[(&str, &str)] = &[
     ("net/bridge/bridge-nf-call-ip6tables", "1"),
 ];
 
+/// Every harness namespace: the kernel rate-limits ICMP errors per peer (a burst of ~6, then
+/// one a second), which would turn a proxy's REJECT into silence after a few attempts. A
+/// harness that must tell reject from drop every time cannot have that.
+const EVERY_NAMESPACE: &[(&str, &str)] = &[("net/ipv4/icmp_ratelimit", "0"), ("net/ipv6/icmp/ratelimit", "0")];
+
 pub fn node_defaults(ns: &Netns) -> Result<()> {
-    for (key, value) in NODE_SETTINGS {
+    for (key, value) in NODE_SETTINGS.iter().chain(EVERY_NAMESPACE) {
+        write(ns, key, value)?;
+    }
+    Ok(())
+}
+
+pub fn host_defaults(ns: &Netns) -> Result<()> {
+    for (key, value) in EVERY_NAMESPACE {
         write(ns, key, value)?;
     }
     Ok(())

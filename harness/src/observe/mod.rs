@@ -1,0 +1,17 @@
+//! What the kernel did with the probes: packet captures on interfaces inside namespaces, and
+//! the conntrack table of a namespace. Kernel-facing and thin; the verdict interprets.
+
+pub mod capture;
+pub mod conntrack;
+mod nfnetlink;
+pub mod packet;
+mod packet_socket;
+pub mod pcap;
+
+pub use capture::{Capture, Frame, flow_frames};
+pub use conntrack::{Flow, Tuple};
+pub use packet::{L4, Packet};
+pub use pcap::write_pcap;
+
+#[cfg(test)]
+mod tests;
