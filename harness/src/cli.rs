@@ -43,9 +43,12 @@ enum Command {
         /// Scenarios run at once (default: one per core).
         #[arg(long)]
         jobs: Option<usize>,
-        /// Where a failing scenario leaves its evidence (rule dumps per node).
+        /// Where a failing scenario leaves its evidence: summary, pcaps, conntrack, rules.
         #[arg(long, default_value = "artifacts")]
         artifacts: PathBuf,
+        /// Keep the evidence of passing scenarios too.
+        #[arg(long)]
+        keep_evidence: bool,
     },
     /// Validate scenario files without running anything.
     Check { paths: Vec<PathBuf> },
@@ -77,9 +80,13 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     netns::install_interrupt_handler();
     let result = match cli.command {
-        Command::Run { paths, proxy, timeout_ms, jobs, artifacts } => {
-            let options = RunOptions { timeout: Duration::from_millis(timeout_ms) };
-            run(&default_paths(paths), proxy.as_deref(), &options, jobs, &artifacts)
+        Command::Run { paths, proxy, timeout_ms, jobs, artifacts, keep_evidence } => {
+            let options = RunOptions {
+                timeout: Duration::from_millis(timeout_ms),
+                artifacts: Some(artifacts),
+                keep_passing: keep_evidence,
+            };
+            run(&default_paths(paths), proxy.as_deref(), &options, jobs)
         }
         Command::Check { paths } => check(&default_paths(paths)),
         Command::Rules { file, node } => rules(&file, node.as_deref()),
@@ -121,13 +128,7 @@ fn check(paths: &[PathBuf]) -> Result<i32> {
     Ok(EXIT_PASS)
 }
 
-fn run(
-    paths: &[PathBuf],
-    proxy_override: Option<&str>,
-    options: &RunOptions,
-    jobs: Option<usize>,
-    artifacts: &std::path::Path,
-) -> Result<i32> {
+fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jobs: Option<usize>) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     if let Some(name) = proxy_override {
         proxy::by_name(name)?;
@@ -152,7 +153,7 @@ fn run(
                     let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     match outcome {
                         Ok(report) => {
-                            print_report(&report, s, done, total, artifacts);
+                            print_report(&report, s, done, total);
                             reports.lock().unwrap_or_else(|e| e.into_inner()).push(report);
                         }
                         Err(e) => {
@@ -185,47 +186,23 @@ pub fn run_one(
 ) -> Result<ScenarioReport> {
     let proxy = proxy::by_name(proxy_override.unwrap_or(&s.proxy))?;
     if let Some(reason) = skip_reason {
-        return Ok(ScenarioReport {
-            scenario: s.name.clone(),
-            source: s.source.clone(),
-            proxy: proxy.name().to_string(),
-            outcome: Outcome::Skipped(reason.to_string()),
-            elapsed: Duration::ZERO,
-            node_dumps: Vec::new(),
-        });
+        return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
     }
     runner::run(s, proxy.as_ref(), options)
 }
 
-fn print_report(
-    report: &ScenarioReport,
-    s: &Scenario,
-    done: usize,
-    total: usize,
-    artifacts: &std::path::Path,
-) {
+fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize) {
     let mut text = format!("[{done}/{total}] {}\n", report::scenario_line(report));
-    if let Outcome::Judged(verdicts) = &report.outcome
-        && !report.passed()
-    {
-        text.push_str(&report::flow_table(&s.cluster, verdicts));
-        match save_dumps(report, artifacts) {
-            Ok(dir) => text.push_str(&format!("  node rule dumps: {}\n", dir.display())),
-            Err(e) => text.push_str(&format!("  (could not save node dumps: {e:#})\n")),
+    if let Outcome::Judged(verdicts) = &report.outcome {
+        if !report.passed() {
+            text.push_str(&report::flow_table(&s.cluster, verdicts));
         }
+    }
+    if let Some(dir) = &report.artifacts {
+        text.push_str(&format!("  evidence: {}\n", dir.display()));
     }
     // One write, so lines of concurrent scenarios do not interleave.
     print!("{text}");
-}
-
-fn save_dumps(report: &ScenarioReport, artifacts: &std::path::Path) -> Result<PathBuf> {
-    let dir = artifacts.join(&report.scenario);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (node, dump) in &report.node_dumps {
-        let file = dir.join(format!("{node}.rules"));
-        std::fs::write(&file, dump).with_context(|| format!("writing {}", file.display()))?;
-    }
-    Ok(dir)
 }
 
 fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {

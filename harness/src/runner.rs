@@ -1,29 +1,37 @@
 //! Runs one scenario end to end: expectations from the oracle, namespaces, proxy programming,
-//! servers, probes, verdicts, and teardown on every path out.
+//! servers and captures, probes, conntrack, verdicts, evidence, and teardown on every path out.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
 use crate::model::{Probe, Protocol, Scenario, Source, Target};
+use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
 use crate::proxy::Proxy;
-use crate::topology::Topology;
+use crate::topology::{NODE_UPLINK, POD_INTERFACE, Topology};
 use crate::traffic::client::SourcePorts;
-use crate::traffic::{Pace, Plan, Prober, Servers, Speech};
+use crate::traffic::{Pace, Plan, Prober, Sent, Servers, Speech};
+use crate::verdict::evidence::{self, Evidence};
 use crate::verdict::{self, ProbeVerdict};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// How long an attempt waits before it counts as silent (dropped).
     pub timeout: Duration,
+    /// Where scenarios leave their evidence (pcaps, conntrack, rules); none keeps nothing.
+    pub artifacts: Option<PathBuf>,
+    /// Keep evidence for passing scenarios too, not only for failing ones.
+    pub keep_passing: bool,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         // Answers take well under a millisecond here; a second is three orders of margin.
-        RunOptions { timeout: Duration::from_secs(1) }
+        RunOptions { timeout: Duration::from_secs(1), artifacts: None, keep_passing: false }
     }
 }
 
@@ -39,12 +47,12 @@ pub enum Outcome {
 #[derive(Debug)]
 pub struct ScenarioReport {
     pub scenario: String,
-    pub source: std::path::PathBuf,
+    pub source: PathBuf,
     pub proxy: String,
     pub outcome: Outcome,
     pub elapsed: Duration,
-    /// The data-plane state of each node as loaded, kept when a probe failed.
-    pub node_dumps: Vec<(String, String)>,
+    /// Where this scenario's evidence was written, if it was.
+    pub artifacts: Option<PathBuf>,
 }
 
 impl ScenarioReport {
@@ -56,6 +64,17 @@ impl ScenarioReport {
         match &self.outcome {
             Outcome::Judged(v) => v.iter().filter(|p| !p.passed()).count(),
             Outcome::Skipped(_) => 0,
+        }
+    }
+
+    pub fn skipped(scenario: &Scenario, proxy: &str, reason: String) -> ScenarioReport {
+        ScenarioReport {
+            scenario: scenario.name.clone(),
+            source: scenario.source.clone(),
+            proxy: proxy.to_string(),
+            outcome: Outcome::Skipped(reason),
+            elapsed: Duration::ZERO,
+            artifacts: None,
         }
     }
 }
@@ -72,16 +91,8 @@ pub fn preflight() -> Option<String> {
 /// distinct from probes that ran and failed.
 pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Result<ScenarioReport> {
     let started = Instant::now();
-    let report = |outcome, node_dumps| ScenarioReport {
-        scenario: scenario.name.clone(),
-        source: scenario.source.clone(),
-        proxy: proxy.name().to_string(),
-        outcome,
-        elapsed: started.elapsed(),
-        node_dumps,
-    };
     if let Some(reason) = unsupported(scenario) {
-        return Ok(report(Outcome::Skipped(reason), Vec::new()));
+        return Ok(ScenarioReport::skipped(scenario, proxy.name(), reason));
     }
     // The oracle speaks first, before any namespace exists.
     let expectations = scenario
@@ -110,20 +121,85 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         Servers::start(&scenario.cluster, &topology)?
     };
 
-    let verdicts = send_probes(scenario, &topology, &runtime, &expectations, options);
-    let node_dumps = match &verdicts {
-        Ok(v) if v.iter().any(|p| !p.passed()) => topology
-            .nodes
-            .iter()
-            .map(|n| (n.name.clone(), proxy.dump_node(n).unwrap_or_else(|e| format!("(no dump: {e:#})"))))
-            .collect(),
-        _ => Vec::new(),
+    let captures = start_captures(&topology)?;
+    let sent = send_probes(scenario, &topology, &runtime, &expectations, options);
+    let frames = stop_captures(captures)?;
+    let sent = sent?;
+    let evidence = Evidence { conntrack: dump_conntrack(&topology, &expectations)?, frames };
+
+    let verdicts: Vec<ProbeVerdict> = scenario
+        .probes
+        .iter()
+        .zip(&expectations)
+        .zip(sent)
+        .map(|((probe, expected), (dst, sent))| {
+            let mut v = verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
+            v.failures.extend(evidence::check(&scenario.cluster, probe, dst, &expected.outcome, &sent, &evidence));
+            v
+        })
+        .collect();
+    let passed = verdicts.iter().all(ProbeVerdict::passed);
+    let artifacts = match &options.artifacts {
+        Some(dir) if !passed || options.keep_passing => {
+            let dir = dir.join(&scenario.name);
+            keep_evidence(&dir, &topology, proxy, &evidence, &verdicts, scenario)?;
+            Some(dir)
+        }
+        _ => None,
     };
 
     runtime.block_on(servers.stop());
     drop(runtime);
     topology.teardown().context("removing the scenario's namespaces")?;
-    Ok(report(Outcome::Judged(verdicts?), node_dumps))
+    Ok(ScenarioReport {
+        scenario: scenario.name.clone(),
+        source: scenario.source.clone(),
+        proxy: proxy.name().to_string(),
+        outcome: Outcome::Judged(verdicts),
+        elapsed: started.elapsed(),
+        artifacts,
+    })
+}
+
+/// A capture on every interface traffic can reach a pod, a node or an external host by.
+fn start_captures(topology: &Topology) -> Result<Vec<(String, Capture)>> {
+    let mut captures = Vec::new();
+    for (name, ns) in &topology.pods {
+        captures.push((format!("pod/{name}"), Capture::start(ns, POD_INTERFACE)?));
+    }
+    for (name, ns) in &topology.external_hosts {
+        captures.push((format!("external/{name}"), Capture::start(ns, POD_INTERFACE)?));
+    }
+    for node in &topology.nodes {
+        captures.push((format!("node/{}", node.name), Capture::start(&node.netns, NODE_UPLINK)?));
+        captures.push((format!("node/{}/lo", node.name), Capture::start(&node.netns, "lo")?));
+    }
+    Ok(captures)
+}
+
+fn stop_captures(captures: Vec<(String, Capture)>) -> Result<BTreeMap<String, Vec<crate::observe::Frame>>> {
+    captures
+        .into_iter()
+        .map(|(key, capture)| Ok((key.clone(), capture.stop().with_context(|| format!("stopping capture {key}"))?)))
+        .collect()
+}
+
+/// The conntrack table of every node that translated some probe's traffic.
+fn dump_conntrack(
+    topology: &Topology,
+    expectations: &[oracle::Expectation],
+) -> Result<BTreeMap<String, Vec<conntrack::Flow>>> {
+    let mut tables = BTreeMap::new();
+    for e in expectations {
+        if let oracle::Outcome::Answered { translated_by: Some(node), .. } = &e.outcome {
+            if !tables.contains_key(node) {
+                let flows = conntrack::dump(&topology.node(node)?.netns)
+                    .with_context(|| format!("reading the conntrack table of node {node}"))?;
+                tables.insert(node.clone(), flows);
+            }
+        }
+    }
+    Ok(tables)
 }
 
 fn send_probes(
@@ -132,10 +208,10 @@ fn send_probes(
     runtime: &tokio::runtime::Runtime,
     expectations: &[oracle::Expectation],
     options: &RunOptions,
-) -> Result<Vec<ProbeVerdict>> {
+) -> Result<Vec<(SocketAddr, Vec<Sent>)>> {
     let ports = SourcePorts::default();
     let mut probers: BTreeMap<&Source, Prober> = BTreeMap::new();
-    let mut verdicts = Vec::new();
+    let mut all = Vec::new();
     for (probe, expected) in scenario.probes.iter().zip(expectations) {
         let prober = match probers.entry(&probe.from) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -152,15 +228,14 @@ fn send_probes(
             runtime.block_on(topology.steer(host, dst.ip(), via.ip))?;
         }
         let sent = prober.send(plan(probe, dst, expected)).with_context(|| format!("sending probe {}", probe.name))?;
-        let observed = sent.into_iter().map(|s| s.attempt).collect();
-        verdicts.push(verdict::judge(probe, dst, expected, observed));
+        all.push((dst, sent));
     }
-    Ok(verdicts)
+    Ok(all)
 }
 
 /// How to send a probe. Traffic expected to vanish is sent all at once, so waiting out the
 /// silence costs one timeout rather than one per attempt; everything else goes one by one.
-fn plan(probe: &Probe, dst: std::net::SocketAddr, expected: &oracle::Expectation) -> Plan {
+fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan {
     let speech = match probe.to {
         Target::HealthCheck { .. } => Speech::HttpGet,
         _ => Speech::Plain(probe.protocol),
@@ -170,6 +245,37 @@ fn plan(probe: &Probe, dst: std::net::SocketAddr, expected: &oracle::Expectation
         _ => Pace::Sequential { interval: probe.interval },
     };
     Plan { dst, count: probe.count, speech, pace }
+}
+
+/// Writes what a reviewer needs to fix a failure without re-running: the flow table, a pcap
+/// per capture point, each node's conntrack table and rules as loaded.
+fn keep_evidence(
+    dir: &std::path::Path,
+    topology: &Topology,
+    proxy: &dyn Proxy,
+    evidence: &Evidence,
+    verdicts: &[ProbeVerdict],
+    scenario: &Scenario,
+) -> Result<()> {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write("summary.txt", &crate::report::flow_table(&scenario.cluster, verdicts))?;
+    for (key, frames) in &evidence.frames {
+        write_pcap(&dir.join(format!("{}.pcap", key.replace('/', "-"))), frames)?;
+    }
+    for node in &topology.nodes {
+        let rules = proxy.dump_node(node).unwrap_or_else(|e| format!("(no dump: {e:#})"));
+        write(&format!("node-{}.rules", node.name), &rules)?;
+        let table = match conntrack::dump(&node.netns) {
+            Ok(flows) => flows.iter().map(|f| format!("{f}\n")).collect(),
+            Err(e) => format!("(no conntrack table: {e:#})\n"),
+        };
+        write(&format!("node-{}.conntrack", node.name), &table)?;
+    }
+    Ok(())
 }
 
 /// Why this host cannot run `scenario`, if it cannot.
@@ -182,6 +288,5 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
 }
 
 fn sctp_available() -> bool {
-    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::from(132)))
-        .is_ok()
+    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::from(132))).is_ok()
 }

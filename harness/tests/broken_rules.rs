@@ -27,7 +27,7 @@ fn failure_table(scenario_name: &str, mutant: Mutant) -> Option<String> {
     let proxy = BuiltinIptables { mutant: Some(mutant) };
     // Drops are the point of some mutants: a short wait keeps this test quick, and the
     // assertions below name what must be seen, so a slow answer cannot pass for a kill.
-    let options = RunOptions { timeout: Duration::from_millis(300) };
+    let options = RunOptions { timeout: Duration::from_millis(300), ..RunOptions::default() };
     let report = runner::run(&s, &proxy, &options).expect("the broken proxy still loads");
     let Outcome::Judged(verdicts) = &report.outcome else { panic!("{scenario_name} did not run") };
     assert!(!report.passed(), "mutant {mutant} survived scenario {scenario_name}");

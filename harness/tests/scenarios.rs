@@ -62,17 +62,26 @@ fn run_trial(file: &Path, missing_privileges: Option<&str>) -> Result<(), Failed
         return Err(format!("PACKETPROOF_REQUIRE_PRIVILEGES=1 but {reason}").into());
     }
     let scenario = scenario::load(file).map_err(|errors| Failed::from(errors.to_string()))?;
-    let report = cli::run_one(&scenario, None, &RunOptions::default(), None)
+    let options = RunOptions { artifacts: Some(artifacts_dir()), ..RunOptions::default() };
+    let report = cli::run_one(&scenario, None, &options, None)
         .map_err(|e| Failed::from(format!("{}: setup failed: {e:#}", file.display())))?;
     match &report.outcome {
         Outcome::Judged(verdicts) if !report.passed() => Err(format!(
-            "{}\n{}",
+            "{}\n{}  evidence: {}",
             report::scenario_line(&report),
-            report::flow_table(&scenario.cluster, verdicts)
+            report::flow_table(&scenario.cluster, verdicts),
+            report.artifacts.as_ref().map_or("(none)".into(), |d| d.display().to_string()),
         )
         .into()),
         Outcome::Judged(_) => Ok(()),
         // Never a pass: a scenario that could not run fails with its reason.
         Outcome::Skipped(reason) => Err(format!("could not run: {reason}").into()),
     }
+}
+
+/// Evidence of failing scenarios: `PACKETPROOF_ARTIFACTS`, or `target/packetproof-artifacts`.
+fn artifacts_dir() -> std::path::PathBuf {
+    std::env::var_os("PACKETPROOF_ARTIFACTS")
+        .map(Into::into)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/packetproof-artifacts"))
 }

@@ -3,6 +3,8 @@
 //! bounds chosen so that a correct proxy fails the check with probability at most
 //! [`FALSE_FAILURE_RATE`].
 
+pub mod evidence;
+
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::net::SocketAddr;
