@@ -3,7 +3,9 @@
 //! A proxy sees only the desired state (the cluster's Services and endpoints), never the
 //! oracle's expectations.
 
+pub mod healthcheck;
 pub mod iptables;
+pub mod node_ports;
 
 use anyhow::Result;
 

@@ -46,7 +46,9 @@ pub fn judge(
 ) -> ProbeVerdict {
     let failures = match &expected.outcome {
         Outcome::Answered { backends, spread, .. } => {
-            let mut failures = check_answers(backends, &observed);
+            // Sticky attempts all go one way by design; every other spread is uniform per attempt.
+            let uniform = !matches!(spread, Spread::Sticky);
+            let mut failures = check_answers(backends, uniform, &observed);
             failures.extend(check_spread(*spread, backends.len(), &observed));
             failures
         }
@@ -129,6 +131,7 @@ fn check_http(status: u16, local_endpoints: usize, observed: &[Attempt]) -> Vec<
 
 fn check_answers(
     backends: &BTreeMap<String, crate::oracle::SeenSource>,
+    uniform: bool,
     observed: &[Attempt],
 ) -> Vec<String> {
     let mut failures = Vec::new();
@@ -158,7 +161,7 @@ fn check_answers(
         failures.push(format!("{fault} ({n} of {} attempts)", observed.len()));
     }
     let answered: u64 = counts.values().sum();
-    if backends.len() > 1 && answered > 0 {
+    if uniform && backends.len() > 1 && answered > 0 {
         let (low, high) = share_bounds(answered, backends.len() as u64, FALSE_FAILURE_RATE);
         for (pod, &n) in &counts {
             if n < low || n > high {

@@ -9,23 +9,40 @@ use std::net::IpAddr;
 
 use crate::model::{Endpoint, Service, ServicePort, ServiceType, TrafficPolicy};
 
+/// When serving-and-terminating endpoints are used. kube-proxy falls back to them; the other
+/// two are bugs that mutants switch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Terminating {
+    /// Only when no endpoint of the set is ready (KEP-1669, kube-proxy since v1.26).
+    #[default]
+    FallBack,
+    /// Alongside ready ones, as if terminating endpoints were ready.
+    AlwaysUsed,
+    /// Never: a set with only terminating endpoints has none.
+    NeverUsed,
+}
+
 /// The traffic policies of one service port, as kube-proxy's `BaseServicePortInfo` keeps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortPolicy {
     pub internal_local: bool,
     /// externalTrafficPolicy Local on a NodePort or LoadBalancer service.
     pub external_local: bool,
-    /// Reachable from outside: it has a node port (the model has no external or LB IPs).
+    /// Reachable from outside (`ExternallyAccessible`): a node port, an IPv4 external IP or
+    /// an IPv4 load-balancer IP.
     pub externally_accessible: bool,
 }
 
 impl PortPolicy {
     pub fn of(svc: &Service, port: &ServicePort) -> PortPolicy {
         let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
+        let has_v4 = |ips: &[IpAddr]| ips.iter().any(IpAddr::is_ipv4);
         PortPolicy {
             internal_local: svc.internal_traffic_policy == TrafficPolicy::Local,
             external_local: external_type && svc.external_traffic_policy == TrafficPolicy::Local,
-            externally_accessible: external_type && port.node_port.is_some(),
+            externally_accessible: (external_type && port.node_port.is_some())
+                || has_v4(&svc.external_ips)
+                || has_v4(&svc.load_balancer_ips),
         }
     }
 
@@ -62,25 +79,47 @@ fn serving_terminating(ep: &Endpoint) -> bool {
     ep.serving && ep.terminating
 }
 
-/// Endpoints matching `wanted`, falling back to serving-terminating ones when none match.
-fn usable<'a>(candidates: &[&'a Endpoint], wanted: impl Fn(&Endpoint) -> bool) -> Vec<&'a Endpoint> {
-    let chosen: Vec<&Endpoint> = candidates.iter().copied().filter(|ep| wanted(ep) && ready(ep)).collect();
-    if !chosen.is_empty() {
-        return chosen;
+/// Endpoints matching `wanted`: the ready ones, with serving-terminating ones as `terminating`
+/// says (kube-proxy: only when none is ready).
+fn usable<'a>(
+    candidates: &[&'a Endpoint],
+    wanted: impl Fn(&Endpoint) -> bool,
+    terminating: Terminating,
+) -> Vec<&'a Endpoint> {
+    let matching = |keep: fn(&Endpoint) -> bool| -> Vec<&'a Endpoint> {
+        candidates.iter().copied().filter(|ep| wanted(ep) && keep(ep)).collect()
+    };
+    match terminating {
+        Terminating::AlwaysUsed => matching(|ep| ready(ep) || serving_terminating(ep)),
+        Terminating::NeverUsed => matching(ready),
+        Terminating::FallBack => {
+            let chosen = matching(ready);
+            if chosen.is_empty() { matching(serving_terminating) } else { chosen }
+        }
     }
-    candidates.iter().copied().filter(|ep| wanted(ep) && serving_terminating(ep)).collect()
 }
 
 /// kube-proxy's choice of endpoints for `port` on `node` (IPv4 endpoints only).
 pub fn select<'a>(port: &'a ServicePort, policy: PortPolicy, node: &str) -> Selection<'a> {
+    select_with(port, policy, node, Terminating::FallBack)
+}
+
+/// [`select`], with terminating endpoints used as `terminating` says.
+pub fn select_with<'a>(
+    port: &'a ServicePort,
+    policy: PortPolicy,
+    node: &str,
+    terminating: Terminating,
+) -> Selection<'a> {
     let mut all: Vec<&Endpoint> = port.endpoints.iter().filter(|ep| matches!(ep.ip, IpAddr::V4(_))).collect();
     all.sort_by_key(|ep| ep.address().to_string());
     let is_local = |ep: &Endpoint| ep.node.as_deref() == Some(node);
 
-    let cluster = if policy.uses_cluster_endpoints() { usable(&all, |_| true) } else { Vec::new() };
-    let local = if policy.uses_local_endpoints() { usable(&all, is_local) } else { Vec::new() };
+    let cluster =
+        if policy.uses_cluster_endpoints() { usable(&all, |_| true, terminating) } else { Vec::new() };
+    let local = if policy.uses_local_endpoints() { usable(&all, is_local, terminating) } else { Vec::new() };
     // Every policy combination uses one of the two sets, and both see the same candidates.
-    let has_any = all.iter().any(|ep| ready(ep) || serving_terminating(ep));
+    let has_any = !usable(&all, |_| true, terminating).is_empty();
 
     // Union of both sets; sorted, where kube-proxy's order here is a Go map's (random).
     let mut reachable = cluster.clone();
@@ -151,6 +190,49 @@ mod tests {
         assert!(sel.has_any);
         let none = port(vec![ep("10.0.0.2", "a", false, false, true)]);
         assert!(!select(&none, CLUSTER, "a").has_any);
+    }
+
+    #[test]
+    fn terminating_modes_of_the_mutants() {
+        let p = port(vec![ep("10.0.0.1", "a", true, true, false), ep("10.0.0.2", "a", false, true, true)]);
+        let always = select_with(&p, CLUSTER, "a", Terminating::AlwaysUsed);
+        assert_eq!(ips(&always.cluster), ["10.0.0.1", "10.0.0.2"]);
+        let only_terminating = port(vec![ep("10.0.0.2", "a", false, true, true)]);
+        let never = select_with(&only_terminating, CLUSTER, "a", Terminating::NeverUsed);
+        assert!(never.cluster.is_empty());
+        assert!(!never.has_any, "with no usable endpoint the port rejects");
+    }
+
+    #[test]
+    fn external_and_load_balancer_ips_make_a_port_externally_accessible() {
+        let mut svc = Service {
+            namespace: "default".into(),
+            name: "web".into(),
+            service_type: ServiceType::ClusterIp,
+            cluster_ip: "10.96.0.1".parse().unwrap(),
+            external_traffic_policy: TrafficPolicy::Local,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            ports: vec![],
+            external_ips: vec![],
+            load_balancer_ips: vec![],
+            load_balancer_source_ranges: vec![],
+            health_check_node_port: None,
+            session_affinity: crate::model::SessionAffinity::None,
+        };
+        let mut p = port(vec![]);
+        p.node_port = None;
+        assert!(!PortPolicy::of(&svc, &p).externally_accessible);
+        svc.external_ips = vec!["192.168.99.1".parse().unwrap()];
+        let policy = PortPolicy::of(&svc, &p);
+        // A ClusterIP service's external policy is never Local.
+        assert!(policy.externally_accessible && !policy.external_local);
+        svc.external_ips = vec!["fd00::1".parse().unwrap()];
+        assert!(!PortPolicy::of(&svc, &p).externally_accessible, "IPv6 addresses are the other proxier's");
+        svc.external_ips.clear();
+        svc.service_type = ServiceType::LoadBalancer;
+        svc.load_balancer_ips = vec!["203.0.113.7".parse().unwrap()];
+        let policy = PortPolicy::of(&svc, &p);
+        assert!(policy.externally_accessible && policy.external_local);
     }
 
     #[test]

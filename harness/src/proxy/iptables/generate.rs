@@ -4,20 +4,29 @@
 //! Arguments are in the canonical order `iptables-save` prints, so every rendered line reads
 //! exactly like the line a dump of a real node shows. Two things kube-proxy does outside its
 //! `iptables-restore` are included, because a fresh namespace has neither: the jumps from the
-//! built-in chains, and kubelet's `KUBE-FIREWALL` hook.
+//! built-in chains, and kubelet's `KUBE-FIREWALL` hook (kubelet keeps the localnet guard
+//! whatever kube-proxy's flags; kube-proxy writes the same rule when localhost node ports are
+//! on).
 //!
-//! Not modelled (the model has no such fields): external IPs, load-balancer IPs and
-//! `KUBE-FW-…` source ranges, health-check node ports, session affinity, topology hints.
+//! Written as kube-proxy writes them where its input depends on the host: no `nfacct`
+//! counters (as on a kernel without `nfnetlink_acct`), `--random-fully` available, no
+//! `nf_conntrack_tcp_be_liberal`. Not modelled: topology hints, `ipMode: Proxy` ingress IPs.
+//!
+//! [`Deviations`] switch on bugs that live in endpoint choice rather than in one rule, for
+//! the mutants.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net};
 
-use super::endpoints::{PortPolicy, Selection, select};
+use super::endpoints::{PortPolicy, Selection, Terminating, select_with};
 use super::ladder;
 use super::naming;
 use super::ruleset::{RuleSet, args};
-use crate::model::{Cluster, Endpoint, Protocol, Service, ServicePort};
+use crate::model::{
+    Cluster, Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
+};
+use crate::proxy::node_ports::{NodePortAddresses, localhost_node_ports};
 
 /// The mark that asks `KUBE-POSTROUTING` to masquerade (kube-proxy's default bit 14).
 pub const MASQ_MARK: &str = "0x4000";
@@ -32,18 +41,39 @@ const FIREWALL: &str = "KUBE-FIREWALL";
 const POSTROUTING: &str = "KUBE-POSTROUTING";
 const MARK_MASQ: &str = "KUBE-MARK-MASQ";
 
+const NODEPORTS_COMMENT: &str =
+    "kubernetes service nodeports; NOTE: this must be the last rule in this chain";
+
+/// Ways the generator departs from kube-proxy on purpose (all off by default), for mutants
+/// whose bug is a wrong choice of endpoints rather than a wrong rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Deviations {
+    pub terminating: Terminating,
+    /// internalTrafficPolicy Local uses the Cluster set on a node without local endpoints.
+    pub itp_local_falls_back: bool,
+    /// externalTrafficPolicy Local sends outside traffic to the Cluster set (and so never
+    /// drops it), keeping the client address.
+    pub etp_local_uses_cluster: bool,
+}
+
 /// The `iptables-restore` input kube-proxy would write on `node` for `cluster`.
 pub fn node_rules(cluster: &Cluster, node: &str) -> RuleSet {
+    node_rules_with(cluster, node, Deviations::default())
+}
+
+/// [`node_rules`] with `deviations` switched on.
+pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations) -> RuleSet {
     let mut rules = RuleSet::default();
     write_chains(&mut rules);
     write_hooks(&mut rules);
     write_fixed_rules(&mut rules);
     for svc in cluster.services.iter().filter(|s| matches!(s.cluster_ip, IpAddr::V4(_))) {
         for port in &svc.ports {
-            write_service_port(&mut rules, cluster, svc, port, node);
+            let p = Port::new(cluster, svc, port, node, deviations);
+            write_service_port(&mut rules, &p);
         }
     }
-    write_trailer(&mut rules);
+    write_trailer(&mut rules, cluster, node);
     rules
 }
 
@@ -128,23 +158,51 @@ fn write_fixed_rules(rules: &mut RuleSet) {
     n.append(MARK_MASQ, args!["-j", "MARK", "--set-xmark", MASQ_MARK_MASK]);
 }
 
-/// The node-port catch-all (last in nat `KUBE-SERVICES`) and the forwarding rules.
-fn write_trailer(rules: &mut RuleSet) {
-    rules.nat.append(
-        SERVICES,
-        args![
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service nodeports; NOTE: this must be the last rule in this chain",
-            "-m",
-            "addrtype",
-            "--dst-type",
-            "LOCAL",
-            "-j",
-            NODEPORTS
-        ],
-    );
+/// The jump to `KUBE-NODEPORTS` for every local address (no `--nodeport-addresses`), which
+/// keeps out 127.0.0.0/8 when localhost node ports are off.
+pub fn node_ports_jump_all(localhost: bool) -> Vec<String> {
+    let mut rule = if localhost { Vec::new() } else { args!["!", "-d", "127.0.0.0/8"] };
+    rule.extend(args![
+        "-m",
+        "comment",
+        "--comment",
+        NODEPORTS_COMMENT,
+        "-m",
+        "addrtype",
+        "--dst-type",
+        "LOCAL"
+    ]);
+    rule.extend(args!["-j", NODEPORTS]);
+    rule
+}
+
+/// The node-port jumps (last in nat `KUBE-SERVICES`: for every local address, or one per
+/// node address inside `--nodeport-addresses`) and the forwarding rules.
+fn write_trailer(rules: &mut RuleSet, cluster: &Cluster, node: &str) {
+    let addresses = NodePortAddresses::new(&cluster.proxy);
+    let localhost = localhost_node_ports(&cluster.proxy);
+    if addresses.match_all() {
+        rules.nat.append(SERVICES, node_ports_jump_all(localhost));
+    } else {
+        for ip in addresses.node_ips(cluster.node(node)) {
+            if ip.is_loopback() && !localhost {
+                continue;
+            }
+            rules.nat.append(
+                SERVICES,
+                args![
+                    "-d",
+                    format!("{ip}/32"),
+                    "-m",
+                    "comment",
+                    "--comment",
+                    NODEPORTS_COMMENT,
+                    "-j",
+                    NODEPORTS
+                ],
+            );
+        }
+    }
     let f = &mut rules.filter;
     // INVALID packets would otherwise reset connections (nf_conntrack_tcp_be_liberal unset).
     f.append(FORWARD, args!["-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP"]);
@@ -189,35 +247,98 @@ struct Port<'a> {
     cluster_ip: String,
     port: String,
     node_port: Option<String>,
+    /// `spec.externalIPs` (IPv4), as `a.b.c.d/32`.
+    external_ips: Vec<String>,
+    /// Load-balancer ingress IPs (IPv4), as `a.b.c.d/32`.
+    lb_ips: Vec<String>,
+    /// `loadBalancerSourceRanges` (IPv4), host bits cleared as Go's `ParseCIDR` clears them.
+    source_ranges: Vec<Ipv4Net>,
+    /// A source range holds this node's IP: the LB IPs themselves are allowed as sources too.
+    allow_from_node: bool,
+    health_check_port: Option<String>,
+    /// `sessionAffinity: ClientIP` timeout in seconds.
+    affinity: Option<u32>,
+    masquerade_all: bool,
     pod_cidr: Option<String>,
     policy: PortPolicy,
     eps: Selection<'a>,
+    /// Deviation: external Local traffic goes to the Cluster set.
+    etp_local_uses_cluster: bool,
     svc_chain: String,
     svl_chain: String,
     ext_chain: String,
+    fw_chain: String,
+}
+
+fn ipv4s(ips: &[IpAddr]) -> Vec<Ipv4Addr> {
+    ips.iter()
+        .filter_map(|ip| match ip {
+            IpAddr::V4(v4) => Some(*v4),
+            IpAddr::V6(_) => None,
+        })
+        .collect()
 }
 
 impl<'a> Port<'a> {
-    fn new(cluster: &Cluster, svc: &Service, port: &'a ServicePort, node: &str) -> Port<'a> {
+    fn new(cluster: &Cluster, svc: &Service, port: &'a ServicePort, node: &str, dev: Deviations) -> Port<'a> {
         let name = naming::service_port_name(svc, port);
-        let policy = PortPolicy::of(svc, port);
+        let mut policy = PortPolicy::of(svc, port);
+        let mut eps = select_with(port, policy, node, dev.terminating);
+        if dev.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
+            // The bug: on this node the port behaves as if its internal policy were Cluster.
+            policy.internal_local = false;
+            eps = select_with(port, policy, node, dev.terminating);
+        }
         // kube-proxy's local-traffic detector by cluster CIDR; IPv4 only like the rest.
         let pod_cidr = match cluster.pod_cidr {
             IpNet::V4(net) => Some(net.trunc().to_string()),
             IpNet::V6(_) => None,
         };
+        let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
+        let source_ranges: Vec<Ipv4Net> = svc
+            .load_balancer_source_ranges
+            .iter()
+            .filter_map(|n| match n {
+                IpNet::V4(n) => Some(n.trunc()),
+                IpNet::V6(_) => None,
+            })
+            .collect();
+        let node_ip = cluster.node(node).and_then(|n| match n.ip {
+            IpAddr::V4(ip) => Some(ip),
+            IpAddr::V6(_) => None,
+        });
+        let allow_from_node = node_ip.is_some_and(|ip| source_ranges.iter().any(|r| r.contains(&ip)));
+        // `NeedsHealthCheck`: kube-proxy ignores the port on any other Service.
+        let needs_health_check = svc.service_type == ServiceType::LoadBalancer
+            && svc.external_traffic_policy == TrafficPolicy::Local;
+        let slash32 = |ips: &[IpAddr]| ipv4s(ips).iter().map(|ip| format!("{ip}/32")).collect();
         Port {
             protocol: port.protocol,
             proto: port.protocol.as_lower(),
             cluster_ip: format!("{}/32", svc.cluster_ip),
             port: port.port.to_string(),
-            node_port: port.node_port.filter(|_| policy.externally_accessible).map(|p| p.to_string()),
+            node_port: port.node_port.filter(|_| external_type).map(|p| p.to_string()),
+            external_ips: slash32(&svc.external_ips),
+            lb_ips: slash32(&svc.load_balancer_ips),
+            source_ranges,
+            allow_from_node,
+            health_check_port: svc
+                .health_check_node_port
+                .filter(|_| needs_health_check)
+                .map(|p| p.to_string()),
+            affinity: match svc.session_affinity {
+                SessionAffinity::ClientIp { timeout_seconds } => Some(timeout_seconds),
+                SessionAffinity::None => None,
+            },
+            masquerade_all: cluster.proxy.masquerade_all,
             pod_cidr,
             policy,
-            eps: select(port, policy, node),
+            eps,
+            etp_local_uses_cluster: dev.etp_local_uses_cluster,
             svc_chain: naming::svc_chain(&name, port.protocol),
             svl_chain: naming::svl_chain(&name, port.protocol),
             ext_chain: naming::ext_chain(&name, port.protocol),
+            fw_chain: naming::fw_chain(&name, port.protocol),
             name,
         }
     }
@@ -226,8 +347,12 @@ impl<'a> Port<'a> {
         self.eps.has_any && (!self.policy.internal_local || !self.eps.local.is_empty())
     }
 
+    fn external_goes_local(&self) -> bool {
+        self.policy.external_local && !self.etp_local_uses_cluster
+    }
+
     fn has_external_endpoints(&self) -> bool {
-        self.eps.has_any && (!self.policy.external_local || !self.eps.local.is_empty())
+        self.eps.has_any && (!self.external_goes_local() || !self.eps.local.is_empty())
     }
 
     fn internal_chain(&self) -> &str {
@@ -235,7 +360,21 @@ impl<'a> Port<'a> {
     }
 
     fn external_policy_chain(&self) -> &str {
-        if self.policy.external_local { &self.svl_chain } else { &self.svc_chain }
+        if self.external_goes_local() { &self.svl_chain } else { &self.svc_chain }
+    }
+
+    /// The `KUBE-EXT-…` chain exists even without external endpoints (its short-circuit
+    /// rules still serve traffic from this node and its pods).
+    fn uses_external_chain(&self) -> bool {
+        self.eps.has_any && self.policy.externally_accessible
+    }
+
+    fn uses_firewall_chain(&self) -> bool {
+        self.eps.has_any && !self.lb_ips.is_empty() && !self.source_ranges.is_empty()
+    }
+
+    fn load_balancer_chain(&self) -> &str {
+        if self.uses_firewall_chain() { &self.fw_chain } else { &self.ext_chain }
     }
 
     /// Target and comment of filter rules for traffic with nowhere to go: REJECT when the
@@ -251,11 +390,11 @@ impl<'a> Port<'a> {
         }
     }
 
-    /// `-d VIP/32 -p proto -m comment --comment C -m proto --dport PORT`
-    fn cluster_ip_match(&self, comment: &str) -> Vec<String> {
+    /// `-d IP/32 -p proto -m comment --comment C -m proto --dport PORT`
+    fn destination_match(&self, destination: &str, comment: &str) -> Vec<String> {
         args![
             "-d",
-            &self.cluster_ip,
+            destination,
             "-p",
             self.proto,
             "-m",
@@ -268,6 +407,10 @@ impl<'a> Port<'a> {
             &self.port
         ]
     }
+
+    fn cluster_ip_match(&self, comment: &str) -> Vec<String> {
+        self.destination_match(&self.cluster_ip, comment)
+    }
 }
 
 fn with(mut head: Vec<String>, tail: Vec<String>) -> Vec<String> {
@@ -275,22 +418,26 @@ fn with(mut head: Vec<String>, tail: Vec<String>) -> Vec<String> {
     head
 }
 
-/// One service port's rules, in kube-proxy's order: entry points (cluster IP, node port),
-/// then the EXT, SVC, SVL and SEP chains.
-fn write_service_port(rules: &mut RuleSet, cluster: &Cluster, svc: &Service, port: &ServicePort, node: &str) {
-    let p = Port::new(cluster, svc, port, node);
-    write_cluster_ip(rules, &p);
-    write_node_port(rules, &p);
-    write_internal_masquerade(rules, &p);
-    write_ext_chain(rules, &p);
+/// One service port's rules, in kube-proxy's order: entry points (cluster IP, external IPs,
+/// load-balancer IPs, node port, health check port), then the masquerade rule of the
+/// internal chain, the EXT, FW, SVC, SVL and SEP chains.
+fn write_service_port(rules: &mut RuleSet, p: &Port) {
+    write_cluster_ip(rules, p);
+    write_external_ips(rules, p);
+    write_load_balancer_ips(rules, p);
+    write_node_port(rules, p);
+    write_health_check(rules, p);
+    write_internal_masquerade(rules, p);
+    write_ext_chain(rules, p);
+    write_fw_chain(rules, p);
     if !p.eps.cluster.is_empty() && p.policy.uses_cluster_endpoints() {
-        write_ladder(rules, &p, &p.svc_chain, &p.eps.cluster);
+        write_ladder(rules, p, &p.svc_chain, &p.eps.cluster);
     }
     if !p.eps.local.is_empty() && p.policy.uses_local_endpoints() {
-        write_ladder(rules, &p, &p.svl_chain, &p.eps.local);
+        write_ladder(rules, p, &p.svl_chain, &p.eps.local);
     }
     for ep in &p.eps.reachable {
-        write_sep_chain(rules, &p, ep);
+        write_sep_chain(rules, p, ep);
     }
 }
 
@@ -301,6 +448,44 @@ fn write_cluster_ip(rules: &mut RuleSet, p: &Port) {
     } else {
         let (verdict, comment) = p.filter_verdict();
         rules.filter.append(SERVICES, with(p.cluster_ip_match(&comment), verdict));
+    }
+}
+
+/// `spec.externalIPs`: to `KUBE-EXT-…`, and refused in the filter table when no endpoint
+/// serves outside traffic here.
+fn write_external_ips(rules: &mut RuleSet, p: &Port) {
+    for ip in &p.external_ips {
+        if p.eps.has_any {
+            let comment = format!("{} external IP", p.name);
+            rules.nat.append(SERVICES, with(p.destination_match(ip, &comment), args!["-j", &p.ext_chain]));
+        }
+        if !p.has_external_endpoints() {
+            let (verdict, comment) = p.filter_verdict();
+            rules.filter.append(EXTERNAL_SERVICES, with(p.destination_match(ip, &comment), verdict));
+        }
+    }
+}
+
+/// Load-balancer ingress IPs: to `KUBE-FW-…` when source ranges apply (with the
+/// `KUBE-PROXY-FIREWALL` drop for whatever that chain leaves un-DNATed), else to
+/// `KUBE-EXT-…`; refused when no endpoint serves outside traffic here.
+fn write_load_balancer_ips(rules: &mut RuleSet, p: &Port) {
+    for ip in &p.lb_ips {
+        if p.eps.has_any {
+            let comment = format!("{} loadbalancer IP", p.name);
+            let jump = args!["-j", p.load_balancer_chain()];
+            rules.nat.append(SERVICES, with(p.destination_match(ip, &comment), jump));
+        }
+        if p.uses_firewall_chain() {
+            let comment = format!("{} traffic not accepted by {}", p.name, p.fw_chain);
+            rules.filter.append(PROXY_FIREWALL, with(p.destination_match(ip, &comment), args!["-j", "DROP"]));
+        }
+    }
+    if !p.has_external_endpoints() {
+        for ip in &p.lb_ips {
+            let (verdict, comment) = p.filter_verdict();
+            rules.filter.append(EXTERNAL_SERVICES, with(p.destination_match(ip, &comment), verdict));
+        }
     }
 }
 
@@ -347,22 +532,52 @@ fn write_node_port(rules: &mut RuleSet, p: &Port) {
     }
 }
 
-/// Off-cluster sources reaching the cluster IP (a node routing the service range) are
-/// masqueraded, since the endpoint may be on another node.
+/// The health check node port is accepted whether or not this node has endpoints (the
+/// answer says which); written once per service port, as kube-proxy writes it.
+fn write_health_check(rules: &mut RuleSet, p: &Port) {
+    let Some(port) = &p.health_check_port else { return };
+    let comment = format!("{} health check node port", p.name);
+    rules.filter.append(
+        NODEPORTS,
+        args![
+            "-p",
+            "tcp",
+            "-m",
+            "comment",
+            "--comment",
+            comment,
+            "-m",
+            "tcp",
+            "--dport",
+            port,
+            "-j",
+            "ACCEPT"
+        ],
+    );
+}
+
+/// With `--masquerade-all` every cluster-IP connection is masqueraded; otherwise off-cluster
+/// sources reaching the cluster IP (a node routing the service range) are, since the
+/// endpoint may be on another node.
 fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
-    let Some(pod_cidr) = &p.pod_cidr else { return };
     if !p.has_internal_endpoints() {
         return;
     }
     let comment = format!("{} cluster IP", p.name);
-    let rule = with(args!["!", "-s", pod_cidr], p.cluster_ip_match(&comment));
+    let rule = if p.masquerade_all {
+        p.cluster_ip_match(&comment)
+    } else if let Some(pod_cidr) = &p.pod_cidr {
+        with(args!["!", "-s", pod_cidr], p.cluster_ip_match(&comment))
+    } else {
+        return;
+    };
     rules.nat.append(p.internal_chain(), with(rule, args!["-j", MARK_MASQ]));
 }
 
 /// `KUBE-EXT-…`: masquerade everything (Cluster policy), or keep the client address for
 /// outside traffic and short-circuit traffic from pods and from this node (Local policy).
 fn write_ext_chain(rules: &mut RuleSet, p: &Port) {
-    if !(p.eps.has_any && p.node_port.is_some()) {
+    if !p.uses_external_chain() {
         return;
     }
     let ext = p.ext_chain.as_str();
@@ -418,9 +633,63 @@ fn write_ext_chain(rules: &mut RuleSet, p: &Port) {
     }
 }
 
-/// A `KUBE-SVC-…`/`KUBE-SVL-…` chain: one rule per endpoint, each taking `1/remaining`.
+/// `KUBE-FW-…`: sources inside `loadBalancerSourceRanges` (and, when a range holds this
+/// node's IP, the LB IPs themselves: a node reaching a VIP that is local to it sends from the
+/// VIP) go on to `KUBE-EXT-…`; the rest fall off the end, un-DNATed, into the filter
+/// table's `KUBE-PROXY-FIREWALL` drop. Pods are not let through: their sources are pod IPs.
+fn write_fw_chain(rules: &mut RuleSet, p: &Port) {
+    if !p.uses_firewall_chain() {
+        return;
+    }
+    let fw = p.fw_chain.as_str();
+    rules.nat.add_chain(fw);
+    let comment = format!("{} loadbalancer IP", p.name);
+    let allow =
+        |source: String| args!["-s", source, "-m", "comment", "--comment", &comment, "-j", &p.ext_chain];
+    for range in &p.source_ranges {
+        rules.nat.append(fw, allow(range.to_string()));
+    }
+    if p.allow_from_node {
+        for ip in &p.lb_ips {
+            rules.nat.append(fw, allow(ip.clone()));
+        }
+    }
+    let comment = format!("other traffic to {} will be dropped by KUBE-PROXY-FIREWALL", p.name);
+    rules.nat.append(fw, args!["-m", "comment", "--comment", comment]);
+}
+
+/// A `KUBE-SVC-…`/`KUBE-SVL-…` chain: with ClientIP affinity first one `recent` check per
+/// endpoint (a client seen within the timeout goes back to its endpoint), then one rule per
+/// endpoint, each taking `1/remaining`.
 fn write_ladder(rules: &mut RuleSet, p: &Port, chain: &str, endpoints: &[&Endpoint]) {
     rules.nat.add_chain(chain);
+    if let Some(seconds) = p.affinity {
+        for ep in endpoints {
+            let sep = naming::sep_chain(&p.name, p.protocol, ep.address());
+            rules.nat.append(
+                chain,
+                args![
+                    "-m",
+                    "comment",
+                    "--comment",
+                    format!("{} -> {}", p.name, ep.address()),
+                    "-m",
+                    "recent",
+                    "--rcheck",
+                    "--seconds",
+                    seconds.to_string(),
+                    "--reap",
+                    "--name",
+                    &sep,
+                    "--mask",
+                    "255.255.255.255",
+                    "--rsource",
+                    "-j",
+                    &sep
+                ],
+            );
+        }
+    }
     let n = endpoints.len();
     for (i, ep) in endpoints.iter().enumerate() {
         let sep = naming::sep_chain(&p.name, p.protocol, ep.address());
@@ -441,7 +710,7 @@ fn write_ladder(rules: &mut RuleSet, p: &Port, chain: &str, endpoints: &[&Endpoi
 }
 
 /// A `KUBE-SEP-…` chain: masquerade hairpin traffic (an endpoint reaching itself through the
-/// service), then DNAT to the endpoint.
+/// service), then DNAT to the endpoint, recording the client for ClientIP affinity.
 fn write_sep_chain(rules: &mut RuleSet, p: &Port, ep: &Endpoint) {
     let chain = naming::sep_chain(&p.name, p.protocol, ep.address());
     rules.nat.add_chain(&chain);
@@ -449,21 +718,19 @@ fn write_sep_chain(rules: &mut RuleSet, p: &Port, ep: &Endpoint) {
         &chain,
         args!["-s", format!("{}/32", ep.ip), "-m", "comment", "--comment", &p.name, "-j", MARK_MASQ],
     );
-    rules.nat.append(
-        &chain,
-        args![
-            "-p",
-            p.proto,
+    let mut dnat = args!["-p", p.proto, "-m", "comment", "--comment", &p.name];
+    if p.affinity.is_some() {
+        dnat.extend(args![
             "-m",
-            "comment",
-            "--comment",
-            &p.name,
-            "-m",
-            p.proto,
-            "-j",
-            "DNAT",
-            "--to-destination",
-            ep.address().to_string()
-        ],
-    );
+            "recent",
+            "--set",
+            "--name",
+            &chain,
+            "--mask",
+            "255.255.255.255",
+            "--rsource"
+        ]);
+    }
+    dnat.extend(args!["-m", p.proto, "-j", "DNAT", "--to-destination", ep.address().to_string()]);
+    rules.nat.append(&chain, dnat);
 }

@@ -3,7 +3,9 @@
 //!
 //! `generate` writes what kube-proxy v1.30 would write on a node (chain names from `naming`,
 //! endpoint choice from `endpoints`), as a structured `ruleset` that `mutants` can break on
-//! purpose; `load` puts it into the namespace and reads it back.
+//! purpose; `load` puts it into the namespace and reads it back. Programming a node also does
+//! what kube-proxy does besides rules: `route_localnet` for localhost node ports, and the
+//! health check servers of `externalTrafficPolicy: Local` load balancers.
 
 pub mod endpoints;
 pub mod generate;
@@ -16,14 +18,14 @@ pub mod ruleset;
 #[cfg(test)]
 mod tests;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 pub use generate::node_rules;
 pub use mutants::Mutant;
 pub use ruleset::{RuleSet, normalize_save};
 
 use crate::model::Cluster;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, healthcheck, node_ports};
 use crate::topology::NodeHandle;
 
 pub const NAME: &str = "builtin-iptables";
@@ -36,12 +38,16 @@ pub struct BuiltinIptables {
 
 /// The rules for `node`, with `mutant` applied.
 pub fn node_ruleset(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> RuleSet {
-    let mut rules = node_rules(cluster, node);
+    let deviations = mutant.map(Mutant::deviations).unwrap_or_default();
+    let mut rules = generate::node_rules_with(cluster, node, deviations);
     if let Some(m) = mutant {
         m.apply(cluster, &mut rules);
     }
     rules
 }
+
+/// The sysctl kube-proxy sets (once, at start) so that node ports answer on 127.0.0.1.
+const ROUTE_LOCALNET: &str = "/proc/sys/net/ipv4/conf/all/route_localnet";
 
 /// The `iptables-restore` input for `node` (for `packetproof rules`).
 pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> String {
@@ -53,8 +59,19 @@ impl Proxy for BuiltinIptables {
         NAME
     }
 
+    /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
-        load::restore(node, &render_node(cluster, &node.name, self.mutant))
+        if node_ports::localhost_node_ports(&cluster.proxy) {
+            node.netns
+                .run(|| std::fs::write(ROUTE_LOCALNET, "1"))?
+                .with_context(|| format!("setting route_localnet on node {}", node.name))?;
+        }
+        load::restore(node, &render_node(cluster, &node.name, self.mutant))?;
+        let services = healthcheck::node_services(cluster, &node.name);
+        let addresses = healthcheck::bind_addresses(cluster, &node.name);
+        let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
+        healthcheck::serve(&node.netns, &services, &addresses, always_ok)
+            .with_context(|| format!("serving health checks on node {}", node.name))
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {

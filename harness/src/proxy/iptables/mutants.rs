@@ -1,14 +1,19 @@
-//! Deliberately broken rulesets, each a bug a real proxy has shipped or could ship, for tests
-//! that prove the harness's checks can fail.
+//! Deliberately broken proxies, each a bug a real proxy has shipped or could ship, for tests
+//! that prove the harness's checks can fail. Most edit the finished rules ([`Mutant::apply`]);
+//! wrong choices of endpoints are made by the generator itself ([`Mutant::deviations`]); one
+//! breaks the health check server instead ([`Mutant::breaks_health_checks`]).
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
+use super::endpoints::{PortPolicy, Terminating};
+use super::generate::{Deviations, node_ports_jump_all};
 use super::ladder;
 use super::naming;
 use super::ruleset::{Rule, RuleSet, args};
-use crate::model::Cluster;
+use crate::model::{Cluster, Service, ServicePort};
+use crate::proxy::node_ports::NodePortAddresses;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mutant {
@@ -18,16 +23,53 @@ pub enum Mutant {
     LastEndpointNeverChosen,
     DropInsteadOfReject,
     DnatToServicePort,
+    /// Seen in kube-proxy's IPVS mode: <https://github.com/kubernetes/kubernetes/issues/89869>,
+    /// <https://github.com/kubernetes/kubernetes/issues/62537>.
+    EtpLocalMasquerades,
+    /// Seen in kube-proxy's IPVS mode: <https://github.com/kubernetes/kubernetes/issues/97073>.
+    EtpLocalUsesRemoteEndpoints,
+    EtpLocalNoDrop,
+    ItpLocalFallsBackToRemote,
+    /// Seen in kube-proxy's IPVS mode: <https://github.com/kubernetes/kubernetes/issues/88698>;
+    /// reported against Cilium: <https://github.com/cilium/cilium/issues/34903>.
+    SourceRangesNotEnforced,
+    /// Seen in kube-proxy's IPVS mode: <https://github.com/kubernetes/kubernetes/issues/89358>;
+    /// kube-router ignored the timeout: <https://github.com/cloudnativelabs/kube-router/pull/882>.
+    AffinityWithoutTimeout,
+    NoAffinity,
+    /// The rule kube-proxy had before KEP-1669 was settled (fall back only when nothing is ready).
+    TerminatingUsedWhileReady,
+    /// kube-proxy before v1.26 (ProxyTerminatingEndpoints):
+    /// <https://github.com/kubernetes/kubernetes/issues/85643>.
+    TerminatingNeverFallback,
+    /// Like <https://github.com/kubernetes/kubernetes/issues/82163> and
+    /// <https://github.com/kubernetes/kubernetes/issues/61953>, for the node ports themselves.
+    NodePortOnAllAddresses,
+    /// Reported against Cilium: <https://github.com/cilium/cilium/issues/11043>.
+    HealthCheckAlwaysOk,
+    NodePortsNotLast,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 18] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
         Mutant::LastEndpointNeverChosen,
         Mutant::DropInsteadOfReject,
         Mutant::DnatToServicePort,
+        Mutant::EtpLocalMasquerades,
+        Mutant::EtpLocalUsesRemoteEndpoints,
+        Mutant::EtpLocalNoDrop,
+        Mutant::ItpLocalFallsBackToRemote,
+        Mutant::SourceRangesNotEnforced,
+        Mutant::AffinityWithoutTimeout,
+        Mutant::NoAffinity,
+        Mutant::TerminatingUsedWhileReady,
+        Mutant::TerminatingNeverFallback,
+        Mutant::NodePortOnAllAddresses,
+        Mutant::HealthCheckAlwaysOk,
+        Mutant::NodePortsNotLast,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -39,6 +81,18 @@ impl Mutant {
             Mutant::LastEndpointNeverChosen => "last-endpoint-never-chosen",
             Mutant::DropInsteadOfReject => "drop-instead-of-reject",
             Mutant::DnatToServicePort => "dnat-to-service-port",
+            Mutant::EtpLocalMasquerades => "etp-local-masquerades",
+            Mutant::EtpLocalUsesRemoteEndpoints => "etp-local-uses-remote-endpoints",
+            Mutant::EtpLocalNoDrop => "etp-local-no-drop",
+            Mutant::ItpLocalFallsBackToRemote => "itp-local-falls-back-to-remote",
+            Mutant::SourceRangesNotEnforced => "source-ranges-not-enforced",
+            Mutant::AffinityWithoutTimeout => "affinity-without-timeout",
+            Mutant::NoAffinity => "no-affinity",
+            Mutant::TerminatingUsedWhileReady => "terminating-used-while-ready",
+            Mutant::TerminatingNeverFallback => "terminating-never-fallback",
+            Mutant::NodePortOnAllAddresses => "node-port-on-all-addresses",
+            Mutant::HealthCheckAlwaysOk => "health-check-always-ok",
+            Mutant::NodePortsNotLast => "node-ports-not-last",
         }
     }
 
@@ -62,10 +116,65 @@ impl Mutant {
             Mutant::DnatToServicePort => {
                 "KUBE-SEP chains DNAT to the endpoint IP with the service port instead of the target port"
             }
+            Mutant::EtpLocalMasquerades => {
+                "externalTrafficPolicy Local traffic from outside is masqueraded anyway: the endpoint sees a node address instead of the client's"
+            }
+            Mutant::EtpLocalUsesRemoteEndpoints => {
+                "externalTrafficPolicy Local sends outside traffic to every endpoint in the cluster, including other nodes', instead of only this node's"
+            }
+            Mutant::EtpLocalNoDrop => {
+                "a node without local endpoints for an externalTrafficPolicy Local service does not drop outside traffic to its node port, external IPs and LB IPs"
+            }
+            Mutant::ItpLocalFallsBackToRemote => {
+                "internalTrafficPolicy Local falls back to other nodes' endpoints when this node has none, instead of dropping"
+            }
+            Mutant::SourceRangesNotEnforced => {
+                "loadBalancerSourceRanges is ignored: LB IPs accept traffic from every source"
+            }
+            Mutant::AffinityWithoutTimeout => {
+                "the ClientIP affinity check lacks `--seconds`: a client sticks to its endpoint forever instead of for timeoutSeconds"
+            }
+            Mutant::NoAffinity => {
+                "sessionAffinity ClientIP is ignored: the `recent` rules are missing and every connection is balanced anew"
+            }
+            Mutant::TerminatingUsedWhileReady => {
+                "serving-but-terminating endpoints get traffic although ready endpoints exist"
+            }
+            Mutant::TerminatingNeverFallback => {
+                "no fallback to serving-but-terminating endpoints when none is ready: the service rejects instead"
+            }
+            Mutant::NodePortOnAllAddresses => {
+                "--nodeport-addresses is ignored: node ports answer on every local address"
+            }
+            Mutant::HealthCheckAlwaysOk => {
+                "the health check node port answers 200 on every node, also on nodes without local endpoints"
+            }
+            Mutant::NodePortsNotLast => {
+                "the KUBE-NODEPORTS jump comes first in nat KUBE-SERVICES instead of last, so node ports win over service IPs that are local addresses"
+            }
         }
     }
 
-    /// Breaks `rules` (generated for `cluster`) the way this mutant says.
+    /// The endpoint-choice bugs, which the generator itself must make.
+    pub fn deviations(self) -> Deviations {
+        let mut d = Deviations::default();
+        match self {
+            Mutant::EtpLocalUsesRemoteEndpoints => d.etp_local_uses_cluster = true,
+            Mutant::ItpLocalFallsBackToRemote => d.itp_local_falls_back = true,
+            Mutant::TerminatingUsedWhileReady => d.terminating = Terminating::AlwaysUsed,
+            Mutant::TerminatingNeverFallback => d.terminating = Terminating::NeverUsed,
+            _ => {}
+        }
+        d
+    }
+
+    /// Whether the node's health check servers answer `200` regardless.
+    pub fn breaks_health_checks(self) -> bool {
+        self == Mutant::HealthCheckAlwaysOk
+    }
+
+    /// Breaks `rules` (generated for `cluster` with [`Mutant::deviations`]) the way this
+    /// mutant says; mutants that live in the generator or the health server change nothing here.
     pub fn apply(self, cluster: &Cluster, rules: &mut RuleSet) {
         let masq_from = |prefixes: &'static [&'static str]| {
             move |r: &Rule| {
@@ -81,7 +190,123 @@ impl Mutant {
             Mutant::LastEndpointNeverChosen => off_by_one_ladders(rules),
             Mutant::DropInsteadOfReject => reject_to_drop(rules),
             Mutant::DnatToServicePort => dnat_to_service_port(cluster, rules),
+            Mutant::EtpLocalMasquerades => masquerade_local_policy(cluster, rules),
+            Mutant::EtpLocalNoDrop => rules.filter.rules.retain(|r| {
+                !(r.chain == "KUBE-EXTERNAL-SERVICES"
+                    && r.target() == Some("DROP")
+                    && r.comment().is_some_and(|c| c.ends_with(" has no local endpoints")))
+            }),
+            Mutant::SourceRangesNotEnforced => ignore_source_ranges(rules),
+            Mutant::AffinityWithoutTimeout => affinity_forever(rules),
+            Mutant::NoAffinity => no_affinity(rules),
+            Mutant::NodePortOnAllAddresses => node_ports_everywhere(cluster, rules),
+            Mutant::NodePortsNotLast => node_ports_first(rules),
+            Mutant::EtpLocalUsesRemoteEndpoints
+            | Mutant::ItpLocalFallsBackToRemote
+            | Mutant::TerminatingUsedWhileReady
+            | Mutant::TerminatingNeverFallback
+            | Mutant::HealthCheckAlwaysOk => {}
         }
+    }
+}
+
+/// Every IPv4 service port with its kube-proxy name.
+fn service_ports(cluster: &Cluster) -> impl Iterator<Item = (&Service, &ServicePort, String)> {
+    cluster
+        .services
+        .iter()
+        .filter(|s| s.cluster_ip.is_ipv4())
+        .flat_map(|s| s.ports.iter().map(move |p| (s, p, naming::service_port_name(s, p))))
+}
+
+/// Before the final `-j KUBE-SVL-…` of every Local-policy `KUBE-EXT-…` chain (outside
+/// traffic; pods and the node were short-circuited earlier), the Cluster policy's masquerade.
+fn masquerade_local_policy(cluster: &Cluster, rules: &mut RuleSet) {
+    for (svc, port, name) in service_ports(cluster) {
+        if !PortPolicy::of(svc, port).external_local {
+            continue;
+        }
+        let ext = naming::ext_chain(&name, port.protocol);
+        let svl = naming::svl_chain(&name, port.protocol);
+        let last = rules.nat.rules.iter().position(|r| r.chain == ext && r.args == args!["-j", &svl]);
+        if let Some(at) = last {
+            let comment = format!("masquerade traffic for {name} external destinations");
+            let masq = Rule {
+                chain: ext,
+                args: args!["-m", "comment", "--comment", comment, "-j", "KUBE-MARK-MASQ"],
+            };
+            rules.nat.rules.insert(at, masq);
+        }
+    }
+}
+
+/// LB IPs jump straight to `KUBE-EXT-…`; the `KUBE-FW-…` chains and the
+/// `KUBE-PROXY-FIREWALL` drops are gone (what kube-proxy writes without source ranges).
+fn ignore_source_ranges(rules: &mut RuleSet) {
+    let firewalls: Vec<String> =
+        rules.nat.chains.iter().filter(|c| c.name.starts_with("KUBE-FW-")).map(|c| c.name.clone()).collect();
+    for fw in firewalls {
+        let ext = fw.replacen("KUBE-FW-", "KUBE-EXT-", 1);
+        for rule in
+            rules.nat.rules.iter_mut().filter(|r| r.chain == "KUBE-SERVICES" && r.target() == Some(&fw))
+        {
+            rule.set_value("-j", &ext);
+        }
+        rules.nat.remove_chain(&fw);
+    }
+    rules.filter.rules.retain(|r| r.chain != "KUBE-PROXY-FIREWALL");
+}
+
+/// `--rcheck --seconds T --reap` becomes `--rcheck` (`--reap` needs `--seconds`).
+fn affinity_forever(rules: &mut RuleSet) {
+    for rule in rules.nat.rules.iter_mut().filter(|r| r.has("--rcheck")) {
+        if let Some(at) = rule.args.iter().position(|a| a == "--seconds") {
+            rule.args.drain(at..at + 2);
+        }
+        rule.args.retain(|a| a != "--reap");
+    }
+}
+
+/// The `--rcheck` rules go, and the `--set` matches with them.
+fn no_affinity(rules: &mut RuleSet) {
+    rules.nat.rules.retain(|r| !r.has("--rcheck"));
+    for rule in rules.nat.rules.iter_mut().filter(|r| r.has("--set")) {
+        let at = rule.args.iter().position(|a| a == "recent").expect("--set belongs to -m recent") - 1;
+        let end = rule.args.iter().position(|a| a == "--rsource").expect("saved form ends in --rsource") + 1;
+        rule.args.drain(at..end);
+    }
+}
+
+/// The per-address node-port jumps become the every-address one.
+fn node_ports_everywhere(cluster: &Cluster, rules: &mut RuleSet) {
+    if NodePortAddresses::new(&cluster.proxy).match_all() {
+        return;
+    }
+    let is_jump = |r: &Rule| r.chain == "KUBE-SERVICES" && r.target() == Some("KUBE-NODEPORTS");
+    let at = rules.nat.rules.iter().position(is_jump).unwrap_or_else(|| {
+        // No node address matched: the jump goes where the last one would have been.
+        rules
+            .nat
+            .rules
+            .iter()
+            .rposition(|r| r.chain == "KUBE-SERVICES")
+            .map_or(rules.nat.rules.len(), |i| i + 1)
+    });
+    rules.nat.rules.retain(|r| !is_jump(r));
+    let everywhere =
+        Rule { chain: "KUBE-SERVICES".into(), args: node_ports_jump_all(cluster.proxy.localhost_node_ports) };
+    rules.nat.rules.insert(at.min(rules.nat.rules.len()), everywhere);
+}
+
+/// The node-port jumps move to the front of nat `KUBE-SERVICES`.
+fn node_ports_first(rules: &mut RuleSet) {
+    let is_jump = |r: &Rule| r.chain == "KUBE-SERVICES" && r.target() == Some("KUBE-NODEPORTS");
+    let jumps: Vec<Rule> = rules.nat.rules.iter().filter(|r| is_jump(r)).cloned().collect();
+    rules.nat.rules.retain(|r| !is_jump(r));
+    let first =
+        rules.nat.rules.iter().position(|r| r.chain == "KUBE-SERVICES").unwrap_or(rules.nat.rules.len());
+    for (i, jump) in jumps.into_iter().enumerate() {
+        rules.nat.rules.insert(first + i, jump);
     }
 }
 

@@ -42,12 +42,13 @@ pub fn svl_chain(svc_port_name: &str, protocol: Protocol) -> String {
     format!("KUBE-SVL-{}", port_proto_hash(svc_port_name, protocol))
 }
 
-/// `KUBE-EXT-…`: where traffic to external destinations (node ports) goes first.
+/// `KUBE-EXT-…`: where traffic to external destinations (node ports, external IPs, LB IPs)
+/// goes first.
 pub fn ext_chain(svc_port_name: &str, protocol: Protocol) -> String {
     format!("KUBE-EXT-{}", port_proto_hash(svc_port_name, protocol))
 }
 
-/// `KUBE-FW-…`: loadBalancerSourceRanges filtering (named for completeness; not generated yet).
+/// `KUBE-FW-…`: `loadBalancerSourceRanges` filtering in front of `KUBE-EXT-…` for LB IPs.
 pub fn fw_chain(svc_port_name: &str, protocol: Protocol) -> String {
     format!("KUBE-FW-{}", port_proto_hash(svc_port_name, protocol))
 }

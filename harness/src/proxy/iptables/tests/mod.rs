@@ -1,5 +1,12 @@
 //! Whole-node generation checked against real kube-proxy dumps (../shared/seeds, quoted here
-//! so the tests stand alone) and against the rules each mutant must break.
+//! so the tests stand alone), against kube-proxy's own unit tests (`kube_proxy`), for every
+//! rule form (`features`), against the rules each mutant must break (`mutants`), and in the
+//! kernel (`kernel`, root only).
+
+mod features;
+mod kernel;
+mod kube_proxy;
+mod mutants;
 
 use super::ruleset::{Rule, RuleSet, Table};
 use super::*;
@@ -51,7 +58,12 @@ fn service(
 }
 
 fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
-    Node { name: name.to_string(), ip: ip.parse().unwrap(), secondary_ips: vec![], pod_cidr: pod_cidr.parse().unwrap() }
+    Node {
+        name: name.to_string(),
+        ip: ip.parse().unwrap(),
+        secondary_ips: vec![],
+        pod_cidr: pod_cidr.parse().unwrap(),
+    }
 }
 
 fn cluster(services: Vec<Service>) -> Cluster {
@@ -406,11 +418,89 @@ fn every_jump_target_is_declared() {
     }
 }
 
-// --- mutants ---
+/// A load balancer with every feature: externalTrafficPolicy Local, an external IP, an LB IP
+/// behind source ranges (one holding the nodes' IPs), a health check node port and ClientIP
+/// affinity; ready endpoints on node-a and node-b and a serving-terminating one on node-a.
+fn lb_service() -> Service {
+    let mut draining = ep("10.244.0.6", 8080, "node-a");
+    draining.ready = false;
+    draining.terminating = true;
+    let eps = vec![ep("10.244.1.5", 8080, "node-b"), ep("10.244.0.5", 8080, "node-a"), draining];
+    let mut svc = service(
+        "default",
+        "lb",
+        ServiceType::LoadBalancer,
+        "10.96.0.70",
+        vec![port("http", Protocol::Tcp, 80, Some(30090), eps)],
+    );
+    svc.external_traffic_policy = TrafficPolicy::Local;
+    svc.external_ips = vec!["192.168.99.10".parse().unwrap()];
+    svc.load_balancer_ips = vec!["203.0.113.10".parse().unwrap()];
+    svc.load_balancer_source_ranges =
+        vec!["198.51.100.0/24".parse().unwrap(), "192.168.50.0/24".parse().unwrap()];
+    svc.health_check_node_port = Some(32100);
+    svc.session_affinity = crate::model::SessionAffinity::ClientIp { timeout_seconds: 600 };
+    svc
+}
 
-fn mutated(m: Mutant) -> (RuleSet, RuleSet) {
-    let c = cluster(vec![kube_dns(), nginx(TrafficPolicy::Cluster), no_endpoints()]);
-    (node_rules(&c, "node-a"), node_ruleset(&c, "node-a", Some(m)))
+/// Every rule form the generator writes, on a cluster whose node-a also has a secondary IP.
+fn everything() -> Cluster {
+    let mut nginx_local = nginx(TrafficPolicy::Local);
+    nginx_local.name = "nginx-local".into();
+    let mut web_ext = service(
+        "default",
+        "web-ext",
+        ServiceType::ClusterIp,
+        "10.96.0.71",
+        vec![port(
+            "",
+            Protocol::Tcp,
+            8000,
+            None,
+            vec![ep("10.244.1.7", 8000, "node-b"), ep("10.244.0.7", 8000, "node-a")],
+        )],
+    );
+    web_ext.external_ips = vec!["192.168.99.20".parse().unwrap()];
+    let mut itp = service(
+        "default",
+        "itp",
+        ServiceType::ClusterIp,
+        "10.96.0.72",
+        vec![port("", Protocol::Tcp, 80, None, vec![ep("10.244.1.8", 80, "node-b")])],
+    );
+    itp.internal_traffic_policy = TrafficPolicy::Local;
+    let mut leaving = ep("10.244.1.10", 80, "node-b");
+    leaving.ready = false;
+    leaving.terminating = true;
+    let draining = service(
+        "default",
+        "draining",
+        ServiceType::ClusterIp,
+        "10.96.0.73",
+        vec![port("", Protocol::Tcp, 80, None, vec![ep("10.244.1.9", 80, "node-b"), leaving.clone()])],
+    );
+    let mut only_leaving = leaving;
+    only_leaving.ip = "10.244.1.11".parse().unwrap();
+    let terminating_only = service(
+        "default",
+        "terminating-only",
+        ServiceType::ClusterIp,
+        "10.96.0.74",
+        vec![port("", Protocol::Tcp, 80, None, vec![only_leaving])],
+    );
+    let mut c = cluster(vec![
+        kube_dns(),
+        nginx(TrafficPolicy::Cluster),
+        nginx_local,
+        no_endpoints(),
+        lb_service(),
+        web_ext,
+        itp,
+        draining,
+        terminating_only,
+    ]);
+    c.nodes[0].secondary_ips = vec!["192.168.50.102".parse().unwrap()];
+    c
 }
 
 /// Lines in `before` but not in `after`, and the other way round.
@@ -419,162 +509,4 @@ fn diff(before: &RuleSet, after: &RuleSet) -> (Vec<String>, Vec<String>) {
     let gone = b.lines().filter(|l| !a.lines().any(|x| x == *l)).map(String::from).collect();
     let new = a.lines().filter(|l| !b.lines().any(|x| x == *l)).map(String::from).collect();
     (gone, new)
-}
-
-#[test]
-fn no_hairpin_masq_removes_only_sep_masquerade() {
-    let (before, after) = mutated(Mutant::NoHairpinMasq);
-    let (gone, new) = diff(&before, &after);
-    assert_eq!(gone.len(), 3, "{gone:?}"); // two kube-dns endpoints, one nginx endpoint
-    assert!(gone.iter().all(|l| l.starts_with("-A KUBE-SEP-") && l.ends_with("-j KUBE-MARK-MASQ")));
-    assert!(new.is_empty());
-}
-
-#[test]
-fn no_node_port_masq_removes_only_ext_masquerade() {
-    let (before, after) = mutated(Mutant::NoNodePortMasq);
-    let (gone, new) = diff(&before, &after);
-    assert_eq!(
-        gone,
-        [
-            "-A KUBE-EXT-2CMXP7HKUVJN7L6M -m comment --comment \"masquerade traffic for default/nginx external destinations\" -j KUBE-MARK-MASQ"
-        ]
-    );
-    assert!(new.is_empty());
-}
-
-#[test]
-fn no_off_cluster_masq_removes_only_svc_masquerade() {
-    let (before, after) = mutated(Mutant::NoOffClusterMasq);
-    let (gone, new) = diff(&before, &after);
-    assert_eq!(gone.len(), 2, "{gone:?}");
-    assert!(gone.iter().all(|l| l.starts_with("-A KUBE-SVC-") && l.contains("! -s 10.244.0.0/16")));
-    assert!(new.is_empty());
-}
-
-#[test]
-fn last_endpoint_never_chosen_makes_the_ladder_certain_too_early() {
-    let (before, after) = mutated(Mutant::LastEndpointNeverChosen);
-    let (gone, new) = diff(&before, &after);
-    assert_eq!(gone.len(), 1);
-    assert_eq!(new, [gone[0].replace("--probability 0.5000000000", "--probability 1.0000000000")]);
-
-    let eps: Vec<Endpoint> = (1..=4).map(|i| ep(&format!("10.244.1.{i}"), 80, "node-b")).collect();
-    let svc = service(
-        "default",
-        "four",
-        ServiceType::ClusterIp,
-        "10.96.0.50",
-        vec![port("", Protocol::Tcp, 80, None, eps)],
-    );
-    let rules = node_ruleset(&cluster(vec![svc]), "node-a", Some(Mutant::LastEndpointNeverChosen));
-    let chain = naming::svc_chain("default/four", Protocol::Tcp);
-    let p: Vec<Option<&str>> =
-        rules.nat.rules_in(&chain).skip(1).map(|r| r.value_of("--probability")).collect();
-    assert_eq!(p, [Some("0.3333333333"), Some("0.5000000000"), Some("1.0000000000"), None]);
-}
-
-#[test]
-fn drop_instead_of_reject_changes_only_the_verdict() {
-    let (before, after) = mutated(Mutant::DropInsteadOfReject);
-    let (gone, new) = diff(&before, &after);
-    assert_eq!(gone.len(), 2);
-    let expected: Vec<String> =
-        gone.iter().map(|l| l.replace("-j REJECT --reject-with icmp-port-unreachable", "-j DROP")).collect();
-    assert_eq!(new, expected);
-}
-
-#[test]
-fn dnat_to_service_port_uses_the_port_not_the_target_port() {
-    let eps = vec![ep("10.244.1.5", 8080, "node-b")];
-    let svc = service(
-        "default",
-        "web",
-        ServiceType::ClusterIp,
-        "10.96.0.60",
-        vec![port("", Protocol::Tcp, 80, None, eps)],
-    );
-    let c = cluster(vec![svc]);
-    let (before, after) =
-        (node_rules(&c, "node-a"), node_ruleset(&c, "node-a", Some(Mutant::DnatToServicePort)));
-    let (gone, new) = diff(&before, &after);
-    assert_eq!(gone.len(), 1);
-    assert!(gone[0].ends_with("--to-destination 10.244.1.5:8080"));
-    assert_eq!(new, [gone[0].replace("10.244.1.5:8080", "10.244.1.5:80")]);
-}
-
-#[test]
-fn mutant_names_round_trip() {
-    for m in Mutant::ALL {
-        assert_eq!(m.name().parse::<Mutant>(), Ok(m));
-        assert!(!m.description().is_empty());
-    }
-    assert!("nope".parse::<Mutant>().is_err());
-}
-
-// --- in the kernel (root only) ---
-
-/// Removes the scratch namespace however the test ends.
-struct Scratch(crate::topology::Netns);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = self.0.remove();
-    }
-}
-
-/// Loads every node's rules (and every mutant's) into a scratch namespace through the real
-/// `Proxy` methods and checks that `iptables-save` prints back exactly [`RuleSet::render_saved`].
-/// Kernel tests run wherever scenarios can; elsewhere they say why and pass nothing off as run.
-fn privileged() -> bool {
-    match crate::runner::preflight() {
-        None => true,
-        Some(reason) => {
-            assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
-}
-
-#[test]
-fn loads_and_saves_back_identically() {
-    if !privileged() {
-        return;
-    }
-    use crate::proxy::Proxy;
-    use crate::topology::{Netns, NodeHandle, netns};
-
-    let name = format!("{}iptables-roundtrip", netns::process_prefix());
-    let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
-    let handle = NodeHandle { name: "node-b".to_string(), netns: scratch.0.clone() };
-    let mut svc = nginx(TrafficPolicy::Local);
-    svc.name = "nginx-local".into();
-    let c = cluster(vec![kube_dns(), nginx(TrafficPolicy::Cluster), svc, no_endpoints()]);
-    for mutant in std::iter::once(None).chain(Mutant::ALL.map(Some)) {
-        for node in ["node-a", "node-b"] {
-            let handle = NodeHandle { name: node.to_string(), ..handle.clone() };
-            let proxy = BuiltinIptables { mutant };
-            proxy.program_node(&c, &handle).unwrap_or_else(|e| panic!("{mutant:?} on {node}: {e:#}"));
-            let dump = normalize_save(&proxy.dump_node(&handle).unwrap());
-            assert_eq!(dump, node_ruleset(&c, node, mutant).render_saved(), "{mutant:?} on {node}");
-        }
-    }
-}
-
-#[test]
-fn load_errors_name_the_node_and_the_line() {
-    if !privileged() {
-        return;
-    }
-    use crate::topology::{Netns, NodeHandle, netns};
-
-    let name = format!("{}iptables-bad-input", netns::process_prefix());
-    let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
-    let node = NodeHandle { name: "node-x".to_string(), netns: scratch.0.clone() };
-    let mut rules = node_rules(&cluster(vec![kube_dns()]), "node-x");
-    rules.nat.append("KUBE-SERVICES", ruleset::args!["-j", "KUBE-NO-SUCH-CHAIN"]);
-    let err = format!("{:#}", load::restore(&node, &rules.render()).unwrap_err());
-    assert!(err.contains("node node-x"), "{err}");
-    assert!(err.contains("-A KUBE-SERVICES -j KUBE-NO-SUCH-CHAIN"), "{err}");
 }

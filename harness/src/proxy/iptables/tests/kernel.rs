@@ -1,0 +1,177 @@
+//! In the kernel (root only): every rule form and every mutant loads into a namespace and
+//! saves back as written; the health check servers answer from inside a node namespace.
+
+use super::*;
+
+/// Removes the scratch namespace however the test ends.
+struct Scratch(crate::topology::Netns);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}
+
+/// Kernel tests run wherever scenarios can; elsewhere they say why and pass nothing off as run.
+fn privileged() -> bool {
+    match crate::runner::preflight() {
+        None => true,
+        Some(reason) => {
+            assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
+            eprintln!("skipped: {reason}");
+            false
+        }
+    }
+}
+
+/// A scratch namespace with loopback up and `addresses` on it (so that health check servers
+/// can bind node addresses), and a runtime entered for them; the runtime goes first on drop.
+fn scratch(label: &str, addresses: &[&str]) -> (tokio::runtime::Runtime, Scratch) {
+    use crate::topology::{Netns, netns};
+    let name = format!("{}{label}", netns::process_prefix());
+    let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
+    scratch.0.exec("ip", &["link", "set", "lo", "up"], None).expect("loopback up");
+    for ip in addresses {
+        scratch
+            .0
+            .exec("ip", &["address", "add", &format!("{ip}/32"), "dev", "lo"], None)
+            .expect("address on lo");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    (runtime, scratch)
+}
+
+/// Loads every node's rules, under each proxy configuration and with each mutant, into a
+/// scratch namespace through the real `Proxy` methods, and checks that `iptables-save` prints
+/// back exactly [`RuleSet::render_saved`].
+#[test]
+fn loads_and_saves_back_identically() {
+    if !privileged() {
+        return;
+    }
+    use crate::proxy::Proxy;
+    use crate::topology::NodeHandle;
+
+    let (runtime, scratch) =
+        scratch("iptables-roundtrip", &["192.168.50.2", "192.168.50.102", "192.168.50.3"]);
+    let _in_runtime = runtime.enter();
+    let mut restricted = everything();
+    restricted.proxy.masquerade_all = true;
+    restricted.proxy.node_port_addresses =
+        vec!["192.168.50.0/24".parse().unwrap(), "127.0.0.0/8".parse().unwrap()];
+    let mut no_localhost = everything();
+    no_localhost.proxy.localhost_node_ports = false;
+    for (config, c) in [("default", everything()), ("restricted", restricted), ("no-localhost", no_localhost)]
+    {
+        for mutant in std::iter::once(None).chain(Mutant::ALL.map(Some)) {
+            for node in ["node-a", "node-b", "node-c"] {
+                let handle = NodeHandle { name: node.to_string(), netns: scratch.0.clone() };
+                let proxy = BuiltinIptables { mutant };
+                let what = format!("{config} config, {mutant:?} on {node}");
+                proxy.program_node(&c, &handle).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                let dump = normalize_save(&proxy.dump_node(&handle).unwrap());
+                assert_eq!(dump, node_ruleset(&c, node, mutant).render_saved(), "{what}");
+            }
+        }
+    }
+}
+
+/// `GET /` on `port` at `ip` from inside the namespace: status line, headers, body.
+fn get(ns: &crate::topology::Netns, ip: &str, port: u16) -> (String, Vec<String>, String) {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = format!("{ip}:{port}").parse().unwrap();
+    let mut stream = ns
+        .run(move || std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    stream.write_all(b"GET / HTTP/1.1\r\nHost: node\r\nUser-Agent: probe\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no header end in {text:?}"));
+    let mut head = head.split("\r\n").map(String::from);
+    let status = head.next().unwrap();
+    (status, head.collect(), body.to_string())
+}
+
+#[test]
+fn health_check_node_port_answers_from_inside_the_node() {
+    if !privileged() {
+        return;
+    }
+    use crate::proxy::Proxy;
+    use crate::topology::NodeHandle;
+
+    let (runtime, scratch) = scratch("health-check", &[]);
+    let _in_runtime = runtime.enter();
+    let mut c = cluster(vec![lb_service()]);
+    let program = |c: &Cluster, node: &str, mutant: Option<Mutant>| {
+        let handle = NodeHandle { name: node.to_string(), netns: scratch.0.clone() };
+        BuiltinIptables { mutant }.program_node(c, &handle).unwrap_or_else(|e| panic!("{node}: {e:#}"));
+    };
+
+    // node-a has one ready endpoint (its serving-terminating one does not count).
+    program(&c, "node-a", None);
+    let (status, headers, body) = get(&scratch.0, "127.0.0.1", 32100);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    for header in [
+        "Content-Type: application/json",
+        "X-Content-Type-Options: nosniff",
+        "X-Load-Balancing-Endpoint-Weight: 1",
+    ] {
+        assert!(headers.iter().any(|h| h == header), "{header} missing from {headers:?}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"service": {"namespace": "default", "name": "lb"}, "localEndpoints": 1, "serviceProxyHealthy": true})
+    );
+    // kube-proxy's iptables mode turns route_localnet on for localhost node ports.
+    let localnet =
+        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
+    assert_eq!(localnet.unwrap().trim(), "1");
+
+    // Reprogrammed as a node without endpoints: the same server now says 503.
+    program(&c, "node-c", None);
+    let (status, headers, body) = get(&scratch.0, "127.0.0.1", 32100);
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
+    assert!(headers.iter().any(|h| h == "X-Load-Balancing-Endpoint-Weight: 0"), "{headers:?}");
+    assert!(body.contains("\"localEndpoints\": 0,"), "{body}");
+
+    // The mutant's server answers 200 there all the same.
+    program(&c, "node-c", Some(Mutant::HealthCheckAlwaysOk));
+    let (status, _, body) = get(&scratch.0, "127.0.0.1", 32100);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.contains("\"localEndpoints\": 0,"), "{body}");
+
+    // With --nodeport-addresses the server moves to the matching node addresses.
+    c.proxy.node_port_addresses = vec!["127.0.0.0/8".parse().unwrap()];
+    program(&c, "node-a", None);
+    let (status, _, _) = get(&scratch.0, "127.0.0.1", 32100);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+
+    // A Service that no longer needs a health check stops being served.
+    c.services[0].external_traffic_policy = TrafficPolicy::Cluster;
+    program(&c, "node-a", None);
+    let addr: std::net::SocketAddr = "127.0.0.1:32100".parse().unwrap();
+    let refused =
+        scratch.0.run(move || std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)));
+    assert!(refused.unwrap().is_err(), "the server of a Cluster-policy service still answers");
+}
+
+#[test]
+fn load_errors_name_the_node_and_the_line() {
+    if !privileged() {
+        return;
+    }
+    use crate::topology::{Netns, NodeHandle, netns};
+
+    let name = format!("{}iptables-bad-input", netns::process_prefix());
+    let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
+    let node = NodeHandle { name: "node-x".to_string(), netns: scratch.0.clone() };
+    let mut rules = node_rules(&cluster(vec![kube_dns()]), "node-x");
+    rules.nat.append("KUBE-SERVICES", ruleset::args!["-j", "KUBE-NO-SUCH-CHAIN"]);
+    let err = format!("{:#}", load::restore(&node, &rules.render()).unwrap_err());
+    assert!(err.contains("node node-x"), "{err}");
+    assert!(err.contains("-A KUBE-SERVICES -j KUBE-NO-SUCH-CHAIN"), "{err}");
+}
