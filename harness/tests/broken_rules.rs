@@ -76,3 +76,82 @@ fn dnat_to_the_service_port_is_caught() {
         assert_mentions(&table, &["FAIL", "frontend-to-api", "refused"]);
     }
 }
+
+// The whole Service contract: each behaviour's scenario catches the bug real proxies shipped.
+
+#[test]
+fn local_policy_masquerading_outsiders_is_caught() {
+    if let Some(table) = failure_table("etp-local-nodeport", Mutant::EtpLocalMasquerades) {
+        assert_mentions(&table, &["FAIL", "expected client"]);
+    }
+}
+
+#[test]
+fn local_policy_forwarding_to_remote_endpoints_is_caught() {
+    if let Some(table) = failure_table("etp-local-nodeport", Mutant::EtpLocalUsesRemoteEndpoints) {
+        assert_mentions(&table, &["FAIL", "DROP"]);
+    }
+}
+
+#[test]
+fn local_policy_not_dropping_without_local_endpoints_is_caught() {
+    if let Some(table) = failure_table("etp-local-nodeport", Mutant::EtpLocalNoDrop) {
+        assert_mentions(&table, &["FAIL", "DROP"]);
+    }
+}
+
+#[test]
+fn internal_local_policy_falling_back_to_remote_endpoints_is_caught() {
+    if let Some(table) = failure_table("itp-local", Mutant::ItpLocalFallsBackToRemote) {
+        assert_mentions(&table, &["FAIL", "DROP"]);
+    }
+}
+
+#[test]
+fn unenforced_source_ranges_are_caught() {
+    if let Some(table) = failure_table("loadbalancer-source-ranges", Mutant::SourceRangesNotEnforced) {
+        assert_mentions(&table, &["FAIL", "loadBalancerSourceRanges"]);
+    }
+}
+
+#[test]
+fn affinity_without_its_timeout_is_caught() {
+    if let Some(table) = failure_table("session-affinity-timeout", Mutant::AffinityWithoutTimeout) {
+        assert_mentions(&table, &["FAIL", "session affinity never expired"]);
+    }
+}
+
+#[test]
+fn missing_affinity_is_caught() {
+    if let Some(table) = failure_table("session-affinity", Mutant::NoAffinity) {
+        assert_mentions(&table, &["FAIL", "session affinity broken"]);
+    }
+}
+
+#[test]
+fn terminating_endpoints_used_while_ready_ones_exist_is_caught() {
+    if let Some(table) = failure_table("terminating-ignored-while-ready", Mutant::TerminatingUsedWhileReady) {
+        assert_mentions(&table, &["FAIL", "not a valid backend"]);
+    }
+}
+
+#[test]
+fn no_fallback_to_terminating_endpoints_is_caught() {
+    if let Some(table) = failure_table("terminating-fallback", Mutant::TerminatingNeverFallback) {
+        assert_mentions(&table, &["FAIL", "refused"]);
+    }
+}
+
+#[test]
+fn node_ports_outside_node_port_addresses_are_caught() {
+    if let Some(table) = failure_table("node-port-addresses", Mutant::NodePortOnAllAddresses) {
+        assert_mentions(&table, &["FAIL", "REJECT"]);
+    }
+}
+
+#[test]
+fn a_health_check_that_always_says_ok_is_caught() {
+    if let Some(table) = failure_table("etp-local-health-check", Mutant::HealthCheckAlwaysOk) {
+        assert_mentions(&table, &["FAIL", "HTTP 200, expected 503"]);
+    }
+}

@@ -6,7 +6,9 @@
 //!   a conntrack entry whose original tuple is client → frontend and whose reply tuple is
 //!   backend → the source the backend saw.
 //! - Refused: an RST or ICMP error for the flow came back to the client.
-//! - Dropped: nothing for the flow came back to the client.
+//! - Dropped: nothing for the flow came back to the client, and no pod received it (a proxy
+//!   that forwards what it must drop often looks silent only because the reply takes a path
+//!   the client rejects).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -55,7 +57,8 @@ pub fn check(
                 answered(cluster, probe, dst, s.source_port, pod, *seen, translated_by.as_deref(), evidence)
             }
             (Attempt::Refused { .. }, Outcome::Rejected) => refused(&client_frames, s.source_port, dst),
-            (Attempt::Silent, Outcome::Dropped) => silent(&client_frames, s.source_port, dst),
+            (Attempt::Silent, Outcome::Dropped) => silent(&client_frames, s.source_port, dst)
+                .or_else(|| reached_a_pod(cluster, probe, s.source_port, evidence)),
             // A wrong classification is already a failure of its own; no second opinion needed.
             _ => None,
         };
@@ -157,6 +160,25 @@ fn refused(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Optio
             && matches!(p.l4, L4::IcmpError { .. } | L4::Tcp { rst: true, .. })
     });
     (!refusal).then(|| format!("on the wire: refused, but no RST or ICMP error for :{source_port} > {dst} reached the client"))
+}
+
+/// A pod that received the client's flow, if one did: the client's own address and source
+/// port arriving at a pod's interface.
+fn reached_a_pod(cluster: &Cluster, probe: &Probe, source_port: u16, evidence: &Evidence) -> Option<String> {
+    let mut client_ips: Vec<std::net::IpAddr> = cluster.source_ip(&probe.from).into_iter().collect();
+    if let crate::model::Source::Node(n) = &probe.from {
+        client_ips.extend(cluster.node(n).map(|node| crate::model::bridge_address(&node.pod_cidr)));
+    }
+    evidence.frames.iter().find_map(|(key, frames)| {
+        let pod = cluster.pod(key.strip_prefix("pod/")?)?;
+        // Arriving at the pod: the client's own outgoing packets are on its capture too.
+        let leaked = frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| {
+            p.dst == pod.ip
+                && client_ips.contains(&p.src)
+                && p.endpoints().is_some_and(|(s, _)| s.port() == source_port)
+        })?;
+        Some(format!("dropped for the client, yet {} received {leaked}: the proxy forwarded it", pod.name))
+    })
 }
 
 fn silent(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<String> {
@@ -284,5 +306,14 @@ mod tests {
         assert_eq!(run(&at_client(vec![]), &Outcome::Rejected, &refused).len(), 1);
         assert!(run(&at_client(vec![frame(udp(CLIENT, VIP))]), &Outcome::Dropped, &silent).is_empty());
         assert_eq!(run(&at_client(vec![frame(icmp)]), &Outcome::Dropped, &silent).len(), 1);
+    }
+
+    #[test]
+    fn a_drop_that_reached_a_pod_fails() {
+        let silent = vec![Sent { source_port: 20000, attempt: Attempt::Silent }];
+        let e = evidence(vec![frame(udp(CLIENT, BACKEND))], vec![]);
+        let failures = run(&e, &Outcome::Dropped, &silent);
+        assert_eq!(failures.len(), 1);
+        assert!(failures[0].contains("yet coredns-b received 10.244.1.20:20000 > 10.244.2.7:53"), "{failures:?}");
     }
 }
