@@ -24,6 +24,9 @@ pub struct Scenario {
     pub proxy: String,
     pub cluster: Cluster,
     pub probes: Vec<Probe>,
+    /// Flows `flows: all` would have generated but whose outcome Kubernetes leaves undefined,
+    /// with the reason; they are reported as not judged, never as passed.
+    pub unjudged_flows: Vec<(String, String)>,
     /// The Kubernetes objects as parsed, for adapters that hand real objects to a proxy.
     pub objects: Objects,
 }

@@ -20,6 +20,9 @@ pub fn scenario_line(report: &ScenarioReport) -> String {
             if failed > 0 {
                 let _ = write!(detail, ", {failed} failed");
             }
+            if !report.unjudged.is_empty() {
+                let _ = write!(detail, ", {} flows not judged", report.unjudged.len());
+            }
             (status, detail)
         }
     };
@@ -30,6 +33,11 @@ pub fn scenario_line(report: &ScenarioReport) -> String {
         report.source.display(),
         report.proxy
     )
+}
+
+/// Flows left out of a scenario, one line each with the reason.
+pub fn unjudged_lines(report: &ScenarioReport) -> String {
+    report.unjudged.iter().map(|(name, why)| format!("  not judged: {name}: {why}\n")).collect()
 }
 
 /// The flow table of a judged scenario; failing probes carry their reasons beneath them.

@@ -53,6 +53,8 @@ pub struct ScenarioReport {
     pub elapsed: Duration,
     /// Where this scenario's evidence was written, if it was.
     pub artifacts: Option<PathBuf>,
+    /// Generated flows left out because their outcome is undefined, with the reason.
+    pub unjudged: Vec<(String, String)>,
 }
 
 impl ScenarioReport {
@@ -75,6 +77,7 @@ impl ScenarioReport {
             outcome: Outcome::Skipped(reason),
             elapsed: Duration::ZERO,
             artifacts: None,
+            unjudged: scenario.unjudged_flows.clone(),
         }
     }
 }
@@ -158,6 +161,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         outcome: Outcome::Judged(verdicts),
         elapsed: started.elapsed(),
         artifacts,
+        unjudged: scenario.unjudged_flows.clone(),
     })
 }
 

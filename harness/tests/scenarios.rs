@@ -73,7 +73,10 @@ fn run_trial(file: &Path, missing_privileges: Option<&str>) -> Result<(), Failed
             report.artifacts.as_ref().map_or("(none)".into(), |d| d.display().to_string()),
         )
         .into()),
-        Outcome::Judged(_) => Ok(()),
+        Outcome::Judged(_) => {
+            eprint!("{}", report::unjudged_lines(&report));
+            Ok(())
+        }
         // Never a pass: a scenario that could not run fails with its reason.
         Outcome::Skipped(reason) => Err(format!("could not run: {reason}").into()),
     }

@@ -168,8 +168,8 @@ fn local_policy_keeps_external_clients_local_and_drops_without_local_endpoints()
     );
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).unwrap();
     assert_eq!(e.outcome, Outcome::Dropped);
-    // Pods are short-circuited to every endpoint, wherever they send.
-    let e = expect(&c, &probe(Source::Pod("client".into()), to_node_port("b"))).unwrap();
+    // Pods are short-circuited to every endpoint.
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_node_port("a"))).unwrap();
     assert_eq!(backends(&e).len(), 1);
 }
 
@@ -343,4 +343,15 @@ fn internal_local_policy_falls_back_to_local_terminating_endpoints_only() {
     // ready endpoint exists on node b.
     let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
     assert_eq!(backends(&e).keys().collect::<Vec<_>>(), vec!["web-a"]);
+}
+
+#[test]
+fn a_pod_at_another_nodes_local_node_port_has_no_defined_outcome() {
+    // kubernetes/kubernetes#74383: short-circuited without masquerade, the reply bypasses b.
+    let c = cluster(vec![endpoint("web-a", "10.244.1.5", "a")], TrafficPolicy::Local);
+    let err = expect(&c, &probe(Source::Pod("client".into()), to_node_port("b"))).unwrap_err();
+    assert!(err.contains("74383"), "{err}");
+    // Its own node's node port, and the endpoint reaching itself anywhere, are well defined.
+    assert!(expect(&c, &probe(Source::Pod("client".into()), to_node_port("a"))).is_ok());
+    assert!(expect(&c, &probe(Source::Pod("web-a".into()), to_node_port("b"))).is_ok());
 }

@@ -14,7 +14,8 @@ use super::yaml::{Document, FieldPath, Pos};
 use super::{derive, flows, pods, probes, scenario_doc, services};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
-    let assembled = assemble(docs, source, diag)?;
+    let mut assembled = assemble(docs, source, diag)?;
+    set_aside_undefined_flows(&mut assembled);
     check_against_oracle(&assembled, diag);
     diag.is_empty().then_some(assembled.scenario)
 }
@@ -125,6 +126,7 @@ fn assemble<'a>(docs: &'a [Document], source: &Path, diag: &mut Diagnostics) -> 
         cluster,
         probes,
         objects,
+        unjudged_flows: Vec::new(),
     };
     Some(Assembled { scenario, doc: document?, given: given_probes })
 }
@@ -159,6 +161,21 @@ fn pick_scenario<'a>(classified: &Classified<'a>, diag: &mut Diagnostics) -> Opt
 
 /// The last check, once the model is whole: every probe must be predictable and every
 /// `expect:` must agree with Kubernetes semantics. A generated flow is named, at `spec.flows`.
+/// Generated flows whose outcome the oracle cannot define are left out and listed, rather than
+/// guessed at, or reported as errors in a file that only asked for "all".
+fn set_aside_undefined_flows(assembled: &mut Assembled<'_>) {
+    let given = assembled.given;
+    let scenario = &mut assembled.scenario;
+    let mut kept = Vec::new();
+    for (i, probe) in std::mem::take(&mut scenario.probes).into_iter().enumerate() {
+        match crate::oracle::expect(&scenario.cluster, &probe) {
+            Err(reason) if i >= given => scenario.unjudged_flows.push((probe.name, reason)),
+            _ => kept.push(probe),
+        }
+    }
+    scenario.probes = kept;
+}
+
 fn check_against_oracle(assembled: &Assembled<'_>, diag: &mut Diagnostics) {
     let site = Site::new(assembled.doc, "");
     let Scenario { cluster, probes, .. } = &assembled.scenario;
