@@ -64,23 +64,9 @@ pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
 
 /// Runs every scenario, one per core at a time as `cargo test` does; returns how many failed.
 fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let next = std::sync::Mutex::new(scenarios.iter());
-    let failed = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..jobs {
-            scope.spawn(|| {
-                while let Some(s) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
-                    let ok =
-                        crate::cli::run_one(s, None, &RunOptions::default(), None).is_ok_and(|r| r.passed());
-                    if !ok {
-                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
-    Ok(failed.into_inner())
+    let results = crate::cli::run_suite(scenarios, None, &RunOptions::default(), None, |_, _, _, _| {});
+    let fine = |r: &crate::runner::ScenarioReport| r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_));
+    Ok(results.iter().filter(|r| !r.as_ref().is_ok_and(fine)).count())
 }
 
 fn round_trips_between_nodes(

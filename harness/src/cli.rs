@@ -49,6 +49,12 @@ enum Command {
         /// Keep the evidence of passing scenarios too.
         #[arg(long)]
         keep_evidence: bool,
+        /// Write a JUnit XML report here (a test case per probe).
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Write a JSON report with the same content here.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Validate scenario files without running anything.
     Check { paths: Vec<PathBuf> },
@@ -80,13 +86,13 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     netns::install_interrupt_handler();
     let result = match cli.command {
-        Command::Run { paths, proxy, timeout_ms, jobs, artifacts, keep_evidence } => {
+        Command::Run { paths, proxy, timeout_ms, jobs, artifacts, keep_evidence, junit, json } => {
             let options = RunOptions {
                 timeout: Duration::from_millis(timeout_ms),
                 artifacts: Some(artifacts),
                 keep_passing: keep_evidence,
             };
-            run(&default_paths(paths), proxy.as_deref(), &options, jobs)
+            run(&default_paths(paths), proxy.as_deref(), &options, jobs, &Outputs { junit, json })
         }
         Command::Check { paths } => check(&default_paths(paths)),
         Command::Rules { file, node } => rules(&file, node.as_deref()),
@@ -128,7 +134,7 @@ fn check(paths: &[PathBuf]) -> Result<i32> {
     Ok(EXIT_PASS)
 }
 
-fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jobs: Option<usize>) -> Result<i32> {
+fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jobs: Option<usize>, outputs: &Outputs) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     if let Some(name) = proxy_override {
         proxy::by_name(name)?;
@@ -137,36 +143,21 @@ fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jo
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let started = Instant::now();
-    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let total = scenarios.len();
-    let reports: Mutex<Vec<ScenarioReport>> = Mutex::new(Vec::new());
-    let errors: Mutex<usize> = Mutex::new(0);
-    let finished = std::sync::atomic::AtomicUsize::new(0);
-    let next = Mutex::new(scenarios.iter());
-    let skip_all = runner::preflight();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.min(total.max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let Some(s) = next.lock().unwrap_or_else(|e| e.into_inner()).next() else { break };
-                    let outcome = run_one(s, proxy_override, options, skip_all.as_deref());
-                    let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    match outcome {
-                        Ok(report) => {
-                            print_report(&report, s, done, total);
-                            reports.lock().unwrap_or_else(|e| e.into_inner()).push(report);
-                        }
-                        Err(e) => {
-                            println!("ERROR {} ({}): {e:#}", s.name, s.source.display());
-                            *errors.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-                        }
-                    }
-                }
-            });
-        }
+    let results = run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
+        Ok(report) => print_report(report, s, done, total),
+        Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
     });
-    let reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
-    let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+    let finished: Vec<report::Finished> = scenarios
+        .iter()
+        .zip(&results)
+        .map(|(scenario, result)| match result {
+            Ok(report) => report::Finished::Ran { scenario, report },
+            Err(e) => report::Finished::Error { scenario, error: format!("{e:#}") },
+        })
+        .collect();
+    outputs.write(&finished)?;
+    let errors = results.iter().filter(|r| r.is_err()).count();
+    let reports: Vec<&ScenarioReport> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
     println!("\n{} in {:.2}s", report::summary_line(&reports, errors), started.elapsed().as_secs_f64());
     Ok(if errors > 0 {
         EXIT_ERROR
@@ -175,6 +166,62 @@ fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jo
     } else {
         EXIT_FAIL
     })
+}
+
+/// Machine-readable reports a run writes, if asked.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    pub junit: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+}
+
+impl Outputs {
+    pub fn write(&self, finished: &[report::Finished<'_>]) -> Result<()> {
+        if let Some(path) = &self.junit {
+            std::fs::write(path, report::junit_report(finished)?)
+                .with_context(|| format!("writing the JUnit report {}", path.display()))?;
+        }
+        if let Some(path) = &self.json {
+            std::fs::write(path, report::json_report(finished)?)
+                .with_context(|| format!("writing the JSON report {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs scenarios `jobs` at a time (default: one per core), calling `on_done` as each ends;
+/// returns their results in the order given.
+pub fn run_suite(
+    scenarios: &[Scenario],
+    proxy_override: Option<&str>,
+    options: &RunOptions,
+    jobs: Option<usize>,
+    on_done: impl Fn(&Scenario, &Result<ScenarioReport>, usize, usize) + Sync,
+) -> Vec<Result<ScenarioReport>> {
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let total = scenarios.len();
+    let results: Mutex<Vec<Option<Result<ScenarioReport>>>> = Mutex::new((0..total).map(|_| None).collect());
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let next = Mutex::new(scenarios.iter().enumerate());
+    let skip_all = runner::preflight();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(total.max(1)) {
+            scope.spawn(|| {
+                while let Some((i, s)) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
+                    let result = run_one(s, proxy_override, options, skip_all.as_deref());
+                    let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    on_done(s, &result, done, total);
+                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("the scenario never ran"))))
+        .collect()
 }
 
 /// Runs one scenario with the proxy it names (or the override).

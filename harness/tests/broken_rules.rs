@@ -155,3 +155,27 @@ fn a_health_check_that_always_says_ok_is_caught() {
         assert_mentions(&table, &["FAIL", "HTTP 200, expected 503"]);
     }
 }
+
+#[test]
+fn a_failing_run_yields_junit_and_json_that_parse_back() {
+    if let Some(reason) = runner::preflight() {
+        assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
+        return;
+    }
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml");
+    let s = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let proxy = BuiltinIptables { mutant: Some(Mutant::NoHairpinMasq) };
+    let options = RunOptions { timeout: Duration::from_millis(300), ..RunOptions::default() };
+    let report = runner::run(&s, &proxy, &options).expect("runs");
+    let finished = [report::Finished::Ran { scenario: &s, report: &report }];
+
+    let xml = report::junit_report(&finished).expect("junit");
+    let parsed = quick_junit::Report::deserialize_from_str(&xml).expect("the JUnit report parses back");
+    assert_eq!((parsed.tests, parsed.failures, parsed.errors), (2, 2, 0), "{xml}");
+    assert!(xml.contains("self-via-service-tcp") && xml.contains("<failure"), "{xml}");
+
+    let json: serde_json::Value = serde_json::from_str(&report::json_report(&finished).expect("json")).unwrap();
+    assert_eq!(json["failed"], 1);
+    assert_eq!(json["scenarios"][0]["probes"][0]["passed"], false);
+    assert!(!json["scenarios"][0]["probes"][0]["failures"].as_array().unwrap().is_empty());
+}

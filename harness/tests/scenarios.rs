@@ -7,7 +7,11 @@
 
 use std::path::Path;
 
+use std::sync::Mutex;
+
 use libtest_mimic::{Arguments, Failed, Trial};
+use packetproof::model::Scenario;
+use packetproof::runner::ScenarioReport;
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::topology::netns;
 use packetproof::{cli, report, scenario};
@@ -43,6 +47,10 @@ fn main() {
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
+    if let Err(e) = write_reports() {
+        eprintln!("packetproof: {e:#}");
+        std::process::exit(101);
+    }
     // Every trial tears down its own namespaces; anything of ours still here is a leak.
     let leaked: Vec<String> = netns::leftover_namespaces(true)
         .unwrap_or_default()
@@ -63,18 +71,51 @@ fn run_trial(file: &Path, missing_privileges: Option<&str>) -> Result<(), Failed
     }
     let scenario = scenario::load(file).map_err(|errors| Failed::from(errors.to_string()))?;
     let options = RunOptions { artifacts: Some(artifacts_dir()), ..RunOptions::default() };
-    let report = cli::run_one(&scenario, None, &options, None)
-        .map_err(|e| Failed::from(format!("{}: setup failed: {e:#}", file.display())))?;
+    let result = cli::run_one(&scenario, None, &options, None);
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            let message = format!("{}: setup failed: {e:#}", file.display());
+            FINISHED.lock().unwrap_or_else(|e| e.into_inner()).push((scenario, Err(message.clone())));
+            return Err(message.into());
+        }
+    };
+    let judged = judge(&scenario, &report);
+    FINISHED.lock().unwrap_or_else(|e| e.into_inner()).push((scenario, Ok(report)));
+    judged
+}
+
+/// Every scenario that ran, for the JUnit and JSON reports written after the last trial.
+static FINISHED: Mutex<Vec<(Scenario, Result<ScenarioReport, String>)>> = Mutex::new(Vec::new());
+
+/// `PACKETPROOF_JUNIT=path` and `PACKETPROOF_JSON=path` ask for machine-readable reports.
+fn write_reports() -> anyhow::Result<()> {
+    let outputs = cli::Outputs {
+        junit: std::env::var_os("PACKETPROOF_JUNIT").map(Into::into),
+        json: std::env::var_os("PACKETPROOF_JSON").map(Into::into),
+    };
+    let finished = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    let finished: Vec<report::Finished> = finished
+        .iter()
+        .map(|(scenario, result)| match result {
+            Ok(report) => report::Finished::Ran { scenario, report },
+            Err(error) => report::Finished::Error { scenario, error: error.clone() },
+        })
+        .collect();
+    outputs.write(&finished)
+}
+
+fn judge(scenario: &Scenario, report: &ScenarioReport) -> Result<(), Failed> {
     match &report.outcome {
         Outcome::Judged(verdicts) if !report.passed() => Err(format!(
             "{}\n{}  evidence: {}",
-            report::scenario_line(&report),
+            report::scenario_line(report),
             report::flow_table(&scenario.cluster, verdicts),
             report.artifacts.as_ref().map_or("(none)".into(), |d| d.display().to_string()),
         )
         .into()),
         Outcome::Judged(_) => {
-            eprint!("{}", report::unjudged_lines(&report));
+            eprint!("{}", report::unjudged_lines(report));
             Ok(())
         }
         // Never a pass: a scenario that could not run fails with its reason.

@@ -1,6 +1,12 @@
 //! Terminal reports: one line per scenario, and for a failing scenario its whole flow table,
 //! expected beside observed, in the spirit of kube-proxy's packet-flow tests.
 
+mod json;
+mod junit;
+
+pub use json::json_report;
+pub use junit::junit_report;
+
 use std::fmt::Write;
 
 use crate::model::{Cluster, Target};
@@ -83,7 +89,7 @@ pub fn flow_table(cluster: &Cluster, verdicts: &[ProbeVerdict]) -> String {
     out
 }
 
-fn destination(cluster: &Cluster, target: &Target, verdict: &ProbeVerdict) -> String {
+pub(crate) fn destination(cluster: &Cluster, target: &Target, verdict: &ProbeVerdict) -> String {
     let proto = verdict.probe.protocol;
     match target {
         Target::ClusterIp { service, port } => {
@@ -111,7 +117,7 @@ fn via_suffix(via: &Option<String>) -> String {
     via.as_ref().map(|n| format!(" via {n}")).unwrap_or_default()
 }
 
-fn expected(outcome: &Expected) -> String {
+pub(crate) fn expected(outcome: &Expected) -> String {
     match outcome {
         Expected::Answered { backends, .. } => {
             // Backends usually share one source rule; print it once when they do.
@@ -130,9 +136,16 @@ fn expected(outcome: &Expected) -> String {
 }
 
 /// The closing line CI systems read: `N passed, N failed, N skipped`.
-pub fn summary_line(reports: &[ScenarioReport], errors: usize) -> String {
+pub fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String {
     let passed = reports.iter().filter(|r| r.passed()).count();
     let skipped = reports.iter().filter(|r| matches!(r.outcome, Outcome::Skipped(_))).count();
     let failed = reports.len() - passed - skipped + errors;
     format!("{passed} passed, {failed} failed, {skipped} skipped")
+}
+
+/// A scenario as it ended, for the machine-readable reports.
+pub enum Finished<'a> {
+    Ran { scenario: &'a crate::model::Scenario, report: &'a ScenarioReport },
+    /// It could not be set up (topology, proxy programming): an error, not a failure.
+    Error { scenario: &'a crate::model::Scenario, error: String },
 }
