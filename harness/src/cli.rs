@@ -74,6 +74,18 @@ enum Command {
         #[arg(long, default_value_t = 500)]
         round_trips: u32,
     },
+    /// Run the suite against every catalogued mutant (deliberately broken proxy) and print
+    /// which scenarios kill each; exit 1 if any mutant survives.
+    Mutants {
+        #[arg(default_value = "scenarios")]
+        suite: PathBuf,
+        /// Only these mutants (names as printed), instead of the whole catalog.
+        #[arg(long = "only")]
+        only: Vec<String>,
+        /// Stop hunting a mutant at its first kill (faster; the table then names one killer).
+        #[arg(long)]
+        first_kill: bool,
+    },
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         #[arg(long)]
@@ -97,6 +109,7 @@ pub fn main() -> i32 {
         Command::Check { paths } => check(&default_paths(paths)),
         Command::Rules { file, node } => rules(&file, node.as_deref()),
         Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
+        Command::Mutants { suite, only, first_kill } => mutants(&suite, &only, first_kill),
         Command::Cleanup { all } => cleanup(all),
     };
     result.unwrap_or_else(|e| {
@@ -263,6 +276,35 @@ fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
     anyhow::ensure!(s.cluster.node(&node).is_some(), "no node {node:?} in {}", file.display());
     print!("{}", proxy::iptables::render_node(&s.cluster, &node, None));
     Ok(EXIT_PASS)
+}
+
+fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool) -> Result<i32> {
+    let Some(scenarios) = load_all(&[suite.to_path_buf()])? else { return Ok(EXIT_ERROR) };
+    if let Some(reason) = runner::preflight() {
+        anyhow::bail!("cannot hunt mutants here: {reason}");
+    }
+    let catalog = proxy::iptables::Mutant::ALL;
+    let chosen: Vec<_> = if only.is_empty() {
+        catalog.to_vec()
+    } else {
+        only.iter()
+            .map(|name| name.parse().map_err(|_| anyhow::anyhow!("no mutant {name:?}")))
+            .collect::<Result<_>>()?
+    };
+    let total = chosen.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, |h| {
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let verdict = if h.killed() { "killed" } else { "SURVIVED" };
+        println!("[{n}/{total}] {verdict} {} by {}", h.mutant.name(), h.killed_by.join(", "));
+        for e in &h.errors {
+            println!("        setup error: {e}");
+        }
+    });
+    println!("\n{}", crate::mutants::table(&hunts));
+    let survivors = hunts.iter().filter(|h| !h.killed()).count();
+    println!("{} killed, {survivors} survived", hunts.len() - survivors);
+    Ok(if survivors == 0 { EXIT_PASS } else { EXIT_FAIL })
 }
 
 fn cleanup(all: bool) -> Result<i32> {

@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod cli;
 pub mod model;
+pub mod mutants;
 pub mod observe;
 pub mod oracle;
 pub mod proxy;
