@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -324,6 +324,11 @@ pub enum StatedSource {
 }
 
 impl Cluster {
+    /// The cluster's address family (validation makes every address of it the same family).
+    pub fn ip_family(&self) -> IpFamily {
+        IpFamily::of_net(&self.service_cidr)
+    }
+
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.name == name)
     }
@@ -406,7 +411,81 @@ impl Cluster {
     }
 }
 
-/// The gateway address of a node's pod bridge: the first host address of its pod CIDR.
+/// The gateway address of a node's pod bridge: the first host address of its pod CIDR
+/// (`.1`, or `::1` of an IPv6 prefix, whose network address is the subnet-router anycast
+/// address and no host's).
 pub fn bridge_address(pod_cidr: &IpNet) -> IpAddr {
-    pod_cidr.hosts().next().unwrap_or(pod_cidr.addr())
+    match pod_cidr {
+        IpNet::V4(net) => IpAddr::V4(net.hosts().next().unwrap_or(net.addr())),
+        IpNet::V6(net) if net.prefix_len() < 127 => IpAddr::V6(Ipv6Addr::from(u128::from(net.network()) + 1)),
+        IpNet::V6(net) => IpAddr::V6(net.addr()),
+    }
+}
+
+/// An address family. A scenario is single-stack: every address in it is of one family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(ip: IpAddr) -> IpFamily {
+        if ip.is_ipv4() { IpFamily::V4 } else { IpFamily::V6 }
+    }
+
+    pub fn of_net(net: &IpNet) -> IpFamily {
+        IpFamily::of(net.addr())
+    }
+
+    /// Kubernetes spelling (`ipFamilies`, EndpointSlice `addressType`): `IPv4`, `IPv6`.
+    pub fn as_k8s(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        }
+    }
+
+    pub fn parse_k8s(s: &str) -> Option<IpFamily> {
+        match s {
+            "IPv4" => Some(IpFamily::V4),
+            "IPv6" => Some(IpFamily::V6),
+            _ => None,
+        }
+    }
+
+    /// `0.0.0.0` or `::`.
+    pub fn unspecified(self) -> IpAddr {
+        match self {
+            IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        }
+    }
+
+    /// The prefix length of one host: 32 or 128.
+    pub fn host_prefix(self) -> u8 {
+        match self {
+            IpFamily::V4 => 32,
+            IpFamily::V6 => 128,
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_k8s())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bridge_address_is_the_first_host_of_either_family() {
+        let at = |cidr: &str| bridge_address(&cidr.parse().unwrap()).to_string();
+        assert_eq!(at("10.244.1.0/24"), "10.244.1.1");
+        assert_eq!(at("fd00:10:244:1::/64"), "fd00:10:244:1::1");
+        assert_eq!(at("fd00::/127"), "fd00::");
+    }
 }

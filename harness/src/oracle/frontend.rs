@@ -2,9 +2,11 @@
 //! port, external IP, load-balancer IP) handled by some node, a health-check port, a pod, a
 //! node's own closed port, or an unallocated service address.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::model::{Cluster, Node, Pod, Probe, Protocol, Service, ServicePort, Source, Target, bridge_address};
+use crate::model::{
+    Cluster, IpFamily, Node, Pod, Probe, Protocol, Service, ServicePort, Source, Target, bridge_address,
+};
 
 pub(super) enum Frontend<'a> {
     ClusterIp { svc: &'a Service, port: &'a ServicePort },
@@ -79,7 +81,8 @@ fn translating_node<'a>(cluster: &'a Cluster, probe: &Probe) -> Result<&'a Node,
 }
 
 /// A node port on `addr` of `node`: a node port only where nodePortAddresses (and, for
-/// 127.0.0.1, localhost node ports) allow it; elsewhere the node's own closed port.
+/// 127.0.0.1, localhost node ports) allow it, never on ::1; elsewhere the node's own closed
+/// port.
 fn node_port<'a>(
     cluster: &'a Cluster,
     svc: &'a Service,
@@ -88,8 +91,14 @@ fn node_port<'a>(
     addr: IpAddr,
 ) -> Result<Frontend<'a>, String> {
     let config = &cluster.proxy;
-    let allowed_by_cidrs = config.node_port_addresses.is_empty()
-        || config.node_port_addresses.iter().any(|cidr| cidr.contains(&addr));
+    if addr == IpAddr::V6(Ipv6Addr::LOCALHOST) {
+        return Ok(Frontend::NodeItself { why: "kube-proxy serves no node ports on ::1".into() });
+    }
+    // CIDRs of the other family are the other proxier's; none of this family means all.
+    let family = IpFamily::of(addr);
+    let mut cidrs =
+        config.node_port_addresses.iter().filter(|cidr| IpFamily::of_net(cidr) == family).peekable();
+    let allowed_by_cidrs = cidrs.peek().is_none() || cidrs.any(|cidr| cidr.contains(&addr));
     let localhost = addr.is_loopback();
     if localhost && !config.localhost_node_ports {
         return Ok(Frontend::NodeItself { why: "localhost node ports are off on this proxy".into() });
@@ -138,9 +147,9 @@ fn raw_address<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Resu
     Err(format!("no Service port, node port, node or pod answers to {dst}/{}", probe.protocol))
 }
 
-/// The node an address belongs to; 127.0.0.1 belongs to the sending node.
+/// The node an address belongs to; 127.0.0.1 and ::1 belong to the sending node.
 fn node_owning<'a>(cluster: &'a Cluster, from: &Source, ip: IpAddr) -> Option<&'a Node> {
-    if ip == IpAddr::V4(Ipv4Addr::LOCALHOST) {
+    if ip == IpAddr::V4(Ipv4Addr::LOCALHOST) || ip == IpAddr::V6(Ipv6Addr::LOCALHOST) {
         return match from {
             Source::Node(n) => cluster.node(n),
             _ => None,

@@ -243,7 +243,15 @@ fn masqueraded_by(node: &Node) -> SeenSource {
 }
 
 /// A node masquerades to the address of the interface toward the backend: its node-network
-/// address, or its pod-bridge gateway for a backend on the same node.
+/// address, or its pod-bridge gateway for a backend on the same node. IPv4 takes the
+/// interface's primary address; IPv6 chooses by source address selection (RFC 6724: the
+/// longest prefix in common with the destination wins), which may pick any of the node's
+/// addresses on the node network. The same holds for the node's own processes.
 fn node_addresses(node: &Node) -> Vec<std::net::IpAddr> {
-    vec![node.ip, bridge_address(&node.pod_cidr)]
+    let mut addrs = vec![node.ip];
+    if node.ip.is_ipv6() {
+        addrs.extend(&node.secondary_ips);
+    }
+    addrs.push(bridge_address(&node.pod_cidr));
+    addrs
 }

@@ -355,3 +355,84 @@ fn a_pod_at_another_nodes_local_node_port_has_no_defined_outcome() {
     assert!(expect(&c, &probe(Source::Pod("client".into()), to_node_port("a"))).is_ok());
     assert!(expect(&c, &probe(Source::Pod("web-a".into()), to_node_port("b"))).is_ok());
 }
+
+/// The cluster of [`cluster`] in IPv6: `10.244.N.x` → `fd00:10:244:N::x`, nodes and the
+/// external host on `fd00:192:168:50::/64`, the Service at `fd00:10:96::20`.
+fn v6_cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
+    let mut c = cluster(endpoints, etp);
+    let v6 = |ip: &str| -> std::net::IpAddr { ip.parse().unwrap() };
+    c.pod_cidr = "fd00:10:244::/56".parse().unwrap();
+    c.service_cidr = "fd00:10:96::/112".parse().unwrap();
+    c.node_network = "fd00:192:168:50::/64".parse().unwrap();
+    c.nodes[0].ip = v6("fd00:192:168:50::11");
+    c.nodes[0].pod_cidr = "fd00:10:244:1::/64".parse().unwrap();
+    c.nodes[1].ip = v6("fd00:192:168:50::12");
+    c.nodes[1].pod_cidr = "fd00:10:244:2::/64".parse().unwrap();
+    c.external_hosts[0].ip = v6("fd00:192:168:50::100");
+    for (pod, ip) in c.pods.iter_mut().zip(["fd00:10:244:1::5", "fd00:10:244:2::5", "fd00:10:244:1::9"]) {
+        pod.ip = v6(ip);
+    }
+    c.services[0].cluster_ip = v6("fd00:10:96::20");
+    for ep in &mut c.services[0].ports[0].endpoints {
+        ep.ip = if ep.pod == "web-a" { v6("fd00:10:244:1::5") } else { v6("fd00:10:244:2::5") };
+    }
+    c
+}
+
+fn v6_both() -> Vec<Endpoint> {
+    vec![endpoint("web-a", "fd00:10:244:1::5", "a"), endpoint("web-b", "fd00:10:244:2::5", "b")]
+}
+
+#[test]
+fn ipv6_paths_are_the_ipv4_ones() {
+    let c = v6_cluster(v6_both(), TrafficPolicy::Cluster);
+    let e = expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap();
+    assert_eq!(
+        backends(&e)["web-b"],
+        SeenSource::Client { addrs: vec!["fd00:10:244:1::9".parse().unwrap()] }
+    );
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
+    let masq = SeenSource::Masqueraded {
+        node: "a".into(),
+        addrs: vec!["fd00:192:168:50::11".parse().unwrap(), "fd00:10:244:1::1".parse().unwrap()],
+    };
+    assert!(backends(&e).values().all(|s| *s == masq), "{e:?}");
+    let c = v6_cluster(vec![], TrafficPolicy::Cluster);
+    assert_eq!(
+        expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap().outcome,
+        Outcome::Rejected
+    );
+}
+
+#[test]
+fn ipv6_masquerade_may_use_any_node_network_address() {
+    // IPv6 source address selection may pick a secondary address of the interface.
+    let mut c = v6_cluster(v6_both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["fd00:192:168:50::21".parse().unwrap()];
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
+    let SeenSource::Masqueraded { addrs, .. } = &backends(&e)["web-b"] else { panic!("{e:?}") };
+    assert!(addrs.contains(&"fd00:192:168:50::21".parse().unwrap()), "{addrs:?}");
+    // IPv4 masquerades to the primary address only.
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["192.168.50.21".parse().unwrap()];
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
+    let SeenSource::Masqueraded { addrs, .. } = &backends(&e)["web-b"] else { panic!("{e:?}") };
+    assert!(!addrs.contains(&"192.168.50.21".parse().unwrap()), "{addrs:?}");
+}
+
+#[test]
+fn no_node_ports_on_ipv6_loopback_and_ipv6_node_port_addresses() {
+    let mut c = v6_cluster(v6_both(), TrafficPolicy::Cluster);
+    let at = |addr: &str| Target::Address(addr.parse().unwrap());
+    // ::1 is the node itself, whose own stack refuses: kube-proxy excludes ::1/128.
+    let e = expect(&c, &probe(Source::Node("a".into()), at("[::1]:30080"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Rejected);
+    assert!(e.because.contains("no node ports on ::1"), "{}", e.because);
+    // IPv4 CIDRs in nodePortAddresses are the other proxier's: all IPv6 addresses still serve.
+    c.proxy.node_port_addresses = vec!["192.168.50.0/24".parse().unwrap()];
+    let ext = || Source::External("ext".into());
+    assert_eq!(backends(&expect(&c, &probe(ext(), to_node_port("a"))).unwrap()).len(), 2);
+    c.proxy.node_port_addresses.push("fd00:192:168:50::12/128".parse().unwrap());
+    assert_eq!(expect(&c, &probe(ext(), to_node_port("a"))).unwrap().outcome, Outcome::Rejected);
+    assert_eq!(backends(&expect(&c, &probe(ext(), to_node_port("b"))).unwrap()).len(), 2);
+}

@@ -10,7 +10,7 @@
 //! `SyncEndpoints` do on every sync, so a node can be reprogrammed.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use anyhow::{Context, Result, anyhow};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::node_ports::NodePortAddresses;
-use crate::model::{Cluster, ServiceType, TrafficPolicy};
+use crate::model::{Cluster, IpFamily, ServiceType, TrafficPolicy};
 use crate::topology::Netns;
 
 /// One health check server a node runs.
@@ -33,12 +33,13 @@ pub struct HealthService {
 }
 
 /// The health check servers kube-proxy runs on `node`: one per Service that
-/// `NeedsHealthCheck` (type LoadBalancer, external policy Local) and has a port, IPv4
-/// Services only. A port claimed twice is served for the first Service (kube-proxy fails to
+/// `NeedsHealthCheck` (type LoadBalancer, external policy Local) and has a port, Services of
+/// the cluster's family only (as kube-proxy's proxier of that family). A port claimed twice is served for the first Service (kube-proxy fails to
 /// bind the second and logs it).
 pub fn node_services(cluster: &Cluster, node: &str) -> Vec<HealthService> {
+    let family = cluster.ip_family();
     let mut out: Vec<HealthService> = Vec::new();
-    for svc in cluster.services.iter().filter(|s| matches!(s.cluster_ip, IpAddr::V4(_))) {
+    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip) == family) {
         let needs = svc.service_type == ServiceType::LoadBalancer
             && svc.external_traffic_policy == TrafficPolicy::Local;
         let Some(port) = svc.health_check_node_port.filter(|_| needs) else { continue };
@@ -49,7 +50,7 @@ pub fn node_services(cluster: &Cluster, node: &str) -> Vec<HealthService> {
             .ports
             .iter()
             .flat_map(|p| &p.endpoints)
-            .filter(|ep| ep.ready && ep.node.as_deref() == Some(node) && ep.ip.is_ipv4())
+            .filter(|ep| ep.ready && ep.node.as_deref() == Some(node) && IpFamily::of(ep.ip) == family)
             .map(|ep| ep.ip)
             .collect();
         out.push(HealthService {
@@ -62,15 +63,12 @@ pub fn node_services(cluster: &Cluster, node: &str) -> Vec<HealthService> {
     out
 }
 
-/// Where health check servers listen on `node`: `0.0.0.0`, or each node address inside
-/// `--nodeport-addresses` when it is set (`newServiceHealthServer`).
+/// Where health check servers listen on `node`: `0.0.0.0` (`[::]` in an IPv6 cluster), or
+/// each node address inside `--nodeport-addresses` when it is set (`newServiceHealthServer`).
 pub fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
-    let npa = NodePortAddresses::new(&cluster.proxy);
-    if npa.match_all() {
-        vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)]
-    } else {
-        npa.node_ips(cluster.node(node)).into_iter().map(IpAddr::V4).collect()
-    }
+    let family = cluster.ip_family();
+    let npa = NodePortAddresses::new(&cluster.proxy, family);
+    if npa.match_all() { vec![family.unspecified()] } else { npa.node_ips(cluster.node(node)) }
 }
 
 /// What a server answers with.
@@ -316,11 +314,41 @@ mod tests {
     #[test]
     fn binds_everywhere_or_where_node_ports_answer() {
         let mut c = cluster(vec![]);
-        assert_eq!(bind_addresses(&c, "node-a"), [IpAddr::V4(Ipv4Addr::UNSPECIFIED)]);
+        assert_eq!(bind_addresses(&c, "node-a"), [IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)]);
         c.proxy.node_port_addresses =
             vec!["192.168.50.0/24".parse().unwrap(), "127.0.0.0/8".parse().unwrap()];
         let ips: Vec<String> = bind_addresses(&c, "node-a").iter().map(|i| i.to_string()).collect();
         assert_eq!(ips, ["192.168.50.2", "127.0.0.1"]);
+    }
+
+    /// The cluster of [`cluster`], moved to IPv6.
+    fn v6_cluster(services: Vec<Service>) -> Cluster {
+        let mut c = cluster(services);
+        c.pod_cidr = "fd00:10:244::/56".parse().unwrap();
+        c.service_cidr = "fd00:10:96::/112".parse().unwrap();
+        c.node_network = "fd00:192:168:50::/64".parse().unwrap();
+        c.nodes[0].ip = "fd00:192:168:50::2".parse().unwrap();
+        c.nodes[0].pod_cidr = "fd00:10:244::/64".parse().unwrap();
+        c
+    }
+
+    #[test]
+    fn ipv6_clusters_serve_their_services_on_ipv6_addresses() {
+        let mut svc =
+            lb("web", TrafficPolicy::Local, Some(32000), vec![vec![ep("fd00:10:244::5", "node-a", true)]]);
+        svc.cluster_ip = "fd00:10:96::80".parse().unwrap();
+        svc.load_balancer_ips = vec!["fd00:203:0:113::10".parse().unwrap()];
+        let mut c = v6_cluster(vec![svc]);
+        assert_eq!(node_services(&c, "node-a")[0].local_endpoints, 1);
+        assert_eq!(bind_addresses(&c, "node-a"), [IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)]);
+        // The IPv4 CIDR is the other proxier's; ::1 is on lo like 127.0.0.1.
+        c.proxy.node_port_addresses = vec![
+            "fd00:192:168:50::/64".parse().unwrap(),
+            "10.0.0.0/8".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ];
+        let ips: Vec<String> = bind_addresses(&c, "node-a").iter().map(|i| i.to_string()).collect();
+        assert_eq!(ips, ["fd00:192:168:50::2", "::1"]);
     }
 
     #[test]

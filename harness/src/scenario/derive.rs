@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::model::IpFamily;
+
 use super::endpoints::{SERVICE_NAME_LABEL, SliceData, SliceEndpoint, SlicePort, undeclared_port};
 use super::error::Diagnostics;
 use super::pods::PodEntry;
@@ -45,7 +47,9 @@ pub(crate) fn derive(
             } else {
                 format!("{}-derived", service.name)
             };
-            let object = to_k8s(&data, &name, &service.namespace, &members);
+            // The controller makes slices per family of the Service; single-stack: one.
+            let family = IpFamily::of(service.cluster_ip);
+            let object = to_k8s(&data, &name, &service.namespace, &members, family);
             (data, object)
         })
         .collect()
@@ -108,7 +112,13 @@ fn endpoint(entry: &ServiceEntry<'_>, pod: &PodEntry) -> SliceEndpoint {
     }
 }
 
-fn to_k8s(data: &SliceData, name: &str, namespace: &str, members: &[&PodEntry]) -> EndpointSlice {
+fn to_k8s(
+    data: &SliceData,
+    name: &str,
+    namespace: &str,
+    members: &[&PodEntry],
+    family: IpFamily,
+) -> EndpointSlice {
     let labels = BTreeMap::from([
         (SERVICE_NAME_LABEL.to_string(), data.service.clone()),
         ("endpointslice.kubernetes.io/managed-by".to_string(), "packetproof".to_string()),
@@ -152,7 +162,7 @@ fn to_k8s(data: &SliceData, name: &str, namespace: &str, members: &[&PodEntry]) 
             labels: Some(labels),
             ..Default::default()
         },
-        address_type: "IPv4".to_string(),
+        address_type: family.as_k8s().to_string(),
         endpoints,
         ports: Some(ports),
     }

@@ -11,10 +11,10 @@ use std::net::IpAddr;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 
-use crate::model::{Endpoint, Node, Protocol, Service};
+use crate::model::{Endpoint, IpFamily, Node, Protocol, Service};
 
 use super::error::{Diagnostics, Site};
-use super::net::{IPV6_UNSUPPORTED, parse_ip, port_number, protocol};
+use super::net::{ip_at, port_number, protocol};
 use super::objects::{Kind, Parsed, Unparsed};
 use super::pods::{PodEntry, Pods};
 use super::registry::{Lookup, Registry, known};
@@ -127,8 +127,11 @@ fn read_slice(
     let site = &s.site;
     let service = read_service(s, cx.services, diag);
     match s.object.address_type.as_str() {
-        "IPv4" => {}
-        "IPv6" => diag.value(site, &FieldPath::parse("addressType"), IPV6_UNSUPPORTED),
+        // Its addresses are of that family; so must the scenario be.
+        family @ ("IPv4" | "IPv6") => {
+            let family = IpFamily::parse_k8s(family).expect("IPv4 or IPv6");
+            diag.one_family(site, &FieldPath::parse("addressType"), family, family.as_k8s());
+        }
         "FQDN" => diag.value(
             site,
             &FieldPath::parse("addressType"),
@@ -137,7 +140,7 @@ fn read_slice(
         other => diag.value(
             site,
             &FieldPath::parse("addressType"),
-            format!("unknown addressType {other:?} (expected IPv4)"),
+            format!("unknown addressType {other:?} (expected IPv4 or IPv6)"),
         ),
     }
     let ports: Vec<Option<SlicePort>> = s
@@ -262,7 +265,7 @@ fn read_endpoint(
             return None;
         }
     };
-    let ip = parse_ip(text).map_err(|e| diag.value(site, &addr_path, e)).ok()?;
+    let ip = ip_at(site, &addr_path, text, diag)?;
     let pod = pod_at(site, &addr_path, ip, cx.pods, diag)?;
     let node = match &ep.node_name {
         None => pod.node.clone(),

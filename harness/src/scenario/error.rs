@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::families::Families;
 use super::yaml::{Document, FieldPath, Pos};
 
 /// One problem in a scenario file.
@@ -76,15 +77,17 @@ impl<'a> Site<'a> {
     }
 }
 
-/// Collects errors for one file.
+/// Collects errors for one file, and the file's address family (every reader that parses
+/// an address asks it, through [`Diagnostics::one_family`] in `families`).
 pub(crate) struct Diagnostics {
     file: PathBuf,
     errors: Vec<ScenarioError>,
+    pub(super) families: Families,
 }
 
 impl Diagnostics {
     pub fn new(file: PathBuf) -> Self {
-        Diagnostics { file, errors: Vec::new() }
+        Diagnostics { file, errors: Vec::new(), families: Families::default() }
     }
 
     pub fn push(&mut self, pos: Pos, field: String, message: impl Into<String>) {
@@ -115,7 +118,15 @@ impl Diagnostics {
         self.errors.len()
     }
 
-    pub fn into_errors(self) -> ScenarioErrors {
+    /// The errors; of those about an address of the other family, only the first in the file.
+    pub fn into_errors(mut self) -> ScenarioErrors {
+        let mut dual_stack = std::mem::take(&mut self.families.reported);
+        dual_stack.sort_by_key(|&i| (self.errors[i].line, self.errors[i].column));
+        let mut later: Vec<usize> = dual_stack.into_iter().skip(1).collect();
+        later.sort_unstable_by(|a, b| b.cmp(a));
+        for i in later {
+            self.errors.remove(i);
+        }
         ScenarioErrors { errors: self.errors }
     }
 }

@@ -14,7 +14,7 @@ use crate::model::{ServicePort, ServiceType, TrafficPolicy};
 use super::addresses::Addresses;
 use super::claims::Claims;
 use super::error::{Diagnostics, Site};
-use super::net::{parse_cidr, parse_ip, port_number};
+use super::net::{ip_at, parse_cidr, port_number};
 use super::objects::Parsed;
 use super::scenario_doc::Networks;
 use super::yaml::FieldPath;
@@ -154,7 +154,7 @@ fn ingress_ips(
     out
 }
 
-/// An external or load-balancer IP (`what`): IPv4, routable, outside the cluster's service and
+/// An external or load-balancer IP (`what`): of the scenario's family, routable, outside the cluster's service and
 /// pod networks, nobody's address, listed once.
 fn frontend_ip(
     site: &Site<'_>,
@@ -165,7 +165,7 @@ fn frontend_ip(
     seen: &mut Seen,
     diag: &mut Diagnostics,
 ) -> Option<IpAddr> {
-    let ip = parse_ip(text).map_err(|e| diag.value(site, path, e)).ok()?;
+    let ip = ip_at(site, path, text, diag)?;
     let networks = [("serviceCIDR", env.networks.service_cidr), ("podCIDR", env.networks.pod_cidr)];
     let problem = special(ip)
         .map(|kind| format!("{ip} is {kind}, which cannot be {what}"))
@@ -195,7 +195,22 @@ fn frontend_ip(
 
 /// Why `ip` can never be a Service's external address, as the API server sees it.
 fn special(ip: IpAddr) -> Option<&'static str> {
-    let IpAddr::V4(v4) = ip else { return None };
+    let v4 = match ip {
+        IpAddr::V4(v4) => v4,
+        IpAddr::V6(v6) => {
+            return if v6.is_unspecified() {
+                Some("the unspecified address")
+            } else if v6.is_loopback() {
+                Some("a loopback address")
+            } else if v6.is_unicast_link_local() {
+                Some("a link-local address")
+            } else if v6.is_multicast() {
+                Some("a multicast address")
+            } else {
+                None
+            };
+        }
+    };
     if v4.is_unspecified() {
         Some("the unspecified address")
     } else if v4.is_loopback() {
@@ -258,7 +273,11 @@ fn source_ranges(
     let mut out = Vec::new();
     for (k, text) in ranges.iter().enumerate() {
         match parse_cidr(text) {
-            Ok(net) => out.push(net),
+            Ok(net) => {
+                if diag.net_family(site, &list.index(k), &net) {
+                    out.push(net);
+                }
+            }
             Err(e) => diag.value(site, &list.index(k), e),
         }
     }

@@ -10,6 +10,8 @@
 //! `services` with `external` (external IPs, load balancers, health checks), `affinity` and
 //! `claims` (what Services share), `endpoints` and `derive` (EndpointSlices), `probes` with
 //! `targets`, `target_form` and `duration`, `flows` (generated probes), tied together by `validate`.
+//! Addresses and CIDRs of either family are read through `net`, which holds every one of a
+//! file to the family of its first (`families`: single-stack IPv4 or IPv6, no dual-stack yet).
 
 mod addresses;
 mod affinity;
@@ -20,6 +22,7 @@ mod duration;
 mod endpoints;
 mod error;
 mod external;
+mod families;
 mod flows;
 mod names;
 mod net;

@@ -7,11 +7,12 @@ use ipnet::IpNet;
 
 use crate::model::Protocol;
 
-pub(crate) const IPV6_UNSUPPORTED: &str = "IPv6 is not supported yet";
+use super::error::{Diagnostics, Site};
+use super::yaml::FieldPath;
 
+/// An address of either family; [`ip_at`] also holds it to the scenario's family.
 pub(crate) fn parse_ip(text: &str) -> Result<IpAddr, String> {
     match text.trim().parse::<IpAddr>() {
-        Ok(IpAddr::V6(_)) => Err(IPV6_UNSUPPORTED.to_string()),
         Ok(ip) => Ok(ip),
         Err(_) if text.contains('/') => {
             Err(format!("{text:?} is a CIDR; an address is expected here (e.g. 10.244.1.5)"))
@@ -20,6 +21,7 @@ pub(crate) fn parse_ip(text: &str) -> Result<IpAddr, String> {
     }
 }
 
+/// A CIDR of either family; [`cidr_at`] also holds it to the scenario's family.
 pub(crate) fn parse_cidr(text: &str) -> Result<IpNet, String> {
     let net = match text.trim().parse::<IpNet>() {
         Ok(net) => net,
@@ -28,13 +30,28 @@ pub(crate) fn parse_cidr(text: &str) -> Result<IpNet, String> {
         }
         Err(_) => return Err(format!("{text:?} is not a CIDR (expected e.g. 10.244.0.0/16)")),
     };
-    if let IpNet::V6(_) = net {
-        return Err(IPV6_UNSUPPORTED.to_string());
-    }
     if net.trunc() != net {
         return Err(format!("{net} has host bits set (did you mean {}?)", net.trunc()));
     }
     Ok(net)
+}
+
+/// The address at `path`, reporting why it is none: unreadable, or of the other family than
+/// the scenario's (see `families`).
+pub(crate) fn ip_at(site: &Site<'_>, path: &FieldPath, text: &str, diag: &mut Diagnostics) -> Option<IpAddr> {
+    let ip = parse_ip(text).map_err(|e| diag.value(site, path, e)).ok()?;
+    diag.ip_family(site, path, ip).then_some(ip)
+}
+
+/// The CIDR at `path`, as [`ip_at`] reads an address.
+pub(crate) fn cidr_at(
+    site: &Site<'_>,
+    path: &FieldPath,
+    text: &str,
+    diag: &mut Diagnostics,
+) -> Option<IpNet> {
+    let net = parse_cidr(text).map_err(|e| diag.value(site, path, e)).ok()?;
+    diag.net_family(site, path, &net).then_some(net)
 }
 
 pub(crate) fn overlaps(a: &IpNet, b: &IpNet) -> bool {
@@ -51,17 +68,17 @@ pub(crate) fn not_a_host_of(ip: IpAddr, net: &IpNet, what: &str) -> Option<Strin
     }
 }
 
-/// Why `ip` can't be a host in `net` (its network or broadcast address), if it can't.
+/// Why `ip` can't be a host in `net` (its network or broadcast address; for IPv6 the
+/// subnet-router anycast address, and no broadcast), if it can't.
 pub(crate) fn reserved_in(ip: IpAddr, net: &IpNet) -> Option<&'static str> {
     if net.prefix_len() + 2 > net.max_prefix_len() {
-        return None; // /31 and /32 have no network or broadcast address
+        return None; // /31 and /32 (/127, /128) have no network or broadcast address
     }
-    if ip == net.network() {
-        Some("the network address")
-    } else if ip == net.broadcast() {
-        Some("the broadcast address")
-    } else {
-        None
+    match net {
+        IpNet::V4(_) if ip == net.network() => Some("the network address"),
+        IpNet::V4(_) if ip == net.broadcast() => Some("the broadcast address"),
+        IpNet::V6(_) if ip == net.network() => Some("the subnet-router anycast address"),
+        _ => None,
     }
 }
 
@@ -86,7 +103,7 @@ mod tests {
     #[test]
     fn addresses() {
         assert_eq!(parse_ip("10.0.0.1").unwrap().to_string(), "10.0.0.1");
-        assert_eq!(parse_ip("fd00::1").unwrap_err(), IPV6_UNSUPPORTED);
+        assert_eq!(parse_ip("fd00::1").unwrap().to_string(), "fd00::1");
         assert!(parse_ip("10.0.0.300").unwrap_err().contains("not an IP address"));
         assert!(parse_ip("10.0.0.0/8").unwrap_err().contains("is a CIDR"));
     }
@@ -94,7 +111,11 @@ mod tests {
     #[test]
     fn cidrs() {
         assert_eq!(parse_cidr("10.244.0.0/16").unwrap().to_string(), "10.244.0.0/16");
-        assert_eq!(parse_cidr("fd00::/64").unwrap_err(), IPV6_UNSUPPORTED);
+        assert_eq!(parse_cidr("fd00::/64").unwrap().to_string(), "fd00::/64");
+        assert_eq!(
+            parse_cidr("fd00::1/64").unwrap_err(),
+            "fd00::1/64 has host bits set (did you mean fd00::/64?)"
+        );
         assert_eq!(
             parse_cidr("10.244.1.5/24").unwrap_err(),
             "10.244.1.5/24 has host bits set (did you mean 10.244.1.0/24?)"
@@ -124,6 +145,12 @@ mod tests {
         assert_eq!(reserved_in("10.244.1.0".parse().unwrap(), &b), Some("the network address"));
         assert_eq!(reserved_in("10.244.1.255".parse().unwrap(), &b), Some("the broadcast address"));
         assert_eq!(reserved_in("10.244.1.7".parse().unwrap(), &b), None);
+        let v6: IpNet = "fd00:10:244:1::/64".parse().unwrap();
+        assert_eq!(
+            reserved_in("fd00:10:244:1::".parse().unwrap(), &v6),
+            Some("the subnet-router anycast address")
+        );
+        assert_eq!(reserved_in("fd00:10:244:1:ffff:ffff:ffff:ffff".parse().unwrap(), &v6), None);
         assert_eq!(
             not_a_host_of("10.244.2.7".parse().unwrap(), &b, "the podCIDR 10.244.1.0/24 of node node-a")
                 .unwrap(),

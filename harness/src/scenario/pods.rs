@@ -11,7 +11,7 @@ use crate::model::{ContainerPort, Node, Pod};
 use super::addresses::Addresses;
 use super::error::{Diagnostics, Site};
 use super::names::check_name;
-use super::net::{not_a_host_of, parse_ip, port_number, protocol};
+use super::net::{ip_at, not_a_host_of, parse_ip, port_number, protocol};
 use super::objects::{Kind, Parsed, Unparsed};
 use super::registry::{Lookup, Registry};
 use super::yaml::FieldPath;
@@ -129,7 +129,7 @@ fn read_ip(p: &Parsed<'_, K8sPod>, node: Option<&Node>, diag: &mut Diagnostics) 
         );
         return None;
     };
-    let ip = parse_ip(text).map_err(|e| diag.value(site, &path, e)).ok()?;
+    let ip = ip_at(site, &path, text, diag)?;
     if let Some(node) = node
         && let Some(e) =
             not_a_host_of(ip, &node.pod_cidr, &format!("the podCIDR {} of node {}", node.pod_cidr, node.name))
@@ -143,7 +143,10 @@ fn read_ip(p: &Parsed<'_, K8sPod>, node: Option<&Node>, diag: &mut Diagnostics) 
             Ok(first) if k == 0 && first != ip => {
                 diag.value(site, &path, format!("{first} differs from status.podIP {ip}"))
             }
-            Ok(_) => {}
+            // A second address (dual-stack pods list one per family) must be of this one.
+            Ok(other) => {
+                diag.ip_family(site, &path, other);
+            }
         }
     }
     Some(ip)

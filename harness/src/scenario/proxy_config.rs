@@ -17,7 +17,13 @@ pub(crate) fn read(site: &Site<'_>, diag: &mut Diagnostics) -> ProxyConfig {
     let mut node_port_addresses = Vec::new();
     for (k, text) in spec.node_port_addresses.iter().enumerate() {
         match parse_cidr(text) {
-            Ok(net) => node_port_addresses.push(net),
+            // kube-proxy takes both families here and uses its own; a single-stack scenario
+            // has one.
+            Ok(net) => {
+                if diag.net_family(site, &list.index(k), &net) {
+                    node_port_addresses.push(net);
+                }
+            }
             // kube-proxy 1.31+ also takes `primary` (the node's primary IPs); here, CIDRs only.
             Err(_) if text.trim() == "primary" => diag.value(
                 site,

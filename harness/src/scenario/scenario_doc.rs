@@ -14,7 +14,7 @@ use super::de::typed;
 use super::error::{Diagnostics, Site};
 use super::flows::{self, Flows};
 use super::names::check_name;
-use super::net::{not_a_host_of, overlaps, parse_cidr, parse_ip};
+use super::net::{cidr_at, ip_at, not_a_host_of, overlaps};
 use super::proxy_config;
 use super::registry::Registry;
 use super::spec::{ClusterSpec, Envelope, ExternalHostSpec, Metadata, NodeSpec, ProbeSpec, Sections};
@@ -138,8 +138,7 @@ pub(crate) fn read<'a>(
 fn read_networks(site: &Site<'_>, diag: &mut Diagnostics) -> Networks {
     let path = FieldPath::parse("spec.cluster");
     let Some(spec) = typed::<ClusterSpec>(site, &path, diag) else { return Networks::default() };
-    let mut cidr =
-        |field: &str, text: &str| parse_cidr(text).map_err(|e| diag.value(site, &path.key(field), e)).ok();
+    let mut cidr = |field: &str, text: &str| cidr_at(site, &path.key(field), text, diag);
     let networks = Networks {
         pod_cidr: cidr("podCIDR", &spec.pod_cidr),
         service_cidr: cidr("serviceCIDR", &spec.service_cidr),
@@ -197,7 +196,7 @@ fn read_nodes(
             diag.value(site, &path.key("name"), e);
         }
         let ip = host_ip(site, &path.key("ip"), &spec.ip, networks.node_network, diag);
-        let pod_cidr = parse_cidr(&spec.pod_cidr).map_err(|e| diag.value(site, &path.key("podCIDR"), e)).ok();
+        let pod_cidr = cidr_at(site, &path.key("podCIDR"), &spec.pod_cidr, diag);
         if let Some(cidr) = pod_cidr {
             check_node_pod_cidr(site, &path.key("podCIDR"), &cidr, networks, &nodes, diag);
             addresses.claim(
@@ -314,7 +313,7 @@ fn host_ip(
     network: Option<IpNet>,
     diag: &mut Diagnostics,
 ) -> Option<IpAddr> {
-    let ip = parse_ip(text).map_err(|e| diag.value(site, path, e)).ok()?;
+    let ip = ip_at(site, path, text, diag)?;
     if let Some(net) = network
         && let Some(e) = not_a_host_of(ip, &net, &format!("nodeNetwork {net}"))
     {

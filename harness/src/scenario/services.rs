@@ -9,15 +9,16 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::model::{Service, ServicePort, ServiceType, TrafficPolicy};
+use crate::model::{IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
 
 use super::addresses::Addresses;
 use super::affinity;
 use super::claims::Claims;
 use super::error::{Diagnostics, Site};
 use super::external::{self, Env, Shape};
+use super::families::DUAL_STACK;
 use super::names::check_name;
-use super::net::{IPV6_UNSUPPORTED, not_a_host_of, parse_ip, port_number, protocol};
+use super::net::{ip_at, not_a_host_of, parse_ip, port_number, protocol};
 use super::objects::{Kind, Parsed, Unparsed};
 use super::registry::Registry;
 use super::scenario_doc::Networks;
@@ -197,7 +198,7 @@ fn read_cluster_ip(
             );
             None
         }
-        Some(text) => parse_ip(text).map_err(|e| diag.value(site, &path, e)).ok(),
+        Some(text) => ip_at(site, &path, text, diag),
     };
     for (k, text) in spec.cluster_ips.iter().flatten().enumerate() {
         let path = FieldPath::parse("spec.clusterIPs").index(k);
@@ -205,6 +206,10 @@ fn read_cluster_ip(
             Err(e) if text != "None" => diag.value(site, &path, e),
             Ok(first) if k == 0 && Some(first) != ip && ip.is_some() => {
                 diag.value(site, &path, format!("{first} differs from spec.clusterIP"))
+            }
+            // The cluster IP of a second family.
+            Ok(other) if k > 0 => {
+                diag.ip_family(site, &path, other);
             }
             _ => {}
         }
@@ -238,13 +243,18 @@ fn policy(
 /// Fields that change what a proxy does but that the model (and so the oracle) can't express.
 fn check_unsupported(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) {
     let at = |path: &str| FieldPath::parse(path);
-    for (k, family) in spec.ip_families.iter().flatten().enumerate() {
-        if family == "IPv6" {
-            diag.value(site, &at("spec.ipFamilies").index(k), IPV6_UNSUPPORTED);
+    for (k, name) in spec.ip_families.iter().flatten().enumerate() {
+        let path = at("spec.ipFamilies").index(k);
+        match IpFamily::parse_k8s(name) {
+            Some(family) => {
+                diag.one_family(site, &path, family, name);
+            }
+            None => diag.value(site, &path, format!("unknown IP family {name:?} (expected IPv4 or IPv6)")),
         }
     }
+    // PreferDualStack on a single-stack cluster gives one family, as SingleStack does.
     if spec.ip_family_policy.as_deref() == Some("RequireDualStack") {
-        diag.value(site, &at("spec.ipFamilyPolicy"), IPV6_UNSUPPORTED);
+        diag.value(site, &at("spec.ipFamilyPolicy"), format!("{DUAL_STACK} (RequireDualStack asks for two)"));
     }
 }
 

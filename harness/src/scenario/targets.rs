@@ -3,7 +3,8 @@
 //!
 //! - `{service, port}`: the Service port's cluster IP;
 //! - `{service, port, nodePort: NODE, address?}`: its node port on NODE's primary IP, or on
-//!   `address` (another IP of NODE, or 127.0.0.1 from NODE itself);
+//!   `address` (another IP of NODE, or 127.0.0.1 from NODE itself in an IPv4 cluster: there
+//!   are no node ports on ::1);
 //! - `{service, port, externalIP: IP, via?}` and `{service, port, loadBalancer: IP, via?}`: one
 //!   of the Service's external or load-balancer ingress IPs. `via: NODE` is the node the router
 //!   sends an external host's traffic to: required from external hosts, refused from pods and
@@ -11,12 +12,12 @@
 //! - `{healthCheck: SERVICE, node: NODE}`: the Service's healthCheckNodePort on NODE (TCP);
 //! - `{address, port}`: a raw address, which the oracle interprets.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::model::{Node, Protocol, Service, ServicePort, ServiceType, Source, Target};
 
 use super::error::{Diagnostics, Site};
-use super::net::parse_ip;
+use super::net::{ip_at, parse_ip};
 use super::probes::Names;
 use super::spec::{PortRef, TargetSpec};
 use super::target_form::{Form, form};
@@ -66,7 +67,7 @@ impl Cx<'_, '_, '_, '_> {
 
 fn address_target(cx: &Cx<'_, '_, '_, '_>, diag: &mut Diagnostics) -> Option<(Target, Option<Protocol>)> {
     let text = cx.spec.address.as_deref()?;
-    let ip = parse_ip(text).map_err(|e| diag.value(cx.site, &cx.at("address"), e)).ok();
+    let ip = ip_at(cx.site, &cx.at("address"), text, diag);
     let port = match &cx.spec.port {
         Some(PortRef::Number(n)) => Some(*n),
         Some(PortRef::Name(_)) => {
@@ -190,10 +191,22 @@ fn service_target(
     Some((target, Some(port.protocol)))
 }
 
-/// `address` of a node-port target: an address of the node, or 127.0.0.1 from the node itself.
+/// `address` of a node-port target: an address of the node, or 127.0.0.1 from the node itself
+/// (IPv4 only: kube-proxy's IPv6 rules exclude ::1).
 fn node_address(cx: &Cx<'_, '_, '_, '_>, text: &str, node: &Node, diag: &mut Diagnostics) -> Option<IpAddr> {
     let path = cx.at("address");
     let ip = parse_ip(text).map_err(|e| diag.value(cx.site, &path, e)).ok()?;
+    if ip == IpAddr::V6(Ipv6Addr::LOCALHOST) {
+        diag.value(
+            cx.site,
+            &path,
+            "kube-proxy serves no node ports on ::1 (localhost node ports are IPv4 only: 127.0.0.1 in an IPv4 cluster)",
+        );
+        return None;
+    }
+    if !diag.ip_family(cx.site, &path, ip) {
+        return None;
+    }
     if ip == IpAddr::V4(Ipv4Addr::LOCALHOST) {
         return match cx.from {
             Some(Source::Node(n)) if *n == node.name => Some(ip),
@@ -216,11 +229,12 @@ fn node_address(cx: &Cx<'_, '_, '_, '_>, text: &str, node: &Node, diag: &mut Dia
         return Some(ip);
     }
     let known: Vec<String> = node.node_network_ips().map(|a| a.to_string()).collect();
+    let localhost = if node.ip.is_ipv4() { "; or 127.0.0.1 from the node itself" } else { "" };
     diag.value(
         cx.site,
         &path,
         format!(
-            "{ip} is not an address of node {} (its addresses: {}; or 127.0.0.1 from the node itself)",
+            "{ip} is not an address of node {} (its addresses: {}{localhost})",
             node.name,
             known.join(", ")
         ),
@@ -230,7 +244,7 @@ fn node_address(cx: &Cx<'_, '_, '_, '_>, text: &str, node: &Node, diag: &mut Dia
 
 fn external_ip(cx: &Cx<'_, '_, '_, '_>, service: &Service, diag: &mut Diagnostics) -> Option<IpAddr> {
     let path = cx.at("externalIP");
-    let ip = parse_ip(cx.spec.external_ip.as_deref()?).map_err(|e| diag.value(cx.site, &path, e)).ok()?;
+    let ip = ip_at(cx.site, &path, cx.spec.external_ip.as_deref()?, diag)?;
     if service.external_ips.contains(&ip) {
         return Some(ip);
     }
@@ -244,7 +258,7 @@ fn external_ip(cx: &Cx<'_, '_, '_, '_>, service: &Service, diag: &mut Diagnostic
 
 fn load_balancer_ip(cx: &Cx<'_, '_, '_, '_>, service: &Service, diag: &mut Diagnostics) -> Option<IpAddr> {
     let path = cx.at("loadBalancer");
-    let ip = parse_ip(cx.spec.load_balancer.as_deref()?).map_err(|e| diag.value(cx.site, &path, e)).ok()?;
+    let ip = ip_at(cx.site, &path, cx.spec.load_balancer.as_deref()?, diag)?;
     if service.load_balancer_ips.contains(&ip) {
         return Some(ip);
     }

@@ -2,17 +2,19 @@
 //! a route. The netlink socket is created on a thread inside the namespace, so every request
 //! it carries acts there, whichever thread awaits it.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::TryStreamExt;
 use ipnet::IpNet;
 use netlink_packet_route::link::{InfoData, InfoVeth};
+use netlink_packet_route::route::{RouteMessage, RouteScope};
 use rtnetlink::{
     Handle, LinkBridge, LinkBridgePort, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder,
 };
 
 use super::netns::Netns;
+use crate::model::IpFamily;
 
 pub struct Links {
     handle: Handle,
@@ -121,36 +123,24 @@ impl Links {
     }
 
     pub async fn route_via(&self, dest: IpNet, gateway: IpAddr, dev: u32) -> Result<()> {
-        let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(v4(dest.network())?, dest.prefix_len())
-            .gateway(v4(gateway)?)
-            .output_interface(dev)
-            .build();
+        let route = route_message(dest, Some(gateway), dev)?;
         self.add_route(route, format!("adding route {dest} via {gateway}")).await
     }
 
     pub async fn route_dev(&self, dest: IpNet, dev: u32) -> Result<()> {
-        let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(v4(dest.network())?, dest.prefix_len())
-            .output_interface(dev)
-            .scope(netlink_packet_route::route::RouteScope::Link)
-            .build();
+        let route = route_message(dest, None, dev)?;
         self.add_route(route, format!("adding route {dest} on link {dev}")).await
     }
 
     pub async fn default_route(&self, gateway: IpAddr, dev: u32) -> Result<()> {
-        let route =
-            RouteMessageBuilder::<Ipv4Addr>::new().gateway(v4(gateway)?).output_interface(dev).build();
+        let default = IpNet::new(IpFamily::of(gateway).unspecified(), 0).expect("/0 is a valid prefix");
+        let route = route_message(default, Some(gateway), dev)?;
         self.add_route(route, format!("adding default route via {gateway}")).await
     }
 
     /// Sends traffic for `dest` through `gateway`, replacing any route for it.
     pub async fn steer(&self, dest: IpAddr, gateway: IpAddr, dev: u32) -> Result<()> {
-        let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(v4(dest)?, 32)
-            .gateway(v4(gateway)?)
-            .output_interface(dev)
-            .build();
+        let route = route_message(IpNet::from(dest), Some(gateway), dev)?;
         self.handle
             .route()
             .add(route)
@@ -160,14 +150,32 @@ impl Links {
             .with_context(|| self.context(&format!("routing {dest} via {gateway}")))
     }
 
-    async fn add_route(&self, route: netlink_packet_route::route::RouteMessage, what: String) -> Result<()> {
+    async fn add_route(&self, route: RouteMessage, what: String) -> Result<()> {
         self.handle.route().add(route).execute().await.with_context(|| self.context(&what))
     }
 }
 
-fn v4(ip: IpAddr) -> Result<Ipv4Addr> {
-    match ip {
-        IpAddr::V4(v4) => Ok(v4),
-        IpAddr::V6(v6) => bail!("IPv6 address {v6}: IPv6 topologies are not supported yet"),
+/// A unicast route to `dest` out of link `dev`, through `gateway` or (without one) on the
+/// link itself, in the family of `dest`. A gateway of the other family is refused: a scenario
+/// is single-stack.
+fn route_message(dest: IpNet, gateway: Option<IpAddr>, dev: u32) -> Result<RouteMessage> {
+    let family = IpFamily::of_net(&dest);
+    if let Some(gw) = gateway.filter(|gw| IpFamily::of(*gw) != family) {
+        bail!(
+            "route to {dest} via {gw}: the gateway is of the other address family (dual-stack is not supported)"
+        );
     }
+    let invalid = |e| anyhow!("route to {dest}: {e}");
+    let mut builder = RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(dest.network(), dest.prefix_len())
+        .map_err(invalid)?;
+    if let Some(gw) = gateway {
+        builder = builder.gateway(gw).map_err(invalid)?;
+    }
+    builder = builder.output_interface(dev);
+    // IPv4 marks a gateway-less route as on-link by its scope; IPv6 routes have no scope.
+    if gateway.is_none() && family == IpFamily::V4 {
+        builder = builder.scope(RouteScope::Link);
+    }
+    Ok(builder.build())
 }

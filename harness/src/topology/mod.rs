@@ -88,7 +88,10 @@ impl Topology {
     }
 
     /// Links, addresses, routes and sysctls, as a CNI plugin and a node's boot would set them.
+    /// Each namespace gets its sysctls before any link is made in it or moved into it (a
+    /// link copies the namespace's IPv6 defaults when it arrives), so the node network's first.
     async fn wire(&self, cluster: &Cluster) -> Result<()> {
+        sysctl::host_defaults(&self.node_network)?;
         let net = Links::connect(&self.node_network).await?;
         net.loopback_up().await?;
         let br0 = net.bridge(NODE_NETWORK_BRIDGE).await?;

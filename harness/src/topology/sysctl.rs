@@ -5,10 +5,12 @@ use anyhow::{Context, Result};
 
 use super::netns::Netns;
 
-/// What a real node has on: forwarding, and bridged pod traffic passing through iptables (so
-/// replies between pods on one bridge are un-NATed by conntrack).
+/// What a real node has on: forwarding (both families), and bridged pod traffic passing
+/// through iptables and ip6tables (so replies between pods on one bridge are un-NATed by
+/// conntrack).
 const NODE_SETTINGS: &[(&str, &str)] = &[
     ("net/ipv4/ip_forward", "1"),
+    ("net/ipv6/conf/all/forwarding", "1"),
     ("net/bridge/bridge-nf-call-iptables", "1"),
     ("net/bridge/bridge-nf-call-ip6tables", "1"),
 ];
@@ -16,8 +18,20 @@ const NODE_SETTINGS: &[(&str, &str)] = &[
 /// Every harness namespace: the kernel rate-limits ICMP errors per peer (a burst of ~6, then
 /// one a second), which would turn a proxy's REJECT into silence after a few attempts. A
 /// harness that must tell reject from drop every time cannot have that.
-const EVERY_NAMESPACE: &[(&str, &str)] = &[("net/ipv4/icmp_ratelimit", "0"), ("net/ipv6/icmp/ratelimit", "0")];
+///
+/// And no duplicate address detection: an IPv6 address stays tentative (unusable as a source,
+/// not answered for) for a second or more after its link comes up, so the first probes would
+/// fail. Every address here is assigned by the scenario, which validation keeps unique. A link
+/// takes `default` when it is made (or moved into the namespace) and DAD runs unless both
+/// `all` and the link's own value are 0: written before any link exists in the namespace.
+const EVERY_NAMESPACE: &[(&str, &str)] = &[
+    ("net/ipv4/icmp_ratelimit", "0"),
+    ("net/ipv6/icmp/ratelimit", "0"),
+    ("net/ipv6/conf/all/accept_dad", "0"),
+    ("net/ipv6/conf/default/accept_dad", "0"),
+];
 
+/// Before any link but loopback exists in the node's namespace.
 pub fn node_defaults(ns: &Netns) -> Result<()> {
     for (key, value) in NODE_SETTINGS.iter().chain(EVERY_NAMESPACE) {
         write(ns, key, value)?;
@@ -25,6 +39,7 @@ pub fn node_defaults(ns: &Netns) -> Result<()> {
     Ok(())
 }
 
+/// Pods, external hosts and the node network: the settings of every namespace.
 pub fn host_defaults(ns: &Netns) -> Result<()> {
     for (key, value) in EVERY_NAMESPACE {
         write(ns, key, value)?;

@@ -1,13 +1,14 @@
 //! A small server on every declared container port of every pod, inside the pod's namespace.
 //! TCP: on accept, write the reply line and close. UDP: answer each datagram with the line.
+//! Each binds the unspecified address of the pod's family.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
 use tokio::task::JoinSet;
 
 use super::reply;
-use crate::model::{Cluster, Protocol};
+use crate::model::{Cluster, IpFamily, Protocol};
 use crate::topology::Topology;
 
 /// Running servers; dropping this stops them and closes their sockets.
@@ -25,8 +26,11 @@ impl Servers {
         for pod in &cluster.pods {
             let ns =
                 topology.pods.get(&pod.name).with_context(|| format!("no namespace for pod {}", pod.name))?;
+            // `0.0.0.0` or `[::]`, after the pod's own family (a pod of a single-stack
+            // cluster has one address).
+            let unspecified = IpFamily::of(pod.ip).unspecified();
             for port in &pod.ports {
-                let bind = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port.port));
+                let bind = SocketAddr::new(unspecified, port.port);
                 let what = || format!("serving {}/{} in pod {}", port.port, port.protocol, pod.name);
                 let name = pod.name.clone();
                 match port.protocol {

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::model::{Endpoint, Service, ServicePort, ServiceType, TrafficPolicy};
+use crate::model::{Endpoint, IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
 
 /// When serving-and-terminating endpoints are used. kube-proxy falls back to them; the other
 /// two are bugs that mutants switch on.
@@ -28,21 +28,26 @@ pub struct PortPolicy {
     pub internal_local: bool,
     /// externalTrafficPolicy Local on a NodePort or LoadBalancer service.
     pub external_local: bool,
-    /// Reachable from outside (`ExternallyAccessible`): a node port, an IPv4 external IP or
-    /// an IPv4 load-balancer IP.
+    /// Reachable from outside (`ExternallyAccessible`): a node port, or an external IP or
+    /// load-balancer IP of the Service's family (each proxier sees its own family's).
     pub externally_accessible: bool,
+    /// The family of the proxier that handles the port (its cluster IP's): endpoints of the
+    /// other family are the other proxier's.
+    pub family: IpFamily,
 }
 
 impl PortPolicy {
     pub fn of(svc: &Service, port: &ServicePort) -> PortPolicy {
         let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
-        let has_v4 = |ips: &[IpAddr]| ips.iter().any(IpAddr::is_ipv4);
+        let family = IpFamily::of(svc.cluster_ip);
+        let has_ours = |ips: &[IpAddr]| ips.iter().any(|ip| IpFamily::of(*ip) == family);
         PortPolicy {
             internal_local: svc.internal_traffic_policy == TrafficPolicy::Local,
             external_local: external_type && svc.external_traffic_policy == TrafficPolicy::Local,
             externally_accessible: (external_type && port.node_port.is_some())
-                || has_v4(&svc.external_ips)
-                || has_v4(&svc.load_balancer_ips),
+                || has_ours(&svc.external_ips)
+                || has_ours(&svc.load_balancer_ips),
+            family,
         }
     }
 
@@ -99,7 +104,7 @@ fn usable<'a>(
     }
 }
 
-/// kube-proxy's choice of endpoints for `port` on `node` (IPv4 endpoints only).
+/// kube-proxy's choice of endpoints for `port` on `node` (endpoints of the policy's family only).
 pub fn select<'a>(port: &'a ServicePort, policy: PortPolicy, node: &str) -> Selection<'a> {
     select_with(port, policy, node, Terminating::FallBack)
 }
@@ -111,7 +116,8 @@ pub fn select_with<'a>(
     node: &str,
     terminating: Terminating,
 ) -> Selection<'a> {
-    let mut all: Vec<&Endpoint> = port.endpoints.iter().filter(|ep| matches!(ep.ip, IpAddr::V4(_))).collect();
+    let mut all: Vec<&Endpoint> =
+        port.endpoints.iter().filter(|ep| IpFamily::of(ep.ip) == policy.family).collect();
     all.sort_by_key(|ep| ep.address().to_string());
     let is_local = |ep: &Endpoint| ep.node.as_deref() == Some(node);
 
@@ -159,10 +165,18 @@ mod tests {
         }
     }
 
-    const CLUSTER: PortPolicy =
-        PortPolicy { internal_local: false, external_local: false, externally_accessible: true };
-    const EXT_LOCAL: PortPolicy =
-        PortPolicy { internal_local: false, external_local: true, externally_accessible: true };
+    const CLUSTER: PortPolicy = PortPolicy {
+        internal_local: false,
+        external_local: false,
+        externally_accessible: true,
+        family: IpFamily::V4,
+    };
+    const EXT_LOCAL: PortPolicy = PortPolicy {
+        internal_local: false,
+        external_local: true,
+        externally_accessible: true,
+        family: IpFamily::V4,
+    };
 
     fn ips(eps: &[&Endpoint]) -> Vec<String> {
         eps.iter().map(|e| e.ip.to_string()).collect()
@@ -228,6 +242,12 @@ mod tests {
         assert!(policy.externally_accessible && !policy.external_local);
         svc.external_ips = vec!["fd00::1".parse().unwrap()];
         assert!(!PortPolicy::of(&svc, &p).externally_accessible, "IPv6 addresses are the other proxier's");
+        // An IPv6 Service's are its own, and the IPv4 ones the other proxier's.
+        svc.cluster_ip = "fd00:10:96::1".parse().unwrap();
+        assert!(PortPolicy::of(&svc, &p).externally_accessible);
+        svc.external_ips = vec!["192.168.99.1".parse().unwrap()];
+        assert!(!PortPolicy::of(&svc, &p).externally_accessible);
+        svc.cluster_ip = "10.96.0.1".parse().unwrap();
         svc.external_ips.clear();
         svc.service_type = ServiceType::LoadBalancer;
         svc.load_balancer_ips = vec!["203.0.113.7".parse().unwrap()];

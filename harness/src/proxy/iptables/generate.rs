@@ -1,5 +1,12 @@
-//! The rules kube-proxy (v1.30, iptables mode, IPv4) writes on one node, in the order it
-//! writes them (`syncProxyRules` in pkg/proxy/iptables/proxier.go).
+//! The rules kube-proxy (v1.30, iptables mode) writes on one node, in the order it writes
+//! them (`syncProxyRules` in pkg/proxy/iptables/proxier.go), for the cluster's family: the
+//! IPv4 proxier's for `iptables-restore`, or the IPv6 proxier's for `ip6tables-restore`.
+//!
+//! The IPv6 rules are the IPv4 ones with `/128` host masks, `icmp6-port-unreachable`
+//! rejects and full-length `recent` masks, less what exists for IPv4 only: no localnet guard
+//! in `KUBE-FIREWALL` (kube-proxy still hooks the empty chain; kubelet makes none for IPv6), no
+//! localhost node ports (the every-address jump excludes `::1/128` instead, and `::1` inside
+//! `--nodeport-addresses` is skipped), no `route_localnet`.
 //!
 //! Arguments are in the canonical order `iptables-save` prints, so every rendered line reads
 //! exactly like the line a dump of a real node shows. Two things kube-proxy does outside its
@@ -15,16 +22,16 @@
 //! [`Deviations`] switch on bugs that live in endpoint choice rather than in one rule, for
 //! the mutants.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::IpNet;
 
 use super::endpoints::{PortPolicy, Selection, Terminating, select_with};
 use super::ladder;
 use super::naming;
-use super::ruleset::{RuleSet, args};
+use super::ruleset::{RuleSet, Table, args};
 use crate::model::{
-    Cluster, Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
+    Cluster, Endpoint, IpFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
 };
 use crate::proxy::node_ports::{NodePortAddresses, localhost_node_ports};
 
@@ -63,11 +70,12 @@ pub fn node_rules(cluster: &Cluster, node: &str) -> RuleSet {
 
 /// [`node_rules`] with `deviations` switched on.
 pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations) -> RuleSet {
+    let family = cluster.ip_family();
     let mut rules = RuleSet::default();
     write_chains(&mut rules);
     write_hooks(&mut rules);
-    write_fixed_rules(&mut rules);
-    for svc in cluster.services.iter().filter(|s| matches!(s.cluster_ip, IpAddr::V4(_))) {
+    write_fixed_rules(&mut rules, family);
+    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip) == family) {
         for port in &svc.ports {
             let p = Port::new(cluster, svc, port, node, deviations);
             write_service_port(&mut rules, &p);
@@ -77,7 +85,8 @@ pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations) ->
     rules
 }
 
-/// The top-level chains, in kube-proxy's order (plus kubelet's `KUBE-FIREWALL`).
+/// The top-level chains, in kube-proxy's order (plus kubelet's `KUBE-FIREWALL`, which
+/// kube-proxy makes and hooks in either family).
 fn write_chains(rules: &mut RuleSet) {
     for chain in [SERVICES, EXTERNAL_SERVICES, FORWARD, NODEPORTS, PROXY_FIREWALL, FIREWALL] {
         rules.filter.add_chain(chain);
@@ -115,9 +124,17 @@ fn write_hooks(rules: &mut RuleSet) {
     n.append("POSTROUTING", hook(&[], "kubernetes postrouting rules", POSTROUTING));
 }
 
-/// Masquerade marking and SNAT, and the localnet guard (route_localnet exposes node ports on
-/// 127.0.0.1; kube-proxy writes this rule when localhost node ports are enabled, the default).
-fn write_fixed_rules(rules: &mut RuleSet) {
+/// Masquerade marking and SNAT, and for IPv4 the localnet guard (route_localnet exposes node
+/// ports on 127.0.0.1; kube-proxy writes this rule when localhost node ports are enabled, the
+/// default, and kubelet writes it always). IPv6 has no such hole, and no rule.
+fn write_fixed_rules(rules: &mut RuleSet, family: IpFamily) {
+    if family == IpFamily::V4 {
+        write_localnet_guard(rules);
+    }
+    write_masquerade(&mut rules.nat);
+}
+
+fn write_localnet_guard(rules: &mut RuleSet) {
     rules.filter.append(
         FIREWALL,
         args![
@@ -139,7 +156,9 @@ fn write_fixed_rules(rules: &mut RuleSet) {
             "DROP"
         ],
     );
-    let n = &mut rules.nat;
+}
+
+fn write_masquerade(n: &mut Table) {
     n.append(POSTROUTING, args!["-m", "mark", "!", "--mark", MASQ_MARK_MASK, "-j", "RETURN"]);
     // Cleared so a packet that re-traverses the stack is not masqueraded twice (--xor-mark).
     n.append(POSTROUTING, args!["-j", "MARK", "--set-xmark", format!("{MASQ_MARK}/0x0")]);
@@ -159,9 +178,13 @@ fn write_fixed_rules(rules: &mut RuleSet) {
 }
 
 /// The jump to `KUBE-NODEPORTS` for every local address (no `--nodeport-addresses`), which
-/// keeps out 127.0.0.0/8 when localhost node ports are off.
-pub fn node_ports_jump_all(localhost: bool) -> Vec<String> {
-    let mut rule = if localhost { Vec::new() } else { args!["!", "-d", "127.0.0.0/8"] };
+/// keeps out 127.0.0.0/8 when localhost node ports are off, and `::1` always for IPv6.
+pub fn node_ports_jump_all(localhost: bool, family: IpFamily) -> Vec<String> {
+    let mut rule = match family {
+        IpFamily::V6 => args!["!", "-d", "::1/128"],
+        IpFamily::V4 if !localhost => args!["!", "-d", "127.0.0.0/8"],
+        IpFamily::V4 => Vec::new(),
+    };
     rule.extend(args![
         "-m",
         "comment",
@@ -179,12 +202,14 @@ pub fn node_ports_jump_all(localhost: bool) -> Vec<String> {
 /// The node-port jumps (last in nat `KUBE-SERVICES`: for every local address, or one per
 /// node address inside `--nodeport-addresses`) and the forwarding rules.
 fn write_trailer(rules: &mut RuleSet, cluster: &Cluster, node: &str) {
-    let addresses = NodePortAddresses::new(&cluster.proxy);
-    let localhost = localhost_node_ports(&cluster.proxy);
+    let family = cluster.ip_family();
+    let addresses = NodePortAddresses::new(&cluster.proxy, family);
+    let localhost = localhost_node_ports(&cluster.proxy, family);
     if addresses.match_all() {
-        rules.nat.append(SERVICES, node_ports_jump_all(localhost));
+        rules.nat.append(SERVICES, node_ports_jump_all(localhost, family));
     } else {
         for ip in addresses.node_ips(cluster.node(node)) {
+            // Never for IPv6 (kube-proxy logs "localhost NodePorts are not supported on IPv6").
             if ip.is_loopback() && !localhost {
                 continue;
             }
@@ -192,7 +217,7 @@ fn write_trailer(rules: &mut RuleSet, cluster: &Cluster, node: &str) {
                 SERVICES,
                 args![
                     "-d",
-                    format!("{ip}/32"),
+                    format!("{ip}/{}", family.host_prefix()),
                     "-m",
                     "comment",
                     "--comment",
@@ -244,15 +269,18 @@ struct Port<'a> {
     protocol: Protocol,
     /// `tcp`, `udp` or `sctp`: both the `-p` value and the `-m` match module.
     proto: &'static str,
+    family: IpFamily,
+    /// `IP/32` or `IP/128`, as `iptables-save` prints a host.
     cluster_ip: String,
     port: String,
     node_port: Option<String>,
-    /// `spec.externalIPs` (IPv4), as `a.b.c.d/32`.
+    /// `spec.externalIPs` of the family, as hosts.
     external_ips: Vec<String>,
-    /// Load-balancer ingress IPs (IPv4), as `a.b.c.d/32`.
+    /// Load-balancer ingress IPs of the family, as hosts.
     lb_ips: Vec<String>,
-    /// `loadBalancerSourceRanges` (IPv4), host bits cleared as Go's `ParseCIDR` clears them.
-    source_ranges: Vec<Ipv4Net>,
+    /// `loadBalancerSourceRanges` of the family, host bits cleared as Go's `ParseCIDR` clears
+    /// them.
+    source_ranges: Vec<IpNet>,
     /// A source range holds this node's IP: the LB IPs themselves are allowed as sources too.
     allow_from_node: bool,
     health_check_port: Option<String>,
@@ -270,13 +298,9 @@ struct Port<'a> {
     fw_chain: String,
 }
 
-fn ipv4s(ips: &[IpAddr]) -> Vec<Ipv4Addr> {
-    ips.iter()
-        .filter_map(|ip| match ip {
-            IpAddr::V4(v4) => Some(*v4),
-            IpAddr::V6(_) => None,
-        })
-        .collect()
+/// `ip` as `iptables-save` prints a host address: `a.b.c.d/32`, `x::y/128`.
+fn host(ip: IpAddr) -> String {
+    format!("{ip}/{}", IpFamily::of(ip).host_prefix())
 }
 
 impl<'a> Port<'a> {
@@ -289,37 +313,35 @@ impl<'a> Port<'a> {
             policy.internal_local = false;
             eps = select_with(port, policy, node, dev.terminating);
         }
-        // kube-proxy's local-traffic detector by cluster CIDR; IPv4 only like the rest.
-        let pod_cidr = match cluster.pod_cidr {
-            IpNet::V4(net) => Some(net.trunc().to_string()),
-            IpNet::V6(_) => None,
-        };
+        // Each proxier sees only the addresses of its own family.
+        let family = IpFamily::of(svc.cluster_ip);
+        let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
+        // kube-proxy's local-traffic detector by cluster CIDR.
+        let pod_cidr = Some(cluster.pod_cidr)
+            .filter(|net| IpFamily::of_net(net) == family)
+            .map(|net| net.trunc().to_string());
         let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
-        let source_ranges: Vec<Ipv4Net> = svc
+        let source_ranges: Vec<IpNet> = svc
             .load_balancer_source_ranges
             .iter()
-            .filter_map(|n| match n {
-                IpNet::V4(n) => Some(n.trunc()),
-                IpNet::V6(_) => None,
-            })
+            .filter(|n| IpFamily::of_net(n) == family)
+            .map(IpNet::trunc)
             .collect();
-        let node_ip = cluster.node(node).and_then(|n| match n.ip {
-            IpAddr::V4(ip) => Some(ip),
-            IpAddr::V6(_) => None,
-        });
+        let node_ip = cluster.node(node).map(|n| n.ip).filter(|ip| IpFamily::of(*ip) == family);
         let allow_from_node = node_ip.is_some_and(|ip| source_ranges.iter().any(|r| r.contains(&ip)));
         // `NeedsHealthCheck`: kube-proxy ignores the port on any other Service.
         let needs_health_check = svc.service_type == ServiceType::LoadBalancer
             && svc.external_traffic_policy == TrafficPolicy::Local;
-        let slash32 = |ips: &[IpAddr]| ipv4s(ips).iter().map(|ip| format!("{ip}/32")).collect();
+        let hosts = |ips: &[IpAddr]| ips.iter().filter(ours).map(|ip| host(*ip)).collect();
         Port {
             protocol: port.protocol,
             proto: port.protocol.as_lower(),
-            cluster_ip: format!("{}/32", svc.cluster_ip),
+            family,
+            cluster_ip: host(svc.cluster_ip),
             port: port.port.to_string(),
             node_port: port.node_port.filter(|_| external_type).map(|p| p.to_string()),
-            external_ips: slash32(&svc.external_ips),
-            lb_ips: slash32(&svc.load_balancer_ips),
+            external_ips: hosts(&svc.external_ips),
+            lb_ips: hosts(&svc.load_balancer_ips),
             source_ranges,
             allow_from_node,
             health_check_port: svc
@@ -379,14 +401,24 @@ impl<'a> Port<'a> {
 
     /// Target and comment of filter rules for traffic with nowhere to go: REJECT when the
     /// port has no endpoints at all, DROP when only this node's (Local policy) are missing.
+    /// kube-proxy writes a bare `-j REJECT`; the saved form names the family's default.
     fn filter_verdict(&self) -> (Vec<String>, String) {
         if self.eps.has_any {
             (args!["-j", "DROP"], format!("{} has no local endpoints", self.name))
         } else {
-            (
-                args!["-j", "REJECT", "--reject-with", "icmp-port-unreachable"],
-                format!("{} has no endpoints", self.name),
-            )
+            let reject_with = match self.family {
+                IpFamily::V4 => "icmp-port-unreachable",
+                IpFamily::V6 => "icmp6-port-unreachable",
+            };
+            (args!["-j", "REJECT", "--reject-with", reject_with], format!("{} has no endpoints", self.name))
+        }
+    }
+
+    /// `--mask` of the `recent` match as saved: every bit of the client address.
+    fn recent_mask(&self) -> &'static str {
+        match self.family {
+            IpFamily::V4 => "255.255.255.255",
+            IpFamily::V6 => "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
         }
     }
 
@@ -682,7 +714,7 @@ fn write_ladder(rules: &mut RuleSet, p: &Port, chain: &str, endpoints: &[&Endpoi
                     "--name",
                     &sep,
                     "--mask",
-                    "255.255.255.255",
+                    p.recent_mask(),
                     "--rsource",
                     "-j",
                     &sep
@@ -714,22 +746,12 @@ fn write_ladder(rules: &mut RuleSet, p: &Port, chain: &str, endpoints: &[&Endpoi
 fn write_sep_chain(rules: &mut RuleSet, p: &Port, ep: &Endpoint) {
     let chain = naming::sep_chain(&p.name, p.protocol, ep.address());
     rules.nat.add_chain(&chain);
-    rules.nat.append(
-        &chain,
-        args!["-s", format!("{}/32", ep.ip), "-m", "comment", "--comment", &p.name, "-j", MARK_MASQ],
-    );
+    rules
+        .nat
+        .append(&chain, args!["-s", host(ep.ip), "-m", "comment", "--comment", &p.name, "-j", MARK_MASQ]);
     let mut dnat = args!["-p", p.proto, "-m", "comment", "--comment", &p.name];
     if p.affinity.is_some() {
-        dnat.extend(args![
-            "-m",
-            "recent",
-            "--set",
-            "--name",
-            &chain,
-            "--mask",
-            "255.255.255.255",
-            "--rsource"
-        ]);
+        dnat.extend(args!["-m", "recent", "--set", "--name", &chain, "--mask", p.recent_mask(), "--rsource"]);
     }
     dnat.extend(args!["-m", p.proto, "-j", "DNAT", "--to-destination", ep.address().to_string()]);
     rules.nat.append(&chain, dnat);

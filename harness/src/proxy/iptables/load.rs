@@ -1,13 +1,40 @@
-//! Loading a ruleset into a node namespace and reading it back.
+//! Loading a ruleset into a node namespace and reading it back, with `iptables-restore` and
+//! `iptables-save` for an IPv4 cluster and `ip6tables-restore`/`ip6tables-save` for IPv6.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 
+use crate::model::IpFamily;
 use crate::topology::NodeHandle;
 
-/// Replaces the node's `filter` and `nat` tables with `text` (no `--noflush`: the namespace is
-/// ours alone). `-w` waits for the xtables lock, which iptables-legacy shares across namespaces.
-pub fn restore(node: &NodeHandle, text: &str) -> Result<()> {
-    let loaded = node.netns.exec("iptables-restore", &["-w"], Some(text.as_bytes()));
+/// The family each namespace was last loaded with, by namespace name, so that a dump reads
+/// the tables that were written ([`crate::proxy::Proxy::dump_node`] is given only the node).
+static LOADED: Mutex<BTreeMap<String, IpFamily>> = Mutex::new(BTreeMap::new());
+
+/// `iptables-restore`/`iptables-save`, or their IPv6 twins.
+fn tools(family: IpFamily) -> (&'static str, &'static str) {
+    match family {
+        IpFamily::V4 => ("iptables-restore", "iptables-save"),
+        IpFamily::V6 => ("ip6tables-restore", "ip6tables-save"),
+    }
+}
+
+fn rule_kind(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "iptables",
+        IpFamily::V6 => "ip6tables",
+    }
+}
+
+/// Replaces the node's `filter` and `nat` tables of `family` with `text` (no `--noflush`: the
+/// namespace is ours alone). `-w` waits for the xtables lock, which iptables-legacy shares
+/// across namespaces.
+pub fn restore(node: &NodeHandle, text: &str, family: IpFamily) -> Result<()> {
+    let (restore, _) = tools(family);
+    LOADED.lock().unwrap_or_else(|e| e.into_inner()).insert(node.netns.name().to_string(), family);
+    let loaded = node.netns.exec(restore, &["-w"], Some(text.as_bytes()));
     loaded.map(|_| ()).map_err(|e| {
         let shown: Vec<String> = offending_lines(&format!("{e:#}"), text)
             .iter()
@@ -15,7 +42,7 @@ pub fn restore(node: &NodeHandle, text: &str) -> Result<()> {
             .collect();
         let offending =
             if shown.is_empty() { String::new() } else { format!(" (input {})", shown.join("; ")) };
-        e.context(format!("loading iptables rules on node {}{offending}", node.name))
+        e.context(format!("loading {} rules on node {}{offending}", rule_kind(family), node.name))
     })
 }
 
@@ -36,12 +63,16 @@ fn offending_lines<'t>(message: &str, text: &'t str) -> Vec<(usize, &'t str)> {
     found
 }
 
-/// The node's tables as `iptables-save` prints them.
+/// The node's tables as `iptables-save` (or `ip6tables-save`, when IPv6 rules were loaded
+/// there last) prints them.
 pub fn save(node: &NodeHandle) -> Result<String> {
+    let family = LOADED.lock().unwrap_or_else(|e| e.into_inner()).get(node.netns.name()).copied();
+    let family = family.unwrap_or(IpFamily::V4);
+    let (_, save) = tools(family);
     let out = node
         .netns
-        .exec("iptables-save", &[], None)
-        .with_context(|| format!("dumping iptables rules of node {}", node.name))?;
+        .exec(save, &[], None)
+        .with_context(|| format!("dumping {} rules of node {}", rule_kind(family), node.name))?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 

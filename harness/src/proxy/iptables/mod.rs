@@ -1,5 +1,5 @@
 //! Built-in proxy: kube-proxy's iptables mode, generated from the model and loaded with
-//! `iptables-restore` into each node namespace.
+//! `iptables-restore` (`ip6tables-restore` for an IPv6 cluster) into each node namespace.
 //!
 //! `generate` writes what kube-proxy v1.30 would write on a node (chain names from `naming`,
 //! endpoint choice from `endpoints`), as a structured `ruleset` that `mutants` can break on
@@ -46,10 +46,11 @@ pub fn node_ruleset(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Ru
     rules
 }
 
-/// The sysctl kube-proxy sets (once, at start) so that node ports answer on 127.0.0.1.
+/// The sysctl kube-proxy sets (once, at start) so that node ports answer on 127.0.0.1 (IPv4
+/// only: there are no node ports on ::1).
 const ROUTE_LOCALNET: &str = "/proc/sys/net/ipv4/conf/all/route_localnet";
 
-/// The `iptables-restore` input for `node` (for `packetproof rules`).
+/// The `iptables-restore` (or `ip6tables-restore`) input for `node` (for `packetproof rules`).
 pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> String {
     node_ruleset(cluster, node, mutant).render()
 }
@@ -61,12 +62,12 @@ impl Proxy for BuiltinIptables {
 
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
-        if node_ports::localhost_node_ports(&cluster.proxy) {
+        if node_ports::localhost_node_ports(&cluster.proxy, cluster.ip_family()) {
             node.netns
                 .run(|| std::fs::write(ROUTE_LOCALNET, "1"))?
                 .with_context(|| format!("setting route_localnet on node {}", node.name))?;
         }
-        load::restore(node, &render_node(cluster, &node.name, self.mutant))?;
+        load::restore(node, &render_node(cluster, &node.name, self.mutant), cluster.ip_family())?;
         let services = healthcheck::node_services(cluster, &node.name);
         let addresses = healthcheck::bind_addresses(cluster, &node.name);
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);

@@ -4,7 +4,7 @@
 //! breaks the health check server instead ([`Mutant::breaks_health_checks`]).
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::str::FromStr;
 
 use super::endpoints::{PortPolicy, Terminating};
@@ -12,7 +12,7 @@ use super::generate::{Deviations, node_ports_jump_all};
 use super::ladder;
 use super::naming;
 use super::ruleset::{Rule, RuleSet, args};
-use crate::model::{Cluster, Service, ServicePort};
+use crate::model::{Cluster, IpFamily, Service, ServicePort};
 use crate::proxy::node_ports::NodePortAddresses;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -210,12 +210,13 @@ impl Mutant {
     }
 }
 
-/// Every IPv4 service port with its kube-proxy name.
+/// Every service port of the cluster's family with its kube-proxy name.
 fn service_ports(cluster: &Cluster) -> impl Iterator<Item = (&Service, &ServicePort, String)> {
+    let family = cluster.ip_family();
     cluster
         .services
         .iter()
-        .filter(|s| s.cluster_ip.is_ipv4())
+        .filter(move |s| IpFamily::of(s.cluster_ip) == family)
         .flat_map(|s| s.ports.iter().map(move |p| (s, p, naming::service_port_name(s, p))))
 }
 
@@ -279,7 +280,8 @@ fn no_affinity(rules: &mut RuleSet) {
 
 /// The per-address node-port jumps become the every-address one.
 fn node_ports_everywhere(cluster: &Cluster, rules: &mut RuleSet) {
-    if NodePortAddresses::new(&cluster.proxy).match_all() {
+    let family = cluster.ip_family();
+    if NodePortAddresses::new(&cluster.proxy, family).match_all() {
         return;
     }
     let is_jump = |r: &Rule| r.chain == "KUBE-SERVICES" && r.target() == Some("KUBE-NODEPORTS");
@@ -293,8 +295,10 @@ fn node_ports_everywhere(cluster: &Cluster, rules: &mut RuleSet) {
             .map_or(rules.nat.rules.len(), |i| i + 1)
     });
     rules.nat.rules.retain(|r| !is_jump(r));
-    let everywhere =
-        Rule { chain: "KUBE-SERVICES".into(), args: node_ports_jump_all(cluster.proxy.localhost_node_ports) };
+    let everywhere = Rule {
+        chain: "KUBE-SERVICES".into(),
+        args: node_ports_jump_all(cluster.proxy.localhost_node_ports, family),
+    };
     rules.nat.rules.insert(at.min(rules.nat.rules.len()), everywhere);
 }
 
@@ -345,7 +349,7 @@ fn dnat_to_service_port(cluster: &Cluster, rules: &mut RuleSet) {
     for svc in &cluster.services {
         for port in &svc.ports {
             let name = naming::service_port_name(svc, port);
-            for ep in port.endpoints.iter().filter(|ep| matches!(ep.ip, IpAddr::V4(_))) {
+            for ep in port.endpoints.iter().filter(|ep| IpFamily::of(ep.ip) == cluster.ip_family()) {
                 let chain = naming::sep_chain(&name, port.protocol, ep.address());
                 let wrong = SocketAddr::new(ep.ip, port.port).to_string();
                 for rule in rules.nat.rules.iter_mut().filter(|r| r.chain == chain) {

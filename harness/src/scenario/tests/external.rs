@@ -76,7 +76,7 @@ fn external_ips_outside_the_cluster_and_owned_by_nobody() {
         ("127.0.0.1", "127.0.0.1 is a loopback address, which cannot be an external IP"),
         ("0.0.0.0", "0.0.0.0 is the unspecified address, which cannot be an external IP"),
         ("224.0.0.5", "224.0.0.5 is a multicast address, which cannot be an external IP"),
-        ("fd00::10", "IPv6 is not supported yet"),
+        ("fd00::10", &mixed(EXPOSED, "fd00::10 is")),
         ("203.0.113.300", "\"203.0.113.300\" is not an IP address"),
     ];
     for (ip, message) in cases {

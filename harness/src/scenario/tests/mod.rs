@@ -7,6 +7,7 @@ mod cluster;
 mod external;
 mod flows;
 mod happy;
+mod ipv6;
 mod kubernetes;
 mod probes;
 mod slices;
@@ -94,6 +95,16 @@ spec:
   containers: [{name: client}]
 status: {podIP: 10.244.1.20}
 "#;
+
+/// The error for the first IPv6 value, shown as `this` (`fd00::10 is`, or `this is` for a
+/// family name), in an IPv4 fixture whose first address is its podCIDR 10.244.0.0/16.
+pub(super) fn mixed(text: &str, this: &str) -> String {
+    let line = at(text, "podCIDR: 10.244.0.0/16").0;
+    format!(
+        "{} ({this} IPv6, but the first address, 10.244.0.0/16 at spec.cluster.podCIDR line {line}, is IPv4)",
+        super::families::DUAL_STACK
+    )
+}
 
 pub(super) fn load(text: &str) -> Scenario {
     match load_str(text, Path::new(FILE)) {

@@ -165,7 +165,7 @@ fn address_targets() {
         &errors(&text),
         at(&text, "fd00::99"),
         "spec.probes[2].to.address",
-        "IPv6 is not supported yet",
+        &mixed(&text, "fd00::99 is"),
     );
     let text = edit(WEB, "to: {address: 10.96.0.99, port: 80}", "to: {address: 10.96.0.99}");
     assert_only(

@@ -34,7 +34,17 @@ fn scratch(label: &str, addresses: &[&str]) -> (tokio::runtime::Runtime, Scratch
     for ip in addresses {
         scratch
             .0
-            .exec("ip", &["address", "add", &format!("{ip}/32"), "dev", "lo"], None)
+            .exec(
+                "ip",
+                &[
+                    "address",
+                    "add",
+                    &format!("{ip}/{}", if ip.contains(':') { 128 } else { 32 }),
+                    "dev",
+                    "lo",
+                ],
+                None,
+            )
             .expect("address on lo");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -74,6 +84,48 @@ fn loads_and_saves_back_identically() {
             }
         }
     }
+}
+
+/// The IPv6 twin of [`loads_and_saves_back_identically`]: `ip6tables-restore` takes every
+/// rule form and mutant of an IPv6 cluster and `ip6tables-save` prints them back as
+/// [`RuleSet::render_saved`] says (`/128` hosts, `icmp6-port-unreachable`, the `::1/128`
+/// exclusion, `[addr]:port` DNAT targets, full-length `recent` masks).
+#[test]
+fn loads_and_saves_back_identically_in_ipv6() {
+    if !privileged() {
+        return;
+    }
+    use super::ipv6::v6;
+    use crate::proxy::Proxy;
+    use crate::topology::NodeHandle;
+
+    let (runtime, scratch) = scratch(
+        "ip6tables-roundtrip",
+        &["fd00:192:168:150::2", "fd00:192:168:150::102", "fd00:192:168:150::3"],
+    );
+    let _in_runtime = runtime.enter();
+    let mut restricted = v6(&everything());
+    restricted.proxy.masquerade_all = true;
+    restricted.proxy.node_port_addresses =
+        vec!["fd00:192:168:150::/64".parse().unwrap(), "::1/128".parse().unwrap()];
+    for (config, c) in [("default", v6(&everything())), ("restricted", restricted)] {
+        for mutant in std::iter::once(None).chain(Mutant::ALL.map(Some)) {
+            for node in ["node-a", "node-b", "node-c"] {
+                let handle = NodeHandle { name: node.to_string(), netns: scratch.0.clone() };
+                let proxy = BuiltinIptables { mutant };
+                let what = format!("{config} config, {mutant:?} on {node}");
+                proxy.program_node(&c, &handle).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                let dump = normalize_save(&proxy.dump_node(&handle).unwrap());
+                assert_eq!(dump, node_ruleset(&c, node, mutant).render_saved(), "{what}");
+            }
+        }
+    }
+    // The IPv4 tables stay empty and route_localnet off: IPv6 has no localhost node ports.
+    let v4 = scratch.0.exec("iptables-save", &[], None).unwrap();
+    assert!(!String::from_utf8_lossy(&v4.stdout).contains("KUBE-"));
+    let localnet =
+        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
+    assert_eq!(localnet.unwrap().trim(), "0");
 }
 
 /// `GET /` on `port` at `ip` from inside the namespace: status line, headers, body.
@@ -160,6 +212,37 @@ fn health_check_node_port_answers_from_inside_the_node() {
 }
 
 #[test]
+fn health_check_node_port_answers_on_ipv6() {
+    if !privileged() {
+        return;
+    }
+    use super::ipv6::v6;
+    use crate::proxy::Proxy;
+    use crate::topology::NodeHandle;
+
+    let (runtime, scratch) = scratch("health-check-v6", &["fd00:192:168:150::2"]);
+    let _in_runtime = runtime.enter();
+    let mut c = v6(&cluster(vec![lb_service()]));
+    let handle = NodeHandle { name: "node-a".to_string(), netns: scratch.0.clone() };
+    BuiltinIptables::default().program_node(&c, &handle).unwrap_or_else(|e| panic!("{e:#}"));
+    // Bound on [::]: the node's address and ::1 both answer.
+    for ip in ["[fd00:192:168:150::2]", "[::1]"] {
+        let (status, _, body) = get(&scratch.0, ip, 32100);
+        assert_eq!(status, "HTTP/1.1 200 OK", "{ip}");
+        assert!(body.contains("\"localEndpoints\": 1,"), "{body}");
+    }
+    // With --nodeport-addresses, on the matching node address only.
+    c.proxy.node_port_addresses = vec!["fd00:192:168:150::/64".parse().unwrap()];
+    BuiltinIptables::default().program_node(&c, &handle).unwrap_or_else(|e| panic!("{e:#}"));
+    let (status, _, _) = get(&scratch.0, "[fd00:192:168:150::2]", 32100);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let addr: std::net::SocketAddr = "[::1]:32100".parse().unwrap();
+    let refused =
+        scratch.0.run(move || std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)));
+    assert!(refused.unwrap().is_err(), "::1 is outside the node port addresses");
+}
+
+#[test]
 fn load_errors_name_the_node_and_the_line() {
     if !privileged() {
         return;
@@ -171,7 +254,7 @@ fn load_errors_name_the_node_and_the_line() {
     let node = NodeHandle { name: "node-x".to_string(), netns: scratch.0.clone() };
     let mut rules = node_rules(&cluster(vec![kube_dns()]), "node-x");
     rules.nat.append("KUBE-SERVICES", ruleset::args!["-j", "KUBE-NO-SUCH-CHAIN"]);
-    let err = format!("{:#}", load::restore(&node, &rules.render()).unwrap_err());
+    let err = format!("{:#}", load::restore(&node, &rules.render(), crate::model::IpFamily::V4).unwrap_err());
     assert!(err.contains("node node-x"), "{err}");
     assert!(err.contains("-A KUBE-SERVICES -j KUBE-NO-SUCH-CHAIN"), "{err}");
 }

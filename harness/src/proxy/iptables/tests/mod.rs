@@ -4,6 +4,7 @@
 //! kernel (`kernel`, root only).
 
 mod features;
+mod ipv6;
 mod kernel;
 mod kube_proxy;
 mod mutants;

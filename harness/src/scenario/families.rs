@@ -1,0 +1,112 @@
+//! One address family per scenario: the first address read (the cluster's `podCIDR`, when it
+//! parses) sets it, and the first address of the other family in the file is the error.
+//! Dual-stack clusters are not supported yet.
+//!
+//! An address of the other family is treated like an address that does not parse: the field
+//! counts as broken, so nothing that depends on it reports again (an IPv4 node IP is not
+//! also "outside" an IPv6 node network). Each is reported as it is read, so that what holds
+//! it counts as broken too; when the file's errors are collected only the first in the file
+//! stays, since every later one would say the same.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::model::IpFamily;
+
+use super::error::{Diagnostics, Site};
+use super::yaml::FieldPath;
+
+pub(crate) const DUAL_STACK: &str =
+    "dual-stack is not supported yet: every address of a scenario must be of one family";
+
+/// The address (or family name) that set the scenario's family, and where.
+#[derive(Debug, Clone)]
+struct First {
+    family: IpFamily,
+    shown: String,
+    field: String,
+    line: usize,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Families {
+    first: Option<First>,
+    /// Where in [`Diagnostics`]'s list the errors about the other family are.
+    pub(super) reported: Vec<usize>,
+}
+
+impl Families {
+    /// Whether `family`, of the value `shown` in `field` on `line`, is the scenario's: `Ok`,
+    /// or the message for a value of the other family.
+    pub fn admit(&mut self, field: String, line: usize, family: IpFamily, shown: &str) -> Result<(), String> {
+        let Some(first) = &self.first else {
+            self.first = Some(First { family, shown: shown.to_string(), field, line });
+            return Ok(());
+        };
+        if first.family == family {
+            return Ok(());
+        }
+        let this = if shown == family.as_k8s() { "this is".to_string() } else { format!("{shown} is") };
+        Err(format!(
+            "{DUAL_STACK} ({this} {family}, but the first address, {} at {} line {}, is {})",
+            first.shown, first.field, first.line, first.family
+        ))
+    }
+}
+
+impl Diagnostics {
+    /// Whether a value of `family` (`shown`: the address, CIDR or family name) at `path` may
+    /// be in this scenario; reports the first that may not.
+    pub fn one_family(&mut self, site: &Site<'_>, path: &FieldPath, family: IpFamily, shown: &str) -> bool {
+        let line = site.doc.value_pos(path).line;
+        match self.families.admit(site.field(path), line, family, shown) {
+            Ok(()) => true,
+            Err(message) => {
+                self.families.reported.push(self.count());
+                self.value(site, path, message);
+                false
+            }
+        }
+    }
+
+    /// [`Diagnostics::one_family`] for an address.
+    pub fn ip_family(&mut self, site: &Site<'_>, path: &FieldPath, ip: IpAddr) -> bool {
+        self.one_family(site, path, IpFamily::of(ip), &ip.to_string())
+    }
+
+    /// [`Diagnostics::one_family`] for a CIDR.
+    pub fn net_family(&mut self, site: &Site<'_>, path: &FieldPath, net: &IpNet) -> bool {
+        self.one_family(site, path, IpFamily::of_net(net), &net.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_value_sets_the_family() {
+        let mut f = Families::default();
+        assert_eq!(f.admit("spec.cluster.podCIDR".into(), 7, IpFamily::V6, "fd00::/48"), Ok(()));
+        assert_eq!(f.admit("x".into(), 8, IpFamily::V6, "fd00::1"), Ok(()));
+        assert_eq!(
+            f.admit("y".into(), 9, IpFamily::V4, "10.0.0.1"),
+            Err(format!(
+                "{DUAL_STACK} (10.0.0.1 is IPv4, but the first address, fd00::/48 at spec.cluster.podCIDR line 7, is IPv6)"
+            ))
+        );
+        assert_eq!(f.admit("w".into(), 11, IpFamily::V6, "fd00::2"), Ok(()));
+    }
+
+    #[test]
+    fn a_family_name_is_this() {
+        let mut f = Families::default();
+        f.admit("a".into(), 1, IpFamily::V4, "10.0.0.0/8").unwrap();
+        let message = f.admit("b".into(), 2, IpFamily::V6, "IPv6").unwrap_err();
+        assert!(
+            message.contains("(this is IPv6, but the first address, 10.0.0.0/8 at a line 1, is IPv4)"),
+            "{message}"
+        );
+    }
+}
