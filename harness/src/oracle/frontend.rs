@@ -49,6 +49,12 @@ pub(super) fn classify<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr)
         }
         Target::NodePort { service, port, node, .. } => {
             let (svc, port) = port_of(service, port)?;
+            if let Some(owner) = service_ip_owner(cluster, dst, probe.protocol) {
+                return Err(format!(
+                    "{dst} is also an external IP of Service {owner}, and Service IPs win over node ports \
+                     (KUBE-NODEPORTS comes last): probe it with `externalIP:` instead"
+                ));
+            }
             node_port(cluster, svc, port, node_named(node)?, dst.ip())
         }
         Target::ExternalIp { service, port, .. } | Target::LoadBalancer { service, port, .. } => {
@@ -109,6 +115,15 @@ fn node_port<'a>(
         });
     }
     Ok(Frontend::External { svc, port, kind: ExternalKind::NodePort, node })
+}
+
+/// The Service whose external IP or load-balancer IP and port `dst` is, if any.
+fn service_ip_owner(cluster: &Cluster, dst: SocketAddr, protocol: Protocol) -> Option<String> {
+    cluster.services.iter().find_map(|s| {
+        let ip_is_theirs = s.external_ips.contains(&dst.ip()) || s.load_balancer_ips.contains(&dst.ip());
+        let port_is_theirs = s.ports.iter().any(|p| p.port == dst.port() && p.protocol == protocol);
+        (ip_is_theirs && port_is_theirs).then(|| s.namespaced_name())
+    })
 }
 
 fn raw_address<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Result<Frontend<'a>, String> {

@@ -436,3 +436,19 @@ fn no_node_ports_on_ipv6_loopback_and_ipv6_node_port_addresses() {
     assert_eq!(expect(&c, &probe(ext(), to_node_port("a"))).unwrap().outcome, Outcome::Rejected);
     assert_eq!(backends(&expect(&c, &probe(ext(), to_node_port("b"))).unwrap()).len(), 2);
 }
+
+#[test]
+fn a_node_port_shadowed_by_an_external_ip_on_the_same_address_is_refused_as_ambiguous() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    let mut legacy = c.services[0].clone();
+    legacy.name = "legacy".into();
+    legacy.cluster_ip = "10.96.0.21".parse().unwrap();
+    legacy.service_type = ServiceType::ClusterIp;
+    legacy.external_ips = vec!["192.168.50.11".parse().unwrap()];
+    legacy.ports[0].port = 30080;
+    legacy.ports[0].node_port = None;
+    c.services.push(legacy);
+    let err = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap_err();
+    assert!(err.contains("Service IPs win over node ports"), "{err}");
+    assert!(expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).is_ok());
+}

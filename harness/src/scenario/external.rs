@@ -180,9 +180,13 @@ fn frontend_ip(
             })
         })
         .or_else(|| {
-            env.addresses.owner(ip).map(|owner| {
-                format!("{ip} is already the address of {owner}: {what} must not be a node, pod or external-host address")
-            })
+            // A node's own address is a common external IP on bare metal (traffic already lands
+            // on that node); a pod's, another host's or a load balancer's is not.
+            let owner = env.addresses.owner(ip).filter(|o| !(what == "an external IP" && o.starts_with("node ")))?;
+            Some(format!(
+                "{ip} is already the address of {owner}: {what} must not be a {}pod or external-host address",
+                if what == "an external IP" { "" } else { "node, " }
+            ))
         })
         .or_else(|| seen.get(&ip).map(|first| format!("{ip} is already listed at {first}")));
     if let Some(problem) = problem {
