@@ -254,10 +254,8 @@ pub fn run_one(
 fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize) {
     let mut text = format!("[{done}/{total}] {}\n", report::scenario_line(report));
     text.push_str(&report::unjudged_lines(report));
-    if let Outcome::Judged(verdicts) = &report.outcome {
-        if !report.passed() {
-            text.push_str(&report::flow_table(&s.cluster, verdicts));
-        }
+    if let (Outcome::Judged(verdicts), false) = (&report.outcome, report.passed()) {
+        text.push_str(&report::flow_table(&s.cluster, verdicts));
     }
     if let Some(dir) = &report.artifacts {
         text.push_str(&format!("  evidence: {}\n", dir.display()));

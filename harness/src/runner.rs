@@ -195,12 +195,11 @@ fn dump_conntrack(
 ) -> Result<BTreeMap<String, Vec<conntrack::Flow>>> {
     let mut tables = BTreeMap::new();
     for e in expectations {
-        if let oracle::Outcome::Answered { translated_by: Some(node), .. } = &e.outcome {
-            if !tables.contains_key(node) {
-                let flows = conntrack::dump(&topology.node(node)?.netns)
-                    .with_context(|| format!("reading the conntrack table of node {node}"))?;
-                tables.insert(node.clone(), flows);
-            }
+        let oracle::Outcome::Answered { translated_by: Some(node), .. } = &e.outcome else { continue };
+        if !tables.contains_key(node) {
+            let flows = conntrack::dump(&topology.node(node)?.netns)
+                .with_context(|| format!("reading the conntrack table of node {node}"))?;
+            tables.insert(node.clone(), flows);
         }
     }
     Ok(tables)
