@@ -75,6 +75,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The first few killing scenarios, and how many more there are.
+fn killers(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let mut text = names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" (+{} more)", names.len() - SHOWN));
+    }
+    text
+}
+
 /// The catalog as a Markdown table: mutant, what it breaks, killed or survived, by whom.
 pub fn table(hunts: &[Hunt]) -> String {
     let mut out = String::from("| mutant | the bug | verdict | killed by |\n| --- | --- | --- | --- |\n");
@@ -84,7 +94,7 @@ pub fn table(hunts: &[Hunt]) -> String {
             h.mutant.name(),
             h.mutant.description(),
             if h.killed() { "killed" } else { "**survived**" },
-            h.killed_by.join(", ")
+            killers(&h.killed_by)
         ));
     }
     out
