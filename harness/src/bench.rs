@@ -109,13 +109,25 @@ pub fn two_nodes_eight_pods() -> Cluster {
     let ip = |s: &str| s.parse().expect("literal address");
     let net = |s: &str| s.parse().expect("literal CIDR");
     let nodes = vec![
-        Node { name: "node-a".into(), ip: ip("192.168.50.11"), secondary_ips: vec![], pod_cidr: net("10.244.1.0/24") },
-        Node { name: "node-b".into(), ip: ip("192.168.50.12"), secondary_ips: vec![], pod_cidr: net("10.244.2.0/24") },
+        Node {
+            name: "node-a".into(),
+            ip: ip("192.168.50.11"),
+            secondary_ips: vec![],
+            pod_cidr: net("10.244.1.0/24"),
+            second: None,
+        },
+        Node {
+            name: "node-b".into(),
+            ip: ip("192.168.50.12"),
+            secondary_ips: vec![],
+            pod_cidr: net("10.244.2.0/24"),
+            second: None,
+        },
     ];
     let pods = (0..8)
         .map(|i| {
             let (node, subnet) = if i % 2 == 0 { ("a", 1) } else { ("b", 2) };
-            Pod {
+            Pod { second_ip: None,
                 namespace: "default".into(),
                 name: format!("pod-{node}{}", i / 2),
                 node: format!("node-{node}"),
@@ -125,12 +137,12 @@ pub fn two_nodes_eight_pods() -> Cluster {
             }
         })
         .collect();
-    Cluster {
+    Cluster { second_family: None,
         pod_cidr: net("10.244.0.0/16"),
         service_cidr: net("10.96.0.0/12"),
         node_network: net("192.168.50.0/24"),
         nodes,
-        external_hosts: vec![ExternalHost { name: "outside".into(), ip: ip("192.168.50.100") }],
+        external_hosts: vec![ExternalHost { name: "outside".into(), ip: ip("192.168.50.100"), second_ip: None }],
         pods,
         services: Vec::new(),
         proxy: Default::default(),

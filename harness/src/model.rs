@@ -53,6 +53,19 @@ pub struct Cluster {
     pub services: Vec<Service>,
     /// How the proxy on every node is configured (kube-proxy's flags).
     pub proxy: ProxyConfig,
+    /// The networks of the cluster's other family, in a dual-stack cluster; the fields above
+    /// are the primary family's. Consumers work on one family at a time: see
+    /// [`Cluster::family_view`].
+    pub second_family: Option<SecondFamily>,
+}
+
+/// The other family's networks of a dual-stack cluster (the second entry of Kubernetes'
+/// `--cluster-cidr`, `--service-cluster-ip-range` lists).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecondFamily {
+    pub pod_cidr: IpNet,
+    pub service_cidr: IpNet,
+    pub node_network: IpNet,
 }
 
 /// Node-level proxy settings, as kube-proxy's flags set them. Part of the desired state: the
@@ -84,6 +97,15 @@ pub struct Node {
     pub secondary_ips: Vec<IpAddr>,
     /// This node's share of the pod CIDR; the first address is the node's bridge (gateway) address.
     pub pod_cidr: IpNet,
+    /// The node's address and pod CIDR of the cluster's second family (dual-stack clusters).
+    pub second: Option<NodeSecond>,
+}
+
+/// A node's InternalIP and `spec.podCIDRs` entry of the cluster's second family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSecond {
+    pub ip: IpAddr,
+    pub pod_cidr: IpNet,
 }
 
 impl Node {
@@ -97,6 +119,8 @@ impl Node {
 pub struct ExternalHost {
     pub name: String,
     pub ip: IpAddr,
+    /// Its address of the cluster's second family, if it has one.
+    pub second_ip: Option<IpAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +129,8 @@ pub struct Pod {
     pub name: String,
     pub node: String,
     pub ip: IpAddr,
+    /// `status.podIPs[1]`: its address of the cluster's second family (dual-stack clusters).
+    pub second_ip: Option<IpAddr>,
     pub labels: BTreeMap<String, String>,
     /// Ports the pod's containers declare; the harness serves each of them.
     pub ports: Vec<ContainerPort>,
@@ -177,7 +203,10 @@ pub struct Service {
     pub namespace: String,
     pub name: String,
     pub service_type: ServiceType,
+    /// `spec.clusterIP`, of either family in a dual-stack cluster (a single-stack Service).
     pub cluster_ip: IpAddr,
+    /// `spec.clusterIPs[1]`: a dual-stack Service's cluster IP of its second family.
+    pub second_cluster_ip: Option<IpAddr>,
     pub external_traffic_policy: TrafficPolicy,
     pub internal_traffic_policy: TrafficPolicy,
     pub ports: Vec<ServicePort>,
@@ -197,7 +226,9 @@ pub enum SessionAffinity {
     None,
     /// `sessionAffinity: ClientIP` with `sessionAffinityConfig.clientIP.timeoutSeconds`
     /// (Kubernetes' default 10800).
-    ClientIp { timeout_seconds: u32 },
+    ClientIp {
+        timeout_seconds: u32,
+    },
 }
 
 impl Service {
@@ -256,6 +287,9 @@ pub struct Probe {
     pub count: u32,
     /// Pause between attempts (`interval: 1500ms`), e.g. to outlast a session-affinity timeout.
     pub interval: Option<Duration>,
+    /// The address family to probe over; `None` is the cluster's primary family (or the
+    /// family of an address the target names).
+    pub family: Option<IpFamily>,
     pub expect: Option<StatedExpectation>,
 }
 
@@ -324,9 +358,126 @@ pub enum StatedSource {
 }
 
 impl Cluster {
-    /// The cluster's address family (validation makes every address of it the same family).
+    /// The cluster's (primary) address family: every address of a single-stack cluster, and of
+    /// a [`Cluster::family_view`], is of it.
     pub fn ip_family(&self) -> IpFamily {
         IpFamily::of_net(&self.service_cidr)
+    }
+
+    /// The cluster's families, primary first.
+    pub fn families(&self) -> Vec<IpFamily> {
+        let second = self.second_family.as_ref().map(|s| IpFamily::of_net(&s.service_cidr));
+        std::iter::once(self.ip_family()).chain(second).collect()
+    }
+
+    /// The single-family cluster of `family`: what a proxier of that family sees (kube-proxy
+    /// runs one per family). Everything of the other family is left out: for the second
+    /// family, each element's second-family values take the primary fields, and nodes, pods,
+    /// hosts and Services without an address of it are dropped. A family the cluster lacks
+    /// gives the cluster unchanged.
+    pub fn family_view(&self, family: IpFamily) -> Cluster {
+        let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
+        let pick = |first: IpAddr, second: Option<IpAddr>| {
+            std::iter::once(first).chain(second).find(|ip| IpFamily::of(*ip) == family)
+        };
+        let (pod_cidr, service_cidr, node_network) = match &self.second_family {
+            Some(s) if family != self.ip_family() => (s.pod_cidr, s.service_cidr, s.node_network),
+            _ if family != self.ip_family() => return self.clone(),
+            _ => (self.pod_cidr, self.service_cidr, self.node_network),
+        };
+        let nodes = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let (ip, pod_cidr) = if family == self.ip_family() {
+                    (n.ip, n.pod_cidr)
+                } else {
+                    let s = n.second.as_ref()?;
+                    (s.ip, s.pod_cidr)
+                };
+                let secondary_ips = n.secondary_ips.iter().copied().filter(of).collect();
+                Some(Node { name: n.name.clone(), ip, secondary_ips, pod_cidr, second: None })
+            })
+            .collect();
+        let external_hosts = self
+            .external_hosts
+            .iter()
+            .filter_map(|h| {
+                Some(ExternalHost { name: h.name.clone(), ip: pick(h.ip, h.second_ip)?, second_ip: None })
+            })
+            .collect();
+        let pods = self
+            .pods
+            .iter()
+            .filter_map(|p| Some(Pod { ip: pick(p.ip, p.second_ip)?, second_ip: None, ..p.clone() }))
+            .collect();
+        let services = self
+            .services
+            .iter()
+            .filter_map(|s| {
+                let cluster_ip = pick(s.cluster_ip, s.second_cluster_ip)?;
+                let ports = s
+                    .ports
+                    .iter()
+                    .map(|p| ServicePort {
+                        endpoints: p.endpoints.iter().filter(|e| of(&e.ip)).cloned().collect(),
+                        ..p.clone()
+                    })
+                    .collect();
+                Some(Service {
+                    cluster_ip,
+                    second_cluster_ip: None,
+                    ports,
+                    external_ips: s.external_ips.iter().copied().filter(of).collect(),
+                    load_balancer_ips: s.load_balancer_ips.iter().copied().filter(of).collect(),
+                    load_balancer_source_ranges: s
+                        .load_balancer_source_ranges
+                        .iter()
+                        .copied()
+                        .filter(|r| IpFamily::of_net(r) == family)
+                        .collect(),
+                    ..s.clone()
+                })
+            })
+            .collect();
+        let proxy = ProxyConfig {
+            node_port_addresses: self
+                .proxy
+                .node_port_addresses
+                .iter()
+                .copied()
+                .filter(|r| IpFamily::of_net(r) == family)
+                .collect(),
+            ..self.proxy.clone()
+        };
+        Cluster {
+            pod_cidr,
+            service_cidr,
+            node_network,
+            nodes,
+            external_hosts,
+            pods,
+            services,
+            proxy,
+            second_family: None,
+        }
+    }
+
+    /// The family a probe travels over: as it says, else the family of an address its target
+    /// names, else the primary.
+    pub fn probe_family(&self, probe: &Probe) -> IpFamily {
+        let named = match &probe.to {
+            Target::Address(addr) => Some(addr.ip()),
+            Target::ExternalIp { ip, .. } | Target::LoadBalancer { ip, .. } => Some(*ip),
+            Target::NodePort { address, .. } => *address,
+            _ => None,
+        };
+        probe.family.or(named.map(IpFamily::of)).unwrap_or_else(|| self.ip_family())
+    }
+
+    /// The single-family view a probe is judged and sent in (see [`Cluster::family_view`]).
+    pub fn probe_view(&self, probe: &Probe) -> Cluster {
+        self.family_view(self.probe_family(probe))
     }
 
     pub fn node(&self, name: &str) -> Option<&Node> {
@@ -382,7 +533,9 @@ impl Cluster {
     /// The node an external host's traffic to `target` is routed through, if it names one.
     pub fn entry_node(&self, target: &Target) -> Option<&Node> {
         match target {
-            Target::ExternalIp { via: Some(n), .. } | Target::LoadBalancer { via: Some(n), .. } => self.node(n),
+            Target::ExternalIp { via: Some(n), .. } | Target::LoadBalancer { via: Some(n), .. } => {
+                self.node(n)
+            }
             _ => None,
         }
     }
@@ -422,7 +575,7 @@ pub fn bridge_address(pod_cidr: &IpNet) -> IpAddr {
     }
 }
 
-/// An address family. A scenario is single-stack: every address in it is of one family.
+/// An address family. A cluster has one (single-stack) or two (dual-stack).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IpFamily {
     V4,
@@ -487,5 +640,163 @@ mod tests {
         assert_eq!(at("10.244.1.0/24"), "10.244.1.1");
         assert_eq!(at("fd00:10:244:1::/64"), "fd00:10:244:1::1");
         assert_eq!(at("fd00::/127"), "fd00::");
+    }
+
+    fn dual() -> Cluster {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        let endpoint = |a: &str| Endpoint {
+            ip: ip(a),
+            port: 8080,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node: Some("node-a".into()),
+            pod: "web".into(),
+        };
+        let service = |name: &str, first: &str, second: Option<&str>| Service {
+            namespace: "default".into(),
+            name: name.into(),
+            service_type: ServiceType::ClusterIp,
+            cluster_ip: ip(first),
+            second_cluster_ip: second.map(ip),
+            external_traffic_policy: TrafficPolicy::Cluster,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            ports: vec![ServicePort {
+                name: "http".into(),
+                protocol: Protocol::Tcp,
+                port: 80,
+                node_port: None,
+                endpoints: vec![endpoint("10.244.1.10"), endpoint("fd00:10:244:1::10")],
+            }],
+            external_ips: vec![ip("203.0.113.1"), ip("fd00:203::1")],
+            load_balancer_ips: vec![],
+            load_balancer_source_ranges: vec![net("198.51.100.0/24"), net("fd00:198::/64")],
+            health_check_node_port: None,
+            session_affinity: SessionAffinity::None,
+        };
+        let pod = |name: &str, first: &str, second: Option<&str>| Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            node: "node-a".into(),
+            ip: ip(first),
+            second_ip: second.map(ip),
+            labels: BTreeMap::new(),
+            ports: vec![],
+        };
+        Cluster {
+            pod_cidr: net("10.244.0.0/16"),
+            service_cidr: net("10.96.0.0/12"),
+            node_network: net("192.168.50.0/24"),
+            nodes: vec![Node {
+                name: "node-a".into(),
+                ip: ip("192.168.50.11"),
+                secondary_ips: vec![ip("192.168.50.21"), ip("fd00:192:168:50::21")],
+                pod_cidr: net("10.244.1.0/24"),
+                second: Some(NodeSecond {
+                    ip: ip("fd00:192:168:50::11"),
+                    pod_cidr: net("fd00:10:244:1::/64"),
+                }),
+            }],
+            external_hosts: vec![ExternalHost {
+                name: "outside".into(),
+                ip: ip("192.168.50.100"),
+                second_ip: Some(ip("fd00:192:168:50::100")),
+            }],
+            pods: vec![
+                pod("web", "10.244.1.10", Some("fd00:10:244:1::10")),
+                pod("v4-only", "10.244.1.11", None),
+            ],
+            services: vec![
+                service("web", "10.96.0.80", Some("fd00:10:96::80")),
+                service("web6", "fd00:10:96::81", None),
+            ],
+            proxy: ProxyConfig {
+                node_port_addresses: vec![net("192.168.50.0/24"), net("fd00:192:168:50::/64")],
+                ..ProxyConfig::default()
+            },
+            second_family: Some(SecondFamily {
+                pod_cidr: net("fd00:10:244::/56"),
+                service_cidr: net("fd00:10:96::/112"),
+                node_network: net("fd00:192:168:50::/64"),
+            }),
+        }
+    }
+
+    fn shown<T: fmt::Display>(items: impl IntoIterator<Item = T>) -> Vec<String> {
+        items.into_iter().map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn the_primary_view_leaves_the_other_family_out() {
+        let c = dual();
+        assert_eq!(c.families(), [IpFamily::V4, IpFamily::V6]);
+        let v4 = c.family_view(IpFamily::V4);
+        assert!(v4.second_family.is_none());
+        assert_eq!(v4.service_cidr.to_string(), "10.96.0.0/12");
+        assert_eq!(shown(&v4.nodes[0].secondary_ips), ["192.168.50.21"]);
+        assert!(v4.nodes[0].second.is_none());
+        assert_eq!(shown(v4.pods.iter().map(|p| p.ip)), ["10.244.1.10", "10.244.1.11"]);
+        // The IPv6-only Service has no place in the IPv4 proxier.
+        assert_eq!(shown(v4.services.iter().map(|s| &s.name)), ["web"]);
+        let web = &v4.services[0];
+        assert_eq!((web.cluster_ip.to_string(), web.second_cluster_ip), ("10.96.0.80".into(), None));
+        assert_eq!(shown(web.ports[0].endpoints.iter().map(|e| e.ip)), ["10.244.1.10"]);
+        assert_eq!(shown(&web.external_ips), ["203.0.113.1"]);
+        assert_eq!(shown(&web.load_balancer_source_ranges), ["198.51.100.0/24"]);
+        assert_eq!(shown(&v4.proxy.node_port_addresses), ["192.168.50.0/24"]);
+    }
+
+    #[test]
+    fn the_second_view_swaps_the_second_family_in() {
+        let c = dual();
+        let v6 = c.family_view(IpFamily::V6);
+        assert_eq!(v6.ip_family(), IpFamily::V6);
+        assert_eq!(
+            (v6.pod_cidr.to_string(), v6.node_network.to_string()),
+            ("fd00:10:244::/56".into(), "fd00:192:168:50::/64".into())
+        );
+        let node = &v6.nodes[0];
+        assert_eq!(
+            (node.ip.to_string(), node.pod_cidr.to_string()),
+            ("fd00:192:168:50::11".into(), "fd00:10:244:1::/64".into())
+        );
+        assert_eq!(shown(&node.secondary_ips), ["fd00:192:168:50::21"]);
+        assert_eq!(v6.external_hosts[0].ip.to_string(), "fd00:192:168:50::100");
+        // A pod without an IPv6 address is not in the IPv6 view.
+        assert_eq!(shown(v6.pods.iter().map(|p| p.ip)), ["fd00:10:244:1::10"]);
+        let ips = shown(v6.services.iter().map(|s| s.cluster_ip));
+        assert_eq!(ips, ["fd00:10:96::80", "fd00:10:96::81"]);
+        assert_eq!(shown(v6.services[0].ports[0].endpoints.iter().map(|e| e.ip)), ["fd00:10:244:1::10"]);
+        assert_eq!(shown(&v6.services[0].external_ips), ["fd00:203::1"]);
+    }
+
+    #[test]
+    fn a_probe_travels_over_its_family_or_its_addresses_or_the_primary() {
+        let c = dual();
+        let mut probe = Probe {
+            name: "p".into(),
+            from: Source::Pod("web".into()),
+            to: Target::ClusterIp { service: "web".into(), port: "http".into() },
+            protocol: Protocol::Tcp,
+            count: 1,
+            interval: None,
+            family: None,
+            expect: None,
+        };
+        assert_eq!(c.probe_family(&probe), IpFamily::V4);
+        assert_eq!(c.probe_view(&probe).target_address(&probe.to).unwrap().to_string(), "10.96.0.80:80");
+        probe.family = Some(IpFamily::V6);
+        assert_eq!(
+            c.probe_view(&probe).target_address(&probe.to).unwrap().to_string(),
+            "[fd00:10:96::80]:80"
+        );
+        probe.family = None;
+        probe.to = Target::Address("[fd00:10:96::81]:80".parse().unwrap());
+        assert_eq!(c.probe_family(&probe), IpFamily::V6);
+        // A single-stack cluster is its own only view.
+        let single = Cluster { second_family: None, ..c.family_view(IpFamily::V4) };
+        assert_eq!(single.families(), [IpFamily::V4]);
+        assert_eq!(single.family_view(IpFamily::V6).services.len(), 1);
     }
 }

@@ -136,8 +136,10 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         .zip(&expectations)
         .zip(sent)
         .map(|((probe, expected), (dst, sent))| {
-            let mut v = verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
-            v.failures.extend(evidence::check(&scenario.cluster, probe, dst, &expected.outcome, &sent, &evidence));
+            let mut v =
+                verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
+            let view = scenario.cluster.probe_view(probe);
+            v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &evidence));
             v
         })
         .collect();
@@ -184,7 +186,9 @@ fn start_captures(topology: &Topology) -> Result<Vec<(String, Capture)>> {
 fn stop_captures(captures: Vec<(String, Capture)>) -> Result<BTreeMap<String, Vec<crate::observe::Frame>>> {
     captures
         .into_iter()
-        .map(|(key, capture)| Ok((key.clone(), capture.stop().with_context(|| format!("stopping capture {key}"))?)))
+        .map(|(key, capture)| {
+            Ok((key.clone(), capture.stop().with_context(|| format!("stopping capture {key}"))?))
+        })
         .collect()
 }
 
@@ -223,14 +227,17 @@ fn send_probes(
                 e.insert(Prober::new(ns, ports.clone(), options.timeout)?)
             }
         };
-        let dst = scenario
-            .cluster
+        // The probe's family: a dual-stack cluster's addresses of it.
+        let view = scenario.cluster.probe_view(probe);
+        let dst = view
             .target_address(&probe.to)
             .with_context(|| format!("probe {}: no destination address", probe.name))?;
-        if let (Source::External(host), Some(via)) = (&probe.from, scenario.cluster.entry_node(&probe.to)) {
+        if let (Source::External(host), Some(via)) = (&probe.from, view.entry_node(&probe.to)) {
             runtime.block_on(topology.steer(host, dst.ip(), via.ip))?;
         }
-        let sent = prober.send(plan(probe, dst, expected)).with_context(|| format!("sending probe {}", probe.name))?;
+        let sent = prober
+            .send(plan(probe, dst, expected))
+            .with_context(|| format!("sending probe {}", probe.name))?;
         all.push((dst, sent));
     }
     Ok(all)
@@ -291,5 +298,6 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
 }
 
 fn sctp_available() -> bool {
-    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::from(132))).is_ok()
+    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::from(132)))
+        .is_ok()
 }

@@ -111,11 +111,46 @@ impl fmt::Display for Outcome {
 
 /// The expectation for a probe, or why none can be computed (a scenario error).
 pub fn expect(cluster: &Cluster, probe: &Probe) -> Result<Expectation, String> {
+    // A dual-stack cluster is two single-stack ones, as kube-proxy runs a proxier per family.
+    let view;
+    let cluster = if cluster.second_family.is_some() {
+        view = cluster.probe_view(probe);
+        if let Some(problem) = family_problem(cluster, &view, probe) {
+            return Err(problem);
+        }
+        &view
+    } else {
+        cluster
+    };
     let dst = cluster
         .target_address(&probe.to)
         .ok_or_else(|| "the destination does not resolve to an address".to_string())?;
     let front = frontend::classify(cluster, probe, dst)?;
     paths::expect(cluster, probe, front)
+}
+
+/// Why a probe of a dual-stack cluster cannot travel over its family, if it cannot: its source
+/// or the target's Service (or node) has no address of that family.
+fn family_problem(cluster: &Cluster, view: &Cluster, probe: &Probe) -> Option<String> {
+    let family = view.ip_family();
+    if cluster.source_ip(&probe.from).is_some() && view.source_ip(&probe.from).is_none() {
+        return Some(format!("{} has no {family} address to probe over {family} from", probe.from));
+    }
+    let service = match &probe.to {
+        crate::model::Target::ClusterIp { service, .. }
+        | crate::model::Target::NodePort { service, .. }
+        | crate::model::Target::ExternalIp { service, .. }
+        | crate::model::Target::LoadBalancer { service, .. }
+        | crate::model::Target::HealthCheck { service, .. } => Some(service),
+        crate::model::Target::Address(_) => None,
+    };
+    if let Some(service) = service
+        && cluster.service(service).is_some()
+        && view.service(service).is_none()
+    {
+        return Some(format!("Service {service} has no {family} cluster IP (it is single-stack)"));
+    }
+    None
 }
 
 /// Compares what a scenario author wrote under `expect:` with the oracle's expectation.
@@ -152,7 +187,9 @@ pub fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Re
                     | (StatedSource::Masqueraded, SeenSource::Masqueraded { .. })
             );
             if !agrees {
-                return mismatch(format!("the scenario expects source {stated_source:?} at {pod}, not {seen}"));
+                return mismatch(format!(
+                    "the scenario expects source {stated_source:?} at {pod}, not {seen}"
+                ));
             }
         }
     }

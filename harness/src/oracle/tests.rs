@@ -16,7 +16,7 @@ fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
 }
 
 fn pod(name: &str, ip: &str, node: &str) -> Pod {
-    Pod {
+    Pod { second_ip: None,
         namespace: "default".into(),
         name: name.into(),
         node: node.into(),
@@ -27,31 +27,35 @@ fn pod(name: &str, ip: &str, node: &str) -> Pod {
 }
 
 fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
-    Cluster {
+    Cluster { second_family: None,
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         node_network: "192.168.50.0/24".parse().unwrap(),
         nodes: vec![
-            Node {
+            Node { second: None,
                 secondary_ips: vec![],
                 name: "a".into(),
                 ip: "192.168.50.11".parse().unwrap(),
                 pod_cidr: "10.244.1.0/24".parse().unwrap(),
             },
-            Node {
+            Node { second: None,
                 secondary_ips: vec![],
                 name: "b".into(),
                 ip: "192.168.50.12".parse().unwrap(),
                 pod_cidr: "10.244.2.0/24".parse().unwrap(),
             },
         ],
-        external_hosts: vec![ExternalHost { name: "ext".into(), ip: "192.168.50.100".parse().unwrap() }],
+        external_hosts: vec![ExternalHost {
+            name: "ext".into(),
+            ip: "192.168.50.100".parse().unwrap(),
+            second_ip: None,
+        }],
         pods: vec![
             pod("web-a", "10.244.1.5", "a"),
             pod("web-b", "10.244.2.5", "b"),
             pod("client", "10.244.1.9", "a"),
         ],
-        services: vec![Service {
+        services: vec![Service { second_cluster_ip: None,
             namespace: "default".into(),
             name: "web".into(),
             service_type: ServiceType::NodePort,
@@ -80,7 +84,16 @@ fn both() -> Vec<Endpoint> {
 }
 
 fn probe(from: Source, to: Target) -> Probe {
-    Probe { name: "p".into(), from, to, protocol: Protocol::Tcp, count: 1, interval: None, expect: None }
+    Probe {
+        name: "p".into(),
+        from,
+        to,
+        protocol: Protocol::Tcp,
+        count: 1,
+        interval: None,
+        family: None,
+        expect: None,
+    }
 }
 
 fn to_cluster_ip() -> Target {
@@ -220,7 +233,11 @@ fn lb_cluster(etp: TrafficPolicy, ranges: &[&str]) -> Cluster {
     svc.load_balancer_ips = vec!["203.0.113.10".parse().unwrap()];
     svc.external_ips = vec!["198.51.100.7".parse().unwrap()];
     svc.load_balancer_source_ranges = ranges.iter().map(|r| r.parse().unwrap()).collect();
-    c.external_hosts.push(ExternalHost { name: "blocked".into(), ip: "192.168.50.200".parse().unwrap() });
+    c.external_hosts.push(ExternalHost {
+        name: "blocked".into(),
+        ip: "192.168.50.200".parse().unwrap(),
+        second_ip: None,
+    });
     c
 }
 

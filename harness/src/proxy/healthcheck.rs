@@ -176,7 +176,7 @@ fn bind(netns: &Netns, addr: SocketAddr, just_stopped: bool) -> Result<tokio::ne
         tried += 1;
         let bound = netns
             .run(|| {
-                let l = std::net::TcpListener::bind(addr)?;
+                let l = listener(addr)?;
                 l.set_nonblocking(true)?;
                 Ok::<_, std::io::Error>(l)
             })
@@ -190,6 +190,20 @@ fn bind(netns: &Netns, addr: SocketAddr, just_stopped: bool) -> Result<tokio::ne
         }
     };
     tokio::net::TcpListener::from_std(std_listener).with_context(what)
+}
+
+/// A TCP listener on `addr`, as `std::net::TcpListener::bind` makes one (address reuse, a
+/// backlog of 128), but IPv6-only on an IPv6 address: a dual-stack node has a server of each
+/// family on the health check port, and `[::]` would otherwise take the IPv4 port as well.
+fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(128)?;
+    Ok(socket.into())
 }
 
 async fn accept_loop(listener: tokio::net::TcpListener, answer: Arc<Mutex<Answer>>) {
@@ -241,6 +255,7 @@ mod tests {
 
     fn lb(name: &str, etp: TrafficPolicy, hc: Option<u16>, ports: Vec<Vec<Endpoint>>) -> Service {
         Service {
+            second_cluster_ip: None,
             namespace: "default".into(),
             name: name.into(),
             service_type: ServiceType::LoadBalancer,
@@ -268,10 +283,12 @@ mod tests {
 
     fn cluster(services: Vec<Service>) -> Cluster {
         Cluster {
+            second_family: None,
             pod_cidr: "10.244.0.0/16".parse().unwrap(),
             service_cidr: "10.96.0.0/12".parse().unwrap(),
             node_network: "192.168.50.0/24".parse().unwrap(),
             nodes: vec![Node {
+                second: None,
                 name: "node-a".into(),
                 ip: "192.168.50.2".parse().unwrap(),
                 secondary_ips: vec![],

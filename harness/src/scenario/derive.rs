@@ -36,23 +36,34 @@ pub(crate) fn derive(
         }
     }
     let many = groups.len() > 1;
-    groups
-        .into_iter()
-        .enumerate()
-        .map(|(i, (ports, members))| {
-            let endpoints = members.iter().map(|p| endpoint(entry, p)).collect();
-            let data = SliceData { service: service.name.clone(), ports, endpoints };
-            let name = if many {
+    // The controller makes slices per family of the Service: one set for a single-stack one.
+    let families: Vec<IpFamily> =
+        std::iter::once(service.cluster_ip).chain(service.second_cluster_ip).map(IpFamily::of).collect();
+    let mut out = Vec::new();
+    for &family in &families {
+        for (i, (ports, members)) in groups.iter().enumerate() {
+            let members: Vec<&PodEntry> =
+                members.iter().copied().filter(|p| address_of(p, family).is_some()).collect();
+            let endpoints = members.iter().filter_map(|p| endpoint(entry, p, family)).collect();
+            let data = SliceData { service: service.name.clone(), ports: ports.clone(), endpoints };
+            let mut name = if many {
                 format!("{}-derived-{}", service.name, i + 1)
             } else {
                 format!("{}-derived", service.name)
             };
-            // The controller makes slices per family of the Service; single-stack: one.
-            let family = IpFamily::of(service.cluster_ip);
+            if families.len() > 1 {
+                name = format!("{name}-{}", family.as_k8s().to_lowercase());
+            }
             let object = to_k8s(&data, &name, &service.namespace, &members, family);
-            (data, object)
-        })
-        .collect()
+            out.push((data, object));
+        }
+    }
+    out
+}
+
+/// The pod's address of `family`, if it has one.
+fn address_of(pod: &PodEntry, family: IpFamily) -> Option<std::net::IpAddr> {
+    std::iter::once(pod.pod.ip).chain(pod.pod.second_ip).find(|ip| IpFamily::of(*ip) == family)
 }
 
 /// Whether the controller puts `pod` in the Service's slices: same namespace, labels match,
@@ -98,18 +109,18 @@ fn resolve_ports(entry: &ServiceEntry<'_>, pod: &PodEntry, diag: &mut Diagnostic
 }
 
 /// Conditions as the controller's `podToEndpoint` sets them.
-fn endpoint(entry: &ServiceEntry<'_>, pod: &PodEntry) -> SliceEndpoint {
+fn endpoint(entry: &ServiceEntry<'_>, pod: &PodEntry, family: IpFamily) -> Option<SliceEndpoint> {
     let serving = pod.ready;
     let terminating = pod.terminating;
-    SliceEndpoint {
-        ip: pod.pod.ip,
+    Some(SliceEndpoint {
+        ip: address_of(pod, family)?,
         // A terminating pod is never ready, unless the Service publishes not-ready addresses.
         ready: entry.publish_not_ready || (serving && !terminating),
         serving,
         terminating,
         node: pod.pod.node.clone(),
         pod: pod.pod.name.clone(),
-    }
+    })
 }
 
 fn to_k8s(

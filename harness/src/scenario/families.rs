@@ -1,6 +1,6 @@
-//! One address family per scenario: the first address read (the cluster's `podCIDR`, when it
-//! parses) sets it, and the first address of the other family in the file is the error.
-//! Dual-stack clusters are not supported yet.
+//! One address family per single-stack scenario: the first address read (the cluster's
+//! `podCIDR`, when it parses) sets it, and the first address of the other family in the file
+//! is the error. A dual-stack cluster (its networks list a CIDR of each family) admits both.
 //!
 //! An address of the other family is treated like an address that does not parse: the field
 //! counts as broken, so nothing that depends on it reports again (an IPv4 node IP is not
@@ -17,8 +17,8 @@ use crate::model::IpFamily;
 use super::error::{Diagnostics, Site};
 use super::yaml::FieldPath;
 
-pub(crate) const DUAL_STACK: &str =
-    "dual-stack is not supported yet: every address of a scenario must be of one family";
+pub(crate) const DUAL_STACK: &str = "the cluster is single-stack: every address of the scenario must be of \
+     one family (for dual-stack, give spec.cluster podCIDR, serviceCIDR and nodeNetwork a CIDR of each family)";
 
 /// The address (or family name) that set the scenario's family, and where.
 #[derive(Debug, Clone)]
@@ -32,6 +32,8 @@ struct First {
 #[derive(Debug, Default)]
 pub(crate) struct Families {
     first: Option<First>,
+    /// The cluster is dual-stack: both families are admitted.
+    dual: bool,
     /// Where in [`Diagnostics`]'s list the errors about the other family are.
     pub(super) reported: Vec<usize>,
 }
@@ -40,6 +42,9 @@ impl Families {
     /// Whether `family`, of the value `shown` in `field` on `line`, is the scenario's: `Ok`,
     /// or the message for a value of the other family.
     pub fn admit(&mut self, field: String, line: usize, family: IpFamily, shown: &str) -> Result<(), String> {
+        if self.dual {
+            return Ok(());
+        }
         let Some(first) = &self.first else {
             self.first = Some(First { family, shown: shown.to_string(), field, line });
             return Ok(());
@@ -52,6 +57,13 @@ impl Families {
             "{DUAL_STACK} ({this} {family}, but the first address, {} at {} line {}, is {})",
             first.shown, first.field, first.line, first.family
         ))
+    }
+}
+
+impl Families {
+    /// The cluster is dual-stack: from here on, addresses of either family are admitted.
+    pub fn set_dual(&mut self) {
+        self.dual = true;
     }
 }
 
@@ -97,6 +109,14 @@ mod tests {
             ))
         );
         assert_eq!(f.admit("w".into(), 11, IpFamily::V6, "fd00::2"), Ok(()));
+    }
+
+    #[test]
+    fn a_dual_stack_cluster_admits_both() {
+        let mut f = Families::default();
+        f.set_dual();
+        assert_eq!(f.admit("a".into(), 1, IpFamily::V4, "10.0.0.1"), Ok(()));
+        assert_eq!(f.admit("b".into(), 2, IpFamily::V6, "fd00::1"), Ok(()));
     }
 
     #[test]

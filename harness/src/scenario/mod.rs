@@ -11,7 +11,8 @@
 //! `claims` (what Services share), `endpoints` and `derive` (EndpointSlices), `probes` with
 //! `targets`, `target_form` and `duration`, `flows` (generated probes), tied together by `validate`.
 //! Addresses and CIDRs of either family are read through `net`, which holds every one of a
-//! file to the family of its first (`families`: single-stack IPv4 or IPv6, no dual-stack yet).
+//! single-stack file to the family of its first (`families`); a dual-stack cluster (its
+//! networks list a CIDR of each family) admits both.
 
 mod addresses;
 mod affinity;

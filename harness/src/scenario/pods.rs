@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Pod as K8sPod;
 
-use crate::model::{ContainerPort, Node, Pod};
+use crate::model::{ContainerPort, IpFamily, Node, Pod};
 
 use super::addresses::Addresses;
 use super::error::{Diagnostics, Site};
@@ -41,6 +41,7 @@ pub(crate) fn read(
     parsed: &[Parsed<'_, K8sPod>],
     unparsed: &[Unparsed<'_>],
     nodes: &Registry<Node>,
+    dual: bool,
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
 ) -> Pods {
@@ -54,21 +55,22 @@ pub(crate) fn read(
     }
     for p in parsed {
         let before = diag.count();
-        let ip = read_one(p, nodes, addresses, diag, &mut pods);
-        let entry = ip.filter(|_| diag.count() == before).and_then(|ip| entry(p, ip));
+        let ips = read_one(p, nodes, dual, addresses, diag, &mut pods);
+        let entry = ips.filter(|_| diag.count() == before).and_then(|ips| entry(p, ips));
         pods.registry.define(&p.name, entry, &p.site, &FieldPath::parse("metadata.name"), diag);
     }
     pods
 }
 
-/// Checks one pod; returns its address if it has a usable one.
+/// Checks one pod; returns its address (and, dual-stack, its second) if it has a usable one.
 fn read_one(
     p: &Parsed<'_, K8sPod>,
     nodes: &Registry<Node>,
+    dual: bool,
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
     pods: &mut Pods,
-) -> Option<IpAddr> {
+) -> Option<(IpAddr, Option<IpAddr>)> {
     let site = &p.site;
     if let Err(e) = check_name(&p.name) {
         diag.value(site, &FieldPath::parse("metadata.name"), e);
@@ -100,9 +102,9 @@ fn read_one(
         },
     };
     check_ports(site, spec, diag);
-    let ip = read_ip(p, node, diag);
-    match ip {
-        Some(ip) => {
+    let ips = read_ip(p, node, dual, diag);
+    match ips {
+        Some((ip, second)) => {
             pods.by_ip.insert(ip, p.name.clone());
             addresses.claim(
                 ip,
@@ -111,13 +113,32 @@ fn read_one(
                 &FieldPath::parse("status.podIP"),
                 diag,
             );
+            if let Some(second) = second {
+                pods.by_ip.insert(second, p.name.clone());
+                let at = FieldPath::parse("status.podIPs").index(1).key("ip");
+                addresses.claim(second, format!("Pod {}/{}", p.namespace, p.name), site, &at, diag);
+            }
         }
         None => pods.ips_incomplete = true,
     }
-    ip
+    ips
 }
 
-fn read_ip(p: &Parsed<'_, K8sPod>, node: Option<&Node>, diag: &mut Diagnostics) -> Option<IpAddr> {
+/// Why `ip` can't be an address of a pod on `node`: outside its pod CIDR of that family.
+fn outside_node(ip: IpAddr, node: &Node) -> Option<String> {
+    let family = IpFamily::of(ip);
+    let cidr = std::iter::once(node.pod_cidr)
+        .chain(node.second.as_ref().map(|s| s.pod_cidr))
+        .find(|c| IpFamily::of_net(c) == family)?;
+    not_a_host_of(ip, &cidr, &format!("the podCIDR {cidr} of node {}", node.name))
+}
+
+fn read_ip(
+    p: &Parsed<'_, K8sPod>,
+    node: Option<&Node>,
+    dual: bool,
+    diag: &mut Diagnostics,
+) -> Option<(IpAddr, Option<IpAddr>)> {
     let site = &p.site;
     let path = FieldPath::parse("status.podIP");
     let status = p.object.status.as_ref();
@@ -131,25 +152,53 @@ fn read_ip(p: &Parsed<'_, K8sPod>, node: Option<&Node>, diag: &mut Diagnostics) 
     };
     let ip = ip_at(site, &path, text, diag)?;
     if let Some(node) = node
-        && let Some(e) =
-            not_a_host_of(ip, &node.pod_cidr, &format!("the podCIDR {} of node {}", node.pod_cidr, node.name))
+        && let Some(e) = outside_node(ip, node)
     {
         diag.value(site, &path, e);
     }
-    for (k, pod_ip) in status.and_then(|s| s.pod_ips.as_ref()).into_iter().flatten().enumerate() {
+    let listed = status.and_then(|s| s.pod_ips.as_ref()).map(Vec::as_slice).unwrap_or_default();
+    let mut second = None;
+    for (k, pod_ip) in listed.iter().enumerate() {
         let path = FieldPath::parse("status.podIPs").index(k).key("ip");
         match parse_ip(&pod_ip.ip) {
             Err(e) => diag.value(site, &path, e),
             Ok(first) if k == 0 && first != ip => {
                 diag.value(site, &path, format!("{first} differs from status.podIP {ip}"))
             }
-            // A second address (dual-stack pods list one per family) must be of this one.
-            Ok(other) => {
-                diag.ip_family(site, &path, other);
+            Ok(_) if k == 0 => {}
+            // A dual-stack pod lists one address per family.
+            Ok(other) if k == 1 && dual && IpFamily::of(other) == IpFamily::of(ip) => diag.value(
+                site,
+                &path,
+                format!(
+                    "{other} is {} like status.podIP {ip}: a dual-stack pod has one address per family",
+                    IpFamily::of(ip)
+                ),
+            ),
+            Ok(other) if k == 1 => {
+                if diag.ip_family(site, &path, other) {
+                    if let Some(e) = node.and_then(|n| outside_node(other, n)) {
+                        diag.value(site, &path, e);
+                    }
+                    second = Some(other);
+                }
             }
+            Ok(_) => diag.value(site, &path, "a pod has at most two addresses, one per family"),
         }
     }
-    Some(ip)
+    if dual && second.is_none() && listed.len() < 2 {
+        diag.value(
+            site,
+            &FieldPath::parse("status.podIPs"),
+            format!(
+                "the cluster is dual-stack: a pod needs an address of each family, \
+                 status.podIPs: [{{ip: {ip}}}, {{ip: <{}>}}]",
+                if ip.is_ipv4() { IpFamily::V6 } else { IpFamily::V4 }
+            ),
+        );
+        return None;
+    }
+    Some((ip, second))
 }
 
 fn check_ports(site: &Site<'_>, spec: &k8s_openapi::api::core::v1::PodSpec, diag: &mut Diagnostics) {
@@ -183,7 +232,7 @@ fn check_ports(site: &Site<'_>, spec: &k8s_openapi::api::core::v1::PodSpec, diag
     }
 }
 
-fn entry(p: &Parsed<'_, K8sPod>, ip: IpAddr) -> Option<PodEntry> {
+fn entry(p: &Parsed<'_, K8sPod>, (ip, second_ip): (IpAddr, Option<IpAddr>)) -> Option<PodEntry> {
     let spec = p.object.spec.as_ref()?;
     let ports = spec
         .containers
@@ -205,6 +254,7 @@ fn entry(p: &Parsed<'_, K8sPod>, ip: IpAddr) -> Option<PodEntry> {
     let phase = status.and_then(|s| s.phase.as_deref());
     Some(PodEntry {
         pod: Pod {
+            second_ip,
             namespace: p.namespace.clone(),
             name: p.name.clone(),
             node: spec.node_name.clone()?,

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use crate::model::{
-    ExternalHost, Node, Probe, Protocol, Source, StatedExpectation, StatedSource, StatedVerdict, Target,
+    ExternalHost, IpFamily, Node, Probe, Protocol, Source, StatedExpectation, StatedSource, StatedVerdict,
+    Target,
 };
 
 use super::duration::parse_interval;
@@ -75,12 +76,24 @@ fn resolve_one(
     let interval = spec.interval.as_ref().and_then(|text| {
         parse_interval(&text.0).map_err(|e| diag.value(site, &path.key("interval"), e)).ok()
     });
+    let family = spec.family.as_deref().and_then(|text| {
+        let at = path.key("family");
+        match IpFamily::parse_k8s(text) {
+            // One of the cluster's families (whether source and target have addresses of it is
+            // the oracle's check, once the cluster is whole).
+            Some(family) => diag.one_family(site, &at, family, text).then_some(family),
+            None => {
+                diag.value(site, &at, format!("unknown family {text:?} (expected IPv4 or IPv6)"));
+                None
+            }
+        }
+    });
     let target = to.as_ref().map(|(t, _)| t);
     let expect =
         spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names.pods, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
-    Some(Probe { name, from: from?, to, protocol, count, interval, expect })
+    Some(Probe { family, name, from: from?, to, protocol, count, interval, expect })
 }
 
 /// A probe's or the flows' `count`.

@@ -7,14 +7,14 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value;
 
-use crate::model::{ExternalHost, Node, ProxyConfig, bridge_address};
+use crate::model::{ExternalHost, IpFamily, Node, NodeSecond, ProxyConfig, SecondFamily, bridge_address};
 
 use super::addresses::Addresses;
 use super::de::typed;
 use super::error::{Diagnostics, Site};
 use super::flows::{self, Flows};
 use super::names::check_name;
-use super::net::{cidr_at, ip_at, not_a_host_of, overlaps};
+use super::net::{cidr_at, ip_at, not_a_host_of, overlaps, parse_cidr};
 use super::proxy_config;
 use super::registry::Registry;
 use super::spec::{ClusterSpec, Envelope, ExternalHostSpec, Metadata, NodeSpec, ProbeSpec, Sections};
@@ -22,12 +22,42 @@ use super::yaml::{Document, FieldPath};
 
 pub(crate) const DEFAULT_PROXY: &str = "builtin-iptables";
 
-/// The cluster networks; each is `None` when it was invalid (and reported).
+/// The cluster networks; each is `None` when it was invalid (and reported). The fields are
+/// the primary family's; `second` the other family's, in a dual-stack cluster.
 #[derive(Default)]
 pub(crate) struct Networks {
     pub pod_cidr: Option<IpNet>,
     pub service_cidr: Option<IpNet>,
     pub node_network: Option<IpNet>,
+    pub second: Option<Box<Networks>>,
+    /// The cluster's families, primary first (empty when unknown).
+    pub families: Vec<IpFamily>,
+}
+
+impl Networks {
+    /// The networks of `family`: these or `second`'s.
+    pub fn of(&self, family: IpFamily) -> &Networks {
+        match &self.second {
+            Some(second) if self.families.get(1) == Some(&family) => second,
+            _ => self,
+        }
+    }
+
+    pub fn is_dual(&self) -> bool {
+        self.second.is_some()
+    }
+
+    /// The model's second family, when every network of it is valid.
+    pub fn second_family(&self) -> Option<Option<SecondFamily>> {
+        match &self.second {
+            None => Some(None),
+            Some(s) => Some(Some(SecondFamily {
+                pod_cidr: s.pod_cidr?,
+                service_cidr: s.service_cidr?,
+                node_network: s.node_network?,
+            })),
+        }
+    }
 }
 
 pub(crate) struct ScenarioDoc<'a> {
@@ -138,28 +168,99 @@ pub(crate) fn read<'a>(
 fn read_networks(site: &Site<'_>, diag: &mut Diagnostics) -> Networks {
     let path = FieldPath::parse("spec.cluster");
     let Some(spec) = typed::<ClusterSpec>(site, &path, diag) else { return Networks::default() };
-    let mut cidr = |field: &str, text: &str| cidr_at(site, &path.key(field), text, diag);
-    let networks = Networks {
-        pod_cidr: cidr("podCIDR", &spec.pod_cidr),
-        service_cidr: cidr("serviceCIDR", &spec.service_cidr),
-        node_network: cidr("nodeNetwork", &spec.node_network),
-    };
-    // Traffic is routed by which of these it falls in; overlapping ones are ambiguous.
-    let named = [
-        ("podCIDR", networks.pod_cidr),
-        ("serviceCIDR", networks.service_cidr),
-        ("nodeNetwork", networks.node_network),
+    let fields = [
+        ("podCIDR", &spec.pod_cidr),
+        ("serviceCIDR", &spec.service_cidr),
+        ("nodeNetwork", &spec.node_network),
     ];
-    for (i, (field, net)) in named.iter().enumerate() {
-        for (other, other_net) in &named[..i] {
-            if let (Some(a), Some(b)) = (net, other_net)
-                && overlaps(a, b)
+    // A list of two makes the cluster dual-stack; then every network lists one per family.
+    let dual = fields.iter().any(|(_, v)| v.items().len() == 2);
+    let mut read = [[None, None], [None, None], [None, None]];
+    let mut primary: Option<(IpFamily, &str)> = None;
+    for (i, (field, value)) in fields.iter().enumerate() {
+        let items = value.items();
+        let at = |k: usize| if value.is_list() { path.key(field).index(k) } else { path.key(field) };
+        if items.is_empty() || items.len() > 2 {
+            diag.value(site, &path.key(field), "one CIDR, or a list of two: one per family, primary first");
+            continue;
+        }
+        if !dual {
+            read[i][0] = cidr_at(site, &at(0), items[0], diag);
+            continue;
+        }
+        if items.len() == 1 {
+            diag.value(
+                site,
+                &path.key(field),
+                "the cluster is dual-stack (a network lists two CIDRs): list one CIDR of each family here too, \
+                 primary first",
+            );
+            continue;
+        }
+        for (k, text) in items.iter().enumerate() {
+            read[i][k] = parse_cidr(text).map_err(|e| diag.value(site, &at(k), e)).ok();
+        }
+        if let [Some(a), Some(b)] = read[i] {
+            if IpFamily::of_net(&a) == IpFamily::of_net(&b) {
+                diag.value(
+                    site,
+                    &at(1),
+                    format!(
+                        "{b} is {} like {a}: a dual-stack cluster lists one CIDR of each family",
+                        IpFamily::of_net(&b)
+                    ),
+                );
+                read[i] = [None, None];
+            } else if let Some((family, first)) = primary
+                && family != IpFamily::of_net(&a)
             {
                 diag.value(
                     site,
-                    &path.key(field),
-                    format!("{a} overlaps {other} {b}; the cluster networks must be disjoint"),
+                    &at(0),
+                    format!(
+                        "{a} is {}, but the primary family (the first CIDR of {first}) is {family}: \
+                         list the primary family first",
+                        IpFamily::of_net(&a)
+                    ),
                 );
+                read[i] = [None, None];
+            } else {
+                primary.get_or_insert((IpFamily::of_net(&a), field));
+            }
+        }
+    }
+    let families = match (dual, primary) {
+        (true, Some((p, _))) => vec![p, if p == IpFamily::V4 { IpFamily::V6 } else { IpFamily::V4 }],
+        (false, _) => read.iter().find_map(|r| r[0]).map(|n| IpFamily::of_net(&n)).into_iter().collect(),
+        (true, None) => Vec::new(),
+    };
+    if dual {
+        diag.families.set_dual();
+    }
+    let networks_of = |k: usize| Networks {
+        pod_cidr: read[0][k],
+        service_cidr: read[1][k],
+        node_network: read[2][k],
+        second: None,
+        families: families.clone(),
+    };
+    let second = dual.then(|| Box::new(networks_of(1)));
+    let networks = Networks { second, ..networks_of(0) };
+    // Traffic is routed by which of these it falls in; overlapping ones are ambiguous.
+    for k in 0..2 {
+        let named: Vec<(&str, Option<IpNet>)> =
+            fields.iter().zip(&read).map(|((f, _), r)| (*f, r[k])).collect();
+        for (i, (field, net)) in named.iter().enumerate() {
+            for (other, other_net) in &named[..i] {
+                if let (Some(a), Some(b)) = (net, other_net)
+                    && overlaps(a, b)
+                {
+                    diag.value(
+                        site,
+                        &path.key(field),
+                        format!("{a} overlaps {other} {b}; the cluster networks must be disjoint"),
+                    );
+                }
             }
         }
     }
@@ -195,25 +296,62 @@ fn read_nodes(
         if let Err(e) = check_name(&spec.name) {
             diag.value(site, &path.key("name"), e);
         }
-        let ip = host_ip(site, &path.key("ip"), &spec.ip, networks.node_network, diag);
-        let pod_cidr = cidr_at(site, &path.key("podCIDR"), &spec.pod_cidr, diag);
-        if let Some(cidr) = pod_cidr {
-            check_node_pod_cidr(site, &path.key("podCIDR"), &cidr, networks, &nodes, diag);
-            addresses.claim(
-                bridge_address(&cidr),
-                format!("the pod bridge of node {}", spec.name),
-                site,
-                &path.key("podCIDR"),
-                diag,
-            );
+        let ips = per_family(site, &path, ("ip", "ips"), spec.ip.as_ref(), spec.ips.as_ref(), networks, diag);
+        let cidrs = per_family(
+            site,
+            &path,
+            ("podCIDR", "podCIDRs"),
+            spec.pod_cidr.as_ref(),
+            spec.pod_cidrs.as_ref(),
+            networks,
+            diag,
+        );
+        let mut read_ips = Vec::new();
+        for (at, text) in ips.iter().flatten() {
+            let family = super::net::parse_ip(text).map(IpFamily::of).ok();
+            let net = family.and_then(|f| networks.of(f).node_network);
+            let ip = host_ip(site, at, text, net, diag);
+            if let Some(ip) = ip {
+                addresses.claim(ip, format!("node {}", spec.name), site, at, diag);
+            }
+            read_ips.push(ip);
         }
-        if let Some(ip) = ip {
-            addresses.claim(ip, format!("node {}", spec.name), site, &path.key("ip"), diag);
+        let mut read_cidrs = Vec::new();
+        for (at, text) in cidrs.iter().flatten() {
+            let cidr = cidr_at(site, at, text, diag);
+            if let Some(cidr) = cidr {
+                let cluster = networks.of(IpFamily::of_net(&cidr)).pod_cidr;
+                check_node_pod_cidr(site, at, &cidr, cluster, &nodes, diag);
+                addresses.claim(
+                    bridge_address(&cidr),
+                    format!("the pod bridge of node {}", spec.name),
+                    site,
+                    at,
+                    diag,
+                );
+            }
+            read_cidrs.push(cidr);
         }
+        check_families(site, &path, ("ips", "podCIDRs"), &ips, &read_ips, &read_cidrs, networks, diag);
         let secondary_ips = read_secondary_ips(site, &path, &spec, networks, addresses, diag);
-        let node = match (ip, pod_cidr, secondary_ips) {
-            (Some(ip), Some(pod_cidr), Some(secondary_ips)) => {
-                Some(Node { name: spec.name.clone(), ip, secondary_ips, pod_cidr })
+        let node = match (read_ips.as_slice(), read_cidrs.as_slice(), secondary_ips) {
+            ([Some(ip)], [Some(pod_cidr)], Some(secondary_ips)) if !networks.is_dual() => Some(Node {
+                name: spec.name.clone(),
+                ip: *ip,
+                secondary_ips,
+                pod_cidr: *pod_cidr,
+                second: None,
+            }),
+            ([Some(ip), Some(ip2)], [Some(pod_cidr), Some(cidr2)], Some(secondary_ips))
+                if networks.is_dual() =>
+            {
+                Some(Node {
+                    name: spec.name.clone(),
+                    ip: *ip,
+                    secondary_ips,
+                    pod_cidr: *pod_cidr,
+                    second: Some(NodeSecond { ip: *ip2, pod_cidr: *cidr2 }),
+                })
             }
             _ => None,
         };
@@ -235,7 +373,8 @@ fn read_secondary_ips(
     let mut ips = Some(Vec::new());
     for (k, text) in spec.secondary_ips.iter().enumerate() {
         let at = path.key("secondaryIPs").index(k);
-        match host_ip(site, &at, text, networks.node_network, diag) {
+        let net = super::net::parse_ip(text).ok().and_then(|ip| networks.of(IpFamily::of(ip)).node_network);
+        match host_ip(site, &at, text, net, diag) {
             Some(ip) => {
                 addresses.claim(ip, format!("node {}", spec.name), site, &at, diag);
                 if let Some(ips) = &mut ips {
@@ -252,11 +391,11 @@ fn check_node_pod_cidr(
     site: &Site<'_>,
     path: &FieldPath,
     cidr: &IpNet,
-    networks: &Networks,
+    cluster: Option<IpNet>,
     nodes: &Registry<Node>,
     diag: &mut Diagnostics,
 ) {
-    if let Some(cluster) = networks.pod_cidr
+    if let Some(cluster) = cluster
         && !cluster.contains(cidr)
     {
         diag.value(site, path, format!("{cidr} is not inside the cluster podCIDR {cluster}"));
@@ -264,12 +403,11 @@ fn check_node_pod_cidr(
     if cidr.hosts().nth(1).is_none() {
         diag.value(site, path, format!("{cidr} is too small: the node's pod bridge takes the first address"));
     }
-    if let Some(other) = nodes.values().find(|n| overlaps(&n.pod_cidr, cidr)) {
-        diag.value(
-            site,
-            path,
-            format!("{cidr} overlaps the podCIDR {} of node {}", other.pod_cidr, other.name),
-        );
+    let theirs = nodes.values().flat_map(|n| {
+        std::iter::once(n.pod_cidr).chain(n.second.as_ref().map(|s| s.pod_cidr)).map(move |c| (c, n))
+    });
+    if let Some((other, node)) = theirs.into_iter().find(|(c, _)| overlaps(c, cidr)) {
+        diag.value(site, path, format!("{cidr} overlaps the podCIDR {other} of node {}", node.name));
     }
 }
 
@@ -294,14 +432,131 @@ fn read_external_hosts(
         if let Err(e) = check_name(&spec.name) {
             diag.value(site, &path.key("name"), e);
         }
-        let ip = host_ip(site, &path.key("ip"), &spec.ip, networks.node_network, diag);
-        if let Some(ip) = ip {
-            addresses.claim(ip, format!("external host {}", spec.name), site, &path.key("ip"), diag);
+        let ips = per_family(site, &path, ("ip", "ips"), spec.ip.as_ref(), spec.ips.as_ref(), networks, diag);
+        let mut read_ips = Vec::new();
+        for (at, text) in ips.iter().flatten() {
+            let net =
+                super::net::parse_ip(text).ok().and_then(|ip| networks.of(IpFamily::of(ip)).node_network);
+            let ip = host_ip(site, at, text, net, diag);
+            if let Some(ip) = ip {
+                addresses.claim(ip, format!("external host {}", spec.name), site, at, diag);
+            }
+            read_ips.push(ip);
         }
-        let host = ip.map(|ip| ExternalHost { name: spec.name.clone(), ip });
+        if let [Some(a), Some(b)] = read_ips.as_slice()
+            && IpFamily::of(*a) == IpFamily::of(*b)
+        {
+            let message = format!("{b} is {} like {a}: list one address per family", IpFamily::of(*b));
+            diag.value(site, &path.key("ips").index(1), message);
+        }
+        let host = match read_ips.as_slice() {
+            [Some(ip)] => Some(ExternalHost { name: spec.name.clone(), ip: *ip, second_ip: None }),
+            [Some(ip), Some(second)] => {
+                Some(ExternalHost { name: spec.name.clone(), ip: *ip, second_ip: Some(*second) })
+            }
+            _ => None,
+        };
         hosts.define(&spec.name, host, site, &path.key("name"), diag);
     }
     hosts
+}
+
+/// The entries of a per-family field: `one` (e.g. `ip`) or `list` (`ips`), each with its
+/// path; `None` (reported) when neither or both are given, or the list has no entry or more
+/// entries than the cluster has families.
+fn per_family<'t>(
+    site: &Site<'_>,
+    path: &FieldPath,
+    (one_name, list_name): (&str, &str),
+    one: Option<&'t String>,
+    list: Option<&'t Vec<String>>,
+    networks: &Networks,
+    diag: &mut Diagnostics,
+) -> Option<Vec<(FieldPath, &'t str)>> {
+    match (one, list) {
+        (Some(one), None) => Some(vec![(path.key(one_name), one.as_str())]),
+        (None, Some(list)) if list.is_empty() || list.len() > 2.max(networks.families.len()) => {
+            let most = if networks.is_dual() {
+                "one or two: one per family"
+            } else {
+                "one (the cluster is single-stack)"
+            };
+            diag.value(
+                site,
+                &path.key(list_name),
+                format!("{list_name} lists {} entries; expected {most}", list.len()),
+            );
+            None
+        }
+        (None, Some(list)) => {
+            Some(list.iter().enumerate().map(|(k, t)| (path.key(list_name).index(k), t.as_str())).collect())
+        }
+        (Some(_), Some(_)) => {
+            diag.value(site, &path.key(list_name), format!("give {one_name} or {list_name}, not both"));
+            None
+        }
+        (None, None) => {
+            diag.value(site, path, format!("required field `{one_name}` (or `{list_name}`) is missing"));
+            None
+        }
+    }
+}
+
+/// A node of a dual-stack cluster has an address and a pod CIDR of each family, primary
+/// first; of a single-stack one, one of each.
+#[allow(clippy::too_many_arguments)]
+fn check_families(
+    site: &Site<'_>,
+    path: &FieldPath,
+    (ips_name, cidrs_name): (&str, &str),
+    given: &Option<Vec<(FieldPath, &str)>>,
+    ips: &[Option<IpAddr>],
+    cidrs: &[Option<IpNet>],
+    networks: &Networks,
+    diag: &mut Diagnostics,
+) {
+    let families = &networks.families;
+    if networks.is_dual() {
+        for (name, n) in [(ips_name, ips.len()), (cidrs_name, cidrs.len())] {
+            if n == 1 {
+                diag.value(
+                    site,
+                    &path.key(name),
+                    format!(
+                        "the cluster is dual-stack: a node needs {name} with one entry per family ({} first)",
+                        families[0]
+                    ),
+                );
+            }
+        }
+        let check = |name: &str, k: usize, family: IpFamily, shown: String, diag: &mut Diagnostics| {
+            if families.get(k).is_some_and(|&f| f != family) {
+                let which = if k == 0 { "primary" } else { "second" };
+                diag.value(
+                    site,
+                    &path.key(name).index(k),
+                    format!(
+                        "{shown} is {family}, but entry {k} is for the cluster's {which} family, {}",
+                        families[k]
+                    ),
+                );
+            }
+        };
+        if given.as_ref().is_some_and(|g| g.len() == 2) {
+            for (k, ip) in ips.iter().enumerate() {
+                if let Some(ip) = ip {
+                    check(ips_name, k, IpFamily::of(*ip), ip.to_string(), diag);
+                }
+            }
+        }
+        if cidrs.len() == 2 {
+            for (k, c) in cidrs.iter().enumerate() {
+                if let Some(c) = c {
+                    check(cidrs_name, k, IpFamily::of_net(c), c.to_string(), diag);
+                }
+            }
+        }
+    }
 }
 
 /// Parses an address that must be a usable host address of `network` (when that is known).

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -83,7 +82,7 @@ fn read_one<'a>(
         return None;
     };
     let service_type = read_type(site, spec, diag);
-    let cluster_ip = read_cluster_ip(p, spec, networks.service_cidr, addresses, diag);
+    let cluster_ips = read_cluster_ip(p, spec, networks, addresses, diag);
     let external_traffic_policy =
         policy(site, &at("spec.externalTrafficPolicy"), spec.external_traffic_policy.as_deref(), diag);
     let internal_traffic_policy =
@@ -125,7 +124,8 @@ fn read_one<'a>(
         namespace: p.namespace.clone(),
         name: p.name.clone(),
         service_type: service_type?,
-        cluster_ip: cluster_ip?,
+        cluster_ip: cluster_ips?.0,
+        second_cluster_ip: cluster_ips?.1,
         external_traffic_policy: external_traffic_policy?,
         internal_traffic_policy: internal_traffic_policy?,
         ports: model_ports,
@@ -169,18 +169,20 @@ fn read_type(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Opt
     }
 }
 
+/// `spec.clusterIP`, and a dual-stack Service's second-family cluster IP (`clusterIPs[1]`).
 fn read_cluster_ip(
     p: &Parsed<'_, K8sService>,
     spec: &ServiceSpec,
-    service_cidr: Option<IpNet>,
+    networks: &Networks,
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
-) -> Option<IpAddr> {
+) -> Option<(IpAddr, Option<IpAddr>)> {
     let site = &p.site;
     let path = FieldPath::parse("spec.clusterIP");
+    let owner = format!("Service {}/{}", p.namespace, p.name);
     let ip = match spec.cluster_ip.as_deref() {
         None | Some("") => {
-            let hint = service_cidr.map(|c| format!(" inside serviceCIDR {c}")).unwrap_or_default();
+            let hint = networks.service_cidr.map(|c| format!(" inside serviceCIDR {c}")).unwrap_or_default();
             diag.value(
                 site,
                 &path,
@@ -200,6 +202,14 @@ fn read_cluster_ip(
         }
         Some(text) => ip_at(site, &path, text, diag),
     };
+    let in_service_cidr = |ip: IpAddr, path: &FieldPath, diag: &mut Diagnostics| {
+        if let Some(cidr) = networks.of(IpFamily::of(ip)).service_cidr
+            && let Some(e) = not_a_host_of(ip, &cidr, &format!("serviceCIDR {cidr}"))
+        {
+            diag.value(site, path, e);
+        }
+    };
+    let mut second = None;
     for (k, text) in spec.cluster_ips.iter().flatten().enumerate() {
         let path = FieldPath::parse("spec.clusterIPs").index(k);
         match parse_ip(text) {
@@ -208,20 +218,65 @@ fn read_cluster_ip(
                 diag.value(site, &path, format!("{first} differs from spec.clusterIP"))
             }
             // The cluster IP of a second family.
-            Ok(other) if k > 0 => {
+            Ok(other) if k == 1 && networks.is_dual() => match ip {
+                Some(ip) if IpFamily::of(ip) == IpFamily::of(other) => diag.value(
+                    site,
+                    &path,
+                    format!(
+                        "{other} is {} like spec.clusterIP: a dual-stack Service has one cluster IP per family",
+                        IpFamily::of(other)
+                    ),
+                ),
+                _ => {
+                    in_service_cidr(other, &path, diag);
+                    addresses.claim(other, owner.clone(), site, &path, diag);
+                    second = Some(other);
+                }
+            },
+            Ok(_) if k > 1 => diag.value(site, &path, "a Service has at most two cluster IPs, one per family"),
+            Ok(other) if k == 1 => {
                 diag.ip_family(site, &path, other);
             }
             _ => {}
         }
     }
+    check_family_policy(site, spec, networks.is_dual(), second.is_some(), diag);
     let ip = ip?;
-    if let Some(cidr) = service_cidr
-        && let Some(e) = not_a_host_of(ip, &cidr, &format!("serviceCIDR {cidr}"))
-    {
-        diag.value(site, &path, e);
+    in_service_cidr(ip, &path, diag);
+    addresses.claim(ip, owner, site, &path, diag);
+    Some((ip, second))
+}
+
+/// `ipFamilyPolicy`: a single-stack cluster gives every Service one family (RequireDualStack
+/// cannot be met); in a dual-stack one, a dual-stack policy gets a cluster IP of each family,
+/// which the file must list (the harness allocates none), and SingleStack gets one.
+fn check_family_policy(site: &Site<'_>, spec: &ServiceSpec, dual: bool, two: bool, diag: &mut Diagnostics) {
+    let at = FieldPath::parse("spec.ipFamilyPolicy");
+    let policy = spec.ip_family_policy.as_deref();
+    match policy {
+        Some("RequireDualStack") if !dual => {
+            diag.value(site, &at, format!("{DUAL_STACK} (RequireDualStack asks for two)"));
+        }
+        Some(p @ ("RequireDualStack" | "PreferDualStack")) if dual && !two => diag.value(
+            site,
+            &FieldPath::parse("spec.clusterIPs"),
+            format!(
+                "{p} in a dual-stack cluster gives the Service a cluster IP of each family: list both in \
+                 spec.clusterIPs (the harness does not allocate cluster IPs)"
+            ),
+        ),
+        None | Some("SingleStack") if two => diag.value(
+            site,
+            &at,
+            "a Service with a cluster IP of each family needs ipFamilyPolicy PreferDualStack or RequireDualStack",
+        ),
+        None | Some("SingleStack" | "PreferDualStack" | "RequireDualStack") => {}
+        Some(other) => diag.value(
+            site,
+            &at,
+            format!("unknown ipFamilyPolicy {other:?} (expected SingleStack, PreferDualStack or RequireDualStack)"),
+        ),
     }
-    addresses.claim(ip, format!("Service {}/{}", p.namespace, p.name), site, &path, diag);
-    Some(ip)
 }
 
 fn policy(
@@ -251,10 +306,6 @@ fn check_unsupported(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics
             }
             None => diag.value(site, &path, format!("unknown IP family {name:?} (expected IPv4 or IPv6)")),
         }
-    }
-    // PreferDualStack on a single-stack cluster gives one family, as SingleStack does.
-    if spec.ip_family_policy.as_deref() == Some("RequireDualStack") {
-        diag.value(site, &at("spec.ipFamilyPolicy"), format!("{DUAL_STACK} (RequireDualStack asks for two)"));
     }
 }
 

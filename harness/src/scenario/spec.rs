@@ -60,21 +60,49 @@ pub(crate) struct Sections {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ClusterSpec {
     #[serde(rename = "podCIDR")]
-    pub pod_cidr: String,
+    pub pod_cidr: OneOrTwo,
     #[serde(rename = "serviceCIDR")]
-    pub service_cidr: String,
-    pub node_network: String,
+    pub service_cidr: OneOrTwo,
+    pub node_network: OneOrTwo,
 }
 
+/// A cluster network: one CIDR (`10.244.0.0/16`), or a list of one or two, one per family,
+/// primary first (`[10.244.0.0/16, fd00:10:244::/56]`), as kube-proxy's `--cluster-cidr`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum OneOrTwo {
+    One(String),
+    List(Vec<String>),
+}
+
+impl OneOrTwo {
+    pub fn items(&self) -> Vec<&str> {
+        match self {
+            OneOrTwo::One(s) => vec![s.as_str()],
+            OneOrTwo::List(l) => l.iter().map(String::as_str).collect(),
+        }
+    }
+
+    pub fn is_list(&self) -> bool {
+        matches!(self, OneOrTwo::List(_))
+    }
+}
+
+/// A node: `ip` and `podCIDR`, or (dual-stack, as Kubernetes' `spec.podCIDRs`) `ips` and
+/// `podCIDRs` with one entry per family of the cluster, primary first.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct NodeSpec {
     pub name: String,
-    pub ip: String,
+    pub ip: Option<String>,
+    #[serde(default, rename = "ips")]
+    pub ips: Option<Vec<String>>,
     #[serde(default, rename = "secondaryIPs")]
     pub secondary_ips: Vec<String>,
     #[serde(rename = "podCIDR")]
-    pub pod_cidr: String,
+    pub pod_cidr: Option<String>,
+    #[serde(rename = "podCIDRs")]
+    pub pod_cidrs: Option<Vec<String>>,
 }
 
 /// `spec.proxyConfig`: kube-proxy's flags, every one optional.
@@ -99,7 +127,9 @@ pub(crate) struct FlowsSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ExternalHostSpec {
     pub name: String,
-    pub ip: String,
+    pub ip: Option<String>,
+    /// One address per family (dual-stack), instead of `ip`.
+    pub ips: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,6 +141,8 @@ pub(crate) struct ProbeSpec {
     pub protocol: Option<ProtocolSpec>,
     pub count: Option<u32>,
     pub interval: Option<IntervalSpec>,
+    /// `IPv4` or `IPv6`: the family to probe over (dual-stack); the primary when left out.
+    pub family: Option<String>,
     pub expect: Option<ExpectSpec>,
 }
 

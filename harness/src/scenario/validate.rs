@@ -44,7 +44,14 @@ fn assemble<'a>(docs: &'a [Document], source: &Path, diag: &mut Diagnostics) -> 
     let document = pick_scenario(&classified, diag);
     let mut addresses = Addresses::default();
     let doc = scenario_doc::read(document, &mut addresses, diag);
-    let mut pods = pods::read(&classified.pods, &classified.unparsed, &doc.nodes, &mut addresses, diag);
+    let mut pods = pods::read(
+        &classified.pods,
+        &classified.unparsed,
+        &doc.nodes,
+        doc.networks.is_dual(),
+        &mut addresses,
+        diag,
+    );
     let mut services =
         services::read(&classified.services, &classified.unparsed, &doc.networks, &mut addresses, diag);
     for name in &classified.kindless {
@@ -109,6 +116,7 @@ fn assemble<'a>(docs: &'a [Document], source: &Path, diag: &mut Diagnostics) -> 
         pods: classified.pods.iter().map(|p| p.object.clone()).collect(),
     };
     let cluster = Cluster {
+        second_family: doc.networks.second_family()?,
         pod_cidr: doc.networks.pod_cidr?,
         service_cidr: doc.networks.service_cidr?,
         node_network: doc.networks.node_network?,

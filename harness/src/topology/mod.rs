@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use anyhow::{Context, Result};
 use ipnet::IpNet;
 
-use crate::model::{Cluster, Source, bridge_address};
+use crate::model::{Cluster, Node, Pod, Source, bridge_address};
 use links::Links;
 pub use netns::Netns;
 
@@ -90,12 +90,18 @@ impl Topology {
     /// Links, addresses, routes and sysctls, as a CNI plugin and a node's boot would set them.
     /// Each namespace gets its sysctls before any link is made in it or moved into it (a
     /// link copies the namespace's IPv6 defaults when it arrives), so the node network's first.
+    /// Links are made once; addresses and routes per family (one family view each: a
+    /// dual-stack cluster has two).
     async fn wire(&self, cluster: &Cluster) -> Result<()> {
+        let views: Vec<Cluster> = if cluster.second_family.is_some() {
+            cluster.families().into_iter().map(|f| cluster.family_view(f)).collect()
+        } else {
+            vec![cluster.clone()]
+        };
         sysctl::host_defaults(&self.node_network)?;
         let net = Links::connect(&self.node_network).await?;
         net.loopback_up().await?;
         let br0 = net.bridge(NODE_NETWORK_BRIDGE).await?;
-        let net_prefix = cluster.node_network.prefix_len();
 
         for (i, node) in cluster.nodes.iter().enumerate() {
             let ns = &self.node(&node.name)?.netns;
@@ -108,26 +114,33 @@ impl Topology {
             links.veth_into(NODE_UPLINK, &port, &self.node_network).await?;
             net.attach(&port, br0, false).await?;
             let uplink = links.index(NODE_UPLINK).await?;
-            for ip in node.node_network_ips() {
-                links.address(uplink, ip, net_prefix).await?;
+            for (view, node) in on_node(&views, &node.name) {
+                for ip in node.node_network_ips() {
+                    links.address(uplink, ip, view.node_network.prefix_len()).await?;
+                }
             }
             links.up(uplink).await?;
 
             // Pod bridge with the node's gateway address for its pod CIDR.
             let cni0 = links.bridge(POD_BRIDGE).await?;
-            links.address(cni0, bridge_address(&node.pod_cidr), node.pod_cidr.prefix_len()).await?;
-
-            // Other nodes' pods are reached through those nodes, as a simple routed CNI does.
-            for other in cluster.nodes.iter().filter(|o| o.name != node.name) {
-                links.route_via(other.pod_cidr, other.ip, uplink).await?;
+            for (_, node) in on_node(&views, &node.name) {
+                links.address(cni0, bridge_address(&node.pod_cidr), node.pod_cidr.prefix_len()).await?;
             }
-            // Without a route covering the service CIDR, traffic to a VIP that the proxy does
-            // not translate fails locally with ENETUNREACH instead of reaching its REJECT.
-            links.route_dev(cluster.service_cidr, uplink).await?;
-            // External and load-balancer IPs live outside every subnet here; a node's own
-            // processes need a route to them before the proxy's OUTPUT rules can act.
-            for ip in external_destinations(cluster) {
-                links.route_dev(IpNet::from(ip), uplink).await?;
+
+            for (view, node) in on_node(&views, &node.name) {
+                // Other nodes' pods are reached through those nodes, as a simple routed CNI does.
+                for other in view.nodes.iter().filter(|o| o.name != node.name) {
+                    links.route_via(other.pod_cidr, other.ip, uplink).await?;
+                }
+                // Without a route covering the service CIDR, traffic to a VIP that the proxy
+                // does not translate fails locally with ENETUNREACH instead of reaching its
+                // REJECT.
+                links.route_dev(view.service_cidr, uplink).await?;
+                // External and load-balancer IPs live outside every subnet here; a node's own
+                // processes need a route to them before the proxy's OUTPUT rules can act.
+                for ip in external_destinations(view) {
+                    links.route_dev(IpNet::from(ip), uplink).await?;
+                }
             }
 
             for (j, pod) in cluster.pods.iter().filter(|p| p.node == node.name).enumerate() {
@@ -140,9 +153,16 @@ impl Topology {
                 // Kubelet turns hairpin on so a pod can reach itself through its Service.
                 links.attach(&host_side, cni0, true).await?;
                 let eth0 = pod_links.index(POD_INTERFACE).await?;
-                pod_links.address(eth0, pod.ip, node.pod_cidr.prefix_len()).await?;
+                let families: Vec<(&Pod, &Node)> = on_node(&views, &node.name)
+                    .filter_map(|(view, node)| Some((view.pod(&pod.name)?, node)))
+                    .collect();
+                for (pod, node) in &families {
+                    pod_links.address(eth0, pod.ip, node.pod_cidr.prefix_len()).await?;
+                }
                 pod_links.up(eth0).await?;
-                pod_links.default_route(bridge_address(&node.pod_cidr), eth0).await?;
+                for (_, node) in &families {
+                    pod_links.default_route(bridge_address(&node.pod_cidr), eth0).await?;
+                }
             }
         }
 
@@ -155,7 +175,11 @@ impl Topology {
             links.veth_into(POD_INTERFACE, &port, &self.node_network).await?;
             net.attach(&port, br0, false).await?;
             let eth0 = links.index(POD_INTERFACE).await?;
-            links.address(eth0, host.ip, net_prefix).await?;
+            for view in &views {
+                if let Some(host) = view.external_host(&host.name) {
+                    links.address(eth0, host.ip, view.node_network.prefix_len()).await?;
+                }
+            }
             links.up(eth0).await?;
         }
         Ok(())
@@ -164,7 +188,10 @@ impl Topology {
     /// Routes an external host's traffic for `dest` through `via`, as a router or cloud load
     /// balancer in front of the cluster would.
     pub async fn steer(&self, host: &str, dest: IpAddr, via: IpAddr) -> Result<()> {
-        let ns = self.external_hosts.get(host).with_context(|| format!("no namespace for external host {host}"))?;
+        let ns = self
+            .external_hosts
+            .get(host)
+            .with_context(|| format!("no namespace for external host {host}"))?;
         let links = Links::connect(ns).await?;
         let eth0 = links.index(POD_INTERFACE).await?;
         links.steer(dest, via, eth0).await
@@ -213,6 +240,11 @@ impl Drop for Topology {
             eprintln!("packetproof: tearing down a topology: {e:#}");
         }
     }
+}
+
+/// Each family view that has node `name`, with the node as that view has it.
+fn on_node<'a>(views: &'a [Cluster], name: &'a str) -> impl Iterator<Item = (&'a Cluster, &'a Node)> + 'a {
+    views.iter().filter_map(move |v| Some((v, v.node(name)?)))
 }
 
 /// Every external IP and load-balancer IP of the cluster's Services, once each.

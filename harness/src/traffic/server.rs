@@ -1,10 +1,13 @@
 //! A small server on every declared container port of every pod, inside the pod's namespace.
 //! TCP: on accept, write the reply line and close. UDP: answer each datagram with the line.
-//! Each binds the unspecified address of the pod's family.
+//! Each binds the unspecified address of each of the pod's families (a dual-stack pod serves
+//! every port on both, with separate sockets; the IPv6 one IPv6-only, so that IPv4 peers are
+//! seen as themselves, never as `::ffff:` mapped addresses).
 
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
+use socket2::{Domain, Socket, Type};
 use tokio::task::JoinSet;
 
 use super::reply;
@@ -26,28 +29,35 @@ impl Servers {
         for pod in &cluster.pods {
             let ns =
                 topology.pods.get(&pod.name).with_context(|| format!("no namespace for pod {}", pod.name))?;
-            // `0.0.0.0` or `[::]`, after the pod's own family (a pod of a single-stack
-            // cluster has one address).
-            let unspecified = IpFamily::of(pod.ip).unspecified();
-            for port in &pod.ports {
+            // `0.0.0.0` and/or `[::]`, after the pod's own families.
+            let families = std::iter::once(pod.ip).chain(pod.second_ip).map(IpFamily::of);
+            for (unspecified, port) in
+                families.flat_map(|f| pod.ports.iter().map(move |p| (f.unspecified(), p)))
+            {
                 let bind = SocketAddr::new(unspecified, port.port);
-                let what = || format!("serving {}/{} in pod {}", port.port, port.protocol, pod.name);
+                let what =
+                    || format!("serving {}/{} on {bind} in pod {}", port.port, port.protocol, pod.name);
                 let name = pod.name.clone();
                 match port.protocol {
                     Protocol::Tcp => {
-                        let listener =
-                            ns.run(move || std::net::TcpListener::bind(bind))?.with_context(what)?;
+                        let listener = ns.run(move || socket(bind, Type::STREAM))?.with_context(what)?;
+                        let listener = std::net::TcpListener::from(listener);
                         listener.set_nonblocking(true).with_context(what)?;
                         let listener = tokio::net::TcpListener::from_std(listener).with_context(what)?;
                         servers.tasks.spawn(serve_tcp(listener, name));
                     }
                     Protocol::Udp => {
-                        let socket = ns.run(move || std::net::UdpSocket::bind(bind))?.with_context(what)?;
+                        let socket = ns.run(move || socket(bind, Type::DGRAM))?.with_context(what)?;
+                        let socket = std::net::UdpSocket::from(socket);
                         socket.set_nonblocking(true).with_context(what)?;
                         let socket = tokio::net::UdpSocket::from_std(socket).with_context(what)?;
                         servers.tasks.spawn(serve_udp(socket, name));
                     }
-                    Protocol::Sctp => servers.unserved.push((pod.name.clone(), port.port, port.protocol)),
+                    Protocol::Sctp => {
+                        if !servers.unserved.contains(&(pod.name.clone(), port.port, port.protocol)) {
+                            servers.unserved.push((pod.name.clone(), port.port, port.protocol));
+                        }
+                    }
                 }
             }
         }
@@ -58,6 +68,23 @@ impl Servers {
     pub async fn stop(mut self) {
         self.tasks.shutdown().await;
     }
+}
+
+/// A bound socket as `std::net` binds one (a listening TCP socket reuses its address), but
+/// IPv6-only on an IPv6 address, so that a pod's IPv4 and IPv6 servers share each port.
+fn socket(addr: SocketAddr, kind: Type) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), kind, None)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    if kind == Type::STREAM {
+        socket.set_reuse_address(true)?;
+    }
+    socket.bind(&addr.into())?;
+    if kind == Type::STREAM {
+        socket.listen(128)?;
+    }
+    Ok(socket)
 }
 
 async fn serve_tcp(listener: tokio::net::TcpListener, pod: String) {

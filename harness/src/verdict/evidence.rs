@@ -209,7 +209,7 @@ mod tests {
     }
 
     fn probe() -> Probe {
-        Probe {
+        Probe { family: None,
             name: "p".into(),
             from: Source::Pod("client".into()),
             to: Target::ClusterIp { service: "kube-dns".into(), port: "dns".into() },

@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn external_and_load_balancer_ips_make_a_port_externally_accessible() {
-        let mut svc = Service {
+        let mut svc = Service { second_cluster_ip: None,
             namespace: "default".into(),
             name: "web".into(),
             service_type: ServiceType::ClusterIp,

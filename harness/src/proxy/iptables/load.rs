@@ -1,7 +1,7 @@
 //! Loading a ruleset into a node namespace and reading it back, with `iptables-restore` and
 //! `iptables-save` for an IPv4 cluster and `ip6tables-restore`/`ip6tables-save` for IPv6.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
@@ -9,9 +9,10 @@ use anyhow::{Context, Result};
 use crate::model::IpFamily;
 use crate::topology::NodeHandle;
 
-/// The family each namespace was last loaded with, by namespace name, so that a dump reads
-/// the tables that were written ([`crate::proxy::Proxy::dump_node`] is given only the node).
-static LOADED: Mutex<BTreeMap<String, IpFamily>> = Mutex::new(BTreeMap::new());
+/// The families each namespace was loaded with (both, on a dual-stack node), by namespace
+/// name, so that a dump reads the tables that were written ([`crate::proxy::Proxy::dump_node`]
+/// is given only the node).
+static LOADED: Mutex<BTreeMap<String, BTreeSet<IpFamily>>> = Mutex::new(BTreeMap::new());
 
 /// `iptables-restore`/`iptables-save`, or their IPv6 twins.
 fn tools(family: IpFamily) -> (&'static str, &'static str) {
@@ -33,7 +34,12 @@ fn rule_kind(family: IpFamily) -> &'static str {
 /// across namespaces.
 pub fn restore(node: &NodeHandle, text: &str, family: IpFamily) -> Result<()> {
     let (restore, _) = tools(family);
-    LOADED.lock().unwrap_or_else(|e| e.into_inner()).insert(node.netns.name().to_string(), family);
+    LOADED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(node.netns.name().to_string())
+        .or_default()
+        .insert(family);
     let loaded = node.netns.exec(restore, &["-w"], Some(text.as_bytes()));
     loaded.map(|_| ()).map_err(|e| {
         let shown: Vec<String> = offending_lines(&format!("{e:#}"), text)
@@ -63,17 +69,21 @@ fn offending_lines<'t>(message: &str, text: &'t str) -> Vec<(usize, &'t str)> {
     found
 }
 
-/// The node's tables as `iptables-save` (or `ip6tables-save`, when IPv6 rules were loaded
-/// there last) prints them.
+/// The node's tables as `iptables-save` prints them, or `ip6tables-save` when IPv6 rules were
+/// loaded there; both, IPv4 first, on a dual-stack node.
 pub fn save(node: &NodeHandle) -> Result<String> {
-    let family = LOADED.lock().unwrap_or_else(|e| e.into_inner()).get(node.netns.name()).copied();
-    let family = family.unwrap_or(IpFamily::V4);
-    let (_, save) = tools(family);
-    let out = node
-        .netns
-        .exec(save, &[], None)
-        .with_context(|| format!("dumping {} rules of node {}", rule_kind(family), node.name))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner()).get(node.netns.name()).cloned();
+    let families = loaded.filter(|f| !f.is_empty()).unwrap_or_else(|| BTreeSet::from([IpFamily::V4]));
+    let mut dump = String::new();
+    for family in families {
+        let (_, save) = tools(family);
+        let out = node
+            .netns
+            .exec(save, &[], None)
+            .with_context(|| format!("dumping {} rules of node {}", rule_kind(family), node.name))?;
+        dump.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    Ok(dump)
 }
 
 /// The input line an `iptables-restore` error names: `line 31: RULE_APPEND failed` (nft),

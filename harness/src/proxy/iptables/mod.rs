@@ -50,9 +50,15 @@ pub fn node_ruleset(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Ru
 /// only: there are no node ports on ::1).
 const ROUTE_LOCALNET: &str = "/proc/sys/net/ipv4/conf/all/route_localnet";
 
-/// The `iptables-restore` (or `ip6tables-restore`) input for `node` (for `packetproof rules`).
+/// The `iptables-restore` (or `ip6tables-restore`) input for `node` (for `packetproof rules`);
+/// for a dual-stack cluster, the IPv4 input then the IPv6 one, each family's view on its own.
 pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> String {
-    node_ruleset(cluster, node, mutant).render()
+    if cluster.second_family.is_none() {
+        return node_ruleset(cluster, node, mutant).render();
+    }
+    let mut families = cluster.families();
+    families.sort();
+    families.iter().map(|&f| node_ruleset(&cluster.family_view(f), node, mutant).render()).collect()
 }
 
 impl Proxy for BuiltinIptables {
@@ -61,15 +67,32 @@ impl Proxy for BuiltinIptables {
     }
 
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
+    /// A dual-stack cluster is programmed per family, as kube-proxy runs a proxier per family:
+    /// each family's view into its own tables (`iptables-restore`, `ip6tables-restore`).
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
-        if node_ports::localhost_node_ports(&cluster.proxy, cluster.ip_family()) {
-            node.netns
-                .run(|| std::fs::write(ROUTE_LOCALNET, "1"))?
-                .with_context(|| format!("setting route_localnet on node {}", node.name))?;
+        let views: Vec<Cluster> = if cluster.second_family.is_some() {
+            cluster.families().into_iter().map(|f| cluster.family_view(f)).collect()
+        } else {
+            vec![cluster.clone()]
+        };
+        let mut services: Vec<healthcheck::HealthService> = Vec::new();
+        let mut addresses = Vec::new();
+        for view in &views {
+            let family = view.ip_family();
+            if node_ports::localhost_node_ports(&view.proxy, family) {
+                node.netns
+                    .run(|| std::fs::write(ROUTE_LOCALNET, "1"))?
+                    .with_context(|| format!("setting route_localnet on node {}", node.name))?;
+            }
+            load::restore(node, &node_ruleset(view, &node.name, self.mutant).render(), family)?;
+            // A dual-stack Service's health check is one server per family, on one port.
+            for svc in healthcheck::node_services(view, &node.name) {
+                if !services.iter().any(|s| s.port == svc.port) {
+                    services.push(svc);
+                }
+            }
+            addresses.extend(healthcheck::bind_addresses(view, &node.name));
         }
-        load::restore(node, &render_node(cluster, &node.name, self.mutant), cluster.ip_family())?;
-        let services = healthcheck::node_services(cluster, &node.name);
-        let addresses = healthcheck::bind_addresses(cluster, &node.name);
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
         healthcheck::serve(&node.netns, &services, &addresses, always_ok)
             .with_context(|| format!("serving health checks on node {}", node.name))

@@ -99,7 +99,7 @@ mod tests {
 
     #[test]
     fn unnamed_ports_have_no_colon() {
-        let svc = Service {
+        let svc = Service { second_cluster_ip: None,
             namespace: "default".into(),
             name: "nginx".into(),
             service_type: crate::model::ServiceType::ClusterIp,

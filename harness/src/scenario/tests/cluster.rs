@@ -154,7 +154,7 @@ fn a_broken_node_does_not_cascade_into_its_pods() {
         &errs,
         at(&text, "zone"),
         "spec.nodes[1].zone",
-        "unknown field `zone`, expected one of `name`, `ip`, `secondaryIPs`, `podCIDR`",
+        "unknown field `zone`, expected one of `name`, `ip`, `ips`, `secondaryIPs`, `podCIDR`, `podCIDRs`",
     );
 }
 

@@ -137,7 +137,11 @@ fn an_address_of_the_other_family_is_reported_once_at_the_first() {
     let errs = parse_errors(&text);
     assert_eq!(errs[0].field, "spec.cluster.serviceCIDR", "{errs:?}");
     assert_eq!(errs[0].message, mixed_v4(&text, "10.96.0.0/12 is"));
-    assert_eq!(errs.iter().filter(|e| e.message.starts_with("dual-stack")).count(), 1, "{errs:?}");
+    assert_eq!(
+        errs.iter().filter(|e| e.message.starts_with("the cluster is single-stack")).count(),
+        1,
+        "{errs:?}"
+    );
 }
 
 #[test]
@@ -239,6 +243,6 @@ fn ipv6_reserved_and_special_addresses() {
         &parse_errors(&text),
         at(&text, "RequireDualStack"),
         "Service default/web: spec.ipFamilyPolicy",
-        "dual-stack is not supported yet: every address of a scenario must be of one family (RequireDualStack asks for two)",
+        &format!("{} (RequireDualStack asks for two)", crate::scenario::families::DUAL_STACK),
     );
 }

@@ -170,7 +170,7 @@ fn behaviour_the_model_cannot_express_is_rejected() {
         &errors(&text),
         at(&text, "RequireDualStack"),
         "Service kube-system/kube-dns: spec.ipFamilyPolicy",
-        "dual-stack is not supported yet: every address of a scenario must be of one family (RequireDualStack asks for two)",
+        &format!("{} (RequireDualStack asks for two)", crate::scenario::families::DUAL_STACK),
     );
     let text =
         edit(KUBE_DNS, "  clusterIP: 10.96.0.10\n", "  clusterIP: 10.96.0.10\n  ipFamilies: [IPv4, IPv6]\n");

@@ -4,6 +4,7 @@
 //! recounting lines by hand.
 
 mod cluster;
+mod dual_stack;
 mod external;
 mod flows;
 mod happy;

@@ -42,7 +42,7 @@ fn service(
     cluster_ip: &str,
     ports: Vec<ServicePort>,
 ) -> Service {
-    Service {
+    Service { second_cluster_ip: None,
         namespace: namespace.to_string(),
         name: name.to_string(),
         service_type,
@@ -59,7 +59,7 @@ fn service(
 }
 
 fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
-    Node {
+    Node { second: None,
         name: name.to_string(),
         ip: ip.parse().unwrap(),
         secondary_ips: vec![],
@@ -68,7 +68,7 @@ fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
 }
 
 fn cluster(services: Vec<Service>) -> Cluster {
-    Cluster {
+    Cluster { second_family: None,
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         node_network: "192.168.50.0/24".parse().unwrap(),
