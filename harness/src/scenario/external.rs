@@ -106,20 +106,8 @@ fn ingress_ips(
     if ingress.is_empty() {
         return Vec::new();
     }
-    match service_type {
-        Some(ServiceType::LoadBalancer) => {}
-        Some(other) => {
-            diag.value(
-                site,
-                &list,
-                format!(
-                    "load-balancer ingress only applies to type LoadBalancer (this Service is {})",
-                    type_name(other)
-                ),
-            );
-            return Vec::new();
-        }
-        None => return Vec::new(),
+    if !load_balancer_only(site, &list, "load-balancer ingress only applies", service_type, diag) {
+        return Vec::new();
     }
     let mut out = Vec::new();
     for (k, entry) in ingress.iter().enumerate() {
@@ -259,20 +247,8 @@ fn source_ranges(
     if ranges.is_empty() {
         return Vec::new();
     }
-    match service_type {
-        Some(ServiceType::LoadBalancer) => {}
-        Some(other) => {
-            diag.value(
-                site,
-                &list,
-                format!(
-                    "loadBalancerSourceRanges only apply to type LoadBalancer (this Service is {})",
-                    type_name(other)
-                ),
-            );
-            return Vec::new();
-        }
-        None => return Vec::new(),
+    if !load_balancer_only(site, &list, "loadBalancerSourceRanges only apply", service_type, diag) {
+        return Vec::new();
     }
     let mut out = Vec::new();
     for (k, text) in ranges.iter().enumerate() {
@@ -347,5 +323,24 @@ fn type_name(t: ServiceType) -> &'static str {
         ServiceType::ClusterIp => "ClusterIP",
         ServiceType::NodePort => "NodePort",
         ServiceType::LoadBalancer => "LoadBalancer",
+    }
+}
+
+/// Whether the Service is a LoadBalancer; reports `what` at `list` for any other known type
+/// (an unreadable type was reported where it was read).
+fn load_balancer_only(
+    site: &Site<'_>,
+    list: &FieldPath,
+    what: &str,
+    service_type: Option<ServiceType>,
+    diag: &mut Diagnostics,
+) -> bool {
+    match service_type {
+        Some(ServiceType::LoadBalancer) => true,
+        Some(other) => {
+            diag.value(site, list, format!("{what} to type LoadBalancer (this Service is {})", type_name(other)));
+            false
+        }
+        None => false,
     }
 }

@@ -627,38 +627,11 @@ fn write_ext_chain(rules: &mut RuleSet, p: &Port) {
         }
         // From the node itself the source would be a local address: masquerade and use all
         // endpoints, as if the traffic had gone out to a load balancer and come back.
-        let comment = format!("masquerade LOCAL traffic for {} external destinations", p.name);
-        rules.nat.append(
-            ext,
-            args![
-                "-m",
-                "comment",
-                "--comment",
-                comment,
-                "-m",
-                "addrtype",
-                "--src-type",
-                "LOCAL",
-                "-j",
-                MARK_MASQ
-            ],
-        );
-        let comment = format!("route LOCAL traffic for {} external destinations", p.name);
-        rules.nat.append(
-            ext,
-            args![
-                "-m",
-                "comment",
-                "--comment",
-                comment,
-                "-m",
-                "addrtype",
-                "--src-type",
-                "LOCAL",
-                "-j",
-                &p.svc_chain
-            ],
-        );
+        for (verb, target) in [("masquerade", MARK_MASQ), ("route", p.svc_chain.as_str())] {
+            let comment = format!("{verb} LOCAL traffic for {} external destinations", p.name);
+            #[rustfmt::skip]
+            rules.nat.append(ext, args!["-m", "comment", "--comment", comment, "-m", "addrtype", "--src-type", "LOCAL", "-j", target]);
+        }
     }
     if p.has_external_endpoints() {
         rules.nat.append(ext, args!["-j", p.external_policy_chain()]);
