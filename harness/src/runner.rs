@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 
@@ -15,7 +15,7 @@ use crate::proxy::Proxy;
 use crate::topology::{NODE_UPLINK, POD_INTERFACE, Topology};
 use crate::traffic::client::SourcePorts;
 use crate::traffic::{Pace, Plan, Prober, Sent, Servers, Speech};
-use crate::verdict::evidence::{self, Evidence};
+use crate::verdict::evidence::{self, Evidence, Window};
 use crate::verdict::{self, ProbeVerdict};
 
 #[derive(Debug, Clone)]
@@ -135,11 +135,13 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         .iter()
         .zip(&expectations)
         .zip(sent)
-        .map(|((probe, expected), (dst, sent))| {
+        .map(|((probe, expected), (dst, sent, window))| {
             let mut v =
                 verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
             let view = scenario.cluster.probe_view(probe);
-            v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &evidence));
+            // Probes run one after another: each is judged on what the wire carried meanwhile.
+            let during = evidence.during(window);
+            v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &during));
             v
         })
         .collect();
@@ -215,7 +217,7 @@ fn send_probes(
     runtime: &tokio::runtime::Runtime,
     expectations: &[oracle::Expectation],
     options: &RunOptions,
-) -> Result<Vec<(SocketAddr, Vec<Sent>)>> {
+) -> Result<Vec<(SocketAddr, Vec<Sent>, Window)>> {
     let ports = SourcePorts::default();
     let mut probers: BTreeMap<&Source, Prober> = BTreeMap::new();
     let mut all = Vec::new();
@@ -235,10 +237,11 @@ fn send_probes(
         if let (Source::External(host), Some(via)) = (&probe.from, view.entry_node(&probe.to)) {
             runtime.block_on(topology.steer(host, dst.ip(), via.ip))?;
         }
+        let from = SystemTime::now();
         let sent = prober
             .send(plan(probe, dst, expected))
             .with_context(|| format!("sending probe {}", probe.name))?;
-        all.push((dst, sent));
+        all.push((dst, sent, Window { from, to: SystemTime::now() }));
     }
     Ok(all)
 }

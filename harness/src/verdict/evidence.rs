@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::time::SystemTime;
 
 use crate::model::{Cluster, Probe, Target};
 use crate::observe::{Flow, Frame, L4, Packet};
@@ -24,6 +25,30 @@ use crate::traffic::{Attempt, Sent};
 pub struct Evidence {
     pub frames: BTreeMap<String, Vec<Frame>>,
     pub conntrack: BTreeMap<String, Vec<Flow>>,
+}
+
+/// When a probe was sent: from its first attempt until its last one ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub from: SystemTime,
+    pub to: SystemTime,
+}
+
+impl Evidence {
+    /// The frames captured during `window` (conntrack tables as they are). Other probes' flows
+    /// must not count for this one: masquerading picks random source ports, so a flow of an
+    /// earlier probe can carry the very address and port this probe's client used.
+    pub fn during(&self, window: Window) -> Evidence {
+        let frames = self
+            .frames
+            .iter()
+            .map(|(k, frames)| {
+                let inside = frames.iter().filter(|f| f.timestamp >= window.from && f.timestamp <= window.to);
+                (k.clone(), inside.cloned().collect())
+            })
+            .collect();
+        Evidence { frames, conntrack: self.conntrack.clone() }
+    }
 }
 
 /// Where a probe's source captures what comes back to it.
@@ -306,6 +331,18 @@ mod tests {
         assert_eq!(run(&at_client(vec![]), &Outcome::Rejected, &refused).len(), 1);
         assert!(run(&at_client(vec![frame(udp(CLIENT, VIP))]), &Outcome::Dropped, &silent).is_empty());
         assert_eq!(run(&at_client(vec![frame(icmp)]), &Outcome::Dropped, &silent).len(), 1);
+    }
+
+    #[test]
+    fn another_probes_flow_with_the_same_address_and_port_does_not_count() {
+        // A masqueraded flow of an earlier probe reused the client's address and port.
+        let at = |secs| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        let earlier = Frame { timestamp: at(10), ..frame(udp(CLIENT, BACKEND)) };
+        let e = evidence(vec![earlier], vec![]);
+        let silent = vec![Sent { source_port: 20000, attempt: Attempt::Silent }];
+        assert_eq!(run(&e, &Outcome::Dropped, &silent).len(), 1, "without a window it would count");
+        let during = e.during(Window { from: at(20), to: at(21) });
+        assert!(check(&cluster(), &probe(), addr(VIP), &Outcome::Dropped, &silent, &during).is_empty());
     }
 
     #[test]
