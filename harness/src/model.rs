@@ -232,6 +232,26 @@ pub enum SessionAffinity {
 }
 
 impl Service {
+    /// A ClusterIP Service with no ports and Kubernetes' defaults for everything else
+    /// (policies Cluster, no external or load-balancer IPs, no affinity, single-stack).
+    pub fn new(namespace: &str, name: &str, cluster_ip: IpAddr) -> Service {
+        Service {
+            namespace: namespace.into(),
+            name: name.into(),
+            service_type: ServiceType::ClusterIp,
+            cluster_ip,
+            second_cluster_ip: None,
+            external_traffic_policy: TrafficPolicy::Cluster,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            ports: Vec::new(),
+            external_ips: Vec::new(),
+            load_balancer_ips: Vec::new(),
+            load_balancer_source_ranges: Vec::new(),
+            health_check_node_port: None,
+            session_affinity: SessionAffinity::None,
+        }
+    }
+
     /// `namespace/name`, as kube-proxy prints it in rule comments.
     pub fn namespaced_name(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -655,13 +675,7 @@ mod tests {
             pod: "web".into(),
         };
         let service = |name: &str, first: &str, second: Option<&str>| Service {
-            namespace: "default".into(),
-            name: name.into(),
-            service_type: ServiceType::ClusterIp,
-            cluster_ip: ip(first),
             second_cluster_ip: second.map(ip),
-            external_traffic_policy: TrafficPolicy::Cluster,
-            internal_traffic_policy: TrafficPolicy::Cluster,
             ports: vec![ServicePort {
                 name: "http".into(),
                 protocol: Protocol::Tcp,
@@ -670,10 +684,8 @@ mod tests {
                 endpoints: vec![endpoint("10.244.1.10"), endpoint("fd00:10:244:1::10")],
             }],
             external_ips: vec![ip("203.0.113.1"), ip("fd00:203::1")],
-            load_balancer_ips: vec![],
             load_balancer_source_ranges: vec![net("198.51.100.0/24"), net("fd00:198::/64")],
-            health_check_node_port: None,
-            session_affinity: SessionAffinity::None,
+            ..Service::new("default", name, ip(first))
         };
         let pod = |name: &str, first: &str, second: Option<&str>| Pod {
             namespace: "default".into(),

@@ -55,13 +55,9 @@ fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
             pod("web-b", "10.244.2.5", "b"),
             pod("client", "10.244.1.9", "a"),
         ],
-        services: vec![Service { second_cluster_ip: None,
-            namespace: "default".into(),
-            name: "web".into(),
+        services: vec![Service {
             service_type: ServiceType::NodePort,
-            cluster_ip: "10.96.0.20".parse().unwrap(),
             external_traffic_policy: etp,
-            internal_traffic_policy: TrafficPolicy::Cluster,
             ports: vec![ServicePort {
                 name: "http".into(),
                 protocol: Protocol::Tcp,
@@ -69,11 +65,7 @@ fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
                 node_port: Some(30080),
                 endpoints,
             }],
-            external_ips: vec![],
-            load_balancer_ips: vec![],
-            load_balancer_source_ranges: vec![],
-            health_check_node_port: None,
-            session_affinity: SessionAffinity::None,
+            ..Service::new("default", "web", "10.96.0.20".parse().unwrap())
         }],
         proxy: ProxyConfig::default(),
     }

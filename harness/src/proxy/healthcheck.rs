@@ -239,7 +239,7 @@ async fn answer_once(mut stream: tokio::net::TcpStream, reply: Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Endpoint, Node, Protocol, Service, ServicePort, SessionAffinity};
+    use crate::model::{Endpoint, Node, Protocol, Service, ServicePort};
 
     fn ep(ip: &str, node: &str, ready: bool) -> Endpoint {
         Endpoint {
@@ -255,13 +255,8 @@ mod tests {
 
     fn lb(name: &str, etp: TrafficPolicy, hc: Option<u16>, ports: Vec<Vec<Endpoint>>) -> Service {
         Service {
-            second_cluster_ip: None,
-            namespace: "default".into(),
-            name: name.into(),
             service_type: ServiceType::LoadBalancer,
-            cluster_ip: "10.96.0.80".parse().unwrap(),
             external_traffic_policy: etp,
-            internal_traffic_policy: TrafficPolicy::Cluster,
             ports: ports
                 .into_iter()
                 .enumerate()
@@ -273,11 +268,9 @@ mod tests {
                     endpoints,
                 })
                 .collect(),
-            external_ips: vec![],
             load_balancer_ips: vec!["203.0.113.10".parse().unwrap()],
-            load_balancer_source_ranges: vec![],
             health_check_node_port: hc,
-            session_affinity: SessionAffinity::None,
+            ..Service::new("default", name, "10.96.0.80".parse().unwrap())
         }
     }
 

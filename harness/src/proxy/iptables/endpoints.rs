@@ -219,19 +219,10 @@ mod tests {
 
     #[test]
     fn external_and_load_balancer_ips_make_a_port_externally_accessible() {
-        let mut svc = Service { second_cluster_ip: None,
-            namespace: "default".into(),
-            name: "web".into(),
-            service_type: ServiceType::ClusterIp,
-            cluster_ip: "10.96.0.1".parse().unwrap(),
+        let mut svc = Service {
             external_traffic_policy: TrafficPolicy::Local,
-            internal_traffic_policy: TrafficPolicy::Cluster,
             ports: vec![],
-            external_ips: vec![],
-            load_balancer_ips: vec![],
-            load_balancer_source_ranges: vec![],
-            health_check_node_port: None,
-            session_affinity: crate::model::SessionAffinity::None,
+            ..Service::new("default", "web", "10.96.0.1".parse().unwrap())
         };
         let mut p = port(vec![]);
         p.node_port = None;

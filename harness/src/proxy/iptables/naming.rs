@@ -99,19 +99,9 @@ mod tests {
 
     #[test]
     fn unnamed_ports_have_no_colon() {
-        let svc = Service { second_cluster_ip: None,
-            namespace: "default".into(),
-            name: "nginx".into(),
-            service_type: crate::model::ServiceType::ClusterIp,
-            cluster_ip: "10.32.0.61".parse().unwrap(),
-            external_traffic_policy: crate::model::TrafficPolicy::Cluster,
-            internal_traffic_policy: crate::model::TrafficPolicy::Cluster,
+        let svc = Service {
             ports: vec![],
-            external_ips: vec![],
-            load_balancer_ips: vec![],
-            load_balancer_source_ranges: vec![],
-            health_check_node_port: None,
-            session_affinity: crate::model::SessionAffinity::None,
+            ..Service::new("default", "nginx", "10.32.0.61".parse().unwrap())
         };
         let mut port = ServicePort {
             name: String::new(),

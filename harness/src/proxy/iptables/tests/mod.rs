@@ -42,19 +42,10 @@ fn service(
     cluster_ip: &str,
     ports: Vec<ServicePort>,
 ) -> Service {
-    Service { second_cluster_ip: None,
-        namespace: namespace.to_string(),
-        name: name.to_string(),
+    Service {
         service_type,
-        cluster_ip: cluster_ip.parse().unwrap(),
-        external_traffic_policy: TrafficPolicy::Cluster,
-        internal_traffic_policy: TrafficPolicy::Cluster,
         ports,
-        external_ips: vec![],
-        load_balancer_ips: vec![],
-        load_balancer_source_ranges: vec![],
-        health_check_node_port: None,
-        session_affinity: crate::model::SessionAffinity::None,
+        ..Service::new(namespace, name, cluster_ip.parse().unwrap())
     }
 }
 
