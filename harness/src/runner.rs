@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use crate::model::{Probe, Protocol, Scenario, Source, Target};
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
-use crate::proxy::Proxy;
+use crate::proxy::{Env, Proxy, Running, State};
 use crate::topology::{NODE_UPLINK, POD_INTERFACE, Topology};
 use crate::traffic::client::SourcePorts;
 use crate::traffic::{Pace, Plan, Prober, Sent, Servers, Speech};
@@ -113,14 +113,12 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         .block_on(Topology::build(&scenario.cluster))
         .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
     // From here, dropping `topology` (on error or panic) removes every namespace.
+    let env = Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };
+    let state = State { cluster: &scenario.cluster, objects: &scenario.objects };
+    let running =
+        proxy.start(&state, &env).with_context(|| format!("starting {} on every node", proxy.name()))?;
     let servers = {
-        // Proxies may start servers of their own (health checks) on this runtime.
         let _in_runtime = runtime.enter();
-        for node in &topology.nodes {
-            proxy
-                .program_node(&scenario.cluster, node)
-                .with_context(|| format!("programming node {} with {}", node.name, proxy.name()))?;
-        }
         Servers::start(&scenario.cluster, &topology)?
     };
 
@@ -149,13 +147,14 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     let artifacts = match &options.artifacts {
         Some(dir) if !passed || options.keep_passing => {
             let dir = dir.join(&scenario.name);
-            keep_evidence(&dir, &topology, proxy, &evidence, &verdicts, scenario)?;
+            keep_evidence(&dir, &topology, running.as_ref(), &evidence, &verdicts, scenario)?;
             Some(dir)
         }
         _ => None,
     };
 
     runtime.block_on(servers.stop());
+    running.stop().with_context(|| format!("stopping {}", proxy.name()))?;
     drop(runtime);
     topology.teardown().context("removing the scenario's namespaces")?;
     Ok(ScenarioReport {
@@ -265,7 +264,7 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
 fn keep_evidence(
     dir: &std::path::Path,
     topology: &Topology,
-    proxy: &dyn Proxy,
+    proxy: &dyn Running,
     evidence: &Evidence,
     verdicts: &[ProbeVerdict],
     scenario: &Scenario,
@@ -287,6 +286,10 @@ fn keep_evidence(
             Err(e) => format!("(no conntrack table: {e:#})\n"),
         };
         write(&format!("node-{}.conntrack", node.name), &table)?;
+    }
+    for (name, contents) in proxy.artifacts() {
+        let path = dir.join(format!("proxy-{name}"));
+        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -1,27 +1,69 @@
 //! Service proxy implementations behind one small trait, and a factory that picks one by name.
 //!
-//! A proxy sees only the desired state (the cluster's Services and endpoints), never the
-//! oracle's expectations.
+//! A proxy sees only the desired state (the cluster's Services and endpoints, as the model and
+//! as Kubernetes objects), never the oracle's expectations. Starting one returns a [`Running`]
+//! proxy: the runner changes its state between steps, reads its data plane for evidence and
+//! stops it before the namespaces go.
 
 pub mod healthcheck;
 pub mod iptables;
 pub mod node_ports;
+mod programmed;
+
+use std::path::Path;
 
 use anyhow::Result;
 
-use crate::model::Cluster;
-use crate::topology::NodeHandle;
+use crate::model::{Cluster, Objects};
+use crate::topology::{NodeHandle, Topology};
 
-/// Something that programs node namespaces to implement Services.
+pub use programmed::{NodeProgrammer, program_nodes};
+
+/// Something that makes node namespaces implement Services.
 pub trait Proxy: Send + Sync {
     /// The name a scenario or the command line selects it by.
     fn name(&self) -> &str;
 
-    /// Programs one node namespace with the cluster's Services, as the proxy on that node would.
-    fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()>;
+    /// Starts the proxy on every node of `env.topology` and returns once every node
+    /// implements `state`.
+    fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>>;
+}
+
+/// A started proxy. Dropping it must stop whatever it started, as [`Running::stop`] does
+/// (an error or a panic drops it without a stop).
+pub trait Running {
+    /// Makes every node implement a changed state (a scenario step), and returns once it does.
+    fn update(&mut self, state: &State<'_>) -> Result<()>;
 
     /// The node's data-plane state as loaded (e.g. `iptables-save`), for failure reports.
     fn dump_node(&self, node: &NodeHandle) -> Result<String>;
+
+    /// Files to keep with a failure's evidence besides the rules (logs, input files):
+    /// file name → contents.
+    fn artifacts(&self) -> Vec<(String, Vec<u8>)> {
+        Vec::new()
+    }
+
+    /// Stops whatever the proxy started (processes, servers).
+    fn stop(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The desired state: the model, and the same state as the Kubernetes objects it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct State<'s> {
+    pub cluster: &'s Cluster,
+    pub objects: &'s Objects,
+}
+
+/// Where a proxy runs.
+pub struct Env<'a> {
+    pub topology: &'a Topology,
+    /// The run's async runtime, for servers a proxy starts (health checks, an API server).
+    pub runtime: tokio::runtime::Handle,
+    /// The scenario file, for adapters whose inputs sit beside it (rule dumps).
+    pub source: &'a Path,
 }
 
 /// The proxies this build knows, by name.

@@ -25,7 +25,7 @@ pub use mutants::Mutant;
 pub use ruleset::{RuleSet, normalize_save};
 
 use crate::model::Cluster;
-use crate::proxy::{Proxy, healthcheck, node_ports};
+use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, node_ports, program_nodes};
 use crate::topology::NodeHandle;
 
 pub const NAME: &str = "builtin-iptables";
@@ -62,6 +62,16 @@ pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Str
 }
 
 impl Proxy for BuiltinIptables {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
+        program_nodes(self, state, env)
+    }
+}
+
+impl NodeProgrammer for BuiltinIptables {
     fn name(&self) -> &str {
         NAME
     }

@@ -59,7 +59,7 @@ fn loads_and_saves_back_identically() {
     if !privileged() {
         return;
     }
-    use crate::proxy::Proxy;
+    use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
     let (runtime, scratch) =
@@ -96,7 +96,7 @@ fn loads_and_saves_back_identically_in_ipv6() {
         return;
     }
     use super::ipv6::v6;
-    use crate::proxy::Proxy;
+    use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
     let (runtime, scratch) = scratch(
@@ -151,7 +151,7 @@ fn health_check_node_port_answers_from_inside_the_node() {
     if !privileged() {
         return;
     }
-    use crate::proxy::Proxy;
+    use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
     let (runtime, scratch) = scratch("health-check", &[]);
@@ -214,7 +214,7 @@ fn health_check_node_port_answers_on_ipv6() {
         return;
     }
     use super::ipv6::v6;
-    use crate::proxy::Proxy;
+    use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
     let (runtime, scratch) = scratch("health-check-v6", &["fd00:192:168:150::2"]);
