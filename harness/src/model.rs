@@ -21,7 +21,7 @@ pub struct Scenario {
     pub source: PathBuf,
     pub description: Option<String>,
     /// Proxy implementation to program the nodes with, e.g. `builtin-iptables`.
-    pub proxy: String,
+    pub proxy: ProxyChoice,
     pub cluster: Cluster,
     pub probes: Vec<Probe>,
     /// Flows `flows: all` would have generated but whose outcome Kubernetes leaves undefined,
@@ -29,6 +29,19 @@ pub struct Scenario {
     pub unjudged_flows: Vec<(String, String)>,
     /// The Kubernetes objects as parsed, for adapters that hand real objects to a proxy.
     pub objects: Objects,
+}
+
+/// A proxy by name, with its adapter's options (a JSON object; empty for most).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyChoice {
+    pub name: String,
+    pub options: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ProxyChoice {
+    pub fn named(name: &str) -> ProxyChoice {
+        ProxyChoice { name: name.to_string(), options: serde_json::Map::new() }
+    }
 }
 
 /// The Kubernetes objects of a scenario, as k8s-openapi types (derived EndpointSlices included).

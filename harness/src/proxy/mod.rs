@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::model::{Cluster, Objects};
+use crate::model::{Cluster, Objects, ProxyChoice};
 use crate::topology::{NodeHandle, Topology};
 
 pub use programmed::{NodeProgrammer, program_nodes};
@@ -69,10 +69,18 @@ pub struct Env<'a> {
 /// The proxies this build knows, by name.
 pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME];
 
-/// Builds the proxy a scenario or the command line names.
-pub fn by_name(name: &str) -> Result<Box<dyn Proxy>> {
-    match name {
-        iptables::NAME => Ok(Box::new(iptables::BuiltinIptables::default())),
+/// Builds the proxy a scenario or the command line names. Adapter options name files
+/// relative to `scenario_dir`.
+pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>> {
+    let _ = scenario_dir;
+    let no_options = |proxy: Box<dyn Proxy>| {
+        if let Some(key) = choice.options.keys().next() {
+            anyhow::bail!("{} takes no options, but {key:?} was given", choice.name);
+        }
+        Ok(proxy)
+    };
+    match choice.name.as_str() {
+        iptables::NAME => no_options(Box::new(iptables::BuiltinIptables::default())),
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }

@@ -41,7 +41,7 @@ pub(crate) struct Metadata {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct Sections {
     pub description: Option<String>,
-    pub proxy: Option<String>,
+    pub proxy: Option<ProxySpec>,
     #[allow(dead_code)]
     pub cluster: IgnoredAny,
     #[allow(dead_code)]
@@ -103,6 +103,15 @@ pub(crate) struct NodeSpec {
     pub pod_cidr: Option<String>,
     #[serde(rename = "podCIDRs")]
     pub pod_cidrs: Option<Vec<String>>,
+}
+
+/// `spec.proxy`: a proxy's name (`builtin-iptables`), or its name with the adapter's options
+/// (`{name: command, command: [...], mode: oneshot}`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ProxySpec {
+    Name(String),
+    WithOptions(serde_json::Map<String, serde_json::Value>),
 }
 
 /// `spec.proxyConfig`: kube-proxy's flags, every one optional.

@@ -177,3 +177,31 @@ fn documents_must_be_mappings() {
         "a document must be a mapping with apiVersion and kind (supported kinds: Scenario, Service, EndpointSlice, Pod)",
     );
 }
+
+#[test]
+fn the_proxy_is_a_known_name_with_the_options_its_adapter_accepts() {
+    let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxy: kube-proxy-ipvs");
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.proxy");
+    assert!(errs[0].message.starts_with("unknown proxy \"kube-proxy-ipvs\" (known: "), "{}", errs[0]);
+    assert_eq!((errs[0].line, errs[0].column), at(&text, "kube-proxy-ipvs"));
+
+    let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxy: {name: builtin-iptables, speed: 3}");
+    let errs = errors(&text);
+    assert_only(
+        &errs,
+        at(&text, "{name:"),
+        "spec.proxy",
+        "builtin-iptables takes no options, but \"speed\" was given",
+    );
+
+    let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxy: {speed: 3}");
+    let errs = errors(&text);
+    assert_only(
+        &errs,
+        at(&text, "{speed"),
+        "spec.proxy",
+        "a proxy with options needs `name:` (e.g. `name: command`)",
+    );
+}
