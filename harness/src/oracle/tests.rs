@@ -87,6 +87,7 @@ fn probe(from: Source, to: Target) -> Probe {
         protocol: Protocol::Tcp,
         count: 1,
         interval: None,
+        source_port: None,
         family: None,
         expect: None,
     }

@@ -5,6 +5,7 @@
 //! proxy: the runner changes its state between steps, reads its data plane for evidence and
 //! stops it before the namespaces go.
 
+pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
 pub mod node_ports;

@@ -179,6 +179,7 @@ impl Paths<'_> {
             protocol: dest.protocol,
             count: self.count,
             interval: None,
+            source_port: None,
             expect: None,
         }));
     }

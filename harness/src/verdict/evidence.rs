@@ -244,6 +244,7 @@ mod tests {
             protocol: Protocol::Udp,
             count: 1,
             interval: None,
+            source_port: None,
             expect: None,
         }
     }

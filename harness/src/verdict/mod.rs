@@ -258,6 +258,7 @@ mod tests {
             protocol: Protocol::Udp,
             count: 0,
             interval: None,
+            source_port: None,
             expect: None,
         }
     }

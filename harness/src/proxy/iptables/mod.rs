@@ -111,4 +111,8 @@ impl NodeProgrammer for BuiltinIptables {
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {
         load::save(node)
     }
+
+    fn clears_stale_conntrack(&self) -> bool {
+        !self.mutant.is_some_and(Mutant::keeps_stale_conntrack)
+    }
 }

@@ -56,20 +56,7 @@ fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
 }
 
 fn cluster(services: Vec<Service>) -> Cluster {
-    Cluster {
-        second_family: None,
-        pod_cidr: "10.244.0.0/16".parse().unwrap(),
-        service_cidr: "10.96.0.0/12".parse().unwrap(),
-        node_network: "192.168.50.0/24".parse().unwrap(),
-        nodes: vec![
-            node("node-a", "192.168.50.2", "10.244.0.0/24"),
-            node("node-b", "192.168.50.3", "10.244.1.0/24"),
-        ],
-        external_hosts: vec![],
-        pods: vec![],
-        services,
-        proxy: Default::default(),
-    }
+    Cluster::example(services)
 }
 
 fn kube_dns() -> Service {
