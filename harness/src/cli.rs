@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use crate::model::{ProxyChoice, Scenario};
 use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
 use crate::topology::netns;
-use crate::{proxy, report, scenario};
+use crate::{oracle, proxy, report, scenario};
 
 pub const EXIT_PASS: i32 = 0;
 pub const EXIT_FAIL: i32 = 1;
@@ -41,6 +41,11 @@ enum Command {
         /// parses, else as a string); repeatable.
         #[arg(long = "proxy-option", value_name = "KEY=VALUE", requires = "proxy")]
         proxy_options: Vec<String>,
+        /// Judge by this profile (kubernetes, kube-proxy-iptables, kube-proxy-nftables)
+        /// instead of the proxy's own; under `kubernetes`, outcomes Kubernetes leaves open are
+        /// not judged.
+        #[arg(long)]
+        profile: Option<oracle::Profile>,
         /// Milliseconds an attempt waits before it counts as dropped.
         #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
@@ -106,6 +111,7 @@ pub fn main() -> i32 {
             paths,
             proxy,
             proxy_options,
+            profile,
             timeout_ms,
             jobs,
             artifacts,
@@ -117,6 +123,7 @@ pub fn main() -> i32 {
                 timeout: Duration::from_millis(timeout_ms),
                 artifacts: Some(artifacts),
                 keep_passing: keep_evidence,
+                profile,
             };
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
                 run(&default_paths(paths), proxy.as_ref(), &options, jobs, &Outputs { junit, json })

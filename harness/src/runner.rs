@@ -26,12 +26,14 @@ pub struct RunOptions {
     pub artifacts: Option<PathBuf>,
     /// Keep evidence for passing scenarios too, not only for failing ones.
     pub keep_passing: bool,
+    /// The profile to judge by; none takes the proxy's own.
+    pub profile: Option<oracle::Profile>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         // Answers take well under a millisecond here; a second is three orders of margin.
-        RunOptions { timeout: Duration::from_secs(1), artifacts: None, keep_passing: false }
+        RunOptions { timeout: Duration::from_secs(1), artifacts: None, keep_passing: false, profile: None }
     }
 }
 
@@ -53,8 +55,11 @@ pub struct ScenarioReport {
     pub elapsed: Duration,
     /// Where this scenario's evidence was written, if it was.
     pub artifacts: Option<PathBuf>,
-    /// Generated flows left out because their outcome is undefined, with the reason.
+    /// Probes and generated flows left out because their outcome is undefined (under the
+    /// profile), with the reason.
     pub unjudged: Vec<(String, String)>,
+    /// The profile the probes were judged under (none for a scenario that did not run).
+    pub profile: Option<oracle::Profile>,
 }
 
 impl ScenarioReport {
@@ -78,6 +83,7 @@ impl ScenarioReport {
             elapsed: Duration::ZERO,
             artifacts: None,
             unjudged: scenario.unjudged_flows.clone(),
+            profile: None,
         }
     }
 }
@@ -97,20 +103,26 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     if let Some(reason) = unsupported(scenario) {
         return Ok(ScenarioReport::skipped(scenario, proxy.name(), reason));
     }
-    // The oracle speaks first, before any namespace exists.
-    let phases = scenario.phases();
-    let expectations = phases
+    // The oracle speaks first, before any namespace exists. Probes whose outcome the profile
+    // leaves open are set aside, reported as not judged.
+    let profile = options.profile.unwrap_or_else(|| proxy.profile());
+    let mut unjudged = scenario.unjudged_flows.clone();
+    let predicted = scenario
+        .phases()
         .iter()
-        .map(|phase| {
-            phase
-                .probes
-                .iter()
-                .map(|p| {
-                    oracle::expect(phase.cluster, p).map_err(|e| anyhow::anyhow!("probe {}: {e}", p.name))
-                })
-                .collect::<Result<Vec<_>>>()
-        })
+        .map(|phase| predict_phase(phase, profile, &mut unjudged))
         .collect::<Result<Vec<_>>>()?;
+    let phases: Vec<Phase<'_>> = scenario
+        .phases()
+        .into_iter()
+        .zip(&predicted)
+        .map(|(phase, (probes, _))| Phase { probes, ..phase })
+        .collect();
+    let expectations: Vec<Vec<oracle::Expectation>> = predicted.iter().map(|(_, e)| e.clone()).collect();
+    if expectations.iter().all(Vec::is_empty) {
+        let reason = format!("no probe has an outcome under profile {profile}");
+        return Ok(ScenarioReport { unjudged, ..ScenarioReport::skipped(scenario, proxy.name(), reason) });
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -164,7 +176,8 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         outcome: Outcome::Judged(verdicts),
         elapsed: started.elapsed(),
         artifacts,
-        unjudged: scenario.unjudged_flows.clone(),
+        unjudged,
+        profile: Some(profile),
     })
 }
 
@@ -208,6 +221,30 @@ fn dump_conntrack(
         }
     }
     Ok(tables)
+}
+
+/// The probes of `phase` that `profile` judges, with their expectations; the others go to
+/// `unjudged` with the reason.
+fn predict_phase(
+    phase: &Phase<'_>,
+    profile: oracle::Profile,
+    unjudged: &mut Vec<(String, String)>,
+) -> Result<(Vec<Probe>, Vec<oracle::Expectation>)> {
+    let mut judged = (Vec::new(), Vec::new());
+    for probe in phase.probes {
+        match oracle::predict(phase.cluster, probe, profile)
+            .map_err(|e| anyhow::anyhow!("probe {}: {e}", probe.name))?
+        {
+            oracle::Prediction::Expected(expectation) => {
+                judged.0.push(probe.clone());
+                judged.1.push(expectation);
+            }
+            oracle::Prediction::Open(reason) => {
+                unjudged.push((probe.name.clone(), format!("{reason} (profile {profile})")))
+            }
+        }
+    }
+    Ok(judged)
 }
 
 /// Each phase in turn: the proxy changed to its state (the first is started with it), its

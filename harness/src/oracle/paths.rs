@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::endpoints::{cluster_wide, local_to, ready_local_count};
 use super::frontend::{ExternalKind, Frontend};
-use super::{Expectation, Outcome, SeenSource, Spread};
+use super::{Basis, Expectation, Outcome, SeenSource, Spread};
 use crate::model::{
     Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, TrafficPolicy,
     bridge_address,
@@ -21,12 +21,11 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
         Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port),
         Frontend::External { svc, port, kind, node } => external(cluster, probe, svc, port, kind, node),
         Frontend::HealthCheck { svc, node } => Ok(health_check(cluster, svc, node)),
-        Frontend::NodeItself { why } => Ok(Expectation { outcome: Outcome::Rejected, because: why }),
+        Frontend::NodeItself { why } => Ok(Expectation::required(Outcome::Rejected, why)),
         Frontend::Pod(pod) => Ok(direct_to_pod(cluster, probe, pod)),
-        Frontend::Unallocated => Ok(Expectation {
-            outcome: Outcome::Dropped,
-            because: "in the service CIDR, but no Service port listens there".into(),
-        }),
+        Frontend::Chosen { outcome, why, by } => {
+            Ok(Expectation { outcome, because: why, basis: Basis::Choice(by) })
+        }
     }
 }
 
@@ -163,14 +162,10 @@ fn undefined_local_node_port(
 fn health_check(cluster: &Cluster, svc: &Service, node: &Node) -> Expectation {
     let local = ready_local_count(cluster, &svc.ports, &node.name);
     let status = if local > 0 { 200 } else { 503 };
-    Expectation {
-        outcome: Outcome::Http { status, local_endpoints: local },
-        because: format!(
-            "health check of {} on {}: {local} ready local endpoints",
-            svc.namespaced_name(),
-            node.name
-        ),
-    }
+    Expectation::required(
+        Outcome::Http { status, local_endpoints: local },
+        format!("health check of {} on {}: {local} ready local endpoints", svc.namespaced_name(), node.name),
+    )
 }
 
 fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &Pod) -> Expectation {
@@ -180,10 +175,10 @@ fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &Pod) -> Expectation {
         return rejected(format!("pod {} does not listen on {}/{}", pod.name, dst.port(), probe.protocol));
     }
     let backends = BTreeMap::from([(pod.name.clone(), client_source(cluster, &probe.from))]);
-    Expectation {
-        outcome: Outcome::Answered { backends, spread: Spread::Uniform, translated_by: None },
-        because: format!("directly to pod {}", pod.name),
-    }
+    Expectation::required(
+        Outcome::Answered { backends, spread: Spread::Uniform, translated_by: None },
+        format!("directly to pod {}", pod.name),
+    )
 }
 
 fn answered(
@@ -217,10 +212,10 @@ fn answered(
             )
         }
     };
-    Ok(Expectation {
-        outcome: Outcome::Answered { backends, spread, translated_by: Some(translated_by.name.clone()) },
+    Ok(Expectation::required(
+        Outcome::Answered { backends, spread, translated_by: Some(translated_by.name.clone()) },
         because,
-    })
+    ))
 }
 
 /// The fewest attempts `n` with `k^(1-n)` ≤ the verdict's false-failure rate.
@@ -250,11 +245,11 @@ fn is_hairpin(probe: &Probe, e: &Endpoint) -> bool {
 }
 
 fn rejected(because: String) -> Expectation {
-    Expectation { outcome: Outcome::Rejected, because }
+    Expectation::required(Outcome::Rejected, because)
 }
 
 fn dropped(because: String) -> Expectation {
-    Expectation { outcome: Outcome::Dropped, because }
+    Expectation::required(Outcome::Dropped, because)
 }
 
 /// The client's own addresses: a node may send from its node address or its bridge address,

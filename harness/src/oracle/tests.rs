@@ -462,3 +462,46 @@ fn a_node_port_shadowed_by_an_external_ip_on_the_same_address_is_refused_as_ambi
     assert!(err.contains("Service IPs win over node ports"), "{err}");
     assert!(expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).is_ok());
 }
+
+#[test]
+fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
+    use super::{Basis, Prediction, Profile, predict};
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    let node_port_at = |addr: &str| Target::NodePort {
+        service: "web".into(),
+        port: "http".into(),
+        node: "a".into(),
+        address: Some(addr.parse().unwrap()),
+    };
+    let raw = |addr: &str, port: u16| Target::Address(std::net::SocketAddr::new(addr.parse().unwrap(), port));
+    let outcome = |p: &Probe, profile| match predict(&c, p, profile).unwrap() {
+        Prediction::Expected(e) => Some((e.outcome, e.basis)),
+        Prediction::Open(_) => None,
+    };
+    let iptables = Profile::KubeProxyIptables;
+    let nftables = Profile::KubeProxyNftables;
+
+    // A secondary node address: every address in iptables mode, the primary only in nftables mode.
+    let secondary = probe(Source::External("ext".into()), node_port_at("192.168.50.111"));
+    assert!(matches!(outcome(&secondary, iptables), Some((Outcome::Answered { .. }, Basis::Contract))));
+    assert_eq!(outcome(&secondary, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&secondary, Profile::Kubernetes), None);
+    let primary = probe(Source::External("ext".into()), node_port_at("192.168.50.11"));
+    assert!(outcome(&primary, Profile::Kubernetes).is_some(), "the primary node IP is the contract");
+
+    // 127.0.0.1 from the node itself: only iptables mode serves it.
+    let localhost = probe(Source::Node("a".into()), node_port_at("127.0.0.1"));
+    assert!(matches!(outcome(&localhost, iptables), Some((Outcome::Answered { .. }, _))));
+    assert_eq!(outcome(&localhost, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&localhost, Profile::Kubernetes), None);
+
+    // A cluster IP's unused port passes through iptables mode; nftables mode rejects it.
+    let wrong_port = probe(Source::Pod("client".into()), raw("10.96.0.20", 81));
+    assert_eq!(outcome(&wrong_port, iptables), Some((Outcome::Dropped, Basis::Choice(iptables))));
+    assert_eq!(outcome(&wrong_port, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&wrong_port, Profile::Kubernetes), None);
+    let unallocated = probe(Source::Pod("client".into()), raw("10.96.255.254", 80));
+    assert_eq!(outcome(&unallocated, nftables), Some((Outcome::Dropped, Basis::Choice(nftables))));
+    assert_eq!(outcome(&unallocated, Profile::Kubernetes), None);
+}

@@ -16,6 +16,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::model::{Cluster, Objects, ProxyChoice};
+use crate::oracle::Profile;
 use crate::topology::{NodeHandle, Topology};
 
 pub use programmed::{NodeProgrammer, program_nodes};
@@ -24,6 +25,12 @@ pub use programmed::{NodeProgrammer, program_nodes};
 pub trait Proxy: Send + Sync {
     /// The name a scenario or the command line selects it by.
     fn name(&self) -> &str;
+
+    /// The profile its outcomes are judged by unless the run names one: the implementation
+    /// it is, or just the Kubernetes contract.
+    fn profile(&self) -> Profile {
+        Profile::Kubernetes
+    }
 
     /// Starts the proxy on every node of `env.topology` and returns once every node
     /// implements `state`.

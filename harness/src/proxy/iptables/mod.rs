@@ -25,6 +25,7 @@ pub use mutants::Mutant;
 pub use ruleset::{RuleSet, normalize_save};
 
 use crate::model::Cluster;
+use crate::oracle::Profile;
 use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, node_ports, program_nodes};
 use crate::topology::NodeHandle;
 
@@ -64,6 +65,10 @@ pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Str
 impl Proxy for BuiltinIptables {
     fn name(&self) -> &str {
         NAME
+    }
+
+    fn profile(&self) -> Profile {
+        Profile::KubeProxyIptables
     }
 
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
