@@ -5,10 +5,12 @@
 //! proxy: the runner changes its state between steps, reads its data plane for evidence and
 //! stops it before the namespaces go.
 
+pub mod command;
 pub mod healthcheck;
 pub mod iptables;
 pub mod node_ports;
 mod programmed;
+pub mod ruleset;
 
 use std::path::Path;
 
@@ -67,12 +69,15 @@ pub struct Env<'a> {
 }
 
 /// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME];
+pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME, ruleset::NAME, command::NAME];
 
 /// Builds the proxy a scenario or the command line names.
 pub fn by_name(name: &str) -> Result<Box<dyn Proxy>> {
     match name {
         iptables::NAME => Ok(Box::new(iptables::BuiltinIptables::default())),
+        // Without options, these two find their inputs beside the scenario file (module docs).
+        ruleset::NAME => Ok(Box::new(ruleset::Ruleset::default())),
+        command::NAME => Ok(Box::new(command::CommandProxy::default())),
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }
