@@ -334,8 +334,8 @@ impl Launched {
                     break;
                 }
                 if Instant::now() >= deadline {
-                    let last =
-                        status.map_or("was killed at the deadline".to_string(), |s| format!("last {s}"));
+                    let last = status
+                        .map_or("was killed at the deadline".to_string(), |s| format!("last ended with {s}"));
                     bail!(
                         "node {}: not ready within {:?} (generation {}): the ready check `{}` {last}; \
                          its stderr:\n{}\nthe proxy's stderr:\n{}",
@@ -418,7 +418,10 @@ impl Running for Launched {
         let mut files = Vec::new();
         for run in &self.nodes {
             for name in ["stdout", "stderr", "state.yaml", "ready.stderr"] {
-                if let Ok(bytes) = std::fs::read(run.log(name)) {
+                // An empty log says nothing a missing one does not.
+                if let Ok(bytes) = std::fs::read(run.log(name))
+                    && !bytes.is_empty()
+                {
                     files.push((format!("command-{}.{name}", run.node.name), bytes));
                 }
             }

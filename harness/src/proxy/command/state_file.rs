@@ -119,4 +119,47 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn the_list_holds_nodes_then_services_then_slices() {
+        let text = r#"
+apiVersion: packetproof.dev/v1alpha1
+kind: Scenario
+metadata: {name: list}
+spec:
+  cluster: {podCIDR: 10.244.0.0/16, serviceCIDR: 10.96.0.0/12, nodeNetwork: 192.168.50.0/24}
+  nodes:
+    - {name: node-a, ip: 192.168.50.11, podCIDR: 10.244.1.0/24}
+  probes:
+    - {name: p, from: {pod: web-0}, to: {service: web}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  clusterIP: 10.96.0.30
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, namespace: default, labels: {app: web}}
+spec:
+  nodeName: node-a
+  containers: [{name: web, image: web, ports: [{containerPort: 8080}]}]
+status: {podIP: 10.244.1.10}
+"#;
+        let s = crate::scenario::load_str(text, Path::new("list.yaml")).unwrap();
+        let list: Value = serde_json::from_slice(&render(&s.cluster, &s.objects, 7).unwrap()).unwrap();
+        assert_eq!((&list["apiVersion"], &list["kind"]), (&json!("v1"), &json!("List")));
+        assert_eq!(list["metadata"]["resourceVersion"], "7");
+        let kinds: Vec<&str> =
+            list["items"].as_array().unwrap().iter().map(|i| i["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Node", "Service", "EndpointSlice"]);
+        // The slice the harness derived from the selector, as the EndpointSlice controller would.
+        let slice = &list["items"][2];
+        assert_eq!(slice["metadata"]["labels"]["kubernetes.io/service-name"], "web");
+        assert_eq!(slice["endpoints"][0]["addresses"], json!(["10.244.1.10"]));
+        assert_eq!(slice["ports"][0]["port"], 8080);
+    }
 }

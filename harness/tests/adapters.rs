@@ -1,0 +1,277 @@
+//! The external adapters with real namespaces and packets: `ruleset` replays real kube-proxy
+//! dumps (the seed scenarios pass, and fail once a dump is edited), and `command` runs a proxy
+//! program per node (the scenario passes in both modes, fails with a broken program, and a
+//! program that fails or never becomes ready is a clear setup error).
+//!
+//! Needs root; without it each test is skipped, unless PACKETPROOF_REQUIRE_PRIVILEGES=1.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use packetproof::model::Scenario;
+use packetproof::proxy::command::CommandProxy;
+use packetproof::proxy::ruleset::Ruleset;
+use packetproof::proxy::{self, Env, Proxy, State};
+use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
+use packetproof::topology::Topology;
+use packetproof::{report, scenario};
+use serde_json::json;
+
+/// Whether this host can run scenarios; a skip is printed, or a panic when privileges are
+/// required.
+fn privileged() -> bool {
+    match runner::preflight() {
+        None => true,
+        Some(reason) => {
+            let required = std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_ok_and(|v| v == "1");
+            assert!(!required, "PACKETPROOF_REQUIRE_PRIVILEGES=1 but {reason}");
+            eprintln!("skipped: {reason}");
+            false
+        }
+    }
+}
+
+fn suite() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists")
+}
+
+fn load(name: &str) -> Scenario {
+    scenario::load(&suite().join(format!("{name}.yaml"))).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn run(s: &Scenario, proxy: &dyn Proxy) -> anyhow::Result<ScenarioReport> {
+    // Every expected outcome here is an answer or a refusal: a short wait keeps a failing run
+    // quick, and cannot make a correct one fail (answers take well under a millisecond).
+    let options = RunOptions { timeout: Duration::from_millis(300), ..RunOptions::default() };
+    runner::run(s, proxy, &options)
+}
+
+/// The report's flow table, after requiring that it ran and passed (or failed) as told.
+fn judged(s: &Scenario, report: &ScenarioReport, passed: bool) -> String {
+    let Outcome::Judged(verdicts) = &report.outcome else {
+        panic!("{} did not run: {:?}", s.name, report.outcome)
+    };
+    let table = format!("{}\n{}", report::scenario_line(report), report::flow_table(&s.cluster, verdicts));
+    println!("{table}");
+    assert_eq!(report.passed(), passed, "{table}");
+    table
+}
+
+/// A scratch directory of this test's own, removed first if a killed run left it.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pp-adapters-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+// ---------------------------------------------------------------- ruleset
+
+#[test]
+fn seed_004_dump_implements_its_services() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-004-nginx-replay");
+    assert_eq!(s.proxy, "ruleset");
+    // As `spec.proxy` selects it: the dump found by convention beside the scenario.
+    let proxy = proxy::by_name(&s.proxy).unwrap();
+    judged(&s, &run(&s, proxy.as_ref()).unwrap(), true);
+}
+
+#[test]
+fn seed_000_dump_implements_its_services() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-000-kube-dns-replay");
+    let proxy = Ruleset::from_options(&serde_json::Value::Null, &suite()).unwrap();
+    judged(&s, &run(&s, &proxy).unwrap(), true);
+}
+
+#[test]
+fn a_dump_with_an_edited_dnat_target_fails_the_seed() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-004-nginx-replay");
+    let real = std::fs::read_to_string(suite().join("rulesets/seed-004-nginx-replay.rules")).unwrap();
+    let right = "-j DNAT --to-destination 10.64.2.4:80";
+    assert_eq!(real.matches(right).count(), 1);
+    let dir = scratch("edited-dnat");
+    std::fs::write(dir.join("edited.rules"), real.replace(right, "-j DNAT --to-destination 10.64.2.4:8080"))
+        .unwrap();
+    let proxy = Ruleset::from_options(&json!({"ruleset": "edited.rules"}), &dir).unwrap();
+    let table = judged(&s, &run(&s, &proxy).unwrap(), false);
+    assert!(table.contains("pod-to-cluster-ip") && table.contains("refused"), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_dump_iptables_restore_refuses_is_a_setup_error_naming_the_file() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-000-kube-dns-replay");
+    let dir = scratch("bad-dump");
+    std::fs::write(dir.join("bad.rules"), "*nat\n-A KUBE-SERVICES -j KUBE-NOWHERE\nCOMMIT\n").unwrap();
+    let proxy = Ruleset::from_options(
+        &json!({"rulesets": {"control-plane": "bad.rules", "worker": "bad.rules"}}),
+        &dir,
+    )
+    .unwrap();
+    let error = format!("{:#}", run(&s, &proxy).unwrap_err());
+    assert!(error.contains("bad.rules") && error.contains("iptables-restore"), "{error}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Builds the scenario's namespaces, starts `proxy` and hands both to `f`; tears down after.
+fn with_started(s: &Scenario, proxy: &dyn Proxy, f: impl FnOnce(&mut dyn proxy::Running, &Topology)) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let topology = runtime.block_on(Topology::build(&s.cluster)).unwrap();
+    {
+        let env = Env { topology: &topology, runtime: runtime.handle().clone(), source: &s.source };
+        let state = State { cluster: &s.cluster, objects: &s.objects };
+        let mut running = proxy.start(&state, &env).unwrap();
+        f(running.as_mut(), &topology);
+        running.stop().unwrap();
+    }
+    topology.teardown().unwrap();
+}
+
+#[test]
+fn a_replay_refuses_to_follow_a_changed_state() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-000-kube-dns-replay");
+    with_started(&s, &Ruleset::default(), |running, topology| {
+        let dump = running.dump_node(&topology.nodes[0]).unwrap();
+        assert!(dump.contains("KUBE-SVC-TCOU7JCQXEZGVUNU"), "{dump}");
+        let state = State { cluster: &s.cluster, objects: &s.objects };
+        let error = format!("{:#}", running.update(&state).unwrap_err());
+        assert!(error.contains("cannot follow a change of the desired state"), "{error}");
+    });
+}
+
+// ---------------------------------------------------------------- command
+
+/// The scenario's program, run once per node and per state.
+fn oneshot(extra: &[&str]) -> CommandProxy {
+    let mut command =
+        vec!["python3", "proxies/clusterip.py", "--state", "{state}", "--cluster-cidr", "{clusterCIDR}"];
+    command.extend(extra);
+    CommandProxy::from_options(&json!({"command": command}), &suite()).unwrap()
+}
+
+#[test]
+fn a_proxy_daemon_implements_its_services() {
+    if !privileged() {
+        return;
+    }
+    let s = load("command-clusterip");
+    assert_eq!(s.proxy, "command");
+    // As `spec.proxy` selects it: the options from proxies/command-clusterip.json.
+    let proxy = proxy::by_name(&s.proxy).unwrap();
+    judged(&s, &run(&s, proxy.as_ref()).unwrap(), true);
+}
+
+#[test]
+fn a_oneshot_proxy_implements_its_services() {
+    if !privileged() {
+        return;
+    }
+    let s = load("command-clusterip");
+    judged(&s, &run(&s, &oneshot(&[])).unwrap(), true);
+}
+
+#[test]
+fn a_broken_proxy_program_fails_the_scenario() {
+    if !privileged() {
+        return;
+    }
+    let s = load("command-clusterip");
+    let table = judged(&s, &run(&s, &oneshot(&["--bug", "dnat-to-service-port"])).unwrap(), false);
+    assert!(table.contains("pod-to-web") && table.contains("refused"), "{table}");
+}
+
+#[test]
+fn a_daemon_reloads_on_sighup_and_reports_the_new_generation() {
+    if !privileged() {
+        return;
+    }
+    let s = load("command-clusterip");
+    with_started(&s, &CommandProxy::default(), |running, topology| {
+        let state = State { cluster: &s.cluster, objects: &s.objects };
+        running.update(&state).unwrap();
+        let logs = running.artifacts();
+        let stdout =
+            logs.iter().find(|(name, _)| name == "command-node-a.stdout").expect("node-a's stdout is kept");
+        let stdout = String::from_utf8_lossy(&stdout.1);
+        assert!(
+            stdout.contains("applied generation 1") && stdout.contains("applied generation 2"),
+            "{stdout}"
+        );
+        let dump = running.dump_node(&topology.nodes[0]).unwrap();
+        assert!(dump.contains("--to-destination 10.244.2.10:8080"), "{dump}");
+    });
+}
+
+#[test]
+fn a_failing_oneshot_is_a_setup_error_with_its_stderr() {
+    if !privileged() {
+        return;
+    }
+    let s = load("command-clusterip");
+    let command = json!({"command": ["sh", "-c", "echo cannot program {node} >&2; exit 3"]});
+    let proxy = CommandProxy::from_options(&command, &suite()).unwrap();
+    let error = format!("{:#}", run(&s, &proxy).unwrap_err());
+    assert!(error.contains("cannot program node-a") && error.contains("exit status: 3"), "{error}");
+}
+
+#[test]
+fn a_daemon_that_never_becomes_ready_is_a_setup_error_and_is_stopped() {
+    if !privileged() {
+        return;
+    }
+    let s = load("command-clusterip");
+    let dir = scratch("never-ready");
+    let options = json!({
+        "command": ["sh", "-c", format!("echo $$ > {}/{{node}}.pid; echo waiting >&2; exec sleep 600", dir.display())],
+        "mode": "daemon",
+        "ready": ["sh", "-c", "echo not yet >&2; exit 1"],
+        "timeoutSeconds": 1,
+    });
+    let proxy = CommandProxy::from_options(&options, &suite()).unwrap();
+    let error = format!("{:#}", run(&s, &proxy).unwrap_err());
+    assert!(error.contains("node-a: not ready within 1s"), "{error}");
+    assert!(error.contains("not yet") && error.contains("waiting"), "{error}");
+    // Both nodes' daemons went with the failed start.
+    for node in ["node-a", "node-b"] {
+        let pid = std::fs::read_to_string(dir.join(format!("{node}.pid"))).unwrap();
+        assert!(
+            !Path::new(&format!("/proc/{}", pid.trim())).exists(),
+            "{node}'s daemon (pid {pid}) outlived its start"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_daemon_that_exits_before_it_is_ready_is_a_setup_error_with_its_stderr() {
+    if !privileged() {
+        return;
+    }
+    let s = load("command-clusterip");
+    let options = json!({
+        "command": ["sh", "-c", "echo no iptables here >&2; exit 1"],
+        "mode": "daemon",
+        "ready": ["false"],
+    });
+    let proxy = CommandProxy::from_options(&options, &suite()).unwrap();
+    let error = format!("{:#}", run(&s, &proxy).unwrap_err());
+    assert!(
+        error.contains("exited (exit status: 1) before it was ready") && error.contains("no iptables here"),
+        "{error}"
+    );
+}
