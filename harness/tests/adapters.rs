@@ -125,6 +125,80 @@ fn a_dump_iptables_restore_refuses_is_a_setup_error_naming_the_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// seed-000's kube-dns rules in kube-proxy's nftables layout (hand-written after
+/// pkg/proxy/nftables/proxier.go; the seeds hold no nft dump): the same Service as an
+/// `nft list ruleset`, to prove the nft path of the replay. (nft 1.0.6 takes the name
+/// `dstnat` only on prerouting: the output hook gets its value, -100.)
+const KUBE_DNS_NFT: &str = r#"table ip kube-proxy {
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 10.96.0.10 . udp . 53 : goto service-FY5PMXPG-kube-system/kube-dns/udp/dns }
+	}
+
+	chain mark-for-masquerade {
+		meta mark set meta mark | 0x00004000
+	}
+
+	chain masquerading {
+		meta mark & 0x00004000 == 0x00000000 return
+		meta mark set meta mark ^ 0x00004000
+		masquerade fully-random
+	}
+
+	chain services {
+		ip daddr . meta l4proto . th dport vmap @service-ips
+	}
+
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+
+	chain nat-output {
+		type nat hook output priority -100; policy accept;
+		jump services
+	}
+
+	chain nat-postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading
+	}
+
+	chain service-FY5PMXPG-kube-system/kube-dns/udp/dns {
+		ip daddr 10.96.0.10 udp dport 53 ip saddr != 10.244.0.0/16 jump mark-for-masquerade
+		numgen random mod 2 vmap { 0 : goto endpoint-5JEPYTQN-kube-system/kube-dns/udp/dns__10.244.0.5/53, 1 : goto endpoint-LS5RD4ZU-kube-system/kube-dns/udp/dns__10.244.0.7/53 }
+	}
+
+	chain endpoint-5JEPYTQN-kube-system/kube-dns/udp/dns__10.244.0.5/53 {
+		ip saddr 10.244.0.5 jump mark-for-masquerade
+		meta l4proto udp dnat to 10.244.0.5:53
+	}
+
+	chain endpoint-LS5RD4ZU-kube-system/kube-dns/udp/dns__10.244.0.7/53 {
+		ip saddr 10.244.0.7 jump mark-for-masquerade
+		meta l4proto udp dnat to 10.244.0.7:53
+	}
+}
+"#;
+
+#[test]
+fn an_nft_ruleset_is_replayed_with_nft() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-000-kube-dns-replay");
+    let dir = scratch("nft");
+    std::fs::write(dir.join("kube-dns.nft"), KUBE_DNS_NFT).unwrap();
+    let proxy = Ruleset::from_options(&json!({"ruleset": "kube-dns.nft"}), &dir).unwrap();
+    judged(&s, &run(&s, &proxy).unwrap(), true);
+    // The same rules with one endpoint's DNAT pointing elsewhere: caught.
+    let broken = KUBE_DNS_NFT.replace("dnat to 10.244.0.7:53", "dnat to 10.244.0.7:54");
+    std::fs::write(dir.join("kube-dns.nft"), broken).unwrap();
+    let table = judged(&s, &run(&s, &proxy).unwrap(), false);
+    assert!(table.contains("coredns-1 answered 0"), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Builds the scenario's namespaces, starts `proxy` and hands both to `f`; tears down after.
 fn with_started(s: &Scenario, proxy: &dyn Proxy, f: impl FnOnce(&mut dyn proxy::Running, &Topology)) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
