@@ -108,6 +108,41 @@ fn a_dump_with_an_edited_dnat_target_fails_the_seed() {
 }
 
 #[test]
+fn per_node_dumps_are_found_by_convention() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-004-nginx-local-replay");
+    judged(&s, &run(&s, &Ruleset::default()).unwrap(), true);
+}
+
+#[test]
+fn the_seed_004_local_dump_as_one_nodes_rules_fails() {
+    if !privileged() {
+        return;
+    }
+    // The write-up's dump as printed: worker02's rules plus worker01's DROP, on every node.
+    let s = load("seed-004-nginx-local-replay");
+    let worker02 = std::fs::read_to_string(
+        suite().join("rulesets/seed-004-nginx-local-replay.ecs-matrix-k8s-cluster-worker02.rules"),
+    )
+    .unwrap();
+    let drop = "-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"default/nginx has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30783 -j DROP\n";
+    let last_input = "-A INPUT -j KUBE-FIREWALL\n";
+    assert_eq!(worker02.matches(last_input).count(), 1);
+    let whole = worker02.replace(last_input, &format!("{last_input}{drop}"));
+    let dir = scratch("whole-local-dump");
+    std::fs::write(dir.join("whole.rules"), whole).unwrap();
+    let proxy = Ruleset::from_options(&json!({"ruleset": "whole.rules"}), &dir).unwrap();
+    let table = judged(&s, &run(&s, &proxy).unwrap(), false);
+    // Outside traffic to worker01 is DNATed to worker02's pod without masquerade: the pod's
+    // reply bypasses worker01, so the flow never completes, where it must be dropped.
+    assert!(table.contains("FAIL  client-to-worker01-node-port"), "{table}");
+    assert!(table.contains("ok    client-to-worker02-node-port"), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_dump_iptables_restore_refuses_is_a_setup_error_naming_the_file() {
     if !privileged() {
         return;
