@@ -90,6 +90,15 @@ fn seed_000_dump_implements_its_services() {
 }
 
 #[test]
+fn seed_001_dump_implements_its_services() {
+    if !privileged() {
+        return;
+    }
+    let s = load("seed-001-mysql-replay");
+    judged(&s, &run(&s, &Ruleset::default()).unwrap(), true);
+}
+
+#[test]
 fn a_dump_with_an_edited_dnat_target_fails_the_seed() {
     if !privileged() {
         return;
