@@ -314,25 +314,30 @@ fn a_broken_proxy_program_fails_the_scenario() {
 }
 
 #[test]
-fn a_daemon_reloads_on_sighup_and_reports_the_new_generation() {
+fn an_update_reaches_the_program_in_both_modes() {
     if !privileged() {
         return;
     }
     let s = load("command-clusterip");
-    with_started(&s, &CommandProxy::default(), |running, topology| {
-        let state = State { cluster: &s.cluster, objects: &s.objects };
-        running.update(&state).unwrap();
-        let logs = running.artifacts();
-        let stdout =
-            logs.iter().find(|(name, _)| name == "command-node-a.stdout").expect("node-a's stdout is kept");
-        let stdout = String::from_utf8_lossy(&stdout.1);
-        assert!(
-            stdout.contains("applied generation 1") && stdout.contains("applied generation 2"),
-            "{stdout}"
-        );
-        let dump = running.dump_node(&topology.nodes[0]).unwrap();
-        assert!(dump.contains("--to-destination 10.244.2.10:8080"), "{dump}");
-    });
+    // The daemon of proxies/command-clusterip.json reloads on SIGHUP; a oneshot runs again.
+    for proxy in [CommandProxy::default(), oneshot(&[])] {
+        with_started(&s, &proxy, |running, topology| {
+            let state = State { cluster: &s.cluster, objects: &s.objects };
+            running.update(&state).unwrap();
+            let logs = running.artifacts();
+            let (_, stdout) = logs
+                .iter()
+                .find(|(name, _)| name == "command-node-a.stdout")
+                .expect("node-a's stdout is kept");
+            let stdout = String::from_utf8_lossy(stdout);
+            assert!(
+                stdout.contains("applied generation 1") && stdout.contains("applied generation 2"),
+                "{stdout}"
+            );
+            let dump = running.dump_node(&topology.nodes[0]).unwrap();
+            assert!(dump.contains("--to-destination 10.244.2.10:8080"), "{dump}");
+        });
+    }
 }
 
 #[test]

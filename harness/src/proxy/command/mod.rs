@@ -22,13 +22,15 @@
 //! - `mode`: `oneshot` (default) runs the command to its end on every node, at start and again
 //!   after each update; exit status 0 means the node is programmed, anything else is a setup
 //!   error carrying the command's stderr. `daemon` starts it once per node and keeps it running
-//!   until teardown (SIGTERM, then SIGKILL after 5 s, to its whole process group).
+//!   until teardown (SIGTERM, then SIGKILL after 5 s, to its whole process group). A oneshot
+//!   command's leftovers (processes of its group still running when it exits) are killed.
 //! - `ready` (required for `daemon`): a command run in the node namespace until it exits 0,
 //!   which must mean "the node implements the state file's generation" (the `{generation}`
 //!   placeholder lets it tell a fresh state from the previous one).
 //! - `reload` (`daemon` only): how a daemon learns of an update: `sighup` (default: the state
-//!   file is replaced, then the daemon's process group gets SIGHUP) or `watch` (the file is
-//!   only replaced, atomically by a rename; the daemon watches it).
+//!   file is replaced, then the process the command started gets SIGHUP) or `watch` (the file
+//!   is only replaced, atomically by a rename; the daemon watches it). Either way the update
+//!   returns once `ready` passes for the new generation.
 //! - `timeoutSeconds` (default 30): how long a oneshot run, or a daemon's readiness, may take.
 //!
 //! # Convention (no options given)

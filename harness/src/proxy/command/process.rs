@@ -1,6 +1,7 @@
 //! The user's processes inside a node namespace: started in a process group of their own
 //! (so stopping one stops what it started), output kept in files (never a pipe nobody reads),
-//! waited for with a deadline, stopped with SIGTERM and then SIGKILL.
+//! waited for with a deadline, stopped with SIGTERM and then SIGKILL. Whatever a process
+//! leaves running in its group when it exits is killed too: nothing outlives the run.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -9,7 +10,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 use crate::topology::Netns;
@@ -76,12 +77,13 @@ impl Process {
         }
     }
 
-    /// Sends `signal` to its process group.
+    /// Sends `signal` to the process itself (not its group: a helper it is running, such as
+    /// `iptables-restore`, must not die of a reload request).
     pub fn signal(&mut self, signal: Signal) -> Result<()> {
         if let Some(status) = self.exited()? {
             bail!("`{}` is no longer running ({status}); its stderr:\n{}", self.shown, self.stderr_tail());
         }
-        killpg(self.pgid(), signal).with_context(|| format!("sending {signal} to `{}`", self.shown))
+        kill(self.pgid(), signal).with_context(|| format!("sending {signal} to `{}`", self.shown))
     }
 
     /// SIGTERM to the group, up to `grace` to exit, then SIGKILL; returns how it ended.
