@@ -124,8 +124,8 @@ impl CommandProxy {
         {
             *program = dir.join(&*program).to_string_lossy().into_owned();
         }
-        let command = Template::new(argv).context(what).context("in `command`")?;
-        let ready = o.ready.map(Template::new).transpose().context(what).context("in `ready`")?;
+        let command = Template::new(argv).with_context(|| format!("{what}: in `command`"))?;
+        let ready = o.ready.map(Template::new).transpose().with_context(|| format!("{what}: in `ready`"))?;
         match o.mode {
             Mode::Daemon if ready.is_none() => bail!(
                 "{what}: mode daemon needs a `ready` command (run in the node until it exits 0), \
