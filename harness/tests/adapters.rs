@@ -319,8 +319,16 @@ fn an_update_reaches_the_program_in_both_modes() {
         return;
     }
     let s = load("command-clusterip");
-    // The daemon of proxies/command-clusterip.json reloads on SIGHUP; a oneshot runs again.
-    for proxy in [CommandProxy::default(), oneshot(&[])] {
+    // The daemon of proxies/command-clusterip.json reloads on SIGHUP, this one watches the
+    // file, and a oneshot runs again.
+    let watching = json!({
+        "command": ["python3", "proxies/clusterip.py", "--state", "{state}", "--cluster-cidr", "{clusterCIDR}", "--daemon", "--watch"],
+        "mode": "daemon",
+        "ready": ["sh", "-c", "test \"$(cat '{state}.applied' 2>/dev/null)\" = '{generation}'"],
+        "reload": "watch",
+    });
+    let watching = CommandProxy::from_options(&watching, &suite()).unwrap();
+    for proxy in [CommandProxy::default(), watching, oneshot(&[])] {
         with_started(&s, &proxy, |running, topology| {
             let state = State { cluster: &s.cluster, objects: &s.objects };
             running.update(&state).unwrap();

@@ -16,6 +16,9 @@ Usage:
   clusterip.py --state FILE --cluster-cidr CIDR --daemon    apply, then again on each SIGHUP,
       writing the applied List's metadata.resourceVersion to FILE.applied each time; exit on
       SIGTERM
+  clusterip.py --state FILE --cluster-cidr CIDR --daemon --watch
+      the same, but re-reads FILE whenever its resourceVersion changes (polled every 50 ms)
+      instead of waiting for SIGHUP
   --bug dnat-to-service-port   a deliberate bug, for tests: DNAT to the Service port instead
                                of the endpoint's target port
 """
@@ -133,18 +136,25 @@ def main():
     parser.add_argument("--state", required=True)
     parser.add_argument("--cluster-cidr", required=True)
     parser.add_argument("--daemon", action="store_true")
+    parser.add_argument("--watch", action="store_true")
     parser.add_argument("--bug", choices=["dnat-to-service-port"])
     args = parser.parse_args()
     if not args.daemon:
         apply(args)
         return
-    # Block the signals before the first apply, so a SIGHUP sent meanwhile waits for sigwait.
+    # Block the signals before the first apply, so one sent meanwhile waits for sigwait.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM})
+    applied = None
     while True:
-        version = apply(args)
-        with open(args.state + ".applied", "w") as f:
-            f.write(version)
-        if signal.sigwait({signal.SIGHUP, signal.SIGTERM}) == signal.SIGTERM:
+        if not args.watch or read_state(args.state).get("metadata", {}).get("resourceVersion") != applied:
+            applied = apply(args)
+            with open(args.state + ".applied", "w") as f:
+                f.write(applied)
+        if args.watch:
+            got = signal.sigtimedwait({signal.SIGTERM}, 0.05)
+        else:
+            got = signal.sigwait({signal.SIGHUP, signal.SIGTERM})
+        if got == signal.SIGTERM or getattr(got, "si_signo", None) == signal.SIGTERM:
             print("stopping on SIGTERM", flush=True)
             return
 
