@@ -151,6 +151,37 @@ fn the_seed_004_local_dump_as_one_nodes_rules_fails() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Replays what the built-in proxy writes for each node of `name` (`packetproof rules`), as
+/// if it had been dumped there, and requires the scenario to pass as it does under the
+/// built-in proxy.
+fn replay_builtin_rules(name: &str) {
+    let s = load(name);
+    let dir = scratch(&format!("builtin-{name}"));
+    let mut per_node = serde_json::Map::new();
+    for node in &s.cluster.nodes {
+        let file = format!("{}.rules", node.name);
+        std::fs::write(dir.join(&file), proxy::iptables::render_node(&s.cluster, &node.name, None)).unwrap();
+        per_node.insert(node.name.clone(), file.into());
+    }
+    let proxy = Ruleset::from_options(&json!({ "rulesets": per_node }), &dir).unwrap();
+    judged(&s, &run(&s, &proxy).unwrap(), true);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_ipv6_dump_is_replayed_with_ip6tables() {
+    if privileged() {
+        replay_builtin_rules("ipv6-node-port");
+    }
+}
+
+#[test]
+fn a_dual_stack_dump_is_replayed_per_family() {
+    if privileged() {
+        replay_builtin_rules("dual-stack");
+    }
+}
+
 #[test]
 fn a_dump_iptables_restore_refuses_is_a_setup_error_naming_the_file() {
     if !privileged() {

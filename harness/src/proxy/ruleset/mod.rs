@@ -3,9 +3,10 @@
 //!
 //! A dump is `iptables-save` output (loaded with `iptables-restore -w`, or `ip6tables-restore -w`
 //! when it is IPv6) or `nft list ruleset` output (`nft -f`); the format is read off the text
-//! (see [`dump::Format::detect`]). Besides the rules, the node gets what kube-proxy sets when
-//! the rules need it: `net.ipv4.conf.all.route_localnet=1` when the dump lets node ports answer
-//! on 127.0.0.1.
+//! (see [`dump::Format::detect`]). A dual-stack node's dump is `iptables-save` output followed
+//! by `ip6tables-save` output, each part loaded with its tool ([`dump::sections`]). Besides
+//! the rules, the node gets what kube-proxy sets when the rules need it:
+//! `net.ipv4.conf.all.route_localnet=1` when the dump lets node ports answer on 127.0.0.1.
 //!
 //! # Options (a JSON object; relative paths are relative to the scenario file's directory)
 //!
@@ -127,14 +128,16 @@ impl Proxy for Ruleset {
             let text = std::fs::read_to_string(&path).with_context(|| {
                 format!("reading the rule dump {} for node {}", path.display(), node.name)
             })?;
-            let format =
-                Format::detect(&text).with_context(|| format!("reading the rule dump {}", path.display()))?;
-            replay(node, &text, format).with_context(|| {
-                format!("replaying {} ({}) on node {}", path.display(), format.describe(), node.name)
-            })?;
+            let parts =
+                dump::sections(&text).with_context(|| format!("reading the rule dump {}", path.display()))?;
+            for (format, part) in &parts {
+                replay(node, part, *format).with_context(|| {
+                    format!("replaying {} ({}) on node {}", path.display(), format.describe(), node.name)
+                })?;
+            }
             let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
             replayed.inputs.push((format!("ruleset-{}-{file}", node.name), text.into_bytes()));
-            replayed.nodes.push((node.name.clone(), format));
+            replayed.nodes.push((node.name.clone(), parts.into_iter().map(|(f, _)| f).collect()));
         }
         Ok(Box::new(replayed))
     }
@@ -160,7 +163,8 @@ fn replay(node: &NodeHandle, text: &str, format: Format) -> Result<()> {
 
 /// The dumps loaded, per node.
 struct Replayed {
-    nodes: Vec<(String, Format)>,
+    /// What each node was loaded with (two iptables families on a dual-stack node).
+    nodes: Vec<(String, Vec<Format>)>,
     /// The dumps as replayed, kept with a failure's evidence.
     inputs: Vec<(String, Vec<u8>)>,
 }
@@ -174,17 +178,22 @@ impl Running for Replayed {
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {
-        let format = self.nodes.iter().find(|(n, _)| *n == node.name).map(|(_, f)| *f);
-        let (program, args): (&str, &[&str]) = match format {
-            Some(Format::Iptables(IpFamily::V6)) => ("ip6tables-save", &[]),
-            Some(Format::Nftables) => ("nft", &["list", "ruleset"]),
-            _ => ("iptables-save", &[]),
-        };
-        let out = node
-            .netns
-            .exec(program, args, None)
-            .with_context(|| format!("dumping the rules of node {}", node.name))?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        let formats =
+            self.nodes.iter().find(|(n, _)| *n == node.name).map(|(_, f)| f.clone()).unwrap_or_default();
+        let mut dump = String::new();
+        for format in formats {
+            let (program, args): (&str, &[&str]) = match format {
+                Format::Iptables(IpFamily::V4) => ("iptables-save", &[]),
+                Format::Iptables(IpFamily::V6) => ("ip6tables-save", &[]),
+                Format::Nftables => ("nft", &["list", "ruleset"]),
+            };
+            let out = node
+                .netns
+                .exec(program, args, None)
+                .with_context(|| format!("dumping the rules of node {}", node.name))?;
+            dump.push_str(&String::from_utf8_lossy(&out.stdout));
+        }
+        Ok(dump)
     }
 
     fn artifacts(&self) -> Vec<(String, Vec<u8>)> {
