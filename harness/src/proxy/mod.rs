@@ -5,11 +5,13 @@
 //! proxy: the runner changes its state between steps, reads its data plane for evidence and
 //! stops it before the namespaces go.
 
+pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
 pub mod node_ports;
 mod programmed;
+pub mod ruleset;
 
 use std::path::Path;
 
@@ -75,20 +77,26 @@ pub struct Env<'a> {
 }
 
 /// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME];
+pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME, ruleset::NAME, command::NAME];
 
 /// Builds the proxy a scenario or the command line names. Adapter options name files
-/// relative to `scenario_dir`.
+/// relative to `scenario_dir`; without options, `ruleset` and `command` find their inputs
+/// beside the scenario file (their module docs).
 pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>> {
-    let _ = scenario_dir;
     let no_options = |proxy: Box<dyn Proxy>| {
         if let Some(key) = choice.options.keys().next() {
             anyhow::bail!("{} takes no options, but {key:?} was given", choice.name);
         }
         Ok(proxy)
     };
+    let options = serde_json::Value::Object(choice.options.clone());
+    let by_convention = choice.options.is_empty();
     match choice.name.as_str() {
         iptables::NAME => no_options(Box::new(iptables::BuiltinIptables::default())),
+        ruleset::NAME if by_convention => Ok(Box::new(ruleset::Ruleset::default())),
+        ruleset::NAME => Ok(Box::new(ruleset::Ruleset::from_options(&options, scenario_dir)?)),
+        command::NAME if by_convention => Ok(Box::new(command::CommandProxy::default())),
+        command::NAME => Ok(Box::new(command::CommandProxy::from_options(&options, scenario_dir)?)),
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }
