@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod diff;
 pub mod model;
 pub mod mutants;
 pub mod observe;

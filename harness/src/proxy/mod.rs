@@ -92,7 +92,14 @@ pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>
     let options = serde_json::Value::Object(choice.options.clone());
     let by_convention = choice.options.is_empty();
     match choice.name.as_str() {
-        iptables::NAME => no_options(Box::new(iptables::BuiltinIptables::default())),
+        iptables::NAME => match choice.options.get("mutant") {
+            // A deliberately broken build of it, for `diff` against the original.
+            Some(serde_json::Value::String(name)) if choice.options.len() == 1 => {
+                let mutant = name.parse::<iptables::Mutant>().map_err(anyhow::Error::msg)?;
+                Ok(Box::new(iptables::BuiltinIptables { mutant: Some(mutant) }))
+            }
+            _ => no_options(Box::new(iptables::BuiltinIptables::default())),
+        },
         ruleset::NAME if by_convention => Ok(Box::new(ruleset::Ruleset::default())),
         ruleset::NAME => Ok(Box::new(ruleset::Ruleset::from_options(&options, scenario_dir)?)),
         command::NAME if by_convention => Ok(Box::new(command::CommandProxy::default())),
