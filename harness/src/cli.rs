@@ -58,12 +58,15 @@ enum Command {
     },
     /// Validate scenario files without running anything.
     Check { paths: Vec<PathBuf> },
-    /// Print the rules the built-in proxy generates for one node of a scenario.
+    /// Print the rules a built-in proxy generates for one node of a scenario.
     Rules {
         file: PathBuf,
         /// Node to generate for (default: the first).
         #[arg(long)]
         node: Option<String>,
+        /// Built-in proxy whose rules to print: builtin-iptables or builtin-nftables.
+        #[arg(long, default_value = proxy::iptables::NAME)]
+        proxy: String,
     },
     /// Measure topology build and teardown, probe round trips and the whole suite.
     Bench {
@@ -85,6 +88,9 @@ enum Command {
         /// Stop hunting a mutant at its first kill (faster; the table then names one killer).
         #[arg(long)]
         first_kill: bool,
+        /// Built-in proxy to break: builtin-iptables or builtin-nftables.
+        #[arg(long, default_value = proxy::iptables::NAME)]
+        proxy: String,
     },
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
@@ -107,9 +113,9 @@ pub fn main() -> i32 {
             run(&default_paths(paths), proxy.as_deref(), &options, jobs, &Outputs { junit, json })
         }
         Command::Check { paths } => check(&default_paths(paths)),
-        Command::Rules { file, node } => rules(&file, node.as_deref()),
+        Command::Rules { file, node, proxy } => rules(&file, node.as_deref(), &proxy),
         Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
-        Command::Mutants { suite, only, first_kill } => mutants(&suite, &only, first_kill),
+        Command::Mutants { suite, only, first_kill, proxy } => mutants(&suite, &only, first_kill, &proxy),
         Command::Cleanup { all } => cleanup(all),
     };
     result.unwrap_or_else(|e| {
@@ -147,7 +153,13 @@ fn check(paths: &[PathBuf]) -> Result<i32> {
     Ok(EXIT_PASS)
 }
 
-fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jobs: Option<usize>, outputs: &Outputs) -> Result<i32> {
+fn run(
+    paths: &[PathBuf],
+    proxy_override: Option<&str>,
+    options: &RunOptions,
+    jobs: Option<usize>,
+    outputs: &Outputs,
+) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     if let Some(name) = proxy_override {
         proxy::by_name(name)?;
@@ -156,10 +168,11 @@ fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jo
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let started = Instant::now();
-    let results = run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
-        Ok(report) => print_report(report, s, done, total),
-        Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
-    });
+    let results =
+        run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
+            Ok(report) => print_report(report, s, done, total),
+            Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
+        });
     let finished: Vec<report::Finished> = scenarios
         .iter()
         .zip(&results)
@@ -264,7 +277,7 @@ fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize
     print!("{text}");
 }
 
-fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
+fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result<i32> {
     let Some(mut scenarios) = load_all(&[file.to_path_buf()])? else { return Ok(EXIT_ERROR) };
     let s = scenarios.remove(0);
     let node = match node {
@@ -272,11 +285,18 @@ fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
         None => s.cluster.nodes.first().context("the scenario has no nodes")?.name.clone(),
     };
     anyhow::ensure!(s.cluster.node(&node).is_some(), "no node {node:?} in {}", file.display());
-    print!("{}", proxy::iptables::render_node(&s.cluster, &node, None));
+    let text = match proxy_name {
+        proxy::iptables::NAME => proxy::iptables::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME => proxy::nftables::render_node(&s.cluster, &node, None),
+        other => anyhow::bail!("no rules to print for proxy {other:?} (built-in proxies only)"),
+    };
+    print!("{text}");
     Ok(EXIT_PASS)
 }
 
-fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool) -> Result<i32> {
+fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_name: &str) -> Result<i32> {
+    let breakable = crate::mutants::breakable(proxy_name)
+        .with_context(|| format!("no mutants of proxy {proxy_name:?} (built-in proxies only)"))?;
     let Some(scenarios) = load_all(&[suite.to_path_buf()])? else { return Ok(EXIT_ERROR) };
     if let Some(reason) = runner::preflight() {
         anyhow::bail!("cannot hunt mutants here: {reason}");
@@ -291,7 +311,7 @@ fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool) -> Result
     };
     let total = chosen.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, |h| {
+    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, breakable, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let verdict = if h.killed() { "killed" } else { "SURVIVED" };
         println!("[{n}/{total}] {verdict} {} by {}", h.mutant.name(), h.killed_by.join(", "));

@@ -6,7 +6,21 @@ use std::time::Duration;
 
 use crate::model::Scenario;
 use crate::proxy::iptables::{BuiltinIptables, Mutant};
+use crate::proxy::nftables::BuiltinNftables;
+use crate::proxy::{self, Proxy};
 use crate::runner::{self, Outcome, RunOptions};
+
+/// Builds a built-in proxy broken by a mutant.
+pub type Breakable = fn(Mutant) -> Box<dyn Proxy>;
+
+/// The built-in proxy named `name`, to be broken by each mutant in turn.
+pub fn breakable(name: &str) -> Option<Breakable> {
+    match name {
+        proxy::iptables::NAME => Some(|m| Box::new(BuiltinIptables { mutant: Some(m) })),
+        proxy::nftables::NAME => Some(|m| Box::new(BuiltinNftables { mutant: Some(m) })),
+        _ => None,
+    }
+}
 
 /// What the suite did to one mutant.
 #[derive(Debug)]
@@ -28,22 +42,28 @@ impl Hunt {
 /// silence, and a kill is decided by what the probes report, never by this wait.
 pub const MUTANT_TIMEOUT: Duration = Duration::from_millis(300);
 
-/// Runs `scenarios` against each mutant, one scenario per core at a time. With `first_kill`, a
-/// mutant's hunt stops once some scenario has killed it.
-pub fn hunt(scenarios: &[Scenario], mutants: &[Mutant], first_kill: bool, on_done: impl Fn(&Hunt)) -> Vec<Hunt> {
+/// Runs `scenarios` against each mutant of the proxy `breakable` builds, one scenario per
+/// core at a time. With `first_kill`, a mutant's hunt stops once some scenario has killed it.
+pub fn hunt(
+    scenarios: &[Scenario],
+    mutants: &[Mutant],
+    first_kill: bool,
+    breakable: Breakable,
+    on_done: impl Fn(&Hunt),
+) -> Vec<Hunt> {
     mutants
         .iter()
         .map(|&mutant| {
-            let result = hunt_one(scenarios, mutant, first_kill);
+            let result = hunt_one(scenarios, mutant, first_kill, breakable);
             on_done(&result);
             result
         })
         .collect()
 }
 
-fn hunt_one(scenarios: &[Scenario], mutant: Mutant, first_kill: bool) -> Hunt {
+fn hunt_one(scenarios: &[Scenario], mutant: Mutant, first_kill: bool, breakable: Breakable) -> Hunt {
     let options = RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() };
-    let proxy = BuiltinIptables { mutant: Some(mutant) };
+    let proxy = breakable(mutant);
     let result = Mutex::new(Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() });
     let next = Mutex::new(scenarios.iter());
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -55,7 +75,7 @@ fn hunt_one(scenarios: &[Scenario], mutant: Mutant, first_kill: bool) -> Hunt {
                         break;
                     }
                     let Some(s) = lock(&next).next() else { break };
-                    match runner::run(s, &proxy, &options) {
+                    match runner::run(s, proxy.as_ref(), &options) {
                         Ok(report) if matches!(report.outcome, Outcome::Judged(_)) && !report.passed() => {
                             lock(&result).killed_by.push(s.name.clone())
                         }

@@ -7,6 +7,7 @@
 
 pub mod healthcheck;
 pub mod iptables;
+pub mod nftables;
 pub mod node_ports;
 mod programmed;
 
@@ -67,12 +68,13 @@ pub struct Env<'a> {
 }
 
 /// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME];
+pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME, nftables::NAME];
 
 /// Builds the proxy a scenario or the command line names.
 pub fn by_name(name: &str) -> Result<Box<dyn Proxy>> {
     match name {
         iptables::NAME => Ok(Box::new(iptables::BuiltinIptables::default())),
+        nftables::NAME => Ok(Box::new(nftables::BuiltinNftables::default())),
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }
