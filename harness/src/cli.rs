@@ -311,7 +311,13 @@ fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_nam
     };
     let total = chosen.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, breakable, |h| {
+    // A probe that fails unbroken (a behaviour of this proxy the oracle does not expect)
+    // kills nothing.
+    let baseline = crate::mutants::baseline(&scenarios, breakable)?;
+    for (scenario, probe) in &baseline {
+        println!("baseline: {scenario}/{probe} fails unbroken; its failures kill no mutant");
+    }
+    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let verdict = if h.killed() { "killed" } else { "SURVIVED" };
         println!("[{n}/{total}] {verdict} {} by {}", h.mutant.name(), h.killed_by.join(", "));

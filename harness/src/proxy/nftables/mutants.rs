@@ -43,7 +43,9 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
             let firewalls: Vec<String> = rules
                 .chains
                 .iter()
-                .filter(|c| c.name.starts_with("firewall-"))
+                // Service chains hold a `/` (kube-proxy's `isServiceChainName`):
+                // `firewall-check` stays.
+                .filter(|c| c.name.starts_with("firewall-") && c.name.contains('/'))
                 .map(|c| c.name.clone())
                 .collect();
             rules.elements.retain(|e| e.set != FIREWALL_IPS);
