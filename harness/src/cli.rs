@@ -64,7 +64,7 @@ enum Command {
         /// Node to generate for (default: the first).
         #[arg(long)]
         node: Option<String>,
-        /// Built-in proxy whose rules to print: builtin-iptables or builtin-nftables.
+        /// Built-in proxy whose rules to print: builtin-iptables, builtin-nftables[-v1.34].
         #[arg(long, default_value = proxy::iptables::NAME)]
         proxy: String,
     },
@@ -88,7 +88,7 @@ enum Command {
         /// Stop hunting a mutant at its first kill (faster; the table then names one killer).
         #[arg(long)]
         first_kill: bool,
-        /// Built-in proxy to break: builtin-iptables or builtin-nftables.
+        /// Built-in proxy to break: builtin-iptables, builtin-nftables[-v1.34].
         #[arg(long, default_value = proxy::iptables::NAME)]
         proxy: String,
     },
@@ -288,6 +288,9 @@ fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result
     let text = match proxy_name {
         proxy::iptables::NAME => proxy::iptables::render_node(&s.cluster, &node, None),
         proxy::nftables::NAME => proxy::nftables::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME_V1_34 => {
+            proxy::nftables::render_node_in(&s.cluster, &node, None, proxy::nftables::Layout::V1_34)
+        }
         other => anyhow::bail!("no rules to print for proxy {other:?} (built-in proxies only)"),
     };
     print!("{text}");

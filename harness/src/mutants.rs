@@ -18,7 +18,10 @@ pub type Breakable = fn(Option<Mutant>) -> Box<dyn Proxy>;
 pub fn breakable(name: &str) -> Option<Breakable> {
     match name {
         proxy::iptables::NAME => Some(|mutant| Box::new(BuiltinIptables { mutant })),
-        proxy::nftables::NAME => Some(|mutant| Box::new(BuiltinNftables { mutant })),
+        proxy::nftables::NAME => Some(|mutant| Box::new(BuiltinNftables { mutant, ..Default::default() })),
+        proxy::nftables::NAME_V1_34 => {
+            Some(|mutant| Box::new(BuiltinNftables { mutant, layout: proxy::nftables::Layout::V1_34 }))
+        }
         _ => None,
     }
 }

@@ -68,13 +68,16 @@ pub struct Env<'a> {
 }
 
 /// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME, nftables::NAME];
+pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME, nftables::NAME, nftables::NAME_V1_34];
 
 /// Builds the proxy a scenario or the command line names.
 pub fn by_name(name: &str) -> Result<Box<dyn Proxy>> {
     match name {
         iptables::NAME => Ok(Box::new(iptables::BuiltinIptables::default())),
         nftables::NAME => Ok(Box::new(nftables::BuiltinNftables::default())),
+        nftables::NAME_V1_34 => {
+            Ok(Box::new(nftables::BuiltinNftables { layout: nftables::Layout::V1_34, ..Default::default() }))
+        }
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }

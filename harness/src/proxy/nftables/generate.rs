@@ -52,49 +52,89 @@ pub const MASQUERADING: &str = "masquerading";
 /// `jump mark-for-masquerade`, the verdict of every masquerade rule.
 pub const JUMP_MASQ: &str = "jump mark-for-masquerade";
 
-/// The base chains: filter chains run just before DNAT (`dstnat - 10`) so they see the
-/// destination as the client sent it; `filter-output-post-dnat` just after.
-const BASE_CHAINS: [(&str, &str, &str, i32); 8] = [
-    ("filter-prerouting", "filter", "prerouting", -110),
-    ("filter-input", "filter", "input", -110),
-    ("filter-forward", "filter", "forward", -110),
-    ("filter-output", "filter", "output", -110),
-    ("filter-output-post-dnat", "filter", "output", -90),
-    ("nat-prerouting", "nat", "prerouting", -100),
-    ("nat-output", "nat", "output", -100),
-    ("nat-postrouting", "nat", "postrouting", 100),
-];
+/// Which release's table layout to write. The two differ in where the filter chains sit
+/// relative to DNAT, which decides whether this node's own traffic to an external IP or LB IP
+/// of an `externalTrafficPolicy: Local` Service without local endpoints is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// v1.31 to v1.33.4: `filter-input`/`-forward`/`-output` run before DNAT (`dstnat - 10`),
+    /// `filter-output-post-dnat` after it. The node's own traffic to a Local-policy external
+    /// IP is checked before it is short-circuited, and dropped
+    /// (<https://github.com/kubernetes/kubernetes/issues/131765>).
+    #[default]
+    V1_31,
+    /// v1.34 (and v1.33.5): the filter chains run after DNAT (priority 0), only
+    /// `filter-prerouting-pre-dnat` and `filter-output-pre-dnat` before it
+    /// (<https://github.com/kubernetes/kubernetes/pull/132456>); the cluster-IP masquerade rule
+    /// no longer repeats the port (its chain is per port).
+    V1_34,
+}
+
+/// A base chain: name, type, hook, priority.
+type BaseChain = (&'static str, &'static str, &'static str, i32);
+
+/// `nftablesBaseChains`. The nat chains are the same in both layouts.
+fn base_chains(layout: Layout) -> Vec<BaseChain> {
+    let filter: &[BaseChain] = match layout {
+        Layout::V1_31 => &[
+            ("filter-prerouting", "filter", "prerouting", -110),
+            ("filter-input", "filter", "input", -110),
+            ("filter-forward", "filter", "forward", -110),
+            ("filter-output", "filter", "output", -110),
+            ("filter-output-post-dnat", "filter", "output", -90),
+        ],
+        Layout::V1_34 => &[
+            ("filter-prerouting-pre-dnat", "filter", "prerouting", -110),
+            ("filter-output-pre-dnat", "filter", "output", -110),
+            ("filter-forward", "filter", "forward", 0),
+            ("filter-input", "filter", "input", 0),
+            ("filter-output", "filter", "output", 0),
+        ],
+    };
+    let nat: &[BaseChain] = &[
+        ("nat-prerouting", "nat", "prerouting", -100),
+        ("nat-output", "nat", "output", -100),
+        ("nat-postrouting", "nat", "postrouting", 100),
+    ];
+    filter.iter().chain(nat).copied().collect()
+}
 
 /// `nftablesJumpChains`: (target, from, match), in kube-proxy's order.
-const JUMPS: [(&str, &str, &str); 11] = [
-    (NODEPORT_ENDPOINTS_CHECK, "filter-input", "ct state new"),
-    (SERVICE_ENDPOINTS_CHECK, "filter-input", "ct state new"),
-    (SERVICE_ENDPOINTS_CHECK, "filter-forward", "ct state new"),
-    (SERVICE_ENDPOINTS_CHECK, "filter-output", "ct state new"),
-    (FIREWALL_CHECK, "filter-prerouting", "ct state new"),
-    (FIREWALL_CHECK, "filter-output", "ct state new"),
-    (SERVICES, "nat-output", ""),
-    (SERVICES, "nat-prerouting", ""),
-    (MASQUERADING, "nat-postrouting", ""),
-    (CLUSTER_IPS_CHECK, "filter-forward", "ct state new"),
-    (CLUSTER_IPS_CHECK, "filter-output-post-dnat", "ct state new"),
-];
+fn jumps(layout: Layout) -> Vec<(&'static str, &'static str, &'static str)> {
+    let (prerouting, output_pre_dnat, output_post_dnat) = match layout {
+        Layout::V1_31 => ("filter-prerouting", "filter-output", "filter-output-post-dnat"),
+        Layout::V1_34 => ("filter-prerouting-pre-dnat", "filter-output-pre-dnat", "filter-output"),
+    };
+    vec![
+        (NODEPORT_ENDPOINTS_CHECK, "filter-input", "ct state new"),
+        (SERVICE_ENDPOINTS_CHECK, "filter-input", "ct state new"),
+        (SERVICE_ENDPOINTS_CHECK, "filter-forward", "ct state new"),
+        (SERVICE_ENDPOINTS_CHECK, "filter-output", "ct state new"),
+        (FIREWALL_CHECK, prerouting, "ct state new"),
+        (FIREWALL_CHECK, output_pre_dnat, "ct state new"),
+        (SERVICES, "nat-output", ""),
+        (SERVICES, "nat-prerouting", ""),
+        (MASQUERADING, "nat-postrouting", ""),
+        (CLUSTER_IPS_CHECK, "filter-forward", "ct state new"),
+        (CLUSTER_IPS_CHECK, output_post_dnat, "ct state new"),
+    ]
+}
 
 /// The table kube-proxy would write on `node` for `cluster` (a single-family cluster or
 /// view, with `--nodeport-addresses` already defaulted).
 pub fn node_rules(cluster: &Cluster, node: &str) -> RuleSet {
-    node_rules_with(cluster, node, Deviations::default())
+    node_rules_with(cluster, node, Deviations::default(), Layout::default())
 }
 
 /// [`node_rules`] with `deviations` switched on.
-pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations) -> RuleSet {
+pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations, layout: Layout) -> RuleSet {
     let family = cluster.ip_family();
     let mut rules = RuleSet::new(family);
-    write_setup(&mut rules, cluster, node);
+    write_setup(&mut rules, cluster, node, layout);
     let node_ip = cluster.node(node).map(|n| n.ip).filter(|ip| IpFamily::of(*ip) == family);
     for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip) == family) {
         for port in &svc.ports {
-            let p = Port::new(cluster, svc, port, node, node_ip, deviations);
+            let p = Port::new(cluster, svc, port, node, node_ip, deviations, layout);
             write_service_port(&mut rules, &p);
         }
     }
@@ -133,18 +173,18 @@ fn map(name: &str, type_: String, comment: &str) -> Set {
 }
 
 /// Everything that does not depend on the Services (`setupNFTables`).
-fn write_setup(rules: &mut RuleSet, cluster: &Cluster, node: &str) {
+fn write_setup(rules: &mut RuleSet, cluster: &Cluster, node: &str, layout: Layout) {
     let family = rules.family;
     let ip = rules.ip();
     let addr = addr_type(family);
-    for (name, kind, hook, priority) in BASE_CHAINS {
+    for (name, kind, hook, priority) in base_chains(layout) {
         rules.chains.push(super::ruleset::Chain {
             name: name.into(),
             hook: Some(Hook { kind, hook, priority }),
             comment: None,
         });
     }
-    for (target, from, matches) in JUMPS {
+    for (target, from, matches) in jumps(layout) {
         rules.add_chain(target);
         let text =
             if matches.is_empty() { format!("jump {target}") } else { format!("{matches} jump {target}") };
@@ -257,6 +297,7 @@ struct Port<'a> {
     eps: Selection<'a>,
     etp_local_uses_cluster: bool,
     chains: PortChains,
+    layout: Layout,
 }
 
 impl<'a> Port<'a> {
@@ -267,6 +308,7 @@ impl<'a> Port<'a> {
         node: &str,
         node_ip: Option<IpAddr>,
         dev: Deviations,
+        layout: Layout,
     ) -> Port<'a> {
         let mut policy = PortPolicy::of(svc, port);
         let mut eps = select_with(port, policy, node, dev.terminating);
@@ -309,6 +351,7 @@ impl<'a> Port<'a> {
             eps,
             etp_local_uses_cluster: dev.etp_local_uses_cluster,
             chains: PortChains::new(svc, port),
+            layout,
         }
     }
 
@@ -450,7 +493,10 @@ fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
     if !p.has_internal_endpoints() {
         return;
     }
-    let dest = format!("{} daddr {} {} dport {}", p.ip, p.cluster_ip, p.proto, p.port_number);
+    let dest = match p.layout {
+        Layout::V1_31 => format!("{} daddr {} {} dport {}", p.ip, p.cluster_ip, p.proto, p.port_number),
+        Layout::V1_34 => format!("{} daddr {}", p.ip, p.cluster_ip),
+    };
     let text = if p.masquerade_all {
         format!("{dest} {JUMP_MASQ}")
     } else if let Some(pod_cidr) = &p.pod_cidr {

@@ -22,7 +22,7 @@ mod tests;
 use anyhow::{Context, Result};
 use ipnet::IpNet;
 
-pub use generate::node_rules;
+pub use generate::{Layout, node_rules};
 pub use ruleset::RuleSet;
 
 use crate::model::{Cluster, IpFamily};
@@ -31,11 +31,14 @@ use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, prog
 use crate::topology::NodeHandle;
 
 pub const NAME: &str = "builtin-nftables";
+/// The same with the table layout of v1.34 (filter chains after DNAT).
+pub const NAME_V1_34: &str = "builtin-nftables-v1.34";
 
 /// kube-proxy's nftables mode, optionally broken by a [`Mutant`].
 #[derive(Debug, Default)]
 pub struct BuiltinNftables {
     pub mutant: Option<Mutant>,
+    pub layout: Layout,
 }
 
 /// The cluster as the nftables proxier on `node` sees it: with no `--nodeport-addresses`
@@ -68,34 +71,58 @@ fn family_views(cluster: &Cluster, node: &str) -> Vec<Cluster> {
     families.iter().map(|&f| effective.family_view(f)).collect()
 }
 
-/// The table of one family view, with `mutant` applied.
-pub fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>) -> RuleSet {
+/// The table of one family view in `layout`, with `mutant` applied.
+pub fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> RuleSet {
     let deviations = mutant.map(Mutant::deviations).unwrap_or_default();
-    let mut rules = generate::node_rules_with(view, node, deviations);
+    let mut rules = generate::node_rules_with(view, node, deviations, layout);
     if let Some(m) = mutant {
         mutants::apply(m, view, &mut rules);
     }
     rules
 }
 
-/// The tables of `node`, one per family of the cluster (IPv4 first).
+/// The tables of `node` in the default layout, one per family of the cluster (IPv4 first).
 pub fn node_rulesets(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Vec<RuleSet> {
-    family_views(cluster, node).iter().map(|v| family_ruleset(v, node, mutant)).collect()
+    node_rulesets_in(cluster, node, mutant, Layout::default())
+}
+
+/// [`node_rulesets`] in `layout`.
+pub fn node_rulesets_in(
+    cluster: &Cluster,
+    node: &str,
+    mutant: Option<Mutant>,
+    layout: Layout,
+) -> Vec<RuleSet> {
+    family_views(cluster, node).iter().map(|v| family_ruleset(v, node, mutant, layout)).collect()
 }
 
 /// The tables of `node` as `add …` lines (for `packetproof rules` and tests).
 pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> String {
-    node_rulesets(cluster, node, mutant).iter().map(RuleSet::render).collect()
+    render_node_in(cluster, node, mutant, Layout::default())
+}
+
+/// [`render_node`] in `layout`.
+pub fn render_node_in(cluster: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> String {
+    node_rulesets_in(cluster, node, mutant, layout).iter().map(RuleSet::render).collect()
 }
 
 /// The `nft -f` input that replaces every table of `node` in one transaction.
-pub fn load_text(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> String {
-    node_rulesets(cluster, node, mutant).iter().map(RuleSet::render_replacing).collect()
+pub fn load_text(cluster: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> String {
+    node_rulesets_in(cluster, node, mutant, layout).iter().map(RuleSet::render_replacing).collect()
+}
+
+impl BuiltinNftables {
+    fn proxy_name(&self) -> &'static str {
+        match self.layout {
+            Layout::V1_31 => NAME,
+            Layout::V1_34 => NAME_V1_34,
+        }
+    }
 }
 
 impl Proxy for BuiltinNftables {
     fn name(&self) -> &str {
-        NAME
+        self.proxy_name()
     }
 
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
@@ -105,13 +132,13 @@ impl Proxy for BuiltinNftables {
 
 impl NodeProgrammer for BuiltinNftables {
     fn name(&self) -> &str {
-        NAME
+        self.proxy_name()
     }
 
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     /// No `route_localnet`: nftables mode has no localhost node ports.
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
-        load::apply(node, &load_text(cluster, &node.name, self.mutant))?;
+        load::apply(node, &load_text(cluster, &node.name, self.mutant, self.layout))?;
         let mut services: Vec<healthcheck::HealthService> = Vec::new();
         let mut addresses = Vec::new();
         for view in family_views(cluster, &node.name) {

@@ -97,11 +97,19 @@ fn summary_in_kernel(ns: &Netns, family: IpFamily) -> Summary {
 }
 
 /// Programs `node` of `cluster` into the scratch namespace and checks every table read back.
-fn program_and_compare(scratch: &Netns, cluster: &Cluster, node: &str, mutant: Option<Mutant>, what: &str) {
+fn program_and_compare(
+    scratch: &Netns,
+    cluster: &Cluster,
+    node: &str,
+    mutant: Option<Mutant>,
+    layout: Layout,
+    what: &str,
+) {
     let handle = NodeHandle { name: node.to_string(), netns: scratch.clone() };
-    let proxy = BuiltinNftables { mutant };
+    let proxy = BuiltinNftables { mutant, layout };
+    let what = format!("{what} ({layout:?})");
     proxy.program_node(cluster, &handle).unwrap_or_else(|e| panic!("{what}: {e:#}"));
-    for rules in node_rulesets(cluster, node, mutant) {
+    for rules in node_rulesets_in(cluster, node, mutant, layout) {
         assert_eq!(summary_in_kernel(scratch, rules.family), summary_of(&rules), "{what}");
     }
     let dump = proxy.dump_node(&handle).unwrap();
@@ -132,7 +140,9 @@ fn every_scenario_cluster_loads_and_reads_back() {
                     .expect("address on lo");
             }
             let what = format!("{} on {}", s.name, node.name);
-            program_and_compare(&scratch.0, &s.cluster, &node.name, None, &what);
+            for layout in [Layout::V1_31, Layout::V1_34] {
+                program_and_compare(&scratch.0, &s.cluster, &node.name, None, layout, &what);
+            }
         }
     }
     // No localhost node ports in nftables mode: route_localnet stays off.
@@ -156,14 +166,18 @@ fn every_mutant_loads_and_reads_back_in_both_families() {
     for mutant in std::iter::once(None).chain(Mutant::ALL.map(Some)) {
         for node in ["node-a", "node-b"] {
             // Each load replaces the tables the previous one left (of its families).
-            program_and_compare(&scratch.0, &everything(), node, mutant, &format!("{mutant:?} on {node}"));
-            program_and_compare(
-                &scratch.0,
-                &dual_stack(),
-                node,
-                mutant,
-                &format!("{mutant:?} on {node}, dual"),
-            );
+            for layout in [Layout::V1_31, Layout::V1_34] {
+                let what = format!("{mutant:?} on {node}");
+                program_and_compare(&scratch.0, &everything(), node, mutant, layout, &what);
+                program_and_compare(
+                    &scratch.0,
+                    &dual_stack(),
+                    node,
+                    mutant,
+                    layout,
+                    &format!("{what}, dual"),
+                );
+            }
         }
     }
 }

@@ -2,7 +2,8 @@
 //! pkg/proxy/nftables/proxier_test.go (the cluster of `NewFakeProxier`: pods 10.0.0.0/8,
 //! services 172.30.0.0/16, node `test-node` at 192.168.0.2, `--nodeport-addresses
 //! 192.168.0.2/32`), in the v1.31+ layout (`filter-output-post-dnat`, `cluster-ips-check`).
-//! Compared as sorted lines, as kube-proxy's test compares them.
+//! Compared as sorted lines, as kube-proxy's test compares them. The v1.34 layout is checked
+//! against the same test of a later kube-proxy.
 
 use super::*;
 
@@ -300,4 +301,65 @@ fn a_source_range_holding_the_node_ip_lets_the_lb_ips_through() {
     let fw: Vec<&str> =
         rules.rules_in("firewall-HVFWP5L3-ns5/svc5/tcp/p80").map(|r| r.text.as_str()).collect();
     assert_eq!(fw, ["ip saddr != { 203.0.113.0/25 , 192.168.0.0/24 , 5.6.7.8 } drop"]);
+}
+
+/// `baseRules` of the later test (v1.34 layout): the filter chains after DNAT.
+const BASE_RULES_V1_34: &str = r#"
+add table ip kube-proxy { comment "rules for kube-proxy" ; }
+add set ip kube-proxy cluster-ips { type ipv4_addr ; comment "Active ClusterIPs" ; }
+add set ip kube-proxy nodeport-ips { type ipv4_addr ; comment "IPs that accept NodePort traffic" ; }
+add map ip kube-proxy firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "destinations that are subject to LoadBalancerSourceRanges" ; }
+add map ip kube-proxy no-endpoint-nodeports { type inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }
+add map ip kube-proxy no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to services with no endpoints" ; }
+add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }
+add map ip kube-proxy service-nodeports { type inet_proto . inet_service : verdict ; comment "NodePort traffic" ; }
+add chain ip kube-proxy cluster-ips-check
+add chain ip kube-proxy filter-prerouting-pre-dnat { type filter hook prerouting priority -110 ; }
+add chain ip kube-proxy filter-output-pre-dnat { type filter hook output priority -110 ; }
+add chain ip kube-proxy filter-forward { type filter hook forward priority 0 ; }
+add chain ip kube-proxy filter-input { type filter hook input priority 0 ; }
+add chain ip kube-proxy filter-output { type filter hook output priority 0 ; }
+add chain ip kube-proxy firewall-check
+add chain ip kube-proxy mark-for-masquerade
+add chain ip kube-proxy masquerading
+add chain ip kube-proxy nat-output { type nat hook output priority -100 ; }
+add chain ip kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }
+add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }
+add chain ip kube-proxy nodeport-endpoints-check
+add chain ip kube-proxy reject-chain { comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ; }
+add chain ip kube-proxy services
+add chain ip kube-proxy service-endpoints-check
+add rule ip kube-proxy cluster-ips-check ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"
+add rule ip kube-proxy cluster-ips-check ip daddr { 172.30.0.0/16 } drop comment "Drop traffic to unallocated ClusterIPs"
+add rule ip kube-proxy filter-prerouting-pre-dnat ct state new jump firewall-check
+add rule ip kube-proxy filter-forward ct state new jump service-endpoints-check
+add rule ip kube-proxy filter-forward ct state new jump cluster-ips-check
+add rule ip kube-proxy filter-input ct state new jump nodeport-endpoints-check
+add rule ip kube-proxy filter-input ct state new jump service-endpoints-check
+add rule ip kube-proxy filter-output ct state new jump service-endpoints-check
+add rule ip kube-proxy filter-output-pre-dnat ct state new jump firewall-check
+add rule ip kube-proxy filter-output ct state new jump cluster-ips-check
+add rule ip kube-proxy firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips
+add rule ip kube-proxy mark-for-masquerade mark set mark or 0x4000
+add rule ip kube-proxy masquerading mark and 0x4000 == 0 return
+add rule ip kube-proxy masquerading mark set mark xor 0x4000
+add rule ip kube-proxy masquerading masquerade fully-random
+add rule ip kube-proxy nat-output jump services
+add rule ip kube-proxy nat-postrouting jump masquerading
+add rule ip kube-proxy nat-prerouting jump services
+add rule ip kube-proxy nodeport-endpoints-check ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports
+add rule ip kube-proxy reject-chain reject
+add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-proxy services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports
+add element ip kube-proxy nodeport-ips { 192.168.0.2 }
+add rule ip kube-proxy service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services
+"#;
+
+#[test]
+fn overall_rules_match_kube_proxy_in_the_v1_34_layout() {
+    let c = fake_proxier_cluster(overall_services());
+    let ours = generate::node_rules_with(&c, "test-node", Default::default(), Layout::V1_34).render();
+    // The later test writes the cluster-IP masquerade rule without the port.
+    let services = SERVICE_RULES.replace(" tcp dport 80 ip saddr != ", " ip saddr != ");
+    assert_eq!(sorted(&ours), sorted(&format!("{BASE_RULES_V1_34}{services}")));
 }

@@ -240,7 +240,7 @@ fn dual_stack_nodes_get_one_table_per_family() {
     assert!(v6.rules.iter().all(|r| !r.text.contains("ip daddr") && !r.text.contains("ip saddr")));
     assert!(v6.rules.iter().any(|r| r.text == "meta l4proto tcp dnat to [fd00:10:244:1::5]:8080"));
     assert!(v6.elements_of(generate::CLUSTER_IPS).any(|e| e.key[0] == "fd00:10:96::10"));
-    let load = load_text(&dual_stack(), "node-a", None);
+    let load = load_text(&dual_stack(), "node-a", None, Layout::default());
     assert!(load.starts_with("add table ip kube-proxy\ndelete table ip kube-proxy\n"));
     assert!(load.contains("add table ip6 kube-proxy\ndelete table ip6 kube-proxy\n"));
 }
