@@ -37,10 +37,10 @@ fn offending_lines<'t>(message: &str, text: &'t str) -> Vec<(usize, &'t str)> {
         let rest = &message[at + marker.len()..];
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         let Ok(n) = digits.parse::<usize>() else { continue };
-        if let Some(line) = n.checked_sub(1).and_then(|i| text.lines().nth(i)) {
-            if !found.iter().any(|(m, _)| *m == n) {
-                found.push((n, line));
-            }
+        if let Some(line) = n.checked_sub(1).and_then(|i| text.lines().nth(i))
+            && !found.iter().any(|(m, _)| *m == n)
+        {
+            found.push((n, line));
         }
     }
     found
