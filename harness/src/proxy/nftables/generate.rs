@@ -1,7 +1,7 @@
 //! The `kube-proxy` table kube-proxy's nftables mode writes on one node for one family
-//! (`setupNFTables` and `syncProxyRules` in pkg/proxy/nftables/proxier.go, the layout of
-//! v1.31 and later: `filter-output-post-dnat`, `cluster-ips-check`, the split
-//! `service-endpoints-check` / `nodeport-endpoints-check`).
+//! (`setupNFTables` and `syncProxyRules` in pkg/proxy/nftables/proxier.go): `cluster-ips-check`,
+//! the split `service-endpoints-check` / `nodeport-endpoints-check`, in the base-chain
+//! [`Layout`] of v1.31–v1.33.4 (`filter-output-post-dnat`) or of v1.34.
 //!
 //! Dispatch is by verdict maps, not rule lists: `service-ips` (cluster, external and
 //! load-balancer IPs), `service-nodeports`, `no-endpoint-services` /

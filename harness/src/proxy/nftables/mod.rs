@@ -42,9 +42,10 @@ pub struct BuiltinNftables {
 }
 
 /// The cluster as the nftables proxier on `node` sees it: with no `--nodeport-addresses`
-/// given, nftables mode uses `primary`, the node's own IP of each family as `/32` and `/128`
-/// (`Init` in pkg/proxy/nftables/proxier.go, `NewProxyServer` in cmd/kube-proxy/app).
-/// Decided on the whole cluster, before a family view, as kube-proxy decides it on the flag.
+/// given, nftables mode uses `primary` (`platformApplyDefaults` in
+/// cmd/kube-proxy/app/server_linux.go), which `newProxyServer` (cmd/kube-proxy/app/server.go)
+/// turns into the node's own IP of each family as `/32` and `/128`. Decided on the whole
+/// cluster, before a family view, as kube-proxy decides it on the flag.
 pub fn effective_cluster(cluster: &Cluster, node: &str) -> Cluster {
     let mut effective = cluster.clone();
     if cluster.proxy.node_port_addresses.is_empty()

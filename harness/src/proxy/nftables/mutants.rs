@@ -4,7 +4,17 @@
 //! Every variant exists in nftables mode. Endpoint-choice bugs are made by the generator
 //! ([`Mutant::deviations`]) and the health check bug by the server
 //! ([`Mutant::breaks_health_checks`]); the rest edit the finished table here. Where the
-//! iptables form has no literal twin the nearest kube-proxy-shaped bug is used, and says so.
+//! iptables description names iptables machinery, the nftables form is:
+//! - `last-endpoint-never-chosen`: `numgen random mod N` is computed for N-1 endpoints, so
+//!   the last vmap arm is never taken;
+//! - `drop-instead-of-reject`: `reject-chain` drops (the verdict of every no-endpoints entry);
+//! - `affinity-without-timeout`: the `affinity-…` sets have no timeout, entries never expire;
+//! - `source-ranges-not-enforced`: no `firewall-ips` entries and no `firewall-…` chains;
+//! - `node-port-on-all-addresses`: the `@nodeport-ips` matches become the every-local-address
+//!   form (so `--nodeport-addresses`, and nftables mode's default of the primary node IP, are
+//!   ignored);
+//! - `node-ports-not-last`: the `service-nodeports` vmap rule comes before the `service-ips`
+//!   one in chain `services`.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -70,24 +80,6 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
         | Mutant::TerminatingUsedWhileReady
         | Mutant::TerminatingNeverFallback
         | Mutant::HealthCheckAlwaysOk => {}
-    }
-}
-
-/// What each mutant is in nftables mode, where that differs from its iptables description.
-pub fn nftables_form(mutant: Mutant) -> Option<&'static str> {
-    match mutant {
-        Mutant::LastEndpointNeverChosen => Some(
-            "the `numgen random mod N` pick is computed for N-1 endpoints: the last vmap arm is never taken",
-        ),
-        Mutant::DropInsteadOfReject => Some("`reject-chain` drops instead of rejecting"),
-        Mutant::AffinityWithoutTimeout => Some("the affinity sets have no timeout: entries never expire"),
-        Mutant::NodePortsNotLast => {
-            Some("the `service-nodeports` vmap rule comes before the `service-ips` one in chain `services`")
-        }
-        Mutant::NodePortOnAllAddresses => Some(
-            "`--nodeport-addresses` (and nftables mode's default, the primary node IP) is ignored: node ports answer on every local address",
-        ),
-        _ => None,
     }
 }
 
