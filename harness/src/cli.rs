@@ -67,12 +67,15 @@ enum Command {
     },
     /// Validate scenario files without running anything.
     Check { paths: Vec<PathBuf> },
-    /// Print the rules the built-in proxy generates for one node of a scenario.
+    /// Print the rules a built-in proxy generates for one node of a scenario.
     Rules {
         file: PathBuf,
         /// Node to generate for (default: the first).
         #[arg(long)]
         node: Option<String>,
+        /// Built-in proxy whose rules to print: builtin-iptables, builtin-nftables[-v1.34].
+        #[arg(long, default_value = proxy::iptables::NAME)]
+        proxy: String,
     },
     /// Measure topology build and teardown, probe round trips and the whole suite.
     Bench {
@@ -94,6 +97,9 @@ enum Command {
         /// Stop hunting a mutant at its first kill (faster; the table then names one killer).
         #[arg(long)]
         first_kill: bool,
+        /// Built-in proxy to break: builtin-iptables, builtin-nftables[-v1.34].
+        #[arg(long, default_value = proxy::iptables::NAME)]
+        proxy: String,
     },
     /// Run scenarios with two proxies and list every flow whose observed behaviour differs
     /// (outcome, backends reached, source they saw), whether or not either side passes. Exit
@@ -150,9 +156,9 @@ pub fn main() -> i32 {
             })
         }
         Command::Check { paths } => check(&default_paths(paths)),
-        Command::Rules { file, node } => rules(&file, node.as_deref()),
+        Command::Rules { file, node, proxy } => rules(&file, node.as_deref(), &proxy),
         Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
-        Command::Mutants { suite, only, first_kill } => mutants(&suite, &only, first_kill),
+        Command::Mutants { suite, only, first_kill, proxy } => mutants(&suite, &only, first_kill, &proxy),
         Command::Diff { paths, left, left_options, right, right_options, timeout_ms } => {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
             proxy_choice(&left, &left_options).and_then(|left| {
@@ -355,7 +361,7 @@ fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize
     print!("{text}");
 }
 
-fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
+fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result<i32> {
     let Some(mut scenarios) = load_all(&[file.to_path_buf()])? else { return Ok(EXIT_ERROR) };
     let s = scenarios.remove(0);
     let node = match node {
@@ -363,18 +369,27 @@ fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
         None => s.cluster.nodes.first().context("the scenario has no nodes")?.name.clone(),
     };
     anyhow::ensure!(s.cluster.node(&node).is_some(), "no node {node:?} in {}", file.display());
-    print!("{}", proxy::iptables::render_node(&s.cluster, &node, None));
+    let text = match proxy_name {
+        proxy::iptables::NAME => proxy::iptables::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME => proxy::nftables::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME_V1_31 => {
+            proxy::nftables::render_node_in(&s.cluster, &node, None, proxy::nftables::Layout::V1_31)
+        }
+        other => anyhow::bail!("no rules to print for proxy {other:?} (built-in proxies only)"),
+    };
+    print!("{text}");
     Ok(EXIT_PASS)
 }
 
-fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool) -> Result<i32> {
+fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_name: &str) -> Result<i32> {
+    let breakable = crate::mutants::breakable(proxy_name)
+        .with_context(|| format!("no mutants of proxy {proxy_name:?} (built-in proxies only)"))?;
     let Some(scenarios) = load_all(&[suite.to_path_buf()])? else { return Ok(EXIT_ERROR) };
     if let Some(reason) = runner::preflight() {
         anyhow::bail!("cannot hunt mutants here: {reason}");
     }
-    let catalog = proxy::iptables::Mutant::ALL;
     let chosen: Vec<_> = if only.is_empty() {
-        catalog.to_vec()
+        crate::mutants::catalog(proxy_name)
     } else {
         only.iter()
             .map(|name| name.parse().map_err(|_| anyhow::anyhow!("no mutant {name:?}")))
@@ -382,7 +397,13 @@ fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool) -> Result
     };
     let total = chosen.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, |h| {
+    // A probe that fails unbroken (a behaviour of this proxy the oracle does not expect)
+    // kills nothing.
+    let baseline = crate::mutants::baseline(&scenarios, breakable)?;
+    for (scenario, probe) in &baseline {
+        println!("baseline: {scenario}/{probe} fails unbroken; its failures kill no mutant");
+    }
+    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let verdict = if h.killed() { "killed" } else { "SURVIVED" };
         println!("[{n}/{total}] {verdict} {} by {}", h.mutant.name(), h.killed_by.join(", "));
