@@ -188,3 +188,56 @@ pub enum Finished<'a> {
         error: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::oracle::Expectation;
+    use crate::traffic::Attempt;
+
+    /// A scenario of the suite with one passing and one failing verdict.
+    fn judged() -> (crate::model::Scenario, ScenarioReport) {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/kube-dns-udp.yaml");
+        let s = crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let rejected = Expectation::required(Expected::Rejected, "no endpoints");
+        let refused = || Attempt::Refused { reason: "ICMP port unreachable".into() };
+        let to = "10.96.0.10:53".parse().expect("an address");
+        let verdicts = vec![
+            crate::verdict::judge(&s.probes[0], to, &rejected, vec![refused(), refused()]),
+            crate::verdict::judge(&s.probes[1], to, &rejected, vec![refused(), Attempt::Silent]),
+        ];
+        let report = ScenarioReport {
+            scenario: s.name.clone(),
+            source: s.source.clone(),
+            proxy: "builtin-iptables".into(),
+            outcome: Outcome::Judged(verdicts),
+            elapsed: Duration::from_millis(250),
+            artifacts: None,
+            unjudged: Vec::new(),
+            profile: None,
+        };
+        (s, report)
+    }
+
+    #[test]
+    fn colour_only_adds_escapes_to_the_plain_text() {
+        let (s, report) = judged();
+        let Outcome::Judged(verdicts) = &report.outcome else { unreachable!() };
+        let plain = format!("{}\n{}", scenario_line(&report), flow_table(&s.cluster, verdicts));
+        let painted = format!(
+            "{}\n{}",
+            scenario_line_painted(&report, Paint::COLOUR),
+            flow_table_painted(&s.cluster, verdicts, Paint::COLOUR)
+        );
+        assert!(!plain.contains('\x1b'), "{plain}");
+        assert!(
+            painted.contains("\x1b[1m\x1b[31mFAIL\x1b[0m") && painted.contains("\x1b[1m\x1b[32mok\x1b[0m")
+        );
+        assert_eq!(anstream::adapter::strip_str(&painted).to_string(), plain);
+        // The columns line up the same with colour: padding is counted without escapes.
+        assert!(plain.contains("\n  ok    client-to-dns "), "{plain}");
+        assert!(plain.contains("\n  FAIL  client-to-dns-tcp "), "{plain}");
+    }
+}
