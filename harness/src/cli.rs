@@ -10,6 +10,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use crate::model::{ProxyChoice, Scenario};
+use crate::report::Paint;
+use crate::report::terminal::Progress;
 use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
 use crate::topology::netns;
 use crate::{oracle, proxy, report, scenario};
@@ -64,6 +66,9 @@ enum Command {
         /// Write a JSON report with the same content here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Colour the report: auto (a terminal, unless NO_COLOR is set), always or never.
+        #[arg(long, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+        color: clap::ColorChoice,
     },
     /// Validate scenario files without running anything.
     Check { paths: Vec<PathBuf> },
@@ -144,6 +149,7 @@ pub fn main() -> i32 {
             keep_evidence,
             junit,
             json,
+            color,
         } => {
             let options = RunOptions {
                 timeout: Duration::from_millis(timeout_ms),
@@ -152,7 +158,8 @@ pub fn main() -> i32 {
                 profile,
             };
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
-                run(&default_paths(paths), proxy.as_ref(), &options, jobs, &Outputs { junit, json })
+                let outputs = Outputs { junit, json };
+                run(&default_paths(paths), proxy.as_ref(), &options, jobs, &outputs, Paint::for_stdout(color))
             })
         }
         Command::Check { paths } => check(&default_paths(paths)),
@@ -242,6 +249,7 @@ fn run(
     options: &RunOptions,
     jobs: Option<usize>,
     outputs: &Outputs,
+    paint: Paint,
 ) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     if let Some(choice) = proxy_override {
@@ -251,11 +259,30 @@ fn run(
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let started = Instant::now();
-    let results =
-        run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
-            Ok(report) => print_report(report, s, done, total),
-            Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
-        });
+    // A bar on stderr only when it is a terminal; results go to stdout above it either way.
+    let progress = Progress::new(scenarios.len(), paint);
+    let results = run_suite(
+        &scenarios,
+        proxy_override,
+        options,
+        jobs,
+        |s| progress.started(&s.name),
+        |s, result, done, total| {
+            let text = match result {
+                Ok(report) => scenario_text(report, s, done, total, paint),
+                Err(e) => {
+                    format!(
+                        "[{done}/{total}] {} {} ({}): {e:#}\n",
+                        paint.fail("ERROR"),
+                        s.name,
+                        s.source.display()
+                    )
+                }
+            };
+            progress.finished(&s.name, &text);
+        },
+    );
+    progress.finish();
     let finished: Vec<report::Finished> = scenarios
         .iter()
         .zip(&results)
@@ -267,14 +294,17 @@ fn run(
     outputs.write(&finished)?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let reports: Vec<&ScenarioReport> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
-    println!("\n{} in {:.2}s", report::summary_line(&reports, errors), started.elapsed().as_secs_f64());
-    Ok(if errors > 0 {
+    let code = if errors > 0 {
         EXIT_ERROR
     } else if reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))) {
         EXIT_PASS
     } else {
         EXIT_FAIL
-    })
+    };
+    let summary = report::summary_line(&reports, errors);
+    let summary = if code == EXIT_PASS { paint.pass(&summary) } else { paint.fail(&summary) };
+    println!("\n{summary} in {:.2}s", started.elapsed().as_secs_f64());
+    Ok(code)
 }
 
 /// Machine-readable reports a run writes, if asked.
@@ -298,13 +328,14 @@ impl Outputs {
     }
 }
 
-/// Runs scenarios `jobs` at a time (default: one per core), calling `on_done` as each ends;
-/// returns their results in the order given.
+/// Runs scenarios `jobs` at a time (default: one per core), calling `on_start` as each begins
+/// and `on_done` as each ends; returns their results in the order given.
 pub fn run_suite(
     scenarios: &[Scenario],
     proxy_override: Option<&ProxyChoice>,
     options: &RunOptions,
     jobs: Option<usize>,
+    on_start: impl Fn(&Scenario) + Sync,
     on_done: impl Fn(&Scenario, &Result<ScenarioReport>, usize, usize) + Sync,
 ) -> Vec<Result<ScenarioReport>> {
     // Two per core: a scenario mostly waits (on timeouts, affinity expiry), and the suite
@@ -319,6 +350,7 @@ pub fn run_suite(
         for _ in 0..jobs.min(total.max(1)) {
             scope.spawn(|| {
                 while let Some((i, s)) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
+                    on_start(s);
                     let result = run_one(s, proxy_override, options, skip_all.as_deref());
                     let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     on_done(s, &result, done, total);
@@ -350,17 +382,18 @@ pub fn run_one(
     runner::run(s, proxy.as_ref(), options)
 }
 
-fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize) {
-    let mut text = format!("[{done}/{total}] {}\n", report::scenario_line(report));
+/// What `run` prints for a scenario that ran: its line, flows not judged, the flow table of a
+/// failure and where its evidence is (printed in one write, so scenarios do not interleave).
+fn scenario_text(report: &ScenarioReport, s: &Scenario, done: usize, total: usize, paint: Paint) -> String {
+    let mut text = format!("[{done}/{total}] {}\n", report::scenario_line_painted(report, paint));
     text.push_str(&report::unjudged_lines(report));
     if let (Outcome::Judged(verdicts), false) = (&report.outcome, report.passed()) {
-        text.push_str(&report::flow_table(&s.cluster, verdicts));
+        text.push_str(&report::flow_table_painted(&s.cluster, verdicts, paint));
     }
     if let Some(dir) = &report.artifacts {
         text.push_str(&format!("  evidence: {}\n", dir.display()));
     }
-    // One write, so lines of concurrent scenarios do not interleave.
-    print!("{text}");
+    text
 }
 
 fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result<i32> {
@@ -405,14 +438,25 @@ fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_nam
     for (scenario, probe) in &baseline {
         println!("baseline: {scenario}/{probe} fails unbroken; its failures kill no mutant");
     }
+    let paint = Paint::for_stdout(clap::ColorChoice::Auto);
+    // Mutants are hunted one after another: when one ends, the next begins.
+    let progress = Progress::new(total, paint);
+    if let Some(first) = chosen.first() {
+        progress.started(first.name());
+    }
     let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let verdict = if h.killed() { "killed" } else { "SURVIVED" };
-        println!("[{n}/{total}] {verdict} {} by {}", h.mutant.name(), h.killed_by.join(", "));
+        let verdict = if h.killed() { paint.pass("killed") } else { paint.fail("SURVIVED") };
+        let mut text = format!("[{n}/{total}] {verdict} {} by {}\n", h.mutant.name(), h.killed_by.join(", "));
         for e in &h.errors {
-            println!("        setup error: {e}");
+            text.push_str(&format!("        setup error: {e}\n"));
+        }
+        progress.finished(h.mutant.name(), &text);
+        if let Some(next) = chosen.get(n) {
+            progress.started(next.name());
         }
     });
+    progress.finish();
     println!("\n{}", crate::mutants::table(&hunts));
     let survivors = hunts.iter().filter(|h| !h.killed()).count();
     println!("{} killed, {survivors} survived", hunts.len() - survivors);
