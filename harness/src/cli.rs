@@ -86,6 +86,9 @@ enum Command {
         #[arg(long)]
         first_kill: bool,
     },
+    /// A service proxy that watches the Kubernetes API (the adapter `reference-proxy-*` runs
+    /// it on every node): proves the API-server adapter without kube-proxy.
+    ReferenceProxy(crate::reference_proxy::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         #[arg(long)]
@@ -111,6 +114,7 @@ pub fn main() -> i32 {
         Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
         Command::Mutants { suite, only, first_kill } => mutants(&suite, &only, first_kill),
         Command::Cleanup { all } => cleanup(all),
+        Command::ReferenceProxy(args) => crate::reference_proxy::main(args).map(|()| EXIT_PASS),
     };
     result.unwrap_or_else(|e| {
         eprintln!("packetproof: {e:#}");
@@ -147,7 +151,13 @@ fn check(paths: &[PathBuf]) -> Result<i32> {
     Ok(EXIT_PASS)
 }
 
-fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jobs: Option<usize>, outputs: &Outputs) -> Result<i32> {
+fn run(
+    paths: &[PathBuf],
+    proxy_override: Option<&str>,
+    options: &RunOptions,
+    jobs: Option<usize>,
+    outputs: &Outputs,
+) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     if let Some(name) = proxy_override {
         proxy::by_name(name)?;
@@ -156,10 +166,11 @@ fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jo
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let started = Instant::now();
-    let results = run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
-        Ok(report) => print_report(report, s, done, total),
-        Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
-    });
+    let results =
+        run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
+            Ok(report) => print_report(report, s, done, total),
+            Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
+        });
     let finished: Vec<report::Finished> = scenarios
         .iter()
         .zip(&results)

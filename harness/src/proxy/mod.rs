@@ -5,6 +5,7 @@
 //! proxy: the runner changes its state between steps, reads its data plane for evidence and
 //! stops it before the namespaces go.
 
+pub mod apiserver;
 pub mod healthcheck;
 pub mod iptables;
 pub mod node_ports;
@@ -67,12 +68,16 @@ pub struct Env<'a> {
 }
 
 /// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] = &[iptables::NAME];
+pub const KNOWN_PROXIES: &[&str] =
+    &[iptables::NAME, apiserver::NAME, apiserver::REFERENCE_IPTABLES, apiserver::REFERENCE_NFTABLES];
 
 /// Builds the proxy a scenario or the command line names.
 pub fn by_name(name: &str) -> Result<Box<dyn Proxy>> {
     match name {
         iptables::NAME => Ok(Box::new(iptables::BuiltinIptables::default())),
+        apiserver::NAME => Ok(Box::new(apiserver::ApiServerProxy::from_options(&serde_json::Value::Null)?)),
+        apiserver::REFERENCE_IPTABLES => Ok(Box::new(apiserver::ApiServerProxy::reference("iptables")?)),
+        apiserver::REFERENCE_NFTABLES => Ok(Box::new(apiserver::ApiServerProxy::reference("nftables")?)),
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }

@@ -1,0 +1,413 @@
+//! Proxies that watch the Kubernetes API (an unmodified kube-proxy, or `packetproof
+//! reference-proxy`): the harness runs an API server on a control-plane host of the node
+//! network, serves the desired state there, starts the proxy's command in every node
+//! namespace with a kubeconfig pointing at it, and waits until each node's proxy reports a
+//! sync after every change.
+//!
+//! Selected as `apiserver` with a command template (options `{"command": "…",
+//! "healthzPort": 10256}`, or env `PACKETPROOF_PROXY_COMMAND`), or as
+//! `reference-proxy-iptables` / `reference-proxy-nftables` (this binary's `reference-proxy`).
+
+mod command;
+pub mod objects;
+pub mod sync;
+
+use std::fs::File;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+pub use command::{PLACEHOLDERS, Template, Vars};
+
+use super::{Env, Proxy, Running, State};
+use crate::apiserver::ApiServer;
+use crate::model::Cluster;
+use crate::topology::control_plane::ControlPlane;
+use crate::topology::{Netns, NodeHandle};
+
+pub const NAME: &str = "apiserver";
+pub const REFERENCE_IPTABLES: &str = "reference-proxy-iptables";
+pub const REFERENCE_NFTABLES: &str = "reference-proxy-nftables";
+
+/// The API server's port on the control-plane host (the namespace is ours alone).
+const API_PORT: u16 = 6443;
+/// kube-proxy's default healthz port.
+pub const DEFAULT_HEALTHZ_PORT: u16 = 10256;
+/// kube-proxy waits up to ~30 s for its Node before falling back; a first sync takes 1-2 s.
+const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Without healthz: rules unchanged this long count as applied (kube-proxy's default
+/// min-sync-period is 1 s).
+const QUIET: Duration = Duration::from_millis(1500);
+/// SIGTERM, then SIGKILL after this.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// A proxy driven through the API server.
+#[derive(Debug, Clone)]
+pub struct ApiServerProxy {
+    name: String,
+    template: Template,
+    /// Where each node's proxy answers `/healthz` (on the node's IP); none: wait for the
+    /// node's rules to settle instead.
+    healthz_port: Option<u16>,
+    sync_timeout: Duration,
+}
+
+impl ApiServerProxy {
+    /// From scenario or command-line options: `command` (a string split on whitespace, or a
+    /// list of words) with placeholders [`PLACEHOLDERS`], `healthzPort` (number, or null for
+    /// none; default 10256 when the command uses `{healthzPort}`), `syncTimeoutSeconds`.
+    pub fn from_options(options: &Value) -> Result<Self> {
+        let template = match &options["command"] {
+            Value::String(s) => Template::parse(s)?,
+            Value::Array(words) => Template::from_words(
+                words
+                    .iter()
+                    .map(|w| w.as_str().map(str::to_string).context("a command word that is not a string"))
+                    .collect::<Result<_>>()?,
+            )?,
+            Value::Null => match std::env::var("PACKETPROOF_PROXY_COMMAND") {
+                Ok(s) => Template::parse(&s)?,
+                Err(_) => bail!(
+                    "proxy {NAME} needs a command: option `command` or env PACKETPROOF_PROXY_COMMAND \
+                     (placeholders: {})",
+                    PLACEHOLDERS.join(" ")
+                ),
+            },
+            other => bail!("option `command` must be a string or a list of strings, not {other}"),
+        };
+        let healthz_port = match options.get("healthzPort") {
+            None if template.uses("{healthzPort}") => Some(DEFAULT_HEALTHZ_PORT),
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|p| u16::try_from(p).ok())
+                    .context("option `healthzPort` must be a port number")?,
+            ),
+        };
+        let sync_timeout = match options.get("syncTimeoutSeconds") {
+            None => DEFAULT_SYNC_TIMEOUT,
+            Some(v) => {
+                Duration::from_secs(v.as_u64().context("option `syncTimeoutSeconds` must be a number")?)
+            }
+        };
+        Ok(ApiServerProxy { name: NAME.into(), template, healthz_port, sync_timeout })
+    }
+
+    /// `packetproof reference-proxy` in `mode` (`iptables` or `nftables`), found as env
+    /// `PACKETPROOF_BIN` or else this very executable.
+    pub fn reference(mode: &str) -> Result<Self> {
+        let bin = match std::env::var_os("PACKETPROOF_BIN") {
+            Some(b) => PathBuf::from(b),
+            None => std::env::current_exe().context("finding this executable for reference-proxy")?,
+        };
+        let mut words = vec![bin.to_string_lossy().into_owned(), "reference-proxy".into()];
+        words.extend(
+            "--kubeconfig {kubeconfig} --node {node} --netns {netns} --cluster-cidr {clusterCIDR} \
+             --service-cidr {serviceCIDR} --healthz-bind-address 0.0.0.0:{healthzPort} {proxyFlags} --mode"
+                .split_whitespace()
+                .map(str::to_string),
+        );
+        words.push(mode.into());
+        Ok(ApiServerProxy {
+            name: format!("reference-proxy-{mode}"),
+            template: Template::from_words(words)?,
+            healthz_port: Some(DEFAULT_HEALTHZ_PORT),
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+        })
+    }
+}
+
+/// The cluster's proxy configuration as kube-proxy flags (`{proxyFlags}`).
+pub fn proxy_flags(cluster: &Cluster) -> Vec<String> {
+    let mut flags = Vec::new();
+    if cluster.proxy.masquerade_all {
+        flags.push("--masquerade-all".to_string());
+    }
+    let mut ranges: Vec<String> = cluster.proxy.node_port_addresses.iter().map(|r| r.to_string()).collect();
+    if !ranges.is_empty() {
+        ranges.sort();
+        flags.push(format!("--nodeport-addresses={}", ranges.join(",")));
+    }
+    if !cluster.proxy.localhost_node_ports {
+        flags.push("--iptables-localhost-nodeports=false".to_string());
+    }
+    flags
+}
+
+fn kubeconfig(server: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: packetproof\n  cluster:\n    server: http://{server}\n\
+         users:\n- name: proxy\n  user: {{}}\ncontexts:\n- name: packetproof\n  context:\n    cluster: packetproof\n\
+         \x20   user: proxy\ncurrent-context: packetproof\n"
+    )
+}
+
+impl Proxy for ApiServerProxy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
+        let control_plane = env.runtime.block_on(ControlPlane::attach(env.topology, state.cluster))?;
+        let bind = SocketAddr::new(control_plane.ip, API_PORT);
+        let listener = control_plane
+            .netns
+            .run(move || TcpListener::bind(bind))?
+            .with_context(|| format!("binding the API server to {bind}"))?;
+        let server = ApiServer::serve(listener, &env.runtime)?;
+        let dir = std::env::temp_dir().join(format!("packetproof-{}", control_plane.netns.name()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut running = ApiRunning {
+            proxy: self,
+            nodes: Vec::new(),
+            server: Some(server),
+            control_plane: Some(control_plane),
+            runtime: env.runtime.clone(),
+            dir,
+        };
+        // From here an error drops `running`, which stops whatever started.
+        let pushed = SystemTime::now();
+        objects::push(running.store(), state)?;
+        let (cluster_cidr, service_cidr) = objects::cidrs(state.cluster);
+        for node in &env.topology.nodes {
+            let model = state
+                .cluster
+                .node(&node.name)
+                .with_context(|| format!("node {} is not in the model", node.name))?;
+            let kubeconfig_path = running.dir.join(format!("kubeconfig-{}", node.name));
+            std::fs::write(&kubeconfig_path, kubeconfig(bind))
+                .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+            let vars = Vars {
+                kubeconfig: kubeconfig_path.to_string_lossy().into_owned(),
+                node: node.name.clone(),
+                node_ip: model.ip.to_string(),
+                netns: node.netns.name().to_string(),
+                cluster_cidr: cluster_cidr.clone(),
+                service_cidr: service_cidr.clone(),
+                healthz_port: self.healthz_port,
+                proxy_flags: proxy_flags(state.cluster),
+            };
+            running.spawn(node, model.ip, &self.template.expand(&vars)?)?;
+        }
+        running.wait_synced(pushed)?;
+        Ok(Box::new(running))
+    }
+}
+
+/// One node's proxy process.
+struct NodeProxy {
+    node: NodeHandle,
+    child: Option<Child>,
+    log: PathBuf,
+    healthz: Option<SocketAddr>,
+}
+
+struct ApiRunning<'a> {
+    proxy: &'a ApiServerProxy,
+    nodes: Vec<NodeProxy>,
+    server: Option<ApiServer>,
+    control_plane: Option<ControlPlane>,
+    runtime: tokio::runtime::Handle,
+    /// Kubeconfigs and logs.
+    dir: PathBuf,
+}
+
+impl ApiRunning<'_> {
+    fn store(&self) -> &crate::apiserver::Store {
+        self.server.as_ref().expect("the server runs until stop").store()
+    }
+
+    fn spawn(&mut self, node: &NodeHandle, ip: IpAddr, argv: &[String]) -> Result<()> {
+        let log = self.dir.join(format!("{}.log", node.name));
+        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone().context("sharing the proxy log")?;
+        let mut cmd = node.netns.command(&argv[0]);
+        cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(out).stderr(err);
+        // SAFETY: prctl is async-signal-safe. The proxy dies with the harness, never outlives it.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child =
+            cmd.spawn().with_context(|| format!("starting `{}` on node {}", argv.join(" "), node.name))?;
+        let healthz = self.proxy.healthz_port.map(|p| SocketAddr::new(ip, p));
+        self.nodes.push(NodeProxy { node: node.clone(), child: Some(child), log, healthz });
+        Ok(())
+    }
+
+    /// Waits until every node's proxy has applied what was pushed at `pushed`.
+    fn wait_synced(&mut self, pushed: SystemTime) -> Result<()> {
+        let deadline = Instant::now() + self.proxy.sync_timeout;
+        for n in &mut self.nodes {
+            let NodeProxy { node, child, log, healthz } = n;
+            let alive = || -> Result<()> {
+                let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
+                if let Some(status) = c.try_wait()? {
+                    bail!(
+                        "the proxy on node {} exited ({status}); its log ends:\n{}",
+                        node.name,
+                        log_tail(log)
+                    );
+                }
+                Ok(())
+            };
+            let waited = match healthz {
+                Some(addr) => sync::wait_healthz(&node.netns, *addr, pushed, deadline, alive),
+                None => sync::wait_stable(QUIET, deadline, || dump(&node.netns), alive),
+            };
+            waited.with_context(|| {
+                format!("waiting for the proxy on node {} to sync; log: {}", node.name, log.display())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn stop_all(&mut self) -> Result<()> {
+        let mut first_error = None;
+        for n in &mut self.nodes {
+            if let Some(child) = n.child.take()
+                && let Err(e) = stop_child(child)
+            {
+                first_error.get_or_insert(e.context(format!("stopping the proxy on node {}", n.node.name)));
+            }
+        }
+        if let Some(server) = self.server.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                drop(server);
+            } else {
+                self.runtime.block_on(server.stop());
+            }
+        }
+        // Removes the control-plane namespace.
+        self.control_plane.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// SIGTERM, up to [`STOP_GRACE`] to exit, then SIGKILL.
+fn stop_child(mut child: Child) -> Result<()> {
+    let pid = Pid::from_raw(child.id() as i32);
+    if child.try_wait()?.is_none() {
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while child.try_wait()?.is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    child.wait().context("reaping the proxy")?;
+    Ok(())
+}
+
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// The node's rules, whatever the proxy uses: iptables (both families) and nftables.
+pub fn dump(netns: &Netns) -> Result<String> {
+    let mut out = String::new();
+    for (program, args) in
+        [("iptables-save", &[][..]), ("ip6tables-save", &[][..]), ("nft", &["list", "ruleset"][..])]
+    {
+        if let Ok(o) = netns.exec(program, args, None) {
+            let text = String::from_utf8_lossy(&o.stdout);
+            // Drop the timestamps iptables-save prints, so unchanged rules read the same.
+            let text: String =
+                text.lines().filter(|l| !l.starts_with('#')).map(|l| format!("{l}\n")).collect();
+            if !text.trim().is_empty() {
+                out.push_str(&format!("# {program} {}\n{text}", args.join(" ")));
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Running for ApiRunning<'_> {
+    fn update(&mut self, state: &State<'_>) -> Result<()> {
+        let pushed = SystemTime::now();
+        if objects::push(self.store(), state)? == 0 {
+            return Ok(());
+        }
+        self.wait_synced(pushed)
+    }
+
+    fn dump_node(&self, node: &NodeHandle) -> Result<String> {
+        dump(&node.netns)
+    }
+
+    fn artifacts(&self) -> Vec<(String, Vec<u8>)> {
+        self.nodes
+            .iter()
+            .map(|n| (format!("{}.log", n.node.name), std::fs::read(&n.log).unwrap_or_default()))
+            .collect()
+    }
+
+    fn stop(mut self: Box<Self>) -> Result<()> {
+        self.stop_all()
+    }
+}
+
+impl Drop for ApiRunning<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_all() {
+            eprintln!("packetproof: stopping {}: {e:#}", self.proxy.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn options_give_the_command_and_the_healthz_port() {
+        let p = ApiServerProxy::from_options(
+            &json!({"command": "kube-proxy --healthz-bind-address=0.0.0.0:{healthzPort}"}),
+        )
+        .unwrap();
+        assert_eq!(p.healthz_port, Some(DEFAULT_HEALTHZ_PORT));
+        let p =
+            ApiServerProxy::from_options(&json!({"command": ["my proxy", "{node}"], "healthzPort": null}))
+                .unwrap();
+        assert_eq!(p.healthz_port, None);
+        assert!(ApiServerProxy::from_options(&json!({"command": 3})).is_err());
+        assert!(ApiServerProxy::from_options(&json!({"command": "x {bogus}"})).is_err());
+    }
+
+    #[test]
+    fn a_kubeconfig_reads_back_with_kubes_parser() {
+        let text = kubeconfig("192.168.50.254:6443".parse().unwrap());
+        let k = read_kubeconfig(&text);
+        assert_eq!(
+            k.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+            Some("http://192.168.50.254:6443")
+        );
+    }
+
+    /// Writes the text to a file and lets kube read it, as a proxy built on kube would.
+    fn read_kubeconfig(text: &str) -> kube::config::Kubeconfig {
+        let path = std::env::temp_dir().join(format!("pp-kubeconfig-test-{}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let k = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        k
+    }
+}
