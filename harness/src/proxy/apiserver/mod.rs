@@ -159,7 +159,7 @@ impl Proxy for ApiServerProxy {
         let bind = SocketAddr::new(control_plane.ip, API_PORT);
         let listener = control_plane
             .netns
-            .run(move || TcpListener::bind(bind))?
+            .run(move || listen(bind))?
             .with_context(|| format!("binding the API server to {bind}"))?;
         let server = ApiServer::serve(listener, &env.runtime)?;
         let dir = std::env::temp_dir().join(format!("packetproof-{}", control_plane.netns.name()));
@@ -201,12 +201,29 @@ impl Proxy for ApiServerProxy {
     }
 }
 
+/// A listening socket on `addr`, which may still be tentative (an IPv6 address on a link
+/// whose carrier is not up yet): free-bind does not wait for it.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    match addr {
+        SocketAddr::V4(_) => socket.set_freebind_v4(true)?,
+        SocketAddr::V6(_) => socket.set_freebind_v6(true)?,
+    }
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(128)?;
+    Ok(socket.into())
+}
+
 /// One node's proxy process.
 struct NodeProxy {
     node: NodeHandle,
     child: Option<Child>,
     log: PathBuf,
-    healthz: Option<SocketAddr>,
+    /// Where its healthz may answer: loopback of either family first (kube-proxy's default
+    /// bind is 0.0.0.0, even in an IPv6 cluster), then the node's IP.
+    healthz: Vec<SocketAddr>,
 }
 
 struct ApiRunning<'a> {
@@ -241,7 +258,13 @@ impl ApiRunning<'_> {
         }
         let child =
             cmd.spawn().with_context(|| format!("starting `{}` on node {}", argv.join(" "), node.name))?;
-        let healthz = self.proxy.healthz_port.map(|p| SocketAddr::new(ip, p));
+        let healthz = match self.proxy.healthz_port {
+            Some(p) => [IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST), ip]
+                .into_iter()
+                .map(|a| SocketAddr::new(a, p))
+                .collect(),
+            None => Vec::new(),
+        };
         self.nodes.push(NodeProxy { node: node.clone(), child: Some(child), log, healthz });
         Ok(())
     }
@@ -262,9 +285,10 @@ impl ApiRunning<'_> {
                 }
                 Ok(())
             };
-            let waited = match healthz {
-                Some(addr) => sync::wait_healthz(&node.netns, *addr, pushed, deadline, alive),
-                None => sync::wait_stable(QUIET, deadline, || dump(&node.netns), alive),
+            let waited = if healthz.is_empty() {
+                sync::wait_stable(QUIET, deadline, || dump(&node.netns), alive)
+            } else {
+                sync::wait_healthz(&node.netns, healthz, pushed, deadline, alive)
             };
             waited.with_context(|| {
                 format!("waiting for the proxy on node {} to sync; log: {}", node.name, log.display())

@@ -48,11 +48,12 @@ pub fn get_healthz(netns: &Netns, addr: SocketAddr) -> Result<String> {
     })?
 }
 
-/// Polls the healthz endpoint until `lastUpdated` is at or after `pushed`. `alive` says
+/// Polls the healthz endpoint (at the first of `addrs` that answers) until `lastUpdated` is
+/// at or after `pushed`. `alive` says
 /// whether the proxy is still running (a dead one never syncs: fail at once).
 pub fn wait_healthz(
     netns: &Netns,
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     pushed: SystemTime,
     deadline: Instant,
     mut alive: impl FnMut() -> Result<()>,
@@ -60,7 +61,8 @@ pub fn wait_healthz(
     let mut last;
     loop {
         alive()?;
-        match get_healthz(netns, addr) {
+        let mut answers = addrs.iter().map(|&a| get_healthz(netns, a));
+        match answers.find(Result::is_ok).unwrap_or_else(|| get_healthz(netns, addrs[0])) {
             Ok(body) => {
                 if last_updated(&body).is_some_and(|t| t >= pushed) {
                     return Ok(());
@@ -71,7 +73,7 @@ pub fn wait_healthz(
         }
         if Instant::now() >= deadline {
             bail!(
-                "the proxy's healthz at {addr} reported no sync after the change; last answer: {}",
+                "the proxy's healthz at {addrs:?} reported no sync after the change; last answer: {}",
                 last.trim()
             );
         }
