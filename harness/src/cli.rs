@@ -151,13 +151,7 @@ fn check(paths: &[PathBuf]) -> Result<i32> {
     Ok(EXIT_PASS)
 }
 
-fn run(
-    paths: &[PathBuf],
-    proxy_override: Option<&str>,
-    options: &RunOptions,
-    jobs: Option<usize>,
-    outputs: &Outputs,
-) -> Result<i32> {
+fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jobs: Option<usize>, outputs: &Outputs) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     if let Some(name) = proxy_override {
         proxy::by_name(name)?;
@@ -166,11 +160,10 @@ fn run(
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let started = Instant::now();
-    let results =
-        run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
-            Ok(report) => print_report(report, s, done, total),
-            Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
-        });
+    let results = run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
+        Ok(report) => print_report(report, s, done, total),
+        Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
+    });
     let finished: Vec<report::Finished> = scenarios
         .iter()
         .zip(&results)

@@ -9,25 +9,12 @@ use crate::model::{
 };
 
 pub(super) enum Frontend<'a> {
-    ClusterIp {
-        svc: &'a Service,
-        port: &'a ServicePort,
-    },
+    ClusterIp { svc: &'a Service, port: &'a ServicePort },
     /// Handled by the proxy on `node` (the node that translates it).
-    External {
-        svc: &'a Service,
-        port: &'a ServicePort,
-        kind: ExternalKind,
-        node: &'a Node,
-    },
-    HealthCheck {
-        svc: &'a Service,
-        node: &'a Node,
-    },
+    External { svc: &'a Service, port: &'a ServicePort, kind: ExternalKind, node: &'a Node },
+    HealthCheck { svc: &'a Service, node: &'a Node },
     /// An address of a node where no Service listens: the node's own stack refuses.
-    NodeItself {
-        why: String,
-    },
+    NodeItself { why: String },
     Pod(&'a Pod),
     /// In the service CIDR, but no Service port there.
     Unallocated,
@@ -50,11 +37,7 @@ impl ExternalKind {
     }
 }
 
-pub(super) fn classify<'a>(
-    cluster: &'a Cluster,
-    probe: &Probe,
-    dst: SocketAddr,
-) -> Result<Frontend<'a>, String> {
+pub(super) fn classify<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Result<Frontend<'a>, String> {
     let port_of = |service: &str, port: &str| {
         cluster.service_port(service, port).ok_or_else(|| format!("no port {port:?} on Service {service}"))
     };
@@ -128,10 +111,7 @@ fn node_port<'a>(
     }
     if !allowed_by_cidrs {
         return Ok(Frontend::NodeItself {
-            why: format!(
-                "{addr} is outside nodePortAddresses, so node {} serves no node port there",
-                node.name
-            ),
+            why: format!("{addr} is outside nodePortAddresses, so node {} serves no node port there", node.name),
         });
     }
     Ok(Frontend::External { svc, port, kind: ExternalKind::NodePort, node })
@@ -164,18 +144,14 @@ fn raw_address<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Resu
     }
     if let Some(node) = node_owning(cluster, &probe.from, dst.ip()) {
         for svc in &cluster.services {
-            if let Some(sp) =
-                svc.ports.iter().find(|sp| sp.protocol == probe.protocol && sp.node_port == Some(dst.port()))
-            {
+            if let Some(sp) = svc.ports.iter().find(|sp| sp.protocol == probe.protocol && sp.node_port == Some(dst.port())) {
                 return node_port(cluster, svc, sp, node, dst.ip());
             }
             if probe.protocol == Protocol::Tcp && svc.health_check_node_port == Some(dst.port()) {
                 return Ok(Frontend::HealthCheck { svc, node });
             }
         }
-        return Ok(Frontend::NodeItself {
-            why: format!("nothing listens on node {} port {}", node.name, dst.port()),
-        });
+        return Ok(Frontend::NodeItself { why: format!("nothing listens on node {} port {}", node.name, dst.port()) });
     }
     if let Some(pod) = cluster.pod_by_ip(dst.ip()) {
         return Ok(Frontend::Pod(pod));

@@ -31,25 +31,13 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
 }
 
 fn describe(svc: &Service, port: &ServicePort) -> String {
-    if port.name.is_empty() {
-        svc.namespaced_name()
-    } else {
-        format!("{}:{}", svc.namespaced_name(), port.name)
-    }
+    if port.name.is_empty() { svc.namespaced_name() } else { format!("{}:{}", svc.namespaced_name(), port.name) }
 }
 
-fn cluster_ip(
-    cluster: &Cluster,
-    probe: &Probe,
-    svc: &Service,
-    port: &ServicePort,
-) -> Result<Expectation, String> {
+fn cluster_ip(cluster: &Cluster, probe: &Probe, svc: &Service, port: &ServicePort) -> Result<Expectation, String> {
     let name = format!("ClusterIP {}", describe(svc, port));
     let Some(client_node) = cluster.source_node(&probe.from) else {
-        return Err(format!(
-            "{} has no route to cluster IPs: only pods and nodes can reach {name}",
-            probe.from
-        ));
+        return Err(format!("{} has no route to cluster IPs: only pods and nodes can reach {name}", probe.from));
     };
     let all = cluster_wide(port);
     if all.is_empty() {
@@ -70,14 +58,7 @@ fn cluster_ip(
             masqueraded_by(client_node)
         }
     };
-    answered(
-        probe,
-        svc,
-        &chosen,
-        seen,
-        client_node,
-        format!("{name}, {} usable endpoints{policy}", chosen.len()),
-    )
+    answered(probe, svc, &chosen, seen, client_node, format!("{name}, {} usable endpoints{policy}", chosen.len()))
 }
 
 /// Node ports, external IPs and load-balancer IPs: the "external destinations" of a Service.
@@ -165,11 +146,7 @@ fn health_check(cluster: &Cluster, svc: &Service, node: &Node) -> Expectation {
     let status = if local > 0 { 200 } else { 503 };
     Expectation {
         outcome: Outcome::Http { status, local_endpoints: local },
-        because: format!(
-            "health check of {} on {}: {local} ready local endpoints",
-            svc.namespaced_name(),
-            node.name
-        ),
+        because: format!("health check of {} on {}: {local} ready local endpoints", svc.namespaced_name(), node.name),
     }
 }
 
@@ -211,10 +188,7 @@ fn answered(
         Spread::Uniform => because,
         Spread::Sticky => format!("{because}, sessionAffinity ClientIP"),
         Spread::AffinityExpires { timeout } => {
-            format!(
-                "{because}, sessionAffinity ClientIP expiring after {}s between attempts",
-                timeout.as_secs()
-            )
+            format!("{because}, sessionAffinity ClientIP expiring after {}s between attempts", timeout.as_secs())
         }
     };
     Ok(Expectation {
@@ -230,9 +204,7 @@ fn attempts_to_see_expiry(k: usize) -> u32 {
 }
 
 fn spread(svc: &Service, probe: &Probe) -> Result<Spread, String> {
-    let SessionAffinity::ClientIp { timeout_seconds } = svc.session_affinity else {
-        return Ok(Spread::Uniform);
-    };
+    let SessionAffinity::ClientIp { timeout_seconds } = svc.session_affinity else { return Ok(Spread::Uniform) };
     let timeout = Duration::from_secs(timeout_seconds.into());
     match probe.interval {
         Some(interval) if interval >= timeout + AFFINITY_MARGIN => Ok(Spread::AffinityExpires { timeout }),
@@ -261,9 +233,7 @@ fn dropped(because: String) -> Expectation {
 /// depending on the route to the backend.
 fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
     match source {
-        Source::Node(n) => {
-            SeenSource::Client { addrs: node_addresses(cluster.node(n).expect("validated source")) }
-        }
+        Source::Node(n) => SeenSource::Client { addrs: node_addresses(cluster.node(n).expect("validated source")) },
         other => SeenSource::Client { addrs: vec![cluster.source_ip(other).expect("validated source")] },
     }
 }

@@ -16,8 +16,7 @@ fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
 }
 
 fn pod(name: &str, ip: &str, node: &str) -> Pod {
-    Pod {
-        second_ip: None,
+    Pod { second_ip: None,
         namespace: "default".into(),
         name: name.into(),
         node: node.into(),
@@ -28,21 +27,18 @@ fn pod(name: &str, ip: &str, node: &str) -> Pod {
 }
 
 fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
-    Cluster {
-        second_family: None,
+    Cluster { second_family: None,
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         node_network: "192.168.50.0/24".parse().unwrap(),
         nodes: vec![
-            Node {
-                second: None,
+            Node { second: None,
                 secondary_ips: vec![],
                 name: "a".into(),
                 ip: "192.168.50.11".parse().unwrap(),
                 pod_cidr: "10.244.1.0/24".parse().unwrap(),
             },
-            Node {
-                second: None,
+            Node { second: None,
                 secondary_ips: vec![],
                 name: "b".into(),
                 ip: "192.168.50.12".parse().unwrap(),
@@ -129,7 +125,9 @@ fn hairpin_is_masqueraded_by_the_pods_node() {
 fn node_to_cluster_ip_is_masqueraded() {
     let c = cluster(both(), TrafficPolicy::Cluster);
     let e = expect(&c, &probe(Source::Node("b".into()), to_cluster_ip())).unwrap();
-    assert!(backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b")));
+    assert!(
+        backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b"))
+    );
 }
 
 #[test]
@@ -169,7 +167,10 @@ fn terminating_endpoints_serve_only_when_none_is_ready() {
 fn local_policy_keeps_external_clients_local_and_drops_without_local_endpoints() {
     let c = cluster(vec![endpoint("web-a", "10.244.1.5", "a")], TrafficPolicy::Local);
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
-    assert_eq!(backends(&e)["web-a"], SeenSource::Client { addrs: vec!["192.168.50.100".parse().unwrap()] });
+    assert_eq!(
+        backends(&e)["web-a"],
+        SeenSource::Client { addrs: vec!["192.168.50.100".parse().unwrap()] }
+    );
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).unwrap();
     assert_eq!(e.outcome, Outcome::Dropped);
     // Pods are short-circuited to every endpoint.
@@ -206,7 +207,9 @@ fn stated_expectations_are_checked() {
         source,
         http_status: None,
     };
-    assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok());
+    assert!(
+        check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok()
+    );
     assert!(check_stated(&e, &stated(StatedVerdict::Rejected, None, None)).is_err());
     assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-a"]), None)).is_err());
     // Hairpin to web-a is masqueraded, so "client" is wrong for the probe as a whole.
@@ -247,10 +250,7 @@ fn source_ranges_admit_only_listed_sources_to_the_load_balancer() {
     let e = expect(&c, &probe(Source::External("blocked".into()), to_lb(Some("b")))).unwrap();
     assert_eq!(e.outcome, Outcome::Dropped);
     // A pod is outside the ranges too: kube-proxy drops it at the load-balancer IP.
-    assert_eq!(
-        expect(&c, &probe(Source::Pod("client".into()), to_lb(None))).unwrap().outcome,
-        Outcome::Dropped
-    );
+    assert_eq!(expect(&c, &probe(Source::Pod("client".into()), to_lb(None))).unwrap().outcome, Outcome::Dropped);
     // Node ports bypass the ranges.
     let e = expect(&c, &probe(Source::External("blocked".into()), to_node_port("a"))).unwrap();
     assert_eq!(backends(&e).len(), 1);

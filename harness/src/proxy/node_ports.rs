@@ -121,8 +121,7 @@ mod tests {
     }
 
     fn node() -> Node {
-        Node {
-            second: None,
+        Node { second: None,
             name: "node-a".into(),
             ip: "192.168.50.2".parse().unwrap(),
             secondary_ips: vec!["192.168.50.102".parse().unwrap()],
@@ -164,8 +163,7 @@ mod tests {
     }
 
     fn v6_node() -> Node {
-        Node {
-            second: None,
+        Node { second: None,
             name: "node-a".into(),
             ip: "fd00:192:168:50::2".parse().unwrap(),
             secondary_ips: vec!["fd00:192:168:50::102".parse().unwrap()],

@@ -145,13 +145,7 @@ pub fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String {
 
 /// A scenario as it ended, for the machine-readable reports.
 pub enum Finished<'a> {
-    Ran {
-        scenario: &'a crate::model::Scenario,
-        report: &'a ScenarioReport,
-    },
+    Ran { scenario: &'a crate::model::Scenario, report: &'a ScenarioReport },
     /// It could not be set up (topology, proxy programming): an error, not a failure.
-    Error {
-        scenario: &'a crate::model::Scenario,
-        error: String,
-    },
+    Error { scenario: &'a crate::model::Scenario, error: String },
 }

@@ -114,8 +114,7 @@ impl Prober {
 
     /// Makes `count` attempts to `dst`, one after another, inside the source namespace.
     pub fn probe(&self, protocol: Protocol, dst: SocketAddr, count: u32) -> Result<Vec<Attempt>> {
-        let plan =
-            Plan { dst, count, speech: Speech::Plain(protocol), pace: Pace::Sequential { interval: None } };
+        let plan = Plan { dst, count, speech: Speech::Plain(protocol), pace: Pace::Sequential { interval: None } };
         Ok(self.send(plan)?.into_iter().map(|s| s.attempt).collect())
     }
 
@@ -170,9 +169,7 @@ fn attempt(speech: Speech, ports: &SourcePorts, dst: SocketAddr, timeout: Durati
             Speech::Plain(Protocol::Tcp) => tcp(src, dst, timeout, b"", answer),
             Speech::HttpGet => tcp(src, dst, timeout, HTTP_GET, http_answer),
             Speech::Plain(Protocol::Udp) => udp(src, dst, timeout),
-            Speech::Plain(Protocol::Sctp) => {
-                Err(Unsent::Other("SCTP probes are not supported on this host".into()))
-            }
+            Speech::Plain(Protocol::Sctp) => Err(Unsent::Other("SCTP probes are not supported on this host".into())),
         };
         let attempt = match result {
             Ok(attempt) => attempt,
@@ -286,14 +283,14 @@ fn answer(text: &str) -> Attempt {
 
 /// `HTTP/1.1 200 OK ... \r\n\r\nbody` → status and body.
 fn http_answer(text: &str) -> Attempt {
-    let status =
-        text.strip_prefix("HTTP/1.").and_then(|rest| rest.get(2..5)).and_then(|code| code.parse().ok());
+    let status = text
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.get(2..5))
+        .and_then(|code| code.parse().ok());
     match (status, text.split_once("\r\n\r\n")) {
         (Some(status), Some((_, body))) => Attempt::Http { status, body: body.to_string() },
         _ if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
-        _ => {
-            Attempt::Broken { reason: format!("not an HTTP answer: {:?}", text.lines().next().unwrap_or("")) }
-        }
+        _ => Attempt::Broken { reason: format!("not an HTTP answer: {:?}", text.lines().next().unwrap_or("")) },
     }
 }
 

@@ -250,8 +250,7 @@ mod tests {
     use crate::oracle::SeenSource;
 
     fn probe() -> Probe {
-        Probe {
-            family: None,
+        Probe { family: None,
             name: "p".into(),
             from: Source::Pod("client".into()),
             to: Target::Address("10.96.0.10:53".parse().unwrap()),

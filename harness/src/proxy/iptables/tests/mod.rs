@@ -42,12 +42,15 @@ fn service(
     cluster_ip: &str,
     ports: Vec<ServicePort>,
 ) -> Service {
-    Service { service_type, ports, ..Service::new(namespace, name, cluster_ip.parse().unwrap()) }
+    Service {
+        service_type,
+        ports,
+        ..Service::new(namespace, name, cluster_ip.parse().unwrap())
+    }
 }
 
 fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
-    Node {
-        second: None,
+    Node { second: None,
         name: name.to_string(),
         ip: ip.parse().unwrap(),
         secondary_ips: vec![],
@@ -56,8 +59,7 @@ fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
 }
 
 fn cluster(services: Vec<Service>) -> Cluster {
-    Cluster {
-        second_family: None,
+    Cluster { second_family: None,
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         node_network: "192.168.50.0/24".parse().unwrap(),
