@@ -65,7 +65,9 @@ pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
 /// Runs every scenario, one per core at a time as `cargo test` does; returns how many failed.
 fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
     let results = crate::cli::run_suite(scenarios, None, &RunOptions::default(), None, |_, _, _, _| {});
-    let fine = |r: &crate::runner::ScenarioReport| r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_));
+    let fine = |r: &crate::runner::ScenarioReport| {
+        r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_))
+    };
     Ok(results.iter().filter(|r| !r.as_ref().is_ok_and(fine)).count())
 }
 
@@ -127,7 +129,8 @@ pub fn two_nodes_eight_pods() -> Cluster {
     let pods = (0..8)
         .map(|i| {
             let (node, subnet) = if i % 2 == 0 { ("a", 1) } else { ("b", 2) };
-            Pod { second_ip: None,
+            Pod {
+                second_ip: None,
                 namespace: "default".into(),
                 name: format!("pod-{node}{}", i / 2),
                 node: format!("node-{node}"),
@@ -137,12 +140,17 @@ pub fn two_nodes_eight_pods() -> Cluster {
             }
         })
         .collect();
-    Cluster { second_family: None,
+    Cluster {
+        second_family: None,
         pod_cidr: net("10.244.0.0/16"),
         service_cidr: net("10.96.0.0/12"),
         node_network: net("192.168.50.0/24"),
         nodes,
-        external_hosts: vec![ExternalHost { name: "outside".into(), ip: ip("192.168.50.100"), second_ip: None }],
+        external_hosts: vec![ExternalHost {
+            name: "outside".into(),
+            ip: ip("192.168.50.100"),
+            second_ip: None,
+        }],
         pods,
         services: Vec::new(),
         proxy: Default::default(),

@@ -2,17 +2,17 @@
 //!
 //! Exit codes: 0 everything passed; 1 a probe failed; 2 bad input or a setup error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::model::Scenario;
+use crate::model::{ProxyChoice, Scenario};
 use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
 use crate::topology::netns;
-use crate::{proxy, report, scenario};
+use crate::{oracle, proxy, report, scenario};
 
 pub const EXIT_PASS: i32 = 0;
 pub const EXIT_FAIL: i32 = 1;
@@ -37,6 +37,15 @@ enum Command {
         /// Proxy to program the nodes with, instead of each scenario's own choice.
         #[arg(long)]
         proxy: Option<String>,
+        /// An option for the `--proxy` adapter, `KEY=VALUE` (VALUE read as JSON when it
+        /// parses, else as a string); repeatable.
+        #[arg(long = "proxy-option", value_name = "KEY=VALUE", requires = "proxy")]
+        proxy_options: Vec<String>,
+        /// Judge by this profile (kubernetes, kube-proxy-iptables, kube-proxy-nftables)
+        /// instead of the proxy's own; under `kubernetes`, outcomes Kubernetes leaves open are
+        /// not judged.
+        #[arg(long)]
+        profile: Option<oracle::Profile>,
         /// Milliseconds an attempt waits before it counts as dropped.
         #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
@@ -101,13 +110,27 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     netns::install_interrupt_handler();
     let result = match cli.command {
-        Command::Run { paths, proxy, timeout_ms, jobs, artifacts, keep_evidence, junit, json } => {
+        Command::Run {
+            paths,
+            proxy,
+            proxy_options,
+            profile,
+            timeout_ms,
+            jobs,
+            artifacts,
+            keep_evidence,
+            junit,
+            json,
+        } => {
             let options = RunOptions {
                 timeout: Duration::from_millis(timeout_ms),
                 artifacts: Some(artifacts),
                 keep_passing: keep_evidence,
+                profile,
             };
-            run(&default_paths(paths), proxy.as_deref(), &options, jobs, &Outputs { junit, json })
+            proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
+                run(&default_paths(paths), proxy.as_ref(), &options, jobs, &Outputs { junit, json })
+            })
         }
         Command::Check { paths } => check(&default_paths(paths)),
         Command::Rules { file, node } => rules(&file, node.as_deref()),
@@ -151,19 +174,39 @@ fn check(paths: &[PathBuf]) -> Result<i32> {
     Ok(EXIT_PASS)
 }
 
-fn run(paths: &[PathBuf], proxy_override: Option<&str>, options: &RunOptions, jobs: Option<usize>, outputs: &Outputs) -> Result<i32> {
+/// The `--proxy` and `--proxy-option` flags as a proxy choice.
+fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
+    let mut choice = ProxyChoice::named(name);
+    for option in options {
+        let (key, value) = option
+            .split_once('=')
+            .with_context(|| format!("--proxy-option {option:?}: expected KEY=VALUE"))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.into()));
+        choice.options.insert(key.to_string(), value);
+    }
+    Ok(choice)
+}
+
+fn run(
+    paths: &[PathBuf],
+    proxy_override: Option<&ProxyChoice>,
+    options: &RunOptions,
+    jobs: Option<usize>,
+    outputs: &Outputs,
+) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
-    if let Some(name) = proxy_override {
-        proxy::by_name(name)?;
+    if let Some(choice) = proxy_override {
+        proxy::build(choice, Path::new("."))?;
     }
     for stale in netns::cleanup(false)? {
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let started = Instant::now();
-    let results = run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
-        Ok(report) => print_report(report, s, done, total),
-        Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
-    });
+    let results =
+        run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
+            Ok(report) => print_report(report, s, done, total),
+            Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
+        });
     let finished: Vec<report::Finished> = scenarios
         .iter()
         .zip(&results)
@@ -210,7 +253,7 @@ impl Outputs {
 /// returns their results in the order given.
 pub fn run_suite(
     scenarios: &[Scenario],
-    proxy_override: Option<&str>,
+    proxy_override: Option<&ProxyChoice>,
     options: &RunOptions,
     jobs: Option<usize>,
     on_done: impl Fn(&Scenario, &Result<ScenarioReport>, usize, usize) + Sync,
@@ -244,11 +287,12 @@ pub fn run_suite(
 /// Runs one scenario with the proxy it names (or the override).
 pub fn run_one(
     s: &Scenario,
-    proxy_override: Option<&str>,
+    proxy_override: Option<&ProxyChoice>,
     options: &RunOptions,
     skip_reason: Option<&str>,
 ) -> Result<ScenarioReport> {
-    let proxy = proxy::by_name(proxy_override.unwrap_or(&s.proxy))?;
+    let scenario_dir = s.source.parent().unwrap_or(Path::new("."));
+    let proxy = proxy::build(proxy_override.unwrap_or(&s.proxy), scenario_dir)?;
     if let Some(reason) = skip_reason {
         return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
     }

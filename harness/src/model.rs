@@ -21,7 +21,7 @@ pub struct Scenario {
     pub source: PathBuf,
     pub description: Option<String>,
     /// Proxy implementation to program the nodes with, e.g. `builtin-iptables`.
-    pub proxy: String,
+    pub proxy: ProxyChoice,
     pub cluster: Cluster,
     pub probes: Vec<Probe>,
     /// Flows `flows: all` would have generated but whose outcome Kubernetes leaves undefined,
@@ -29,6 +29,57 @@ pub struct Scenario {
     pub unjudged_flows: Vec<(String, String)>,
     /// The Kubernetes objects as parsed, for adapters that hand real objects to a proxy.
     pub objects: Objects,
+    /// Live changes, in order, each with the probes that follow it.
+    pub steps: Vec<Step>,
+}
+
+impl Scenario {
+    /// The first state and each step's, in order, with the probes of each.
+    pub fn phases(&self) -> Vec<Phase<'_>> {
+        let first = Phase { name: "", cluster: &self.cluster, objects: &self.objects, probes: &self.probes };
+        let steps = self.steps.iter().map(|s| Phase {
+            name: &s.name,
+            cluster: &s.cluster,
+            objects: &s.objects,
+            probes: &s.probes,
+        });
+        std::iter::once(first).chain(steps).collect()
+    }
+}
+
+/// One state of a scenario and the probes sent in it.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase<'s> {
+    /// The step's name; empty for the first state.
+    pub name: &'s str,
+    pub cluster: &'s Cluster,
+    pub objects: &'s Objects,
+    pub probes: &'s [Probe],
+}
+
+/// A live change: the whole state after it (only Services and endpoints differ from the
+/// state before) and the probes that then run.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub name: String,
+    pub description: Option<String>,
+    pub cluster: Cluster,
+    pub objects: Objects,
+    /// Named `<step>: <probe>`.
+    pub probes: Vec<Probe>,
+}
+
+/// A proxy by name, with its adapter's options (a JSON object; empty for most).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyChoice {
+    pub name: String,
+    pub options: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ProxyChoice {
+    pub fn named(name: &str) -> ProxyChoice {
+        ProxyChoice { name: name.to_string(), options: serde_json::Map::new() }
+    }
 }
 
 /// The Kubernetes objects of a scenario, as k8s-openapi types (derived EndpointSlices included).
@@ -57,6 +108,35 @@ pub struct Cluster {
     /// are the primary family's. Consumers work on one family at a time: see
     /// [`Cluster::family_view`].
     pub second_family: Option<SecondFamily>,
+}
+
+#[cfg(test)]
+impl Cluster {
+    /// The unit tests' cluster: two IPv4 nodes (node-a 192.168.50.2, node-b 192.168.50.3)
+    /// with kind's default networks, no pods, and `services`.
+    pub fn example(services: Vec<Service>) -> Cluster {
+        let node = |name: &str, ip: &str, pod_cidr: &str| Node {
+            second: None,
+            name: name.to_string(),
+            ip: ip.parse().unwrap(),
+            secondary_ips: vec![],
+            pod_cidr: pod_cidr.parse().unwrap(),
+        };
+        Cluster {
+            second_family: None,
+            pod_cidr: "10.244.0.0/16".parse().unwrap(),
+            service_cidr: "10.96.0.0/12".parse().unwrap(),
+            node_network: "192.168.50.0/24".parse().unwrap(),
+            nodes: vec![
+                node("node-a", "192.168.50.2", "10.244.0.0/24"),
+                node("node-b", "192.168.50.3", "10.244.1.0/24"),
+            ],
+            external_hosts: vec![],
+            pods: vec![],
+            services,
+            proxy: Default::default(),
+        }
+    }
 }
 
 /// The other family's networks of a dual-stack cluster (the second entry of Kubernetes'
@@ -310,6 +390,8 @@ pub struct Probe {
     /// The address family to probe over; `None` is the cluster's primary family (or the
     /// family of an address the target names).
     pub family: Option<IpFamily>,
+    /// Every attempt from this one source port; `None` is a new port per attempt.
+    pub source_port: Option<u16>,
     pub expect: Option<StatedExpectation>,
 }
 
@@ -793,6 +875,7 @@ mod tests {
             protocol: Protocol::Tcp,
             count: 1,
             interval: None,
+            source_port: None,
             family: None,
             expect: None,
         };

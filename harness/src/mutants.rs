@@ -30,7 +30,12 @@ pub const MUTANT_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Runs `scenarios` against each mutant, one scenario per core at a time. With `first_kill`, a
 /// mutant's hunt stops once some scenario has killed it.
-pub fn hunt(scenarios: &[Scenario], mutants: &[Mutant], first_kill: bool, on_done: impl Fn(&Hunt)) -> Vec<Hunt> {
+pub fn hunt(
+    scenarios: &[Scenario],
+    mutants: &[Mutant],
+    first_kill: bool,
+    on_done: impl Fn(&Hunt),
+) -> Vec<Hunt> {
     mutants
         .iter()
         .map(|&mutant| {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 
-use crate::model::{Probe, Protocol, Scenario, Source, Target};
+use crate::model::{Phase, Probe, Protocol, Scenario, Source, Target};
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
 use crate::proxy::{Env, Proxy, Running, State};
@@ -26,12 +26,14 @@ pub struct RunOptions {
     pub artifacts: Option<PathBuf>,
     /// Keep evidence for passing scenarios too, not only for failing ones.
     pub keep_passing: bool,
+    /// The profile to judge by; none takes the proxy's own.
+    pub profile: Option<oracle::Profile>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         // Answers take well under a millisecond here; a second is three orders of margin.
-        RunOptions { timeout: Duration::from_secs(1), artifacts: None, keep_passing: false }
+        RunOptions { timeout: Duration::from_secs(1), artifacts: None, keep_passing: false, profile: None }
     }
 }
 
@@ -53,8 +55,11 @@ pub struct ScenarioReport {
     pub elapsed: Duration,
     /// Where this scenario's evidence was written, if it was.
     pub artifacts: Option<PathBuf>,
-    /// Generated flows left out because their outcome is undefined, with the reason.
+    /// Probes and generated flows left out because their outcome is undefined (under the
+    /// profile), with the reason.
     pub unjudged: Vec<(String, String)>,
+    /// The profile the probes were judged under (none for a scenario that did not run).
+    pub profile: Option<oracle::Profile>,
 }
 
 impl ScenarioReport {
@@ -78,6 +83,7 @@ impl ScenarioReport {
             elapsed: Duration::ZERO,
             artifacts: None,
             unjudged: scenario.unjudged_flows.clone(),
+            profile: None,
         }
     }
 }
@@ -97,12 +103,26 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     if let Some(reason) = unsupported(scenario) {
         return Ok(ScenarioReport::skipped(scenario, proxy.name(), reason));
     }
-    // The oracle speaks first, before any namespace exists.
-    let expectations = scenario
-        .probes
+    // The oracle speaks first, before any namespace exists. Probes whose outcome the profile
+    // leaves open are set aside, reported as not judged.
+    let profile = options.profile.unwrap_or_else(|| proxy.profile());
+    let mut unjudged = scenario.unjudged_flows.clone();
+    let predicted = scenario
+        .phases()
         .iter()
-        .map(|p| oracle::expect(&scenario.cluster, p).map_err(|e| anyhow::anyhow!("probe {}: {e}", p.name)))
+        .map(|phase| predict_phase(phase, profile, &mut unjudged))
         .collect::<Result<Vec<_>>>()?;
+    let phases: Vec<Phase<'_>> = scenario
+        .phases()
+        .into_iter()
+        .zip(&predicted)
+        .map(|(phase, (probes, _))| Phase { probes, ..phase })
+        .collect();
+    let expectations: Vec<Vec<oracle::Expectation>> = predicted.iter().map(|(_, e)| e.clone()).collect();
+    if expectations.iter().all(Vec::is_empty) {
+        let reason = format!("no probe has an outcome under profile {profile}");
+        return Ok(ScenarioReport { unjudged, ..ScenarioReport::skipped(scenario, proxy.name(), reason) });
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -114,35 +134,27 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
     // From here, dropping `topology` (on error or panic) removes every namespace.
     let env = Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };
-    let state = State { cluster: &scenario.cluster, objects: &scenario.objects };
-    let running =
-        proxy.start(&state, &env).with_context(|| format!("starting {} on every node", proxy.name()))?;
+    let mut running = proxy
+        .start(&state_of(&phases[0]), &env)
+        .with_context(|| format!("starting {} on every node", proxy.name()))?;
     let servers = {
         let _in_runtime = runtime.enter();
         Servers::start(&scenario.cluster, &topology)?
     };
 
     let captures = start_captures(&topology)?;
-    let sent = send_probes(scenario, &topology, &runtime, &expectations, options);
+    let probed = probe_phases(&phases, &expectations, running.as_mut(), &topology, &runtime, options);
     let frames = stop_captures(captures)?;
-    let sent = sent?;
-    let evidence = Evidence { conntrack: dump_conntrack(&topology, &expectations)?, frames };
+    let probed = probed?;
 
-    let verdicts: Vec<ProbeVerdict> = scenario
-        .probes
-        .iter()
-        .zip(&expectations)
-        .zip(sent)
-        .map(|((probe, expected), (dst, sent, window))| {
-            let mut v =
-                verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
-            let view = scenario.cluster.probe_view(probe);
-            // Probes run one after another: each is judged on what the wire carried meanwhile.
-            let during = evidence.during(window);
-            v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &during));
-            v
-        })
-        .collect();
+    let mut verdicts: Vec<ProbeVerdict> = Vec::new();
+    let mut conntrack = BTreeMap::new();
+    for ((phase, expectations), (sent, tables)) in phases.iter().zip(&expectations).zip(probed) {
+        let evidence = Evidence { frames: frames.clone(), conntrack: tables };
+        verdicts.extend(judge_phase(phase, expectations, sent, &evidence));
+        conntrack = evidence.conntrack;
+    }
+    let evidence = Evidence { frames, conntrack };
     let passed = verdicts.iter().all(ProbeVerdict::passed);
     let artifacts = match &options.artifacts {
         Some(dir) if !passed || options.keep_passing => {
@@ -164,7 +176,8 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         outcome: Outcome::Judged(verdicts),
         elapsed: started.elapsed(),
         artifacts,
-        unjudged: scenario.unjudged_flows.clone(),
+        unjudged,
+        profile: Some(profile),
     })
 }
 
@@ -210,17 +223,92 @@ fn dump_conntrack(
     Ok(tables)
 }
 
+/// The probes of `phase` that `profile` judges, with their expectations; the others go to
+/// `unjudged` with the reason.
+fn predict_phase(
+    phase: &Phase<'_>,
+    profile: oracle::Profile,
+    unjudged: &mut Vec<(String, String)>,
+) -> Result<(Vec<Probe>, Vec<oracle::Expectation>)> {
+    let mut judged = (Vec::new(), Vec::new());
+    for probe in phase.probes {
+        match oracle::predict(phase.cluster, probe, profile)
+            .map_err(|e| anyhow::anyhow!("probe {}: {e}", probe.name))?
+        {
+            oracle::Prediction::Expected(expectation) => {
+                judged.0.push(probe.clone());
+                judged.1.push(expectation);
+            }
+            oracle::Prediction::Open(reason) => {
+                unjudged.push((probe.name.clone(), format!("{reason} (profile {profile})")))
+            }
+        }
+    }
+    Ok(judged)
+}
+
+/// Each phase in turn: the proxy changed to its state (the first is started with it), its
+/// probes sent, then the conntrack tables its answers must be in.
+fn probe_phases(
+    phases: &[Phase<'_>],
+    expectations: &[Vec<oracle::Expectation>],
+    running: &mut dyn Running,
+    topology: &Topology,
+    runtime: &tokio::runtime::Runtime,
+    options: &RunOptions,
+) -> Result<Vec<(Vec<(SocketAddr, Vec<Sent>, Window)>, BTreeMap<String, Vec<conntrack::Flow>>)>> {
+    let ports = SourcePorts::default();
+    let mut out = Vec::new();
+    for (i, (phase, expected)) in phases.iter().zip(expectations).enumerate() {
+        if i > 0 {
+            running.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
+        }
+        let sent = send_probes(phase, topology, runtime, expected, &ports, options)?;
+        out.push((sent, dump_conntrack(topology, expected)?));
+    }
+    Ok(out)
+}
+
+fn state_of<'s>(phase: &Phase<'s>) -> State<'s> {
+    State { cluster: phase.cluster, objects: phase.objects }
+}
+
+/// Judges one phase's probes on what they got back, what the wire carried while each ran,
+/// and the conntrack tables read after the phase.
+fn judge_phase(
+    phase: &Phase<'_>,
+    expectations: &[oracle::Expectation],
+    sent: Vec<(SocketAddr, Vec<Sent>, Window)>,
+    evidence: &Evidence,
+) -> Vec<ProbeVerdict> {
+    phase
+        .probes
+        .iter()
+        .zip(expectations)
+        .zip(sent)
+        .map(|((probe, expected), (dst, sent, window))| {
+            let mut v =
+                verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
+            let view = phase.cluster.probe_view(probe);
+            // Probes run one after another: each is judged on what the wire carried meanwhile.
+            let during = evidence.during(window);
+            v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &during));
+            v
+        })
+        .collect()
+}
+
 fn send_probes(
-    scenario: &Scenario,
+    phase: &Phase<'_>,
     topology: &Topology,
     runtime: &tokio::runtime::Runtime,
     expectations: &[oracle::Expectation],
+    ports: &SourcePorts,
     options: &RunOptions,
 ) -> Result<Vec<(SocketAddr, Vec<Sent>, Window)>> {
-    let ports = SourcePorts::default();
     let mut probers: BTreeMap<&Source, Prober> = BTreeMap::new();
     let mut all = Vec::new();
-    for (probe, expected) in scenario.probes.iter().zip(expectations) {
+    for (probe, expected) in phase.probes.iter().zip(expectations) {
         let prober = match probers.entry(&probe.from) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -229,7 +317,7 @@ fn send_probes(
             }
         };
         // The probe's family: a dual-stack cluster's addresses of it.
-        let view = scenario.cluster.probe_view(probe);
+        let view = phase.cluster.probe_view(probe);
         let dst = view
             .target_address(&probe.to)
             .with_context(|| format!("probe {}: no destination address", probe.name))?;
@@ -253,10 +341,12 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
         _ => Speech::Plain(probe.protocol),
     };
     let pace = match expected.outcome {
-        oracle::Outcome::Dropped if probe.interval.is_none() => Pace::Concurrent,
+        oracle::Outcome::Dropped if probe.interval.is_none() && probe.source_port.is_none() => {
+            Pace::Concurrent
+        }
         _ => Pace::Sequential { interval: probe.interval },
     };
-    Plan { dst, count: probe.count, speech, pace }
+    Plan { dst, source_port: probe.source_port, count: probe.count, speech, pace }
 }
 
 /// Writes what a reviewer needs to fix a failure without re-running: the flow table, a pcap

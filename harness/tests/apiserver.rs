@@ -241,6 +241,24 @@ fn scenarios_pass_through_the_reference_proxy() {
     }
 }
 
+/// A live step replaces a UDP Service's only endpoint: the reference proxy clears the
+/// conntrack entry that still points at the old one, and with `--no-conntrack-cleanup` the
+/// same scenario fails (the check can fail).
+#[test]
+fn stale_udp_conntrack_entries_are_cleared_after_a_step() {
+    if !privileged() {
+        return;
+    }
+    let live = scenario("live-stale-udp-conntrack.yaml");
+    let report = runner::run(&live, &reference_proxy(), &RunOptions::default()).unwrap();
+    assert!(report.passed(), "{report:#?}");
+    let broken = ApiServerProxy::reference_with_flags("iptables", &["--no-conntrack-cleanup"]).unwrap();
+    let report = runner::run(&live, &broken, &RunOptions::default()).unwrap();
+    let runner::Outcome::Judged(verdicts) = &report.outcome else { panic!("not judged: {report:#?}") };
+    let failed: Vec<&str> = verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.as_str()).collect();
+    assert_eq!(failed, ["endpoint-replaced: after"], "only the probe after the step may fail: {report:#?}");
+}
+
 /// Processes whose command line names `netns` (the reference proxy is given `--netns`).
 fn processes_in(netns: &str) -> Vec<String> {
     let mut found = Vec::new();

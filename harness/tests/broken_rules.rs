@@ -174,7 +174,8 @@ fn a_failing_run_yields_junit_and_json_that_parse_back() {
     assert_eq!((parsed.tests, parsed.failures, parsed.errors), (2, 2, 0), "{xml}");
     assert!(xml.contains("self-via-service-tcp") && xml.contains("<failure"), "{xml}");
 
-    let json: serde_json::Value = serde_json::from_str(&report::json_report(&finished).expect("json")).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&report::json_report(&finished).expect("json")).unwrap();
     assert_eq!(json["failed"], 1);
     assert_eq!(json["scenarios"][0]["probes"][0]["passed"], false);
     assert!(!json["scenarios"][0]["probes"][0]["failures"].as_array().unwrap().is_empty());

@@ -22,7 +22,12 @@ fn every_mutant_is_killed_by_the_suite() {
         .map(|f| scenario::load(f).unwrap_or_else(|e| panic!("{e}")))
         .collect();
     let hunts = mutants::hunt(&scenarios, &Mutant::ALL, true, |h: &Hunt| {
-        eprintln!("{} {} by {}", if h.killed() { "killed" } else { "SURVIVED" }, h.mutant.name(), h.killed_by.join(", "));
+        eprintln!(
+            "{} {} by {}",
+            if h.killed() { "killed" } else { "SURVIVED" },
+            h.mutant.name(),
+            h.killed_by.join(", ")
+        );
     });
     let survivors: Vec<&str> = hunts.iter().filter(|h| !h.killed()).map(|h| h.mutant.name()).collect();
     let errors: Vec<&String> = hunts.iter().flat_map(|h| &h.errors).collect();

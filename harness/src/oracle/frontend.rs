@@ -4,20 +4,73 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use super::Outcome;
+use super::profile::Profile;
 use crate::model::{
     Cluster, IpFamily, Node, Pod, Probe, Protocol, Service, ServicePort, Source, Target, bridge_address,
 };
 
 pub(super) enum Frontend<'a> {
-    ClusterIp { svc: &'a Service, port: &'a ServicePort },
+    ClusterIp {
+        svc: &'a Service,
+        port: &'a ServicePort,
+    },
     /// Handled by the proxy on `node` (the node that translates it).
-    External { svc: &'a Service, port: &'a ServicePort, kind: ExternalKind, node: &'a Node },
-    HealthCheck { svc: &'a Service, node: &'a Node },
+    External {
+        svc: &'a Service,
+        port: &'a ServicePort,
+        kind: ExternalKind,
+        node: &'a Node,
+    },
+    HealthCheck {
+        svc: &'a Service,
+        node: &'a Node,
+    },
     /// An address of a node where no Service listens: the node's own stack refuses.
-    NodeItself { why: String },
+    NodeItself {
+        why: String,
+    },
     Pod(&'a Pod),
-    /// In the service CIDR, but no Service port there.
-    Unallocated,
+    /// A destination whose outcome Kubernetes leaves to the implementation: the profile's
+    /// choice.
+    Chosen {
+        outcome: Outcome,
+        why: String,
+        by: Profile,
+    },
+}
+
+/// Why a probe cannot be judged under the profile: Kubernetes leaves its outcome open.
+pub(super) struct Open(pub String);
+
+/// What classifying a destination can end in besides a frontend.
+pub(super) enum NotAFrontend {
+    /// The scenario asks for something that is not there (a scenario error).
+    Invalid(String),
+    /// Kubernetes leaves the outcome open, and the profile is `kubernetes`.
+    Open(Open),
+}
+
+impl From<String> for NotAFrontend {
+    fn from(reason: String) -> Self {
+        NotAFrontend::Invalid(reason)
+    }
+}
+
+/// The outcome `profile` chooses where Kubernetes leaves it open: `iptables` for kube-proxy's
+/// iptables mode, `nftables` for its nftables mode; `kubernetes` chooses nothing.
+fn chosen<'a>(
+    profile: Profile,
+    iptables: (Outcome, &str),
+    nftables: (Outcome, &str),
+    open: &str,
+) -> Result<Frontend<'a>, NotAFrontend> {
+    let (outcome, why) = match profile {
+        Profile::Kubernetes => return Err(NotAFrontend::Open(Open(open.to_string()))),
+        Profile::KubeProxyIptables => iptables,
+        Profile::KubeProxyNftables => nftables,
+    };
+    Ok(Frontend::Chosen { outcome, why: why.to_string(), by: profile })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +90,12 @@ impl ExternalKind {
     }
 }
 
-pub(super) fn classify<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Result<Frontend<'a>, String> {
+pub(super) fn classify<'a>(
+    cluster: &'a Cluster,
+    probe: &Probe,
+    dst: SocketAddr,
+    profile: Profile,
+) -> Result<Frontend<'a>, NotAFrontend> {
     let port_of = |service: &str, port: &str| {
         cluster.service_port(service, port).ok_or_else(|| format!("no port {port:?} on Service {service}"))
     };
@@ -50,12 +108,12 @@ pub(super) fn classify<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr)
         Target::NodePort { service, port, node, .. } => {
             let (svc, port) = port_of(service, port)?;
             if let Some(owner) = service_ip_owner(cluster, dst, probe.protocol) {
-                return Err(format!(
+                return Err(NotAFrontend::Invalid(format!(
                     "{dst} is also an external IP of Service {owner}, and Service IPs win over node ports \
                      (KUBE-NODEPORTS comes last): probe it with `externalIP:` instead"
-                ));
+                )));
             }
-            node_port(cluster, svc, port, node_named(node)?, dst.ip())
+            node_port(cluster, svc, port, node_named(node)?, dst.ip(), profile)
         }
         Target::ExternalIp { service, port, .. } | Target::LoadBalancer { service, port, .. } => {
             let (svc, port) = port_of(service, port)?;
@@ -70,7 +128,7 @@ pub(super) fn classify<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr)
             let svc = cluster.service(service).ok_or_else(|| format!("no Service {service}"))?;
             Ok(Frontend::HealthCheck { svc, node: node_named(node)? })
         }
-        Target::Address(_) => raw_address(cluster, probe, dst),
+        Target::Address(_) => raw_address(cluster, probe, dst, profile),
     }
 }
 
@@ -88,15 +146,19 @@ fn translating_node<'a>(cluster: &'a Cluster, probe: &Probe) -> Result<&'a Node,
 
 /// A node port on `addr` of `node`: a node port only where nodePortAddresses (and, for
 /// 127.0.0.1, localhost node ports) allow it, never on ::1; elsewhere the node's own closed
-/// port.
+/// port. Without nodePortAddresses, which of a node's addresses serve node ports is the
+/// implementation's choice: all of them in kube-proxy's iptables mode, the primary node IP
+/// in its nftables mode; so is 127.0.0.1, which only iptables mode serves.
 fn node_port<'a>(
     cluster: &'a Cluster,
     svc: &'a Service,
     port: &'a ServicePort,
     node: &'a Node,
     addr: IpAddr,
-) -> Result<Frontend<'a>, String> {
+    profile: Profile,
+) -> Result<Frontend<'a>, NotAFrontend> {
     let config = &cluster.proxy;
+    let served = Frontend::External { svc, port, kind: ExternalKind::NodePort, node };
     if addr == IpAddr::V6(Ipv6Addr::LOCALHOST) {
         return Ok(Frontend::NodeItself { why: "kube-proxy serves no node ports on ::1".into() });
     }
@@ -104,17 +166,44 @@ fn node_port<'a>(
     let family = IpFamily::of(addr);
     let mut cidrs =
         config.node_port_addresses.iter().filter(|cidr| IpFamily::of_net(cidr) == family).peekable();
-    let allowed_by_cidrs = cidrs.peek().is_none() || cidrs.any(|cidr| cidr.contains(&addr));
-    let localhost = addr.is_loopback();
-    if localhost && !config.localhost_node_ports {
-        return Ok(Frontend::NodeItself { why: "localhost node ports are off on this proxy".into() });
-    }
-    if !allowed_by_cidrs {
+    let cidrs_given = cidrs.peek().is_some();
+    if cidrs_given && !cidrs.any(|cidr| cidr.contains(&addr)) {
         return Ok(Frontend::NodeItself {
-            why: format!("{addr} is outside nodePortAddresses, so node {} serves no node port there", node.name),
+            why: format!(
+                "{addr} is outside nodePortAddresses, so node {} serves no node port there",
+                node.name
+            ),
         });
     }
-    Ok(Frontend::External { svc, port, kind: ExternalKind::NodePort, node })
+    if addr.is_loopback() {
+        if !config.localhost_node_ports {
+            return Ok(Frontend::NodeItself { why: "localhost node ports are off on this proxy".into() });
+        }
+        return match profile {
+            Profile::KubeProxyIptables => Ok(served),
+            _ => chosen(
+                profile,
+                (Outcome::Rejected, ""),
+                (Outcome::Rejected, "kube-proxy's nftables mode serves no node ports on 127.0.0.1"),
+                "node ports on 127.0.0.1 are kube-proxy iptables mode's extension (localhostNodePorts)",
+            ),
+        };
+    }
+    if cidrs_given {
+        return Ok(served);
+    }
+    if node.ip == addr || profile == Profile::KubeProxyIptables {
+        return Ok(served);
+    }
+    chosen(
+        profile,
+        (Outcome::Rejected, ""),
+        (
+            Outcome::Rejected,
+            "kube-proxy's nftables mode serves node ports on the primary node IP only (--nodeport-addresses primary)",
+        ),
+        "without nodePortAddresses, whether a node's other addresses serve node ports is the implementation's choice",
+    )
 }
 
 /// The Service whose external IP or load-balancer IP and port `dst` is, if any.
@@ -126,7 +215,12 @@ fn service_ip_owner(cluster: &Cluster, dst: SocketAddr, protocol: Protocol) -> O
     })
 }
 
-fn raw_address<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Result<Frontend<'a>, String> {
+fn raw_address<'a>(
+    cluster: &'a Cluster,
+    probe: &Probe,
+    dst: SocketAddr,
+    profile: Profile,
+) -> Result<Frontend<'a>, NotAFrontend> {
     let matches = |sp: &ServicePort, port: u16| sp.protocol == probe.protocol && sp.port == port;
     for svc in &cluster.services {
         for sp in &svc.ports {
@@ -135,31 +229,55 @@ fn raw_address<'a>(cluster: &'a Cluster, probe: &Probe, dst: SocketAddr) -> Resu
             }
             let external = svc.external_ips.contains(&dst.ip()) || svc.load_balancer_ips.contains(&dst.ip());
             if external && matches(sp, dst.port()) {
-                return Err(format!(
+                return Err(NotAFrontend::Invalid(format!(
                     "{dst} is an external or load-balancer IP of {}: use the `externalIP:` or `loadBalancer:` form",
                     svc.name
-                ));
+                )));
             }
         }
     }
     if let Some(node) = node_owning(cluster, &probe.from, dst.ip()) {
         for svc in &cluster.services {
-            if let Some(sp) = svc.ports.iter().find(|sp| sp.protocol == probe.protocol && sp.node_port == Some(dst.port())) {
-                return node_port(cluster, svc, sp, node, dst.ip());
+            if let Some(sp) =
+                svc.ports.iter().find(|sp| sp.protocol == probe.protocol && sp.node_port == Some(dst.port()))
+            {
+                return node_port(cluster, svc, sp, node, dst.ip(), profile);
             }
             if probe.protocol == Protocol::Tcp && svc.health_check_node_port == Some(dst.port()) {
                 return Ok(Frontend::HealthCheck { svc, node });
             }
         }
-        return Ok(Frontend::NodeItself { why: format!("nothing listens on node {} port {}", node.name, dst.port()) });
+        return Ok(Frontend::NodeItself {
+            why: format!("nothing listens on node {} port {}", node.name, dst.port()),
+        });
     }
     if let Some(pod) = cluster.pod_by_ip(dst.ip()) {
         return Ok(Frontend::Pod(pod));
     }
-    if cluster.service_cidr.contains(&dst.ip()) {
-        return Ok(Frontend::Unallocated);
+    // No proxy rule catches it: iptables mode lets it through to the routes (nothing answers
+    // in this topology); nftables mode rejects a cluster IP's other ports and drops the rest
+    // of the service CIDR.
+    let passes = "iptables mode lets it through to the node's routes, and nothing answers there";
+    if let Some(svc) = cluster.services.iter().find(|s| s.cluster_ip == dst.ip()) {
+        return chosen(
+            profile,
+            (Outcome::Dropped, passes),
+            (Outcome::Rejected, "nftables mode rejects a cluster IP's ports that no Service port uses"),
+            &format!("{dst} is a cluster IP of {} on a port it does not serve", svc.namespaced_name()),
+        );
     }
-    Err(format!("no Service port, node port, node or pod answers to {dst}/{}", probe.protocol))
+    if cluster.service_cidr.contains(&dst.ip()) {
+        return chosen(
+            profile,
+            (Outcome::Dropped, passes),
+            (Outcome::Dropped, "nftables mode drops traffic to service-CIDR addresses no Service has"),
+            "an address of the service CIDR that no Service has",
+        );
+    }
+    Err(NotAFrontend::Invalid(format!(
+        "no Service port, node port, node or pod answers to {dst}/{}",
+        probe.protocol
+    )))
 }
 
 /// The node an address belongs to; 127.0.0.1 and ::1 belong to the sending node.

@@ -22,6 +22,7 @@
 mod endpoints;
 mod frontend;
 mod paths;
+mod profile;
 #[cfg(test)]
 mod tests;
 
@@ -31,6 +32,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::model::{Cluster, Probe, StatedExpectation, StatedSource, StatedVerdict};
+use frontend::NotAFrontend;
+pub use profile::{Basis, Profile};
 
 /// What Kubernetes requires of every attempt of a probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +41,24 @@ pub struct Expectation {
     pub outcome: Outcome,
     /// One line on why, e.g. `ClusterIP kube-system/kube-dns:dns, 2 usable endpoints`.
     pub because: String,
+    /// Required of every proxy, or one implementation's choice.
+    pub basis: Basis,
+}
+
+impl Expectation {
+    /// An outcome Kubernetes requires.
+    pub fn required(outcome: Outcome, because: impl Into<String>) -> Expectation {
+        Expectation { outcome, because: because.into(), basis: Basis::Contract }
+    }
+}
+
+/// What the oracle says of a probe under a profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prediction {
+    Expected(Expectation),
+    /// Kubernetes leaves the outcome open and the profile (`kubernetes`) chooses none: the
+    /// probe is not judged, for this reason.
+    Open(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,8 +130,18 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// The expectation for a probe, or why none can be computed (a scenario error).
+/// The expectation for a probe under kube-proxy's iptables mode (the profile that chooses an
+/// outcome everywhere and that scenario files are checked against), or why none can be
+/// computed (a scenario error).
 pub fn expect(cluster: &Cluster, probe: &Probe) -> Result<Expectation, String> {
+    match predict(cluster, probe, Profile::KubeProxyIptables)? {
+        Prediction::Expected(expectation) => Ok(expectation),
+        Prediction::Open(reason) => Err(reason),
+    }
+}
+
+/// What `profile` expects of a probe, or why nothing can be (a scenario error).
+pub fn predict(cluster: &Cluster, probe: &Probe, profile: Profile) -> Result<Prediction, String> {
     // A dual-stack cluster is two single-stack ones, as kube-proxy runs a proxier per family.
     let view;
     let cluster = if cluster.second_family.is_some() {
@@ -125,8 +156,13 @@ pub fn expect(cluster: &Cluster, probe: &Probe) -> Result<Expectation, String> {
     let dst = cluster
         .target_address(&probe.to)
         .ok_or_else(|| "the destination does not resolve to an address".to_string())?;
-    let front = frontend::classify(cluster, probe, dst)?;
-    paths::expect(cluster, probe, front)
+    match frontend::classify(cluster, probe, dst, profile) {
+        Ok(front) => paths::expect(cluster, probe, front).map(Prediction::Expected),
+        Err(NotAFrontend::Invalid(reason)) => Err(reason),
+        Err(NotAFrontend::Open(frontend::Open(reason))) => {
+            Ok(Prediction::Open(format!("Kubernetes leaves it open: {reason}")))
+        }
+    }
 }
 
 /// Why a probe of a dual-stack cluster cannot travel over its family, if it cannot: its source

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::endpoints::{cluster_wide, local_to, ready_local_count};
 use super::frontend::{ExternalKind, Frontend};
-use super::{Expectation, Outcome, SeenSource, Spread};
+use super::{Basis, Expectation, Outcome, SeenSource, Spread};
 use crate::model::{
     Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, TrafficPolicy,
     bridge_address,
@@ -21,23 +21,34 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
         Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port),
         Frontend::External { svc, port, kind, node } => external(cluster, probe, svc, port, kind, node),
         Frontend::HealthCheck { svc, node } => Ok(health_check(cluster, svc, node)),
-        Frontend::NodeItself { why } => Ok(Expectation { outcome: Outcome::Rejected, because: why }),
+        Frontend::NodeItself { why } => Ok(Expectation::required(Outcome::Rejected, why)),
         Frontend::Pod(pod) => Ok(direct_to_pod(cluster, probe, pod)),
-        Frontend::Unallocated => Ok(Expectation {
-            outcome: Outcome::Dropped,
-            because: "in the service CIDR, but no Service port listens there".into(),
-        }),
+        Frontend::Chosen { outcome, why, by } => {
+            Ok(Expectation { outcome, because: why, basis: Basis::Choice(by) })
+        }
     }
 }
 
 fn describe(svc: &Service, port: &ServicePort) -> String {
-    if port.name.is_empty() { svc.namespaced_name() } else { format!("{}:{}", svc.namespaced_name(), port.name) }
+    if port.name.is_empty() {
+        svc.namespaced_name()
+    } else {
+        format!("{}:{}", svc.namespaced_name(), port.name)
+    }
 }
 
-fn cluster_ip(cluster: &Cluster, probe: &Probe, svc: &Service, port: &ServicePort) -> Result<Expectation, String> {
+fn cluster_ip(
+    cluster: &Cluster,
+    probe: &Probe,
+    svc: &Service,
+    port: &ServicePort,
+) -> Result<Expectation, String> {
     let name = format!("ClusterIP {}", describe(svc, port));
     let Some(client_node) = cluster.source_node(&probe.from) else {
-        return Err(format!("{} has no route to cluster IPs: only pods and nodes can reach {name}", probe.from));
+        return Err(format!(
+            "{} has no route to cluster IPs: only pods and nodes can reach {name}",
+            probe.from
+        ));
     };
     let all = cluster_wide(port);
     if all.is_empty() {
@@ -58,7 +69,14 @@ fn cluster_ip(cluster: &Cluster, probe: &Probe, svc: &Service, port: &ServicePor
             masqueraded_by(client_node)
         }
     };
-    answered(probe, svc, &chosen, seen, client_node, format!("{name}, {} usable endpoints{policy}", chosen.len()))
+    answered(
+        probe,
+        svc,
+        &chosen,
+        seen,
+        client_node,
+        format!("{name}, {} usable endpoints{policy}", chosen.len()),
+    )
 }
 
 /// Node ports, external IPs and load-balancer IPs: the "external destinations" of a Service.
@@ -144,10 +162,10 @@ fn undefined_local_node_port(
 fn health_check(cluster: &Cluster, svc: &Service, node: &Node) -> Expectation {
     let local = ready_local_count(cluster, &svc.ports, &node.name);
     let status = if local > 0 { 200 } else { 503 };
-    Expectation {
-        outcome: Outcome::Http { status, local_endpoints: local },
-        because: format!("health check of {} on {}: {local} ready local endpoints", svc.namespaced_name(), node.name),
-    }
+    Expectation::required(
+        Outcome::Http { status, local_endpoints: local },
+        format!("health check of {} on {}: {local} ready local endpoints", svc.namespaced_name(), node.name),
+    )
 }
 
 fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &Pod) -> Expectation {
@@ -157,10 +175,10 @@ fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &Pod) -> Expectation {
         return rejected(format!("pod {} does not listen on {}/{}", pod.name, dst.port(), probe.protocol));
     }
     let backends = BTreeMap::from([(pod.name.clone(), client_source(cluster, &probe.from))]);
-    Expectation {
-        outcome: Outcome::Answered { backends, spread: Spread::Uniform, translated_by: None },
-        because: format!("directly to pod {}", pod.name),
-    }
+    Expectation::required(
+        Outcome::Answered { backends, spread: Spread::Uniform, translated_by: None },
+        format!("directly to pod {}", pod.name),
+    )
 }
 
 fn answered(
@@ -188,13 +206,16 @@ fn answered(
         Spread::Uniform => because,
         Spread::Sticky => format!("{because}, sessionAffinity ClientIP"),
         Spread::AffinityExpires { timeout } => {
-            format!("{because}, sessionAffinity ClientIP expiring after {}s between attempts", timeout.as_secs())
+            format!(
+                "{because}, sessionAffinity ClientIP expiring after {}s between attempts",
+                timeout.as_secs()
+            )
         }
     };
-    Ok(Expectation {
-        outcome: Outcome::Answered { backends, spread, translated_by: Some(translated_by.name.clone()) },
+    Ok(Expectation::required(
+        Outcome::Answered { backends, spread, translated_by: Some(translated_by.name.clone()) },
         because,
-    })
+    ))
 }
 
 /// The fewest attempts `n` with `k^(1-n)` ≤ the verdict's false-failure rate.
@@ -204,7 +225,9 @@ fn attempts_to_see_expiry(k: usize) -> u32 {
 }
 
 fn spread(svc: &Service, probe: &Probe) -> Result<Spread, String> {
-    let SessionAffinity::ClientIp { timeout_seconds } = svc.session_affinity else { return Ok(Spread::Uniform) };
+    let SessionAffinity::ClientIp { timeout_seconds } = svc.session_affinity else {
+        return Ok(Spread::Uniform);
+    };
     let timeout = Duration::from_secs(timeout_seconds.into());
     match probe.interval {
         Some(interval) if interval >= timeout + AFFINITY_MARGIN => Ok(Spread::AffinityExpires { timeout }),
@@ -222,18 +245,20 @@ fn is_hairpin(probe: &Probe, e: &Endpoint) -> bool {
 }
 
 fn rejected(because: String) -> Expectation {
-    Expectation { outcome: Outcome::Rejected, because }
+    Expectation::required(Outcome::Rejected, because)
 }
 
 fn dropped(because: String) -> Expectation {
-    Expectation { outcome: Outcome::Dropped, because }
+    Expectation::required(Outcome::Dropped, because)
 }
 
 /// The client's own addresses: a node may send from its node address or its bridge address,
 /// depending on the route to the backend.
 fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
     match source {
-        Source::Node(n) => SeenSource::Client { addrs: node_addresses(cluster.node(n).expect("validated source")) },
+        Source::Node(n) => {
+            SeenSource::Client { addrs: node_addresses(cluster.node(n).expect("validated source")) }
+        }
         other => SeenSource::Client { addrs: vec![cluster.source_ip(other).expect("validated source")] },
     }
 }

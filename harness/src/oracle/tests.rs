@@ -16,7 +16,8 @@ fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
 }
 
 fn pod(name: &str, ip: &str, node: &str) -> Pod {
-    Pod { second_ip: None,
+    Pod {
+        second_ip: None,
         namespace: "default".into(),
         name: name.into(),
         node: node.into(),
@@ -27,18 +28,21 @@ fn pod(name: &str, ip: &str, node: &str) -> Pod {
 }
 
 fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
-    Cluster { second_family: None,
+    Cluster {
+        second_family: None,
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         node_network: "192.168.50.0/24".parse().unwrap(),
         nodes: vec![
-            Node { second: None,
+            Node {
+                second: None,
                 secondary_ips: vec![],
                 name: "a".into(),
                 ip: "192.168.50.11".parse().unwrap(),
                 pod_cidr: "10.244.1.0/24".parse().unwrap(),
             },
-            Node { second: None,
+            Node {
+                second: None,
                 secondary_ips: vec![],
                 name: "b".into(),
                 ip: "192.168.50.12".parse().unwrap(),
@@ -83,6 +87,7 @@ fn probe(from: Source, to: Target) -> Probe {
         protocol: Protocol::Tcp,
         count: 1,
         interval: None,
+        source_port: None,
         family: None,
         expect: None,
     }
@@ -125,9 +130,7 @@ fn hairpin_is_masqueraded_by_the_pods_node() {
 fn node_to_cluster_ip_is_masqueraded() {
     let c = cluster(both(), TrafficPolicy::Cluster);
     let e = expect(&c, &probe(Source::Node("b".into()), to_cluster_ip())).unwrap();
-    assert!(
-        backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b"))
-    );
+    assert!(backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b")));
 }
 
 #[test]
@@ -167,10 +170,7 @@ fn terminating_endpoints_serve_only_when_none_is_ready() {
 fn local_policy_keeps_external_clients_local_and_drops_without_local_endpoints() {
     let c = cluster(vec![endpoint("web-a", "10.244.1.5", "a")], TrafficPolicy::Local);
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
-    assert_eq!(
-        backends(&e)["web-a"],
-        SeenSource::Client { addrs: vec!["192.168.50.100".parse().unwrap()] }
-    );
+    assert_eq!(backends(&e)["web-a"], SeenSource::Client { addrs: vec!["192.168.50.100".parse().unwrap()] });
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).unwrap();
     assert_eq!(e.outcome, Outcome::Dropped);
     // Pods are short-circuited to every endpoint.
@@ -207,9 +207,7 @@ fn stated_expectations_are_checked() {
         source,
         http_status: None,
     };
-    assert!(
-        check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok()
-    );
+    assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok());
     assert!(check_stated(&e, &stated(StatedVerdict::Rejected, None, None)).is_err());
     assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-a"]), None)).is_err());
     // Hairpin to web-a is masqueraded, so "client" is wrong for the probe as a whole.
@@ -250,7 +248,10 @@ fn source_ranges_admit_only_listed_sources_to_the_load_balancer() {
     let e = expect(&c, &probe(Source::External("blocked".into()), to_lb(Some("b")))).unwrap();
     assert_eq!(e.outcome, Outcome::Dropped);
     // A pod is outside the ranges too: kube-proxy drops it at the load-balancer IP.
-    assert_eq!(expect(&c, &probe(Source::Pod("client".into()), to_lb(None))).unwrap().outcome, Outcome::Dropped);
+    assert_eq!(
+        expect(&c, &probe(Source::Pod("client".into()), to_lb(None))).unwrap().outcome,
+        Outcome::Dropped
+    );
     // Node ports bypass the ranges.
     let e = expect(&c, &probe(Source::External("blocked".into()), to_node_port("a"))).unwrap();
     assert_eq!(backends(&e).len(), 1);
@@ -460,4 +461,47 @@ fn a_node_port_shadowed_by_an_external_ip_on_the_same_address_is_refused_as_ambi
     let err = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap_err();
     assert!(err.contains("Service IPs win over node ports"), "{err}");
     assert!(expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).is_ok());
+}
+
+#[test]
+fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
+    use super::{Basis, Prediction, Profile, predict};
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    let node_port_at = |addr: &str| Target::NodePort {
+        service: "web".into(),
+        port: "http".into(),
+        node: "a".into(),
+        address: Some(addr.parse().unwrap()),
+    };
+    let raw = |addr: &str, port: u16| Target::Address(std::net::SocketAddr::new(addr.parse().unwrap(), port));
+    let outcome = |p: &Probe, profile| match predict(&c, p, profile).unwrap() {
+        Prediction::Expected(e) => Some((e.outcome, e.basis)),
+        Prediction::Open(_) => None,
+    };
+    let iptables = Profile::KubeProxyIptables;
+    let nftables = Profile::KubeProxyNftables;
+
+    // A secondary node address: every address in iptables mode, the primary only in nftables mode.
+    let secondary = probe(Source::External("ext".into()), node_port_at("192.168.50.111"));
+    assert!(matches!(outcome(&secondary, iptables), Some((Outcome::Answered { .. }, Basis::Contract))));
+    assert_eq!(outcome(&secondary, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&secondary, Profile::Kubernetes), None);
+    let primary = probe(Source::External("ext".into()), node_port_at("192.168.50.11"));
+    assert!(outcome(&primary, Profile::Kubernetes).is_some(), "the primary node IP is the contract");
+
+    // 127.0.0.1 from the node itself: only iptables mode serves it.
+    let localhost = probe(Source::Node("a".into()), node_port_at("127.0.0.1"));
+    assert!(matches!(outcome(&localhost, iptables), Some((Outcome::Answered { .. }, _))));
+    assert_eq!(outcome(&localhost, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&localhost, Profile::Kubernetes), None);
+
+    // A cluster IP's unused port passes through iptables mode; nftables mode rejects it.
+    let wrong_port = probe(Source::Pod("client".into()), raw("10.96.0.20", 81));
+    assert_eq!(outcome(&wrong_port, iptables), Some((Outcome::Dropped, Basis::Choice(iptables))));
+    assert_eq!(outcome(&wrong_port, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&wrong_port, Profile::Kubernetes), None);
+    let unallocated = probe(Source::Pod("client".into()), raw("10.96.255.254", 80));
+    assert_eq!(outcome(&unallocated, nftables), Some((Outcome::Dropped, Basis::Choice(nftables))));
+    assert_eq!(outcome(&unallocated, Profile::Kubernetes), None);
 }

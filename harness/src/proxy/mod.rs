@@ -6,6 +6,7 @@
 //! stops it before the namespaces go.
 
 pub mod apiserver;
+pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
 pub mod node_ports;
@@ -15,7 +16,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::model::{Cluster, Objects};
+use crate::model::{Cluster, Objects, ProxyChoice};
+use crate::oracle::Profile;
 use crate::topology::{NodeHandle, Topology};
 
 pub use programmed::{NodeProgrammer, program_nodes};
@@ -24,6 +26,12 @@ pub use programmed::{NodeProgrammer, program_nodes};
 pub trait Proxy: Send + Sync {
     /// The name a scenario or the command line selects it by.
     fn name(&self) -> &str;
+
+    /// The profile its outcomes are judged by unless the run names one: the implementation
+    /// it is, or just the Kubernetes contract.
+    fn profile(&self) -> Profile {
+        Profile::Kubernetes
+    }
 
     /// Starts the proxy on every node of `env.topology` and returns once every node
     /// implements `state`.
@@ -71,13 +79,28 @@ pub struct Env<'a> {
 pub const KNOWN_PROXIES: &[&str] =
     &[iptables::NAME, apiserver::NAME, apiserver::REFERENCE_IPTABLES, apiserver::REFERENCE_NFTABLES];
 
-/// Builds the proxy a scenario or the command line names.
-pub fn by_name(name: &str) -> Result<Box<dyn Proxy>> {
-    match name {
-        iptables::NAME => Ok(Box::new(iptables::BuiltinIptables::default())),
-        apiserver::NAME => Ok(Box::new(apiserver::ApiServerProxy::from_options(&serde_json::Value::Null)?)),
-        apiserver::REFERENCE_IPTABLES => Ok(Box::new(apiserver::ApiServerProxy::reference("iptables")?)),
-        apiserver::REFERENCE_NFTABLES => Ok(Box::new(apiserver::ApiServerProxy::reference("nftables")?)),
+/// Builds the proxy a scenario or the command line names. Adapter options name files
+/// relative to `scenario_dir`.
+pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>> {
+    let _ = scenario_dir;
+    let no_options = |proxy: Box<dyn Proxy>| {
+        if let Some(key) = choice.options.keys().next() {
+            anyhow::bail!("{} takes no options, but {key:?} was given", choice.name);
+        }
+        Ok(proxy)
+    };
+    match choice.name.as_str() {
+        iptables::NAME => no_options(Box::new(iptables::BuiltinIptables::default())),
+        apiserver::NAME => {
+            let options = serde_json::Value::Object(choice.options.clone());
+            Ok(Box::new(apiserver::ApiServerProxy::from_options(&options)?))
+        }
+        apiserver::REFERENCE_IPTABLES => {
+            no_options(Box::new(apiserver::ApiServerProxy::reference("iptables")?))
+        }
+        apiserver::REFERENCE_NFTABLES => {
+            no_options(Box::new(apiserver::ApiServerProxy::reference("nftables")?))
+        }
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }

@@ -121,7 +121,8 @@ mod tests {
     }
 
     fn node() -> Node {
-        Node { second: None,
+        Node {
+            second: None,
             name: "node-a".into(),
             ip: "192.168.50.2".parse().unwrap(),
             secondary_ips: vec!["192.168.50.102".parse().unwrap()],
@@ -163,7 +164,8 @@ mod tests {
     }
 
     fn v6_node() -> Node {
-        Node { second: None,
+        Node {
+            second: None,
             name: "node-a".into(),
             ip: "fd00:192:168:50::2".parse().unwrap(),
             secondary_ips: vec!["fd00:192:168:50::102".parse().unwrap()],

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::{Env, Running, State};
+use super::{Env, Running, State, conntrack_cleanup};
 use crate::model::Cluster;
 use crate::topology::NodeHandle;
 
@@ -17,6 +17,11 @@ pub trait NodeProgrammer: Send + Sync {
 
     /// The node's data-plane state as loaded.
     fn dump_node(&self, node: &NodeHandle) -> Result<String>;
+
+    /// Whether a change also clears stale UDP conntrack entries, as kube-proxy does.
+    fn clears_stale_conntrack(&self) -> bool {
+        true
+    }
 }
 
 /// Programs every node of `env` with `state` and returns the handle that re-programs them.
@@ -25,7 +30,8 @@ pub fn program_nodes<'a>(
     state: &State<'_>,
     env: &Env<'a>,
 ) -> Result<Box<dyn Running + 'a>> {
-    let mut running = Programmed { programmer, nodes: &env.topology.nodes, runtime: env.runtime.clone() };
+    let mut running =
+        Programmed { programmer, nodes: &env.topology.nodes, runtime: env.runtime.clone(), applied: None };
     running.update(state)?;
     Ok(Box::new(running))
 }
@@ -34,6 +40,8 @@ struct Programmed<'a> {
     programmer: &'a dyn NodeProgrammer,
     nodes: &'a [NodeHandle],
     runtime: tokio::runtime::Handle,
+    /// The state the nodes implement, to tell what a change leaves stale.
+    applied: Option<Cluster>,
 }
 
 impl Running for Programmed<'_> {
@@ -43,6 +51,16 @@ impl Running for Programmed<'_> {
             self.programmer
                 .program_node(state.cluster, node)
                 .with_context(|| format!("programming node {} with {}", node.name, self.programmer.name()))?;
+        }
+        // After the rules, as kube-proxy does: entries made meanwhile follow the new rules.
+        if let Some(before) = self.applied.replace(state.cluster.clone())
+            && self.programmer.clears_stale_conntrack()
+        {
+            let deletions = conntrack_cleanup::stale(&before, state.cluster);
+            for node in self.nodes {
+                conntrack_cleanup::delete(&node.netns, &deletions)
+                    .with_context(|| format!("on node {}", node.name))?;
+            }
         }
         Ok(())
     }

@@ -1,13 +1,12 @@
 //! `packetproof reference-proxy`: a small service proxy that watches the Kubernetes API like
 //! kube-proxy does (its Node, Services and EndpointSlices through kube's watcher and
 //! reflector), converts them to the model (`convert`), programs its node namespace with the
-//! built-in generator, clears stale UDP conntrack entries (`stale`), and reports
+//! built-in generator, clears stale UDP conntrack entries (`proxy::conntrack_cleanup`), and reports
 //! `lastUpdated` on `/healthz`. It proves the API-server adapter without downloading
 //! kube-proxy.
 
 pub mod convert;
 mod healthz;
-pub mod stale;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,7 +24,7 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 
 use crate::model::{Cluster, ProxyConfig};
-use crate::proxy::NodeProgrammer;
+use crate::proxy::{NodeProgrammer, conntrack_cleanup};
 use crate::topology::{Netns, NodeHandle};
 
 /// kube-proxy's selector: Services (and their slices) that another proxy owns, or that are
@@ -203,7 +202,7 @@ where
 }
 
 /// Programs the node, then (unless disabled) deletes the UDP conntrack entries the change
-/// made stale, family by family.
+/// made stale (everything is new at the first sync, as in kube-proxy).
 fn sync_node(
     programmer: &dyn NodeProgrammer,
     node: &NodeHandle,
@@ -216,20 +215,9 @@ fn sync_node(
         if !cleanup {
             return Ok(());
         }
-        for family in cluster.families() {
-            let new = cluster.family_view(family);
-            let old = before.map(|b| b.family_view(family).services).unwrap_or_default();
-            for deletion in stale::stale_entries(&old, &new.services) {
-                let args = deletion.args();
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                // conntrack exits 1 when nothing matched: that is fine.
-                if let Err(e) = node.netns.exec("conntrack", &args, None)
-                    && !format!("{e:#}").contains("0 flow entries")
-                {
-                    eprintln!("reference-proxy: {deletion}: {e:#}");
-                }
-            }
-        }
+        let none = Cluster { services: Vec::new(), ..cluster.clone() };
+        let deletions = conntrack_cleanup::stale(before.unwrap_or(&none), cluster);
+        conntrack_cleanup::delete(&node.netns, &deletions)?;
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::{Finished, destination, expected};
+use crate::oracle::Basis;
 use crate::runner::Outcome;
 
 #[derive(Serialize)]
@@ -22,6 +23,9 @@ struct Scenario<'a> {
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     proxy: Option<&'a str>,
+    /// The profile the probes were judged under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
     elapsed_seconds: f64,
@@ -39,6 +43,8 @@ struct Probe {
     attempts: usize,
     expected: String,
     because: String,
+    /// `contract` (Kubernetes requires it) or the profile whose choice it is.
+    required_by: String,
     observed: String,
     passed: bool,
     failures: Vec<String>,
@@ -71,6 +77,7 @@ fn scenario<'a>(finished: &'a Finished<'a>) -> Scenario<'a> {
                 file: scenario.source.display().to_string(),
                 status: "error",
                 proxy: None,
+                profile: None,
                 reason: Some(error.clone()),
                 elapsed_seconds: 0.0,
                 evidence: None,
@@ -92,6 +99,10 @@ fn scenario<'a>(finished: &'a Finished<'a>) -> Scenario<'a> {
                     attempts: v.observed.len(),
                     expected: expected(&v.expected.outcome),
                     because: v.expected.because.clone(),
+                    required_by: match v.expected.basis {
+                        Basis::Contract => "contract".to_string(),
+                        Basis::Choice(profile) => profile.to_string(),
+                    },
                     observed: v.observed_summary(),
                     passed: v.passed(),
                     failures: v.failures.clone(),
@@ -105,6 +116,7 @@ fn scenario<'a>(finished: &'a Finished<'a>) -> Scenario<'a> {
         file: s.source.display().to_string(),
         status,
         proxy: Some(&report.proxy),
+        profile: report.profile.map(|p| p.to_string()),
         reason,
         elapsed_seconds: report.elapsed.as_secs_f64(),
         evidence: report.artifacts.as_ref().map(|d| d.display().to_string()),

@@ -41,11 +41,12 @@ fn suite(finished: &Finished<'_>) -> TestSuite {
                         } else {
                             let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                             status.set_message(v.failures[0].as_str()).set_description(format!(
-                                "from {} to {}\nexpected: {} ({})\nobserved: {}\n{}{}",
+                                "from {} to {}\nexpected: {} ({}; by {})\nobserved: {}\n{}{}",
                                 v.probe.from,
                                 destination(&scenario.cluster, &v.probe.to, v),
                                 expected(&v.expected.outcome),
                                 v.expected.because,
+                                v.expected.basis,
                                 v.observed_summary(),
                                 v.failures.iter().map(|f| format!("✗ {f}\n")).collect::<String>(),
                                 report

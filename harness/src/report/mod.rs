@@ -10,7 +10,7 @@ pub use junit::junit_report;
 use std::fmt::Write;
 
 use crate::model::{Cluster, Target};
-use crate::oracle::Outcome as Expected;
+use crate::oracle::{self, Outcome as Expected};
 use crate::runner::{Outcome, ScenarioReport};
 use crate::verdict::ProbeVerdict;
 
@@ -25,15 +25,27 @@ pub fn scenario_line(report: &ScenarioReport) -> String {
             let mut detail = format!("{} probes, {attempts} attempts", verdicts.len());
             if failed > 0 {
                 let _ = write!(detail, ", {failed} failed");
+                let chosen = verdicts
+                    .iter()
+                    .filter(|v| !v.passed() && v.expected.basis != oracle::Basis::Contract)
+                    .count();
+                if let (true, Some(profile)) = (chosen > 0, report.profile) {
+                    let contract = failed - chosen;
+                    let _ = write!(
+                        detail,
+                        " ({contract} against the Kubernetes contract, {chosen} only against {profile}'s choices)"
+                    );
+                }
             }
             if !report.unjudged.is_empty() {
-                let _ = write!(detail, ", {} flows not judged", report.unjudged.len());
+                let _ = write!(detail, ", {} not judged", report.unjudged.len());
             }
             (status, detail)
         }
     };
+    let profile = report.profile.map(|p| format!(", profile {p}")).unwrap_or_default();
     format!(
-        "{status} {}  {detail}  {:.2}s  ({}, {})",
+        "{status} {}  {detail}  {:.2}s  ({}, {}{profile})",
         report.scenario,
         report.elapsed.as_secs_f64(),
         report.source.display(),
@@ -83,7 +95,8 @@ pub fn flow_table(cluster: &Cluster, verdicts: &[ProbeVerdict]) -> String {
             let _ = writeln!(out, "        ✗ {failure}");
         }
         if !verdict.passed() {
-            let _ = writeln!(out, "        why expected: {}", verdict.expected.because);
+            let e = &verdict.expected;
+            let _ = writeln!(out, "        why expected: {} (by {})", e.because, e.basis);
         }
     }
     out
@@ -145,7 +158,13 @@ pub fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String {
 
 /// A scenario as it ended, for the machine-readable reports.
 pub enum Finished<'a> {
-    Ran { scenario: &'a crate::model::Scenario, report: &'a ScenarioReport },
+    Ran {
+        scenario: &'a crate::model::Scenario,
+        report: &'a ScenarioReport,
+    },
     /// It could not be set up (topology, proxy programming): an error, not a failure.
-    Error { scenario: &'a crate::model::Scenario, error: String },
+    Error {
+        scenario: &'a crate::model::Scenario,
+        error: String,
+    },
 }

@@ -110,6 +110,11 @@ impl Diagnostics {
         self.push(site.doc.key_pos(path), site.field(path), message);
     }
 
+    /// The folder of the file being read, which relative paths in it start from.
+    pub fn source_dir(&self) -> &std::path::Path {
+        self.file.parent().unwrap_or(std::path::Path::new("."))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.errors.is_empty()
     }

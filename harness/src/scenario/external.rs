@@ -170,7 +170,8 @@ fn frontend_ip(
         .or_else(|| {
             // A node's own address is a common external IP on bare metal (traffic already lands
             // on that node); a pod's, another host's or a load balancer's is not.
-            let owner = env.addresses.owner(ip).filter(|o| !(what == "an external IP" && o.starts_with("node ")))?;
+            let owner =
+                env.addresses.owner(ip).filter(|o| !(what == "an external IP" && o.starts_with("node ")))?;
             Some(format!(
                 "{ip} is already the address of {owner}: {what} must not be a {}pod or external-host address",
                 if what == "an external IP" { "" } else { "node, " }
@@ -338,7 +339,11 @@ fn load_balancer_only(
     match service_type {
         Some(ServiceType::LoadBalancer) => true,
         Some(other) => {
-            diag.value(site, list, format!("{what} to type LoadBalancer (this Service is {})", type_name(other)));
+            diag.value(
+                site,
+                list,
+                format!("{what} to type LoadBalancer (this Service is {})", type_name(other)),
+            );
             false
         }
         None => false,

@@ -171,13 +171,15 @@ impl Paths<'_> {
         to: &Target,
         out: &mut Vec<Probe>,
     ) {
-        out.extend(sources.iter().map(|from| Probe { family: None,
+        out.extend(sources.iter().map(|from| Probe {
+            family: None,
             name: format!("flow: {from} -> {} {frontend}", dest.name),
             from: from.clone(),
             to: to.clone(),
             protocol: dest.protocol,
             count: self.count,
             interval: None,
+            source_port: None,
             expect: None,
         }));
     }

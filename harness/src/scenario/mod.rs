@@ -35,6 +35,7 @@ mod registry;
 mod scenario_doc;
 mod services;
 mod spec;
+mod steps;
 mod target_form;
 mod targets;
 mod validate;

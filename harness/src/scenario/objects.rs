@@ -15,7 +15,7 @@ use super::error::{Diagnostics, Site};
 use super::spec;
 use super::yaml::{Document, FieldPath};
 
-const SUPPORTED: &str = "Scenario, Service, EndpointSlice, Pod";
+const SUPPORTED: &str = "Scenario, Step, Service, EndpointSlice, Pod";
 
 /// One parsed Kubernetes object and where it came from.
 pub(crate) struct Parsed<'a, T> {
@@ -85,9 +85,9 @@ pub(crate) struct Classified<'a> {
     pub scenario_unreadable: bool,
 }
 
-pub(crate) fn classify<'a>(docs: &'a [Document], diag: &mut Diagnostics) -> Classified<'a> {
+pub(crate) fn classify<'a>(docs: &[&'a Document], diag: &mut Diagnostics) -> Classified<'a> {
     let mut out = Classified::default();
-    for doc in docs {
+    for &doc in docs {
         let name = doc.value.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string);
         let ours = doc.value.get("apiVersion").and_then(Value::as_str) == Some(spec::API_VERSION);
         match kind_of(doc, diag) {

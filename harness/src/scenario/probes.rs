@@ -88,13 +88,26 @@ fn resolve_one(
             }
         }
     });
+    let source_port = spec.source_port.filter(|&port| {
+        let fixed = FIXED_SOURCE_PORTS.contains(&port);
+        if !fixed {
+            let range = format!("{}-{}", FIXED_SOURCE_PORTS.start(), FIXED_SOURCE_PORTS.end());
+            let message =
+                format!("sourcePort must be in {range} (higher ports are the probes' own), not {port}");
+            diag.value(site, &path.key("sourcePort"), message);
+        }
+        fixed
+    });
     let target = to.as_ref().map(|(t, _)| t);
     let expect =
         spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names.pods, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
-    Some(Probe { family, name, from: from?, to, protocol, count, interval, expect })
+    Some(Probe { family, name, from: from?, to, protocol, count, interval, source_port, expect })
 }
+
+/// Source ports a probe may fix; the automatic ones start above them.
+const FIXED_SOURCE_PORTS: std::ops::RangeInclusive<u16> = 1024..=19999;
 
 /// A probe's or the flows' `count`.
 pub(crate) fn check_count(site: &Site<'_>, path: &FieldPath, count: u32, diag: &mut Diagnostics) {

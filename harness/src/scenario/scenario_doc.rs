@@ -7,7 +7,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value;
 
-use crate::model::{ExternalHost, IpFamily, Node, NodeSecond, ProxyConfig, SecondFamily, bridge_address};
+use crate::model::{
+    ExternalHost, IpFamily, Node, NodeSecond, ProxyChoice, ProxyConfig, SecondFamily, bridge_address,
+};
 
 use super::addresses::Addresses;
 use super::de::typed;
@@ -17,7 +19,9 @@ use super::names::check_name;
 use super::net::{cidr_at, ip_at, not_a_host_of, overlaps, parse_cidr};
 use super::proxy_config;
 use super::registry::Registry;
-use super::spec::{ClusterSpec, Envelope, ExternalHostSpec, Metadata, NodeSpec, ProbeSpec, Sections};
+use super::spec::{
+    ClusterSpec, Envelope, ExternalHostSpec, Metadata, NodeSpec, ProbeSpec, ProxySpec, Sections,
+};
 use super::yaml::{Document, FieldPath};
 
 pub(crate) const DEFAULT_PROXY: &str = "builtin-iptables";
@@ -64,7 +68,7 @@ pub(crate) struct ScenarioDoc<'a> {
     pub site: Option<Site<'a>>,
     pub name: Option<String>,
     pub description: Option<String>,
-    pub proxy: String,
+    pub proxy: ProxyChoice,
     pub proxy_config: ProxyConfig,
     pub networks: Networks,
     pub nodes: Registry<Node>,
@@ -87,7 +91,7 @@ impl ScenarioDoc<'_> {
             site,
             name: None,
             description: None,
-            proxy: DEFAULT_PROXY.to_string(),
+            proxy: ProxyChoice::named(DEFAULT_PROXY),
             proxy_config: ProxyConfig::default(),
             networks: Networks::default(),
             nodes,
@@ -140,21 +144,12 @@ pub(crate) fn read<'a>(
         }
     }
 
-    if let Some(proxy) = &sections.proxy
-        && !crate::proxy::KNOWN_PROXIES.contains(&proxy.as_str())
-    {
-        let known = crate::proxy::KNOWN_PROXIES.join(", ");
-        diag.value(
-            &site,
-            &FieldPath::parse("spec.proxy"),
-            format!("unknown proxy {proxy:?} (known: {known})"),
-        );
-    }
+    let proxy = read_proxy(&site, sections.proxy, diag);
 
     ScenarioDoc {
         name,
         description: sections.description,
-        proxy: sections.proxy.unwrap_or_else(|| DEFAULT_PROXY.to_string()),
+        proxy,
         proxy_config,
         networks,
         nodes,
@@ -163,6 +158,27 @@ pub(crate) fn read<'a>(
         flows,
         site: Some(site),
     }
+}
+
+/// `spec.proxy`, checked by building the proxy it names (an adapter checks its options, and
+/// that the files they name exist).
+fn read_proxy(site: &Site<'_>, spec: Option<ProxySpec>, diag: &mut Diagnostics) -> ProxyChoice {
+    let path = FieldPath::parse("spec.proxy");
+    let choice = match spec {
+        None => return ProxyChoice::named(DEFAULT_PROXY),
+        Some(ProxySpec::Name(name)) => ProxyChoice::named(&name),
+        Some(ProxySpec::WithOptions(mut options)) => match options.remove("name") {
+            Some(serde_json::Value::String(name)) => ProxyChoice { name, options },
+            _ => {
+                diag.value(site, &path, "a proxy with options needs `name:` (e.g. `name: command`)");
+                return ProxyChoice::named(DEFAULT_PROXY);
+            }
+        },
+    };
+    if let Err(e) = crate::proxy::build(&choice, diag.source_dir()) {
+        diag.value(site, &path, format!("{e:#}"));
+    }
+    choice
 }
 
 fn read_networks(site: &Site<'_>, diag: &mut Diagnostics) -> Networks {

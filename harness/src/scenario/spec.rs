@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 pub(crate) const API_VERSION: &str = "packetproof.dev/v1alpha1";
 pub(crate) const KIND: &str = "Scenario";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct Envelope {
     #[allow(dead_code)]
@@ -26,7 +26,7 @@ pub(crate) struct Envelope {
     pub spec: IgnoredAny,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct Metadata {
     pub name: String,
@@ -37,11 +37,11 @@ pub(crate) struct Metadata {
     pub annotations: Option<BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct Sections {
     pub description: Option<String>,
-    pub proxy: Option<String>,
+    pub proxy: Option<ProxySpec>,
     #[allow(dead_code)]
     pub cluster: IgnoredAny,
     #[allow(dead_code)]
@@ -56,7 +56,7 @@ pub(crate) struct Sections {
     pub flows: Option<IgnoredAny>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ClusterSpec {
     #[serde(rename = "podCIDR")]
@@ -90,7 +90,7 @@ impl OneOrTwo {
 
 /// A node: `ip` and `podCIDR`, or (dual-stack, as Kubernetes' `spec.podCIDRs`) `ips` and
 /// `podCIDRs` with one entry per family of the cluster, primary first.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct NodeSpec {
     pub name: String,
@@ -105,6 +105,15 @@ pub(crate) struct NodeSpec {
     pub pod_cidrs: Option<Vec<String>>,
 }
 
+/// `spec.proxy`: a proxy's name (`builtin-iptables`), or its name with the adapter's options
+/// (`{name: command, command: [...], mode: oneshot}`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ProxySpec {
+    Name(String),
+    WithOptions(serde_json::Map<String, serde_json::Value>),
+}
+
 /// `spec.proxyConfig`: kube-proxy's flags, every one optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -116,14 +125,14 @@ pub(crate) struct ProxyConfigSpec {
 }
 
 /// `spec.flows: {all: true, count: N}`: generate a probe for every path.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FlowsSpec {
     pub all: bool,
     pub count: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ExternalHostSpec {
     pub name: String,
@@ -132,7 +141,7 @@ pub(crate) struct ExternalHostSpec {
     pub ips: Option<Vec<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ProbeSpec {
     pub name: Option<String>,
@@ -143,6 +152,9 @@ pub(crate) struct ProbeSpec {
     pub interval: Option<IntervalSpec>,
     /// `IPv4` or `IPv6`: the family to probe over (dual-stack); the primary when left out.
     pub family: Option<String>,
+    /// Every attempt from this source port (below the automatic range), e.g. a UDP client
+    /// that keeps its socket across a change.
+    pub source_port: Option<u16>,
     pub expect: Option<ExpectSpec>,
 }
 
@@ -168,7 +180,7 @@ impl<'de> Deserialize<'de> for IntervalSpec {
 }
 
 /// `{pod: NAME} | {node: NAME} | {external: NAME}`; exactly one is checked later.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SourceSpec {
     pub pod: Option<String>,
@@ -177,7 +189,7 @@ pub(crate) struct SourceSpec {
 }
 
 /// Every key a target may have; which combination forms a target is checked in `targets.rs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct TargetSpec {
     pub service: Option<String>,
@@ -202,7 +214,7 @@ pub(crate) enum ProtocolSpec {
     Sctp,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ExpectSpec {
     pub verdict: VerdictSpec,

@@ -4,20 +4,53 @@
 
 use std::path::Path;
 
-use crate::model::{Cluster, Objects, Scenario};
+use crate::model::{Cluster, Objects, Scenario, Step};
 
 use super::addresses::Addresses;
 use super::endpoints::{self, Context, SliceData, endpoints_for};
 use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
+use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
 use super::{derive, flows, pods, probes, scenario_doc, services};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
-    let mut assembled = assemble(docs, source, diag)?;
+    let (first, step_docs) = steps::split(docs);
+    let mut assembled = assemble(&first, None, source, diag)?;
     set_aside_undefined_flows(&mut assembled);
     check_against_oracle(&assembled, diag);
-    diag.is_empty().then_some(assembled.scenario)
+    let mut scenario = assembled.scenario;
+    // Each step's state is the one before it, changed; each is checked whole.
+    let mut state = first;
+    for docs in &step_docs {
+        let step = steps::read(docs.doc, diag);
+        state = steps::next_state(&state, &step, &docs.applied, diag);
+        if let Some(assembled) = assemble(&state, Some(&step), source, diag) {
+            check_against_oracle(&assembled, diag);
+            scenario.steps.push(into_step(assembled.scenario, &step));
+        }
+    }
+    diag.is_empty().then_some(scenario)
+}
+
+/// A step's assembled state; its probes are named after it, so reports tell the phases apart.
+fn into_step(state: Scenario, doc: &steps::StepDoc<'_>) -> Step {
+    let name = doc.name.clone().unwrap_or_default();
+    let probes = state
+        .probes
+        .into_iter()
+        .map(|mut p| {
+            p.name = format!("{name}: {}", p.name);
+            p
+        })
+        .collect();
+    Step {
+        name,
+        description: doc.description.clone(),
+        cluster: state.cluster,
+        objects: state.objects,
+        probes,
+    }
 }
 
 /// Everything but the oracle's check, for tests of what the parser alone accepts.
@@ -27,7 +60,8 @@ pub(crate) fn build_without_oracle(
     source: &Path,
     diag: &mut Diagnostics,
 ) -> Option<Scenario> {
-    assemble(docs, source, diag).map(|a| a.scenario)
+    let docs: Vec<&Document> = docs.iter().collect();
+    assemble(&docs, None, source, diag).map(|a| a.scenario)
 }
 
 /// A scenario whose every part is valid on its own.
@@ -39,11 +73,27 @@ struct Assembled<'a> {
     given: usize,
 }
 
-fn assemble<'a>(docs: &'a [Document], source: &Path, diag: &mut Diagnostics) -> Option<Assembled<'a>> {
+/// Assembles a state: the file's first one (`step` none), or the one after `step`, whose
+/// probes replace the Scenario document's.
+fn assemble<'a>(
+    docs: &[&'a Document],
+    step: Option<&StepDoc<'a>>,
+    source: &Path,
+    diag: &mut Diagnostics,
+) -> Option<Assembled<'a>> {
     let classified = objects::classify(docs, diag);
     let document = pick_scenario(&classified, diag);
     let mut addresses = Addresses::default();
-    let doc = scenario_doc::read(document, &mut addresses, diag);
+    // A step's state re-reads the Scenario document, whose findings the first state reported.
+    let mut doc = match step {
+        None => scenario_doc::read(document, &mut addresses, diag),
+        Some(_) => scenario_doc::read(document, &mut addresses, &mut Diagnostics::new(source.into())),
+    };
+    if let Some(step) = step {
+        doc.probes = step.probes.clone();
+        doc.flows = None;
+        doc.site = Some(step.site.clone());
+    }
     let mut pods = pods::read(
         &classified.pods,
         &classified.unparsed,
@@ -135,8 +185,13 @@ fn assemble<'a>(docs: &'a [Document], source: &Path, diag: &mut Diagnostics) -> 
         probes,
         objects,
         unjudged_flows: Vec::new(),
+        steps: Vec::new(),
     };
-    Some(Assembled { scenario, doc: document?, given: given_probes })
+    let doc = match step {
+        Some(step) => step.site.doc,
+        None => document?,
+    };
+    Some(Assembled { scenario, doc, given: given_probes })
 }
 
 /// The file's one Scenario document; reports none or several.
@@ -206,8 +261,9 @@ mod tests {
     #[test]
     fn oracle_findings_name_the_generated_flow_at_spec_flows() {
         let docs = yaml::parse(WEB).unwrap();
+        let docs: Vec<&Document> = docs.iter().collect();
         let mut diag = Diagnostics::new("x.yaml".into());
-        let mut assembled = assemble(&docs, Path::new("x.yaml"), &mut diag).unwrap();
+        let mut assembled = assemble(&docs, None, Path::new("x.yaml"), &mut diag).unwrap();
         assert_eq!(assembled.given, 3);
         // A flow no generator makes (external hosts have no route to cluster IPs), so the
         // oracle cannot predict it.

@@ -65,7 +65,8 @@ impl Netns {
     /// to run code and commands in. It is not registered for removal: its maker removes it.
     pub fn open(name: &str) -> Result<Netns> {
         let path = Path::new(NETNS_DIR).join(name);
-        let file = File::open(&path).with_context(|| format!("opening network namespace {}", path.display()))?;
+        let file =
+            File::open(&path).with_context(|| format!("opening network namespace {}", path.display()))?;
         Ok(Netns { name: name.to_string(), file: Arc::new(file) })
     }
 

@@ -70,6 +70,8 @@ impl SourcePorts {
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
     pub dst: SocketAddr,
+    /// Every attempt from this source port, rather than a new one each.
+    pub source_port: Option<u16>,
     pub count: u32,
     pub speech: Speech,
     pub pace: Pace,
@@ -114,7 +116,13 @@ impl Prober {
 
     /// Makes `count` attempts to `dst`, one after another, inside the source namespace.
     pub fn probe(&self, protocol: Protocol, dst: SocketAddr, count: u32) -> Result<Vec<Attempt>> {
-        let plan = Plan { dst, count, speech: Speech::Plain(protocol), pace: Pace::Sequential { interval: None } };
+        let plan = Plan {
+            dst,
+            source_port: None,
+            count,
+            speech: Speech::Plain(protocol),
+            pace: Pace::Sequential { interval: None },
+        };
         Ok(self.send(plan)?.into_iter().map(|s| s.attempt).collect())
     }
 
@@ -127,14 +135,13 @@ impl Prober {
                     if let (Some(pause), true) = (interval, i > 0) {
                         std::thread::sleep(pause);
                     }
-                    attempt(plan.speech, &ports, plan.dst, timeout)
+                    attempt(&plan, &ports, timeout)
                 })
                 .collect(),
             // Threads spawned here inherit this thread's network namespace.
             Pace::Concurrent => std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..plan.count)
-                    .map(|_| scope.spawn(|| attempt(plan.speech, &ports, plan.dst, timeout)))
-                    .collect();
+                let handles: Vec<_> =
+                    (0..plan.count).map(|_| scope.spawn(|| attempt(&plan, &ports, timeout))).collect();
                 handles
                     .into_iter()
                     .map(|h| {
@@ -159,17 +166,22 @@ impl Prober {
     }
 }
 
-fn attempt(speech: Speech, ports: &SourcePorts, dst: SocketAddr, timeout: Duration) -> Sent {
-    // A source port may still be taken by something else in the namespace: move on to the next.
+fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
+    let (speech, dst) = (plan.speech, plan.dst);
+    // A source port may still be taken by something else in the namespace: move on to the next
+    // (unless the plan fixes it).
     let mut source_port = 0;
-    for _ in 0..16 {
-        source_port = ports.next();
+    let tries = if plan.source_port.is_some() { 1 } else { 16 };
+    for _ in 0..tries {
+        source_port = plan.source_port.unwrap_or_else(|| ports.next());
         let src = SocketAddr::new(unspecified(dst.ip()), source_port);
         let result = match speech {
             Speech::Plain(Protocol::Tcp) => tcp(src, dst, timeout, b"", answer),
             Speech::HttpGet => tcp(src, dst, timeout, HTTP_GET, http_answer),
             Speech::Plain(Protocol::Udp) => udp(src, dst, timeout),
-            Speech::Plain(Protocol::Sctp) => Err(Unsent::Other("SCTP probes are not supported on this host".into())),
+            Speech::Plain(Protocol::Sctp) => {
+                Err(Unsent::Other("SCTP probes are not supported on this host".into()))
+            }
         };
         let attempt = match result {
             Ok(attempt) => attempt,
@@ -178,7 +190,11 @@ fn attempt(speech: Speech, ports: &SourcePorts, dst: SocketAddr, timeout: Durati
         };
         return Sent { source_port, attempt };
     }
-    Sent { source_port, attempt: Attempt::Broken { reason: "no free source port after 16 tries".into() } }
+    let reason = match plan.source_port {
+        Some(port) => format!("source port {port} is taken"),
+        None => "no free source port after 16 tries".into(),
+    };
+    Sent { source_port, attempt: Attempt::Broken { reason } }
 }
 
 const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: packetproof\r\nConnection: close\r\n\r\n";
@@ -283,14 +299,14 @@ fn answer(text: &str) -> Attempt {
 
 /// `HTTP/1.1 200 OK ... \r\n\r\nbody` → status and body.
 fn http_answer(text: &str) -> Attempt {
-    let status = text
-        .strip_prefix("HTTP/1.")
-        .and_then(|rest| rest.get(2..5))
-        .and_then(|code| code.parse().ok());
+    let status =
+        text.strip_prefix("HTTP/1.").and_then(|rest| rest.get(2..5)).and_then(|code| code.parse().ok());
     match (status, text.split_once("\r\n\r\n")) {
         (Some(status), Some((_, body))) => Attempt::Http { status, body: body.to_string() },
         _ if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
-        _ => Attempt::Broken { reason: format!("not an HTTP answer: {:?}", text.lines().next().unwrap_or("")) },
+        _ => {
+            Attempt::Broken { reason: format!("not an HTTP answer: {:?}", text.lines().next().unwrap_or("")) }
+        }
     }
 }
 

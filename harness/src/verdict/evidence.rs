@@ -71,11 +71,8 @@ pub fn check(
     evidence: &Evidence,
 ) -> Vec<String> {
     let mut faults: BTreeMap<String, u32> = BTreeMap::new();
-    let client_frames: Vec<&Frame> = client_capture_points(probe)
-        .iter()
-        .filter_map(|k| evidence.frames.get(k))
-        .flatten()
-        .collect();
+    let client_frames: Vec<&Frame> =
+        client_capture_points(probe).iter().filter_map(|k| evidence.frames.get(k)).flatten().collect();
     for s in sent {
         let fault = match (&s.attempt, outcome) {
             (Attempt::Answered { pod, seen }, Outcome::Answered { translated_by, .. }) => {
@@ -124,9 +121,9 @@ fn answered(
     let entry = flows.iter().find(|f| f.original.dst == dst && f.original.src.port() == source_port);
     match entry {
         None => Some(format!("conntrack on {node}: no entry for source port {source_port} > {dst}")),
-        Some(f) if f.reply.src != backend || f.reply.dst != seen => Some(format!(
-            "conntrack on {node}: expected reply tuple {backend} > {seen}, found entry {f}"
-        )),
+        Some(f) if f.reply.src != backend || f.reply.dst != seen => {
+            Some(format!("conntrack on {node}: expected reply tuple {backend} > {seen}, found entry {f}"))
+        }
         Some(_) => None,
     }
 }
@@ -149,7 +146,8 @@ fn backend_address(cluster: &Cluster, probe: &Probe, dst: SocketAddr, pod: &str)
                 return Some(dst);
             }
             cluster.services.iter().flat_map(|s| s.ports.iter().map(move |p| (s, p))).find_map(|(s, p)| {
-                let frontend = (s.cluster_ip == dst.ip() && p.port == dst.port()) || p.node_port == Some(dst.port());
+                let frontend =
+                    (s.cluster_ip == dst.ip() && p.port == dst.port()) || p.node_port == Some(dst.port());
                 if frontend && p.protocol == probe.protocol {
                     p.endpoints.iter().find(|e| e.pod == pod).map(|e| e.address())
                 } else {
@@ -181,10 +179,13 @@ fn answers_flow(p: &Packet, source_port: u16, dst: SocketAddr) -> bool {
 
 fn refused(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<String> {
     let refusal = client_frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| {
-        answers_flow(p, source_port, dst)
-            && matches!(p.l4, L4::IcmpError { .. } | L4::Tcp { rst: true, .. })
+        answers_flow(p, source_port, dst) && matches!(p.l4, L4::IcmpError { .. } | L4::Tcp { rst: true, .. })
     });
-    (!refusal).then(|| format!("on the wire: refused, but no RST or ICMP error for :{source_port} > {dst} reached the client"))
+    (!refusal).then(|| {
+        format!(
+            "on the wire: refused, but no RST or ICMP error for :{source_port} > {dst} reached the client"
+        )
+    })
 }
 
 /// A pod that received the client's flow, if one did: the client's own address and source
@@ -207,7 +208,8 @@ fn reached_a_pod(cluster: &Cluster, probe: &Probe, source_port: u16, evidence: &
 }
 
 fn silent(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<String> {
-    let answer = client_frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| answers_flow(p, source_port, dst));
+    let answer =
+        client_frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| answers_flow(p, source_port, dst));
     answer.map(|p| format!("on the wire: silent to the client's socket, yet the client received {p}"))
 }
 
@@ -234,13 +236,15 @@ mod tests {
     }
 
     fn probe() -> Probe {
-        Probe { family: None,
+        Probe {
+            family: None,
             name: "p".into(),
             from: Source::Pod("client".into()),
             to: Target::ClusterIp { service: "kube-dns".into(), port: "dns".into() },
             protocol: Protocol::Udp,
             count: 1,
             interval: None,
+            source_port: None,
             expect: None,
         }
     }
@@ -264,7 +268,10 @@ mod tests {
     }
 
     fn answered_sent() -> Vec<Sent> {
-        vec![Sent { source_port: 20000, attempt: Attempt::Answered { pod: "coredns-b".into(), seen: addr(CLIENT) } }]
+        vec![Sent {
+            source_port: 20000,
+            attempt: Attempt::Answered { pod: "coredns-b".into(), seen: addr(CLIENT) },
+        }]
     }
 
     fn flow(reply_src: &str) -> Flow {
@@ -299,14 +306,23 @@ mod tests {
         // Reached the backend still addressed to the VIP: not translated.
         let e = evidence(vec![frame(udp(CLIENT, VIP))], vec![flow(BACKEND)]);
         let failures = run(&e, &answered_outcome(), &answered_sent());
-        assert_eq!(failures, ["on the wire: no packet 10.244.1.20:20000 > 10.244.2.7:53 reached coredns-b's interface (1 of 1 attempts)"]);
+        assert_eq!(
+            failures,
+            [
+                "on the wire: no packet 10.244.1.20:20000 > 10.244.2.7:53 reached coredns-b's interface (1 of 1 attempts)"
+            ]
+        );
     }
 
     #[test]
     fn a_wrong_or_missing_conntrack_entry_fails() {
         let e = evidence(vec![frame(udp(CLIENT, BACKEND))], vec![flow("10.244.1.5:53")]);
         let failures = run(&e, &answered_outcome(), &answered_sent());
-        assert!(failures[0].starts_with("conntrack on node-a: expected reply tuple 10.244.2.7:53 > 10.244.1.20:20000"), "{failures:?}");
+        assert!(
+            failures[0]
+                .starts_with("conntrack on node-a: expected reply tuple 10.244.2.7:53 > 10.244.1.20:20000"),
+            "{failures:?}"
+        );
         let e = evidence(vec![frame(udp(CLIENT, BACKEND))], vec![]);
         assert!(run(&e, &answered_outcome(), &answered_sent())[0].contains("no entry for source port 20000"));
     }
@@ -314,14 +330,19 @@ mod tests {
     #[test]
     fn missing_evidence_fails() {
         let e = Evidence::default();
-        assert!(run(&e, &answered_outcome(), &answered_sent())[0].contains("nothing was captured at coredns-b"));
+        assert!(
+            run(&e, &answered_outcome(), &answered_sent())[0].contains("nothing was captured at coredns-b")
+        );
     }
 
     #[test]
     fn refusal_needs_an_rst_or_icmp_error_and_silence_needs_nothing_back() {
         let refused = vec![Sent { source_port: 20000, attempt: Attempt::Refused { reason: "x".into() } }];
         let silent = vec![Sent { source_port: 20000, attempt: Attempt::Silent }];
-        let at_client = |frames: Vec<Frame>| Evidence { frames: [("pod/client".to_string(), frames)].into(), ..Default::default() };
+        let at_client = |frames: Vec<Frame>| Evidence {
+            frames: [("pod/client".to_string(), frames)].into(),
+            ..Default::default()
+        };
         let icmp = Packet {
             src: addr(VIP).ip(),
             dst: addr(CLIENT).ip(),
@@ -351,6 +372,9 @@ mod tests {
         let e = evidence(vec![frame(udp(CLIENT, BACKEND))], vec![]);
         let failures = run(&e, &Outcome::Dropped, &silent);
         assert_eq!(failures.len(), 1);
-        assert!(failures[0].contains("yet coredns-b received 10.244.1.20:20000 > 10.244.2.7:53"), "{failures:?}");
+        assert!(
+            failures[0].contains("yet coredns-b received 10.244.1.20:20000 > 10.244.2.7:53"),
+            "{failures:?}"
+        );
     }
 }

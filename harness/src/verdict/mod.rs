@@ -250,13 +250,15 @@ mod tests {
     use crate::oracle::SeenSource;
 
     fn probe() -> Probe {
-        Probe { family: None,
+        Probe {
+            family: None,
             name: "p".into(),
             from: Source::Pod("client".into()),
             to: Target::Address("10.96.0.10:53".parse().unwrap()),
             protocol: Protocol::Udp,
             count: 0,
             interval: None,
+            source_port: None,
             expect: None,
         }
     }
@@ -267,14 +269,14 @@ mod tests {
 
     fn two_backends() -> Expectation {
         let client = SeenSource::Client { addrs: vec!["10.244.1.20".parse().unwrap()] };
-        Expectation {
-            outcome: Outcome::Answered {
+        Expectation::required(
+            Outcome::Answered {
                 backends: [("a".to_string(), client.clone()), ("b".to_string(), client)].into(),
                 spread: Spread::Uniform,
                 translated_by: Some("node-a".into()),
             },
-            because: "test".into(),
-        }
+            "test",
+        )
     }
 
     fn verdict(expected: &Expectation, observed: Vec<Attempt>) -> ProbeVerdict {
@@ -320,7 +322,7 @@ mod tests {
     fn wrong_backend_and_wrong_kind_fail() {
         let v = verdict(&two_backends(), vec![answered("c", "10.244.1.20"), Attempt::Silent]);
         assert_eq!(v.failures.len(), 2, "{:?}", v.failures);
-        let reject = Expectation { outcome: Outcome::Rejected, because: "test".into() };
+        let reject = Expectation::required(Outcome::Rejected, "test");
         let v = verdict(&reject, vec![Attempt::Silent, Attempt::Refused { reason: "x".into() }]);
         assert_eq!(v.failures, vec!["1 of 2 attempts were not refused: 1/1 silent"]);
     }

@@ -103,6 +103,12 @@ impl ApiServerProxy {
     /// `packetproof reference-proxy` in `mode` (`iptables` or `nftables`), found as env
     /// `PACKETPROOF_BIN` or else this very executable.
     pub fn reference(mode: &str) -> Result<Self> {
+        Self::reference_with_flags(mode, &[])
+    }
+
+    /// [`ApiServerProxy::reference`] with further flags, e.g. `--no-conntrack-cleanup` (a
+    /// deliberately broken proxy for mutant tests); the name says which.
+    pub fn reference_with_flags(mode: &str, flags: &[&str]) -> Result<Self> {
         let bin = match std::env::var_os("PACKETPROOF_BIN") {
             Some(b) => PathBuf::from(b),
             None => std::env::current_exe().context("finding this executable for reference-proxy")?,
@@ -115,8 +121,13 @@ impl ApiServerProxy {
                 .map(str::to_string),
         );
         words.push(mode.into());
+        words.extend(flags.iter().map(|f| f.to_string()));
+        let mut name = format!("reference-proxy-{mode}");
+        if !flags.is_empty() {
+            name = format!("{name} ({})", flags.join(" "));
+        }
         Ok(ApiServerProxy {
-            name: format!("reference-proxy-{mode}"),
+            name,
             template: Template::from_words(words)?,
             healthz_port: Some(DEFAULT_HEALTHZ_PORT),
             sync_timeout: DEFAULT_SYNC_TIMEOUT,

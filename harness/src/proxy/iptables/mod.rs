@@ -25,6 +25,7 @@ pub use mutants::Mutant;
 pub use ruleset::{RuleSet, normalize_save};
 
 use crate::model::Cluster;
+use crate::oracle::Profile;
 use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, node_ports, program_nodes};
 use crate::topology::NodeHandle;
 
@@ -64,6 +65,10 @@ pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Str
 impl Proxy for BuiltinIptables {
     fn name(&self) -> &str {
         NAME
+    }
+
+    fn profile(&self) -> Profile {
+        Profile::KubeProxyIptables
     }
 
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
@@ -110,5 +115,9 @@ impl NodeProgrammer for BuiltinIptables {
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {
         load::save(node)
+    }
+
+    fn clears_stale_conntrack(&self) -> bool {
+        !self.mutant.is_some_and(Mutant::keeps_stale_conntrack)
     }
 }

@@ -48,10 +48,13 @@ pub enum Mutant {
     /// Reported against Cilium: <https://github.com/cilium/cilium/issues/11043>.
     HealthCheckAlwaysOk,
     NodePortsNotLast,
+    /// kube-proxy before the fixes of <https://github.com/kubernetes/kubernetes/issues/59368>
+    /// and <https://github.com/kubernetes/kubernetes/issues/72336>.
+    StaleUdpConntrackKept,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 18] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -70,6 +73,7 @@ impl Mutant {
         Mutant::NodePortOnAllAddresses,
         Mutant::HealthCheckAlwaysOk,
         Mutant::NodePortsNotLast,
+        Mutant::StaleUdpConntrackKept,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -93,6 +97,7 @@ impl Mutant {
             Mutant::NodePortOnAllAddresses => "node-port-on-all-addresses",
             Mutant::HealthCheckAlwaysOk => "health-check-always-ok",
             Mutant::NodePortsNotLast => "node-ports-not-last",
+            Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
         }
     }
 
@@ -152,6 +157,9 @@ impl Mutant {
             Mutant::NodePortsNotLast => {
                 "the KUBE-NODEPORTS jump comes first in nat KUBE-SERVICES instead of last, so node ports win over service IPs that are local addresses"
             }
+            Mutant::StaleUdpConntrackKept => {
+                "UDP conntrack entries are not cleared when an endpoint goes away: a client that keeps its source port keeps reaching the gone endpoint"
+            }
         }
     }
 
@@ -166,6 +174,11 @@ impl Mutant {
             _ => {}
         }
         d
+    }
+
+    /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
+    pub fn keeps_stale_conntrack(self) -> bool {
+        self == Mutant::StaleUdpConntrackKept
     }
 
     /// Whether the node's health check servers answer `200` regardless.
@@ -205,7 +218,8 @@ impl Mutant {
             | Mutant::ItpLocalFallsBackToRemote
             | Mutant::TerminatingUsedWhileReady
             | Mutant::TerminatingNeverFallback
-            | Mutant::HealthCheckAlwaysOk => {}
+            | Mutant::HealthCheckAlwaysOk
+            | Mutant::StaleUdpConntrackKept => {}
         }
     }
 }

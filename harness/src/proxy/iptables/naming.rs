@@ -99,10 +99,8 @@ mod tests {
 
     #[test]
     fn unnamed_ports_have_no_colon() {
-        let svc = Service {
-            ports: vec![],
-            ..Service::new("default", "nginx", "10.32.0.61".parse().unwrap())
-        };
+        let svc =
+            Service { ports: vec![], ..Service::new("default", "nginx", "10.32.0.61".parse().unwrap()) };
         let mut port = ServicePort {
             name: String::new(),
             protocol: Protocol::Tcp,

@@ -53,7 +53,11 @@ fn external_ips_may_be_any_address_outside_the_cluster_networks() {
 #[test]
 fn an_external_ip_may_be_a_nodes_own_address_but_a_load_balancer_ip_may_not() {
     // Bare-metal clusters often expose a Service on a node's own address.
-    let text = edit(EXPOSED, "externalIPs: [203.0.113.10]", "externalIPs: [203.0.113.10, 192.168.50.12, 192.168.50.21]");
+    let text = edit(
+        EXPOSED,
+        "externalIPs: [203.0.113.10]",
+        "externalIPs: [203.0.113.10, 192.168.50.12, 192.168.50.21]",
+    );
     assert_eq!(parse(&text).cluster.services[0].external_ips.len(), 3);
     let text = edit(EXPOSED, "ingress: [{ip: 198.51.100.7}]", "ingress: [{ip: 192.168.50.12}]");
     let errors = parse_errors(&text);

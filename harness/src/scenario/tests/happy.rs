@@ -31,7 +31,7 @@ fn kube_dns_udp_derives_both_coredns_endpoints() {
     let s = load(KUBE_DNS);
     assert_eq!(s.name, "kube-dns-udp");
     assert_eq!(s.source, Path::new(FILE));
-    assert_eq!(s.proxy, "builtin-iptables");
+    assert_eq!(s.proxy, crate::model::ProxyChoice::named("builtin-iptables"));
     assert_eq!(s.cluster.nodes.len(), 2);
     assert_eq!(s.cluster.pods.len(), 3);
 

@@ -12,6 +12,7 @@ mod ipv6;
 mod kubernetes;
 mod probes;
 mod slices;
+mod steps;
 mod syntax;
 mod targets;
 

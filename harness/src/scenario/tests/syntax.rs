@@ -28,7 +28,7 @@ fn unknown_scenario_fields_are_errors() {
         &errs,
         at(&text, "form:"),
         "spec.probes[0].form",
-        "unknown field `form`, expected one of `name`, `from`, `to`, `protocol`, `count`, `interval`, `family`, `expect`",
+        "unknown field `form`, expected one of `name`, `from`, `to`, `protocol`, `count`, `interval`, `family`, `sourcePort`, `expect`",
     );
     let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxi: builtin-iptables");
     let errs = errors(&text);
@@ -89,7 +89,7 @@ fn every_document_needs_a_kind() {
         &errs,
         at(&text, "apiVersion: v1\nmetadata:\n  name: client"),
         "kind",
-        "required field `kind` is missing (supported kinds: Scenario, Service, EndpointSlice, Pod)",
+        "required field `kind` is missing (supported kinds: Scenario, Step, Service, EndpointSlice, Pod)",
     );
     // The unreadable pod may be the one the probe means: no second error about it.
     assert_eq!(errs.len(), 1, "{errs:?}");
@@ -102,7 +102,7 @@ fn unsupported_kinds_are_named() {
         &errors(&text),
         at(&text, "Deployment"),
         "kind",
-        "unsupported kind \"Deployment\" (supported kinds: Scenario, Service, EndpointSlice, Pod)",
+        "unsupported kind \"Deployment\" (supported kinds: Scenario, Step, Service, EndpointSlice, Pod)",
     );
 }
 
@@ -174,6 +174,34 @@ fn documents_must_be_mappings() {
         &errors(&text),
         at(&text, "- just"),
         "kind",
-        "a document must be a mapping with apiVersion and kind (supported kinds: Scenario, Service, EndpointSlice, Pod)",
+        "a document must be a mapping with apiVersion and kind (supported kinds: Scenario, Step, Service, EndpointSlice, Pod)",
+    );
+}
+
+#[test]
+fn the_proxy_is_a_known_name_with_the_options_its_adapter_accepts() {
+    let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxy: kube-proxy-ipvs");
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.proxy");
+    assert!(errs[0].message.starts_with("unknown proxy \"kube-proxy-ipvs\" (known: "), "{}", errs[0]);
+    assert_eq!((errs[0].line, errs[0].column), at(&text, "kube-proxy-ipvs"));
+
+    let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxy: {name: builtin-iptables, speed: 3}");
+    let errs = errors(&text);
+    assert_only(
+        &errs,
+        at(&text, "{name:"),
+        "spec.proxy",
+        "builtin-iptables takes no options, but \"speed\" was given",
+    );
+
+    let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxy: {speed: 3}");
+    let errs = errors(&text);
+    assert_only(
+        &errs,
+        at(&text, "{speed"),
+        "spec.proxy",
+        "a proxy with options needs `name:` (e.g. `name: command`)",
     );
 }

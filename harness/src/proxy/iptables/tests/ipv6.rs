@@ -94,7 +94,8 @@ fn the_converter_keeps_containment() {
 /// `testHostname`'s IPv6 cluster of proxier_test.go (its fake IPv6 proxier has no local
 /// detector; ours detects by cluster CIDR, `fd00:10::/64` here).
 fn kp_v6_cluster(services: Vec<Service>) -> Cluster {
-    Cluster { second_family: None,
+    Cluster {
+        second_family: None,
         pod_cidr: "fd00:10::/64".parse().unwrap(),
         service_cidr: "fd00:ab34::/64".parse().unwrap(),
         node_network: "fd00:192:168::/64".parse().unwrap(),

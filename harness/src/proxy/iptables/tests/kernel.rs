@@ -256,6 +256,7 @@ fn load_errors_name_the_node_and_the_line() {
 /// Whether a TCP connection to `addr` from inside `ns` is accepted.
 fn answers(ns: &crate::topology::Netns, addr: &str) -> bool {
     let addr: std::net::SocketAddr = addr.parse().unwrap();
-    let connected = ns.run(move || std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)));
+    let connected =
+        ns.run(move || std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)));
     connected.expect("a thread in the scratch namespace").is_ok()
 }

@@ -12,7 +12,8 @@ use crate::model::SessionAffinity;
 const HOST: &str = "test-hostname";
 
 fn kp_cluster(services: Vec<Service>) -> Cluster {
-    Cluster { second_family: None,
+    Cluster {
+        second_family: None,
         pod_cidr: "10.0.0.0/8".parse().unwrap(),
         service_cidr: "172.30.0.0/16".parse().unwrap(),
         node_network: "192.168.0.0/24".parse().unwrap(),

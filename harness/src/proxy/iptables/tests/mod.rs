@@ -42,15 +42,12 @@ fn service(
     cluster_ip: &str,
     ports: Vec<ServicePort>,
 ) -> Service {
-    Service {
-        service_type,
-        ports,
-        ..Service::new(namespace, name, cluster_ip.parse().unwrap())
-    }
+    Service { service_type, ports, ..Service::new(namespace, name, cluster_ip.parse().unwrap()) }
 }
 
 fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
-    Node { second: None,
+    Node {
+        second: None,
         name: name.to_string(),
         ip: ip.parse().unwrap(),
         secondary_ips: vec![],
@@ -59,19 +56,7 @@ fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
 }
 
 fn cluster(services: Vec<Service>) -> Cluster {
-    Cluster { second_family: None,
-        pod_cidr: "10.244.0.0/16".parse().unwrap(),
-        service_cidr: "10.96.0.0/12".parse().unwrap(),
-        node_network: "192.168.50.0/24".parse().unwrap(),
-        nodes: vec![
-            node("node-a", "192.168.50.2", "10.244.0.0/24"),
-            node("node-b", "192.168.50.3", "10.244.1.0/24"),
-        ],
-        external_hosts: vec![],
-        pods: vec![],
-        services,
-        proxy: Default::default(),
-    }
+    Cluster::example(services)
 }
 
 fn kube_dns() -> Service {

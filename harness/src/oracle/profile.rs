@@ -1,0 +1,65 @@
+//! Contract versus implementation. Most outcomes are required by Kubernetes; a few are the
+//! choice of one implementation (what happens at a valid cluster IP's wrong port, whether
+//! node ports answer on 127.0.0.1 or on a node's secondary addresses). A run names the
+//! profile it is held to; under `kubernetes`, outcomes Kubernetes leaves open are not judged.
+
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Profile {
+    /// What the Kubernetes Service contract requires, and nothing more.
+    Kubernetes,
+    /// kube-proxy's iptables mode (v1.30+).
+    KubeProxyIptables,
+    /// kube-proxy's nftables mode (v1.30+).
+    KubeProxyNftables,
+}
+
+impl Profile {
+    pub const ALL: [Profile; 3] =
+        [Profile::Kubernetes, Profile::KubeProxyIptables, Profile::KubeProxyNftables];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Kubernetes => "kubernetes",
+            Profile::KubeProxyIptables => "kube-proxy-iptables",
+            Profile::KubeProxyNftables => "kube-proxy-nftables",
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Profile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Profile::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let known: Vec<&str> = Profile::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown profile {s:?} (known: {})", known.join(", "))
+        })
+    }
+}
+
+/// Why an expectation holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// Kubernetes requires it of every proxy.
+    Contract,
+    /// The named implementation's choice, where Kubernetes leaves the outcome open.
+    Choice(Profile),
+}
+
+impl fmt::Display for Basis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Basis::Contract => f.write_str("the Kubernetes contract"),
+            Basis::Choice(p) => write!(f, "{p}'s choice"),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Clearing stale UDP conntrack entries after a change, as kube-proxy does after each sync
+//! (pkg/proxy/conntrack/cleanup.go). UDP has no connection to end: a client that keeps its
+//! source port keeps matching the entry that NATs it to an endpoint that is gone, or the
+//! entry made while the Service had no endpoints, until the entry times out.
+//!
+//! [`stale`] decides what to delete from the state before and after (pure); [`delete`] runs
+//! `conntrack -D` inside a node namespace.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use anyhow::Result;
+
+use crate::model::{Cluster, Endpoint, Protocol, Service, ServicePort};
+use crate::topology::Netns;
+
+/// A set of UDP conntrack entries to delete.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Deletion {
+    /// Every entry to a Service IP (the Service had no endpoints: its traffic was rejected,
+    /// and the entries of those attempts would keep new answers away).
+    ToIp(IpAddr),
+    /// Every entry to a node port, on any address of `family_v6`'s family.
+    ToPort { port: u16, ipv6: bool },
+    /// Entries to a Service IP translated to a gone endpoint.
+    Nat { frontend: IpAddr, endpoint: IpAddr },
+    /// Entries to a node port translated to a gone endpoint.
+    PortNat { port: u16, endpoint: IpAddr },
+}
+
+impl Deletion {
+    /// The `conntrack` arguments that delete these entries.
+    pub fn args(&self) -> Vec<String> {
+        let family = |ipv6: bool| if ipv6 { "ipv6" } else { "ipv4" };
+        let args: Vec<String> = match self {
+            Deletion::ToIp(ip) => {
+                vec!["-f".into(), family(ip.is_ipv6()).into(), "--orig-dst".into(), ip.to_string()]
+            }
+            Deletion::ToPort { port, ipv6 } => {
+                vec!["-f".into(), family(*ipv6).into(), "--dport".into(), port.to_string()]
+            }
+            Deletion::Nat { frontend, endpoint } => vec![
+                "-f".into(),
+                family(endpoint.is_ipv6()).into(),
+                "--orig-dst".into(),
+                frontend.to_string(),
+                "--dst-nat".into(),
+                endpoint.to_string(),
+            ],
+            Deletion::PortNat { port, endpoint } => vec![
+                "-f".into(),
+                family(endpoint.is_ipv6()).into(),
+                "--dport".into(),
+                port.to_string(),
+                "--dst-nat".into(),
+                endpoint.to_string(),
+            ],
+        };
+        ["-D", "-p", "udp"].into_iter().map(String::from).chain(args).collect()
+    }
+}
+
+/// A UDP Service port's identity across states.
+type PortKey<'c> = (&'c str, &'c str, &'c str);
+
+/// What to delete after the cluster changed from `before` to `after`: for every UDP Service
+/// port, the entries NATed to an endpoint that was serving and no longer is (or is gone), and
+/// all entries to a Service port that went from no serving endpoint to some.
+pub fn stale(before: &Cluster, after: &Cluster) -> Vec<Deletion> {
+    let old = udp_ports(before);
+    let new = udp_ports(after);
+    let mut out = Vec::new();
+    for (key, (service, port)) in &old {
+        let now = new.get(key).map(|(_, p)| p.endpoints.as_slice()).unwrap_or_default();
+        for gone in port.endpoints.iter().filter(|e| e.serving && !still_serving(e, now)) {
+            // The old Service's frontends: where the stale entries were made.
+            out.extend(frontends(service).map(|frontend| Deletion::Nat { frontend, endpoint: gone.ip }));
+            if let Some(node_port) = port.node_port {
+                out.push(Deletion::PortNat { port: node_port, endpoint: gone.ip });
+            }
+        }
+    }
+    for (key, (service, port)) in &new {
+        let served_before = old.get(key).is_some_and(|(_, p)| p.endpoints.iter().any(|e| e.serving));
+        if served_before || !port.endpoints.iter().any(|e| e.serving) {
+            continue;
+        }
+        out.extend(frontends(service).map(Deletion::ToIp));
+        if let Some(node_port) = port.node_port {
+            let families: std::collections::BTreeSet<bool> =
+                frontends(service).map(|ip| ip.is_ipv6()).collect();
+            out.extend(families.into_iter().map(|ipv6| Deletion::ToPort { port: node_port, ipv6 }));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn udp_ports(cluster: &Cluster) -> BTreeMap<PortKey<'_>, (&Service, &ServicePort)> {
+    let mut ports = BTreeMap::new();
+    for service in &cluster.services {
+        for port in service.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
+            ports.insert(
+                (service.namespace.as_str(), service.name.as_str(), port.name.as_str()),
+                (service, port),
+            );
+        }
+    }
+    ports
+}
+
+fn still_serving(endpoint: &Endpoint, now: &[Endpoint]) -> bool {
+    now.iter().any(|e| e.address() == endpoint.address() && e.serving)
+}
+
+/// Every address traffic to the Service arrives at, besides node ports.
+fn frontends(service: &Service) -> impl Iterator<Item = IpAddr> + '_ {
+    std::iter::once(service.cluster_ip)
+        .chain(service.second_cluster_ip)
+        .chain(service.external_ips.iter().copied())
+        .chain(service.load_balancer_ips.iter().copied())
+}
+
+/// Runs the deletions in `netns` with `conntrack -D`. Finding nothing to delete is not an
+/// error (conntrack exits 1 and says "0 flow entries").
+pub fn delete(netns: &Netns, deletions: &[Deletion]) -> Result<()> {
+    for deletion in deletions {
+        let args = deletion.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if let Err(e) = netns.exec("conntrack", &args, None)
+            && !format!("{e:#}").contains("0 flow entries have been deleted")
+        {
+            return Err(e.context("clearing stale UDP conntrack entries"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Service, ServicePort};
+
+    fn endpoint(ip: &str, serving: bool) -> Endpoint {
+        Endpoint {
+            ip: ip.parse().unwrap(),
+            port: 5353,
+            ready: serving,
+            serving,
+            terminating: false,
+            node: Some("node-a".into()),
+            pod: format!("pod-{ip}"),
+        }
+    }
+
+    fn cluster(protocol: Protocol, node_port: Option<u16>, endpoints: Vec<Endpoint>) -> Cluster {
+        let mut service = Service::new("default", "dns", "10.96.0.53".parse().unwrap());
+        service.external_ips = vec!["203.0.113.5".parse().unwrap()];
+        service.ports = vec![ServicePort { name: "dns".into(), protocol, port: 53, node_port, endpoints }];
+        Cluster::example(vec![service])
+    }
+
+    #[test]
+    fn an_endpoint_that_stops_serving_loses_its_entries_on_every_frontend() {
+        let before = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.10", true)]);
+        let after = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.11", true)]);
+        let old: IpAddr = "10.244.1.10".parse().unwrap();
+        assert_eq!(
+            stale(&before, &after),
+            vec![
+                Deletion::Nat { frontend: "10.96.0.53".parse().unwrap(), endpoint: old },
+                Deletion::Nat { frontend: "203.0.113.5".parse().unwrap(), endpoint: old },
+                Deletion::PortNat { port: 30053, endpoint: old },
+            ]
+        );
+        let not_serving = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.10", false)]);
+        assert_eq!(stale(&before, &not_serving).len(), 3);
+    }
+
+    #[test]
+    fn a_service_that_gains_its_first_serving_endpoint_loses_every_entry() {
+        let before = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.10", false)]);
+        let after = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.10", true)]);
+        assert_eq!(
+            stale(&before, &after),
+            vec![
+                Deletion::ToIp("10.96.0.53".parse().unwrap()),
+                Deletion::ToIp("203.0.113.5".parse().unwrap()),
+                Deletion::ToPort { port: 30053, ipv6: false },
+            ]
+        );
+    }
+
+    #[test]
+    fn unchanged_endpoints_and_tcp_services_leave_conntrack_alone() {
+        let same = cluster(Protocol::Udp, None, vec![endpoint("10.244.1.10", true)]);
+        assert_eq!(stale(&same, &same), vec![]);
+        let before = cluster(Protocol::Tcp, None, vec![endpoint("10.244.1.10", true)]);
+        let after = cluster(Protocol::Tcp, None, vec![endpoint("10.244.1.11", true)]);
+        assert_eq!(stale(&before, &after), vec![]);
+    }
+
+    #[test]
+    fn deletions_are_conntrack_arguments() {
+        let d = Deletion::Nat {
+            frontend: "10.96.0.53".parse().unwrap(),
+            endpoint: "10.244.1.10".parse().unwrap(),
+        };
+        assert_eq!(d.args().join(" "), "-D -p udp -f ipv4 --orig-dst 10.96.0.53 --dst-nat 10.244.1.10");
+        let d = Deletion::ToPort { port: 30053, ipv6: true };
+        assert_eq!(d.args().join(" "), "-D -p udp -f ipv6 --dport 30053");
+    }
+}
