@@ -259,6 +259,25 @@ fn stale_udp_conntrack_entries_are_cleared_after_a_step() {
     assert_eq!(failed, ["endpoint-replaced: after"], "only the probe after the step may fail: {report:#?}");
 }
 
+/// The `apiserver` adapter with a command template and no healthz: syncs are told by the
+/// node's rules moving and settling, on start and after a live step.
+#[test]
+fn a_proxy_without_healthz_is_waited_for_by_its_rules() {
+    if !privileged() {
+        return;
+    }
+    let command = format!(
+        "{} reference-proxy --kubeconfig {{kubeconfig}} --node {{node}} --netns {{netns}} --mode iptables \
+         --cluster-cidr {{clusterCIDR}} --service-cidr {{serviceCIDR}} {{proxyFlags}}",
+        env!("CARGO_BIN_EXE_packetproof")
+    );
+    let options = json!({"command": command, "profile": "kube-proxy-iptables"});
+    let proxy = ApiServerProxy::from_options(&options).unwrap();
+    let report =
+        runner::run(&scenario("live-stale-udp-conntrack.yaml"), &proxy, &RunOptions::default()).unwrap();
+    assert!(report.passed(), "{report:#?}");
+}
+
 /// Processes whose command line names `netns` (the reference proxy is given `--netns`).
 fn processes_in(netns: &str) -> Vec<String> {
     let mut found = Vec::new();

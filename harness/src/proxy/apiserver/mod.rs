@@ -29,6 +29,7 @@ pub use command::{PLACEHOLDERS, Template, Vars};
 use super::{Env, Proxy, Running, State};
 use crate::apiserver::ApiServer;
 use crate::model::Cluster;
+use crate::oracle::Profile;
 use crate::topology::control_plane::ControlPlane;
 use crate::topology::{Netns, NodeHandle};
 
@@ -45,6 +46,9 @@ const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Without healthz: rules unchanged this long count as applied (kube-proxy's default
 /// min-sync-period is 1 s).
 const QUIET: Duration = Duration::from_millis(1500);
+/// Without healthz: after a change, rules that have not moved this long count as applied
+/// (the change did not touch this node's rules).
+const UNCHANGED_AFTER: Duration = Duration::from_secs(5);
 /// SIGTERM, then SIGKILL after this.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -57,12 +61,15 @@ pub struct ApiServerProxy {
     /// node's rules to settle instead.
     healthz_port: Option<u16>,
     sync_timeout: Duration,
+    /// What its outcomes are judged by: the implementation it runs, if known.
+    profile: Profile,
 }
 
 impl ApiServerProxy {
     /// From scenario or command-line options: `command` (a string split on whitespace, or a
     /// list of words) with placeholders [`PLACEHOLDERS`], `healthzPort` (number, or null for
-    /// none; default 10256 when the command uses `{healthzPort}`), `syncTimeoutSeconds`.
+    /// none; default 10256 when the command uses `{healthzPort}`), `syncTimeoutSeconds`,
+    /// `profile` (e.g. `kube-proxy-iptables` for kube-proxy; default `kubernetes`).
     pub fn from_options(options: &Value) -> Result<Self> {
         let template = match &options["command"] {
             Value::String(s) => Template::parse(s)?,
@@ -97,7 +104,15 @@ impl ApiServerProxy {
                 Duration::from_secs(v.as_u64().context("option `syncTimeoutSeconds` must be a number")?)
             }
         };
-        Ok(ApiServerProxy { name: NAME.into(), template, healthz_port, sync_timeout })
+        let profile = match options.get("profile") {
+            None => Profile::Kubernetes,
+            Some(v) => v
+                .as_str()
+                .context("option `profile` must be a string")?
+                .parse()
+                .map_err(|e| anyhow::anyhow!("option `profile`: {e}"))?,
+        };
+        Ok(ApiServerProxy { name: NAME.into(), template, healthz_port, sync_timeout, profile })
     }
 
     /// `packetproof reference-proxy` in `mode` (`iptables` or `nftables`), found as env
@@ -131,6 +146,11 @@ impl ApiServerProxy {
             template: Template::from_words(words)?,
             healthz_port: Some(DEFAULT_HEALTHZ_PORT),
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
+            // Built on the built-in generators, which write what kube-proxy writes.
+            profile: match mode {
+                "nftables" => Profile::KubeProxyNftables,
+                _ => Profile::KubeProxyIptables,
+            },
         })
     }
 }
@@ -165,6 +185,10 @@ impl Proxy for ApiServerProxy {
         &self.name
     }
 
+    fn profile(&self) -> Profile {
+        self.profile
+    }
+
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
         let control_plane = env.runtime.block_on(ControlPlane::attach(env.topology, state.cluster))?;
         let bind = SocketAddr::new(control_plane.ip, API_PORT);
@@ -184,6 +208,8 @@ impl Proxy for ApiServerProxy {
             dir,
         };
         // From here an error drops `running`, which stops whatever started.
+        // What the nodes hold before any proxy runs, for proxies without healthz.
+        let baselines = running.baselines(&env.topology.nodes);
         let pushed = SystemTime::now();
         objects::push(running.store(), state)?;
         let (cluster_cidr, service_cidr) = objects::cidrs(state.cluster);
@@ -207,7 +233,7 @@ impl Proxy for ApiServerProxy {
             };
             running.spawn(node, model.ip, &self.template.expand(&vars)?)?;
         }
-        running.wait_synced(pushed)?;
+        running.wait_synced(pushed, &baselines, None)?;
         Ok(Box::new(running))
     }
 }
@@ -280,10 +306,24 @@ impl ApiRunning<'_> {
         Ok(())
     }
 
-    /// Waits until every node's proxy has applied what was pushed at `pushed`.
-    fn wait_synced(&mut self, pushed: SystemTime) -> Result<()> {
+    /// Each node's rules without counters, when syncs are told by rules settling (no healthz).
+    fn baselines(&self, nodes: &[NodeHandle]) -> Vec<String> {
+        if self.proxy.healthz_port.is_some() {
+            return Vec::new();
+        }
+        nodes.iter().map(|n| dump(&n.netns).map(|d| sync::without_counters(&d)).unwrap_or_default()).collect()
+    }
+
+    /// Waits until every node's proxy has applied what was pushed at `pushed`: by healthz, or
+    /// by its rules moving from `baselines` and settling (or, with `unchanged_after`, staying).
+    fn wait_synced(
+        &mut self,
+        pushed: SystemTime,
+        baselines: &[String],
+        unchanged_after: Option<Duration>,
+    ) -> Result<()> {
         let deadline = Instant::now() + self.proxy.sync_timeout;
-        for n in &mut self.nodes {
+        for (i, n) in self.nodes.iter_mut().enumerate() {
             let NodeProxy { node, child, log, healthz } = n;
             let alive = || -> Result<()> {
                 let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
@@ -297,7 +337,8 @@ impl ApiRunning<'_> {
                 Ok(())
             };
             let waited = if healthz.is_empty() {
-                sync::wait_stable(QUIET, deadline, || dump(&node.netns), alive)
+                let baseline = baselines.get(i).map_or("", String::as_str);
+                sync::wait_stable(baseline, QUIET, unchanged_after, deadline, || dump(&node.netns), alive)
             } else {
                 sync::wait_healthz(&node.netns, healthz, pushed, deadline, alive)
             };
@@ -376,11 +417,13 @@ pub fn dump(netns: &Netns) -> Result<String> {
 
 impl Running for ApiRunning<'_> {
     fn update(&mut self, state: &State<'_>) -> Result<()> {
+        let nodes: Vec<NodeHandle> = self.nodes.iter().map(|n| n.node.clone()).collect();
+        let baselines = self.baselines(&nodes);
         let pushed = SystemTime::now();
         if objects::push(self.store(), state)? == 0 {
             return Ok(());
         }
-        self.wait_synced(pushed)
+        self.wait_synced(pushed, &baselines, Some(UNCHANGED_AFTER))
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {
@@ -424,6 +467,10 @@ mod tests {
                 .unwrap();
         assert_eq!(p.healthz_port, None);
         assert!(ApiServerProxy::from_options(&json!({"command": 3})).is_err());
+        let p =
+            ApiServerProxy::from_options(&json!({"command": "x", "profile": "kube-proxy-nftables"})).unwrap();
+        assert_eq!(p.profile, Profile::KubeProxyNftables);
+        assert!(ApiServerProxy::from_options(&json!({"command": "x", "profile": "ipvs"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x {bogus}"})).is_err());
     }
 

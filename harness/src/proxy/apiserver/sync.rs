@@ -81,34 +81,78 @@ pub fn wait_healthz(
     }
 }
 
-/// Polls `dump` until it returns the same text for `quiet` in a row.
+/// For proxies without healthz: polls `dump` until it has moved away from `baseline` (the
+/// rules before the change) and then stayed the same for `quiet`. A change need not touch a
+/// node's rules: with `unchanged_after`, rules that never move count as applied after it.
 pub fn wait_stable(
+    baseline: &str,
     quiet: Duration,
+    unchanged_after: Option<Duration>,
     deadline: Instant,
     mut dump: impl FnMut() -> Result<String>,
     mut alive: impl FnMut() -> Result<()>,
 ) -> Result<()> {
-    let mut last = dump()?;
+    let started = Instant::now();
+    let mut last = without_counters(&dump()?);
+    let mut moved = last != baseline;
     let mut since = Instant::now();
     loop {
         alive()?;
         std::thread::sleep(POLL * 4);
-        let now = dump().context("reading the node's rules")?;
+        let now = without_counters(&dump().context("reading the node's rules")?);
         if now != last {
+            moved |= now != baseline;
             last = now;
             since = Instant::now();
-        } else if since.elapsed() >= quiet {
+        } else if since.elapsed() >= quiet
+            && (moved || unchanged_after.is_some_and(|u| started.elapsed() >= u))
+        {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            bail!("the node's rules kept changing");
+            bail!(if moved { "the node's rules kept changing" } else { "the node's rules never changed" });
         }
     }
+}
+
+/// A rule dump without packet and byte counters (`:CHAIN ACCEPT [3:180]`, `counter packets 3
+/// bytes 180`), which traffic changes while the rules stay the same.
+pub fn without_counters(dump: &str) -> String {
+    let mut out = String::new();
+    for line in dump.lines() {
+        let line = match line.rfind(" [") {
+            Some(i) if line.starts_with(':') && line.ends_with(']') => &line[..i],
+            _ => line,
+        };
+        let mut words = line.split(' ').peekable();
+        let mut kept: Vec<&str> = Vec::new();
+        while let Some(w) = words.next() {
+            kept.push(w);
+            if w.trim_start() == "counter" && words.peek() == Some(&"packets") {
+                // packets N bytes M
+                for _ in 0..4 {
+                    words.next();
+                }
+            }
+        }
+        out.push_str(&kept.join(" "));
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_do_not_count_as_changes() {
+        let a = ":KUBE-SERVICES - [0:0]\n:INPUT ACCEPT [12:720]\n-A X -j Y\n\t\tcounter packets 7 bytes 9 jump x\n\tip daddr 10.96.0.1 counter packets 3 bytes 180 jump svc\n";
+        let b = ":KUBE-SERVICES - [0:0]\n:INPUT ACCEPT [0:0]\n-A X -j Y\n\t\tcounter packets 0 bytes 0 jump x\n\tip daddr 10.96.0.1 counter packets 0 bytes 0 jump svc\n";
+        assert_eq!(without_counters(a), without_counters(b));
+        assert!(without_counters(a).contains("counter jump svc"));
+        assert_ne!(without_counters(a), without_counters("-A X -j Z\n"));
+    }
 
     #[test]
     fn last_updated_reads_kube_proxys_healthz_body() {
