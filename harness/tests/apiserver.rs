@@ -106,6 +106,9 @@ async fn list_selects_pages_and_reports_its_resource_version() {
     };
     client.request_text(post("/apis/events.k8s.io/v1/namespaces/default/events")).await.unwrap();
     client.request_text(post("/api/v1/namespaces/default/events")).await.unwrap();
+    let log = store.request_log();
+    assert!(log.contains("GET /api/v1/nodes/node-z -> 404"), "{log}");
+    assert!(log.contains("POST /apis/events.k8s.io/v1/namespaces/default/events -> 201"), "{log}");
     server.stop().await;
 }
 
@@ -332,8 +335,12 @@ fn an_update_reaches_every_node_and_stop_ends_every_proxy() {
         assert!(!rules.contains(&vip), "node {} still has {vip}:\n{rules}", node.name);
     }
     let logs = running.artifacts();
-    assert_eq!(logs.len(), topology.nodes.len());
-    assert!(logs.iter().all(|(_, text)| String::from_utf8_lossy(text).contains("synced")), "{logs:?}");
+    let (requests, proxy_logs): (Vec<_>, Vec<_>) =
+        logs.iter().partition(|(name, _)| name.starts_with("apiserver"));
+    assert_eq!(proxy_logs.len(), topology.nodes.len());
+    assert!(proxy_logs.iter().all(|(_, text)| String::from_utf8_lossy(text).contains("synced")), "{logs:?}");
+    let requests = String::from_utf8_lossy(&requests[0].1);
+    assert!(requests.contains("watch=true"), "{requests}");
 
     running.stop().unwrap();
     for node in &topology.nodes {

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::Request as HttpRequest;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get};
 use futures::SinkExt;
 use serde_json::{Value, json};
 
@@ -48,12 +50,24 @@ pub fn router(store: Arc<Store>) -> Router {
         )
         // Events are written by proxies (often as protobuf) and never read back: accept them
         // without decoding.
-        .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", post(event_written))
-        .route("/api/v1/namespaces/{ns}/events", post(event_written))
+        .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", any(event_written))
+        .route("/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}", any(event_written))
+        .route("/api/v1/namespaces/{ns}/events", any(event_written))
+        .route("/api/v1/namespaces/{ns}/events/{name}", any(event_written))
         .fallback(|| async {
             status(StatusCode::NOT_FOUND, "NotFound", "the server does not serve this path")
         })
+        .layer(middleware::from_fn_with_state(Arc::clone(&store), log_request))
         .with_state(store)
+}
+
+/// Records every request and its status in the store's log (what a proxy asked for, and
+/// what this server could not answer, is the first thing to read when a proxy will not sync).
+async fn log_request(State(store): State<Arc<Store>>, request: HttpRequest, next: Next) -> Response {
+    let line = format!("{} {}", request.method(), request.uri());
+    let response = next.run(request).await;
+    store.log(format!("{line} -> {}", response.status().as_u16()));
+    response
 }
 
 fn json_response(code: StatusCode, body: &Value) -> Response {

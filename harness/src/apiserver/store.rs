@@ -51,7 +51,12 @@ struct Inner {
     /// Every change since the start, oldest first (runs are short: nothing is compacted).
     events: Vec<Event>,
     closed: bool,
+    /// Requests served, oldest first, at most [`LOG_LINES`].
+    log: std::collections::VecDeque<String>,
 }
+
+/// Requests kept in the log; a run makes a few dozen per node.
+const LOG_LINES: usize = 10_000;
 
 /// The server's state. Changing it wakes every watch.
 pub struct Store {
@@ -194,6 +199,20 @@ impl Store {
     pub fn close(&self) {
         self.lock().closed = true;
         self.changed.send_modify(|_| {});
+    }
+
+    /// Adds a line to the request log, dropping the oldest past [`LOG_LINES`].
+    pub fn log(&self, line: String) {
+        let mut inner = self.lock();
+        if inner.log.len() == LOG_LINES {
+            inner.log.pop_front();
+        }
+        inner.log.push_back(line);
+    }
+
+    /// The request log, one request a line.
+    pub fn request_log(&self) -> String {
+        self.lock().log.iter().map(|l| format!("{l}\n")).collect()
     }
 
     pub fn is_closed(&self) -> bool {

@@ -431,10 +431,15 @@ impl Running for ApiRunning<'_> {
     }
 
     fn artifacts(&self) -> Vec<(String, Vec<u8>)> {
-        self.nodes
+        let mut files: Vec<(String, Vec<u8>)> = self
+            .nodes
             .iter()
             .map(|n| (format!("{}.log", n.node.name), std::fs::read(&n.log).unwrap_or_default()))
-            .collect()
+            .collect();
+        if let Some(server) = &self.server {
+            files.push(("apiserver-requests.log".into(), server.store().request_log().into_bytes()));
+        }
+        files
     }
 
     fn stop(mut self: Box<Self>) -> Result<()> {
