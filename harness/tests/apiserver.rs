@@ -136,6 +136,11 @@ async fn watch_replays_changes_after_a_resource_version_and_sends_bookmarks() {
     modified["spec"]["ports"][0]["port"] = 81.into();
     store.apply(Kind::Service, modified).unwrap();
     assert!(store.delete(Kind::Service, "default/e"));
+    // Labelled away from this proxy and back: it leaves the selection, then enters it again.
+    store
+        .apply(Kind::Service, service("a", json!({"service.kubernetes.io/service-proxy-name": "x"})))
+        .unwrap();
+    store.apply(Kind::Service, service("a", json!({}))).unwrap();
 
     let mut seen = Vec::new();
     let mut versions = Vec::new();
@@ -163,12 +168,23 @@ async fn watch_replays_changes_after_a_resource_version_and_sends_bookmarks() {
             WatchEvent::Error(e) => panic!("watch error {e:?}"),
         }
     }
-    assert_eq!(seen, ["ADDED e", "MODIFIED e port 81", "DELETED e"]);
+    assert_eq!(seen, ["ADDED e", "MODIFIED e port 81", "DELETED e", "DELETED a", "ADDED a"]);
     let numbers: Vec<u64> = versions.iter().map(|v| v.parse().unwrap()).collect();
     assert!(numbers.windows(2).all(|w| w[0] < w[1]), "resourceVersions {numbers:?}");
     assert!(numbers[0] > listed.parse::<u64>().unwrap());
     // The bookmark says how far the watch has come: past every change, the hidden one too.
     assert_eq!(bookmark, Some(store.resource_version().to_string()));
+
+    // timeoutSeconds ends a watch by itself.
+    let mut short = api
+        .watch(&WatchParams::default().timeout(1), &store.resource_version().to_string())
+        .await
+        .unwrap()
+        .boxed();
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while short.try_next().await.unwrap().is_some() {}
+    });
+    ended.await.expect("a watch with timeoutSeconds=1 still runs");
     server.stop().await;
 }
 

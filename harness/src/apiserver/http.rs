@@ -19,7 +19,7 @@ use futures::SinkExt;
 use serde_json::{Value, json};
 
 use super::selector::{Selector, selects};
-use super::store::{Kind, Store};
+use super::store::{Event, Kind, Store};
 
 /// How often a quiet watch that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
@@ -133,6 +133,19 @@ impl Request {
         let in_namespace =
             self.namespace.as_deref().is_none_or(|ns| object["metadata"]["namespace"].as_str() == Some(ns));
         in_namespace && selects(&self.labels, &self.fields, object)
+    }
+
+    /// How a watch with this selection sees a change, as the real server sends it: an object
+    /// that enters the selection is ADDED, one that leaves it DELETED; `None` if unseen.
+    fn seen_as(&self, event: &Event) -> Option<&'static str> {
+        let now = self.selects(&event.object);
+        let before = event.previous.as_ref().map(|p| self.selects(p));
+        match (event.change, before, now) {
+            ("MODIFIED", Some(false), true) => Some("ADDED"),
+            ("MODIFIED", Some(true), false) => Some("DELETED"),
+            (_, _, true) => Some(event.change),
+            _ => None,
+        }
     }
 }
 
@@ -269,8 +282,9 @@ fn watch(
         loop {
             changed.borrow_and_update();
             let (rv, events) = store.events_after(request.kind, last);
-            for e in events.iter().filter(|e| request.selects(&e.object)) {
-                if tx.send(Ok(watch_line(e.change, &e.object))).await.is_err() {
+            for e in &events {
+                let Some(change) = request.seen_as(e) else { continue };
+                if tx.send(Ok(watch_line(change, &e.object))).await.is_err() {
                     return;
                 }
             }

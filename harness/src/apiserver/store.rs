@@ -41,6 +41,9 @@ pub struct Event {
     /// `ADDED`, `MODIFIED` or `DELETED`.
     pub change: &'static str,
     pub object: Value,
+    /// The object before a MODIFIED change, so a filtered watch can tell an object that
+    /// entered or left its selection.
+    pub previous: Option<Value>,
 }
 
 #[derive(Default)]
@@ -226,15 +229,16 @@ impl Inner {
         let rv = self.resource_version;
         object["metadata"]["resourceVersion"] = rv.to_string().into();
         let objects = self.objects.entry(kind).or_default();
-        if change == "DELETED" {
+        let previous = if change == "DELETED" {
             objects.remove(key);
+            None
         } else {
             if object["metadata"].get("uid").is_none() {
                 object["metadata"]["uid"] = format!("pp-{}-{key}", kind.kind().to_lowercase()).into();
             }
-            objects.insert(key.to_string(), object.clone());
-        }
-        self.events.push(Event { resource_version: rv, kind, change, object });
+            objects.insert(key.to_string(), object.clone()).filter(|_| change == "MODIFIED")
+        };
+        self.events.push(Event { resource_version: rv, kind, change, object, previous });
     }
 }
 
