@@ -2,11 +2,26 @@
 //! reference-proxy`): the harness runs an API server on a control-plane host of the node
 //! network, serves the desired state there, starts the proxy's command in every node
 //! namespace with a kubeconfig pointing at it, and waits until each node's proxy reports a
-//! sync after every change.
+//! sync after every change (its `/healthz` `lastUpdated`, or else its rules settling).
 //!
-//! Selected as `apiserver` with a command template (options `{"command": "…",
-//! "healthzPort": 10256}`, or env `PACKETPROOF_PROXY_COMMAND`), or as
+//! Selected as `apiserver` with a command template (options `command`, `healthzPort`,
+//! `profile`, `syncTimeoutSeconds`; or env `PACKETPROOF_PROXY_COMMAND`), or as
 //! `reference-proxy-iptables` / `reference-proxy-nftables` (this binary's `reference-proxy`).
+//!
+//! A real kube-proxy (v1.30) runs under packetproof like this (`{proxyFlags}` becomes the
+//! scenario's `--masquerade-all`, `--nodeport-addresses`, `--iptables-localhost-nodeports`;
+//! `--conntrack-max-per-core=0` because a namespace cannot set the global conntrack table
+//! size):
+//!
+//! ```text
+//! packetproof run scenarios --proxy apiserver --proxy-option profile=kube-proxy-iptables \
+//!   --proxy-option 'command=kube-proxy --kubeconfig={kubeconfig} --hostname-override={node}
+//!     --proxy-mode=iptables --cluster-cidr={clusterCIDR} --healthz-bind-address=0.0.0.0:{healthzPort}
+//!     --metrics-bind-address=127.0.0.1:10249 --conntrack-max-per-core=0 {proxyFlags}'
+//! ```
+//!
+//! For nftables mode: `--proxy-mode=nftables --feature-gates=NFTablesProxyMode=true` and
+//! `profile=kube-proxy-nftables`.
 
 mod command;
 pub mod objects;
