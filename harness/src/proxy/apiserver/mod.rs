@@ -357,9 +357,14 @@ impl ApiRunning<'_> {
             } else {
                 sync::wait_healthz(&node.netns, healthz, pushed, deadline, alive)
             };
-            waited.with_context(|| {
-                format!("waiting for the proxy on node {} to sync; log: {}", node.name, log.display())
-            })?;
+            // The log goes with the proxy; its end goes into the error.
+            if let Err(e) = waited {
+                let e = e.context(format!("waiting for the proxy on node {} to sync", node.name));
+                if format!("{e:#}").contains("its log ends") {
+                    return Err(e);
+                }
+                bail!("{e:#}; its log ends:\n{}", log_tail(log));
+            }
         }
         Ok(())
     }
