@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages a fresh Debian/Ubuntu machine lacks for packetproof:
 # iproute2 (ip, bridge: debugging and `ip netns`), iptables (iptables-restore/-save, which the
-# built-in proxy loads rules with), nftables (nft), conntrack (conntrack-tools).
+# built-in proxy loads rules with), nftables (nft), conntrack (conntrack-tools), python3 (the
+# example proxy program scenarios/command-clusterip.yaml runs through the command adapter).
 # Installs only what is missing; needs root (or sudo) when something is.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ declare -A wanted=(
   [iptables-restore]=iptables
   [nft]=nftables
   [conntrack]=conntrack
+  [python3]=python3
 )
 
 missing=()

@@ -95,6 +95,26 @@ enum Command {
         #[arg(long)]
         first_kill: bool,
     },
+    /// Run scenarios with two proxies and list every flow whose observed behaviour differs
+    /// (outcome, backends reached, source they saw), whether or not either side passes. Exit
+    /// code 0 when none differs, 1 when some do.
+    Diff {
+        paths: Vec<PathBuf>,
+        /// The first proxy (e.g. builtin-iptables).
+        #[arg(long)]
+        left: String,
+        /// An option of the left proxy, `KEY=VALUE` (e.g. `mutant=no-hairpin-masq`).
+        #[arg(long = "left-option", value_name = "KEY=VALUE")]
+        left_options: Vec<String>,
+        /// The second proxy (e.g. builtin-nftables).
+        #[arg(long)]
+        right: String,
+        #[arg(long = "right-option", value_name = "KEY=VALUE")]
+        right_options: Vec<String>,
+        /// Milliseconds an attempt waits before it counts as dropped.
+        #[arg(long, default_value_t = 1000)]
+        timeout_ms: u64,
+    },
     /// A service proxy that watches the Kubernetes API (the adapter `reference-proxy-*` runs
     /// it on every node): proves the API-server adapter without kube-proxy.
     ReferenceProxy(crate::reference_proxy::Args),
@@ -136,6 +156,13 @@ pub fn main() -> i32 {
         Command::Rules { file, node } => rules(&file, node.as_deref()),
         Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
         Command::Mutants { suite, only, first_kill } => mutants(&suite, &only, first_kill),
+        Command::Diff { paths, left, left_options, right, right_options, timeout_ms } => {
+            let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
+            proxy_choice(&left, &left_options).and_then(|left| {
+                let right = proxy_choice(&right, &right_options)?;
+                diff(&default_paths(paths), &left, &right, &options)
+            })
+        }
         Command::Cleanup { all } => cleanup(all),
         Command::ReferenceProxy(args) => crate::reference_proxy::main(args).map(|()| EXIT_PASS),
     };
@@ -185,6 +212,26 @@ fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
         choice.options.insert(key.to_string(), value);
     }
     Ok(choice)
+}
+
+fn diff(paths: &[PathBuf], left: &ProxyChoice, right: &ProxyChoice, options: &RunOptions) -> Result<i32> {
+    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    for choice in [left, right] {
+        proxy::build(choice, Path::new("."))?;
+    }
+    for stale in netns::cleanup(false)? {
+        eprintln!("packetproof: removed namespace {stale} left by an earlier run");
+    }
+    let skip = runner::preflight();
+    let diffs = crate::diff::diff(&scenarios, left, right, options, |s, choice, options| {
+        run_one(s, Some(choice), options, skip.as_deref())
+    });
+    let name = |c: &ProxyChoice| {
+        let options: Vec<String> = c.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if options.is_empty() { c.name.clone() } else { format!("{} ({})", c.name, options.join(", ")) }
+    };
+    print!("{}", crate::diff::table(&name(left), &name(right), &diffs));
+    Ok(if diffs.is_empty() { EXIT_PASS } else { EXIT_FAIL })
 }
 
 fn run(

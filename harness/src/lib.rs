@@ -8,6 +8,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod cli;
+pub mod diff;
 pub mod model;
 pub mod mutants;
 pub mod observe;

@@ -430,6 +430,10 @@ pub enum Target {
     HealthCheck { service: String, node: String },
     /// A raw address, interpreted by the oracle (cluster IP, node port, pod or nothing).
     Address(SocketAddr),
+    /// 127.0.0.1:`port` of `node`, sent by an external host on the node network as a
+    /// hand-made frame to the node's MAC address (its own kernel never sends 127.0.0.1 out of
+    /// an interface): the martian traffic that `route_localnet` would let in.
+    Localhost { node: String, port: u16 },
 }
 
 /// What a scenario author wrote under `expect:`; checked against the oracle before running.
@@ -662,6 +666,7 @@ impl Cluster {
                 Some(SocketAddr::new(self.node(node)?.ip, svc.health_check_node_port?))
             }
             Target::Address(addr) => Some(*addr),
+            Target::Localhost { port, .. } => Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), *port)),
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::oracle;
 use crate::proxy::{Env, Proxy, Running, State};
 use crate::topology::{NODE_UPLINK, POD_INTERFACE, Topology};
 use crate::traffic::client::SourcePorts;
+use crate::traffic::handmade::Martian;
 use crate::traffic::{Pace, Plan, Prober, Sent, Servers, Speech};
 use crate::verdict::evidence::{self, Evidence, Window};
 use crate::verdict::{self, ProbeVerdict};
@@ -139,7 +140,11 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         .with_context(|| format!("starting {} on every node", proxy.name()))?;
     let servers = {
         let _in_runtime = runtime.enter();
-        Servers::start(&scenario.cluster, &topology)?
+        let mut servers = Servers::start(&scenario.cluster, &topology)?;
+        for (node, port) in localhost_targets(&phases) {
+            servers.listen_on_localhost(&topology.node(&node)?.netns, port)?;
+        }
+        servers
     };
 
     let captures = start_captures(&topology)?;
@@ -221,6 +226,17 @@ fn dump_conntrack(
         }
     }
     Ok(tables)
+}
+
+/// The nodes' 127.0.0.1 ports some probe sends martian traffic to.
+fn localhost_targets(phases: &[Phase<'_>]) -> std::collections::BTreeSet<(String, u16)> {
+    let probes = phases.iter().flat_map(|p| p.probes);
+    probes
+        .filter_map(|p| match &p.to {
+            Target::Localhost { node, port } => Some((node.clone(), *port)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The probes of `phase` that `profile` judges, with their expectations; the others go to
@@ -325,12 +341,41 @@ fn send_probes(
             runtime.block_on(topology.steer(host, dst.ip(), via.ip))?;
         }
         let from = SystemTime::now();
-        let sent = prober
-            .send(plan(probe, dst, expected))
-            .with_context(|| format!("sending probe {}", probe.name))?;
+        let sent = match (&probe.to, &probe.from) {
+            (Target::Localhost { node, port }, Source::External(host)) => {
+                send_martian(&view, topology, host, node, *port, probe.count, ports, options)
+            }
+            _ => prober.send(plan(probe, dst, expected)),
+        }
+        .with_context(|| format!("sending probe {}", probe.name))?;
         all.push((dst, sent, Window { from, to: SystemTime::now() }));
     }
     Ok(all)
+}
+
+/// Hand-made SYNs from external host `host` to `node`'s 127.0.0.1:`port`.
+#[allow(clippy::too_many_arguments)]
+fn send_martian(
+    cluster: &crate::model::Cluster,
+    topology: &Topology,
+    host: &str,
+    node: &str,
+    port: u16,
+    count: u32,
+    ports: &SourcePorts,
+    options: &RunOptions,
+) -> Result<Vec<Sent>> {
+    let host_ns = topology.source_netns(&Source::External(host.to_string()))?;
+    let host_ip = match cluster.source_ip(&Source::External(host.to_string())) {
+        Some(std::net::IpAddr::V4(ip)) => ip,
+        _ => anyhow::bail!("external host {host} has no IPv4 address to send from"),
+    };
+    let node_ip = match cluster.node(node).map(|n| n.ip) {
+        Some(std::net::IpAddr::V4(ip)) => ip,
+        _ => anyhow::bail!("node {node} has no IPv4 address"),
+    };
+    let martian = Martian::between(host_ns, host_ip, &topology.node(node)?.netns, node, node_ip)?;
+    martian.send(host_ns, port, count, ports, options.timeout)
 }
 
 /// How to send a probe. Traffic expected to vanish is sent all at once, so waiting out the

@@ -5,7 +5,7 @@ pub mod capture;
 pub mod conntrack;
 mod nfnetlink;
 pub mod packet;
-mod packet_socket;
+pub(crate) mod packet_socket;
 pub mod pcap;
 
 pub use capture::{Capture, Frame, flow_frames};

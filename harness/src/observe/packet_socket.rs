@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// reader thread is descheduled; root may exceed `rmem_max` with SO_RCVBUFFORCE.
 const RECEIVE_BUFFER: libc::c_int = 4 << 20;
 
-pub(super) struct PacketSocket {
+pub(crate) struct PacketSocket {
     fd: OwnedFd,
 }
 
@@ -19,7 +19,7 @@ impl PacketSocket {
     /// Opens a socket that receives every frame in and out of `interface`. Call it on a thread
     /// inside the namespace: both the interface name and the socket belong to the calling
     /// thread's namespace.
-    pub(super) fn open(interface: &str) -> io::Result<PacketSocket> {
+    pub(crate) fn open(interface: &str) -> io::Result<PacketSocket> {
         let name = CString::new(interface).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: a valid NUL-terminated string.
         let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
@@ -62,7 +62,7 @@ impl PacketSocket {
 
     /// Moves one queued frame into `buf` without blocking: its length (cut to `buf`) and the
     /// kernel's receive time. `None` when the queue is empty.
-    pub(super) fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SystemTime)>> {
+    pub(crate) fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SystemTime)>> {
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         // u64 elements keep the control buffer aligned for cmsghdr.
         let mut control = [0u64; 8];
@@ -107,6 +107,27 @@ impl PacketSocket {
             if err.raw_os_error() != Some(libc::EINTR) {
                 return Err(err);
             }
+        }
+    }
+
+    /// Sends one whole frame (from the Ethernet header on) out of the bound interface.
+    pub(crate) fn send(&self, frame: &[u8]) -> io::Result<()> {
+        // SAFETY: `frame` is valid for `frame.len()` bytes.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    }
+
+    /// Blocks until a frame is queued (`true`) or `timeout` passes (`false`).
+    pub(crate) fn wait_for(&self, timeout: Duration) -> io::Result<bool> {
+        let mut fds = [libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `fds` is a valid array of one pollfd.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 1, millis) };
+        match rc {
+            0 => Ok(false),
+            n if n > 0 => Ok(true),
+            _ if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => Ok(true),
+            _ => Err(io::Error::last_os_error()),
         }
     }
 

@@ -31,6 +31,10 @@ pub(super) enum Frontend<'a> {
         why: String,
     },
     Pod(&'a Pod),
+    /// 127.0.0.1 of `node`, arriving from outside it.
+    Martian {
+        node: &'a Node,
+    },
     /// A destination whose outcome Kubernetes leaves to the implementation: the profile's
     /// choice.
     Chosen {
@@ -129,6 +133,7 @@ pub(super) fn classify<'a>(
             Ok(Frontend::HealthCheck { svc, node: node_named(node)? })
         }
         Target::Address(_) => raw_address(cluster, probe, dst, profile),
+        Target::Localhost { node, .. } => Ok(Frontend::Martian { node: node_named(node)? }),
     }
 }
 

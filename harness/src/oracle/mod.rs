@@ -178,7 +178,7 @@ fn family_problem(cluster: &Cluster, view: &Cluster, probe: &Probe) -> Option<St
         | crate::model::Target::ExternalIp { service, .. }
         | crate::model::Target::LoadBalancer { service, .. }
         | crate::model::Target::HealthCheck { service, .. } => Some(service),
-        crate::model::Target::Address(_) => None,
+        crate::model::Target::Address(_) | crate::model::Target::Localhost { .. } => None,
     };
     if let Some(service) = service
         && cluster.service(service).is_some()

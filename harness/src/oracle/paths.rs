@@ -23,6 +23,11 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
         Frontend::HealthCheck { svc, node } => Ok(health_check(cluster, svc, node)),
         Frontend::NodeItself { why } => Ok(Expectation::required(Outcome::Rejected, why)),
         Frontend::Pod(pod) => Ok(direct_to_pod(cluster, probe, pod)),
+        Frontend::Martian { node } => Ok(dropped(format!(
+            "127.0.0.1 arriving at node {} from outside is martian: dropped by the kernel, or with \
+             route_localnet by kube-proxy's KUBE-FIREWALL rule (CVE-2020-8558)",
+            node.name
+        ))),
         Frontend::Chosen { outcome, why, by } => {
             Ok(Expectation { outcome, because: why, basis: Basis::Choice(by) })
         }

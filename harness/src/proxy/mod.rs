@@ -6,11 +6,13 @@
 //! stops it before the namespaces go.
 
 pub mod apiserver;
+pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
 pub mod node_ports;
 mod programmed;
+pub mod ruleset;
 
 use std::path::Path;
 
@@ -76,30 +78,46 @@ pub struct Env<'a> {
 }
 
 /// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] =
-    &[iptables::NAME, apiserver::NAME, apiserver::REFERENCE_IPTABLES, apiserver::REFERENCE_NFTABLES];
+pub const KNOWN_PROXIES: &[&str] = &[
+    iptables::NAME,
+    ruleset::NAME,
+    command::NAME,
+    apiserver::NAME,
+    apiserver::REFERENCE_IPTABLES,
+    apiserver::REFERENCE_NFTABLES,
+];
 
 /// Builds the proxy a scenario or the command line names. Adapter options name files
-/// relative to `scenario_dir`.
+/// relative to `scenario_dir`; without options, `ruleset` and `command` find their inputs
+/// beside the scenario file (their module docs).
 pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>> {
-    let _ = scenario_dir;
     let no_options = |proxy: Box<dyn Proxy>| {
         if let Some(key) = choice.options.keys().next() {
             anyhow::bail!("{} takes no options, but {key:?} was given", choice.name);
         }
         Ok(proxy)
     };
+    let options = serde_json::Value::Object(choice.options.clone());
+    let by_convention = choice.options.is_empty();
     match choice.name.as_str() {
-        iptables::NAME => no_options(Box::new(iptables::BuiltinIptables::default())),
-        apiserver::NAME => {
-            let options = serde_json::Value::Object(choice.options.clone());
-            Ok(Box::new(apiserver::ApiServerProxy::from_options(&options)?))
-        }
+        iptables::NAME => match choice.options.get("mutant") {
+            // A deliberately broken build of it, for `diff` against the original.
+            Some(serde_json::Value::String(name)) if choice.options.len() == 1 => {
+                let mutant = name.parse::<iptables::Mutant>().map_err(anyhow::Error::msg)?;
+                Ok(Box::new(iptables::BuiltinIptables { mutant: Some(mutant) }))
+            }
+            _ => no_options(Box::new(iptables::BuiltinIptables::default())),
+        },
+        ruleset::NAME if by_convention => Ok(Box::new(ruleset::Ruleset::default())),
+        ruleset::NAME => Ok(Box::new(ruleset::Ruleset::from_options(&options, scenario_dir)?)),
+        command::NAME if by_convention => Ok(Box::new(command::CommandProxy::default())),
+        command::NAME => Ok(Box::new(command::CommandProxy::from_options(&options, scenario_dir)?)),
+        apiserver::NAME => Ok(Box::new(apiserver::ApiServerProxy::from_options(&options)?)),
         apiserver::REFERENCE_IPTABLES => {
-            no_options(Box::new(apiserver::ApiServerProxy::reference("iptables")?))
+            Ok(Box::new(apiserver::ApiServerProxy::reference_from_options("iptables", &options)?))
         }
         apiserver::REFERENCE_NFTABLES => {
-            no_options(Box::new(apiserver::ApiServerProxy::reference("nftables")?))
+            Ok(Box::new(apiserver::ApiServerProxy::reference_from_options("nftables", &options)?))
         }
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }

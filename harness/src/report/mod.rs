@@ -123,6 +123,7 @@ pub(crate) fn destination(cluster: &Cluster, target: &Target, verdict: &ProbeVer
             format!("healthcheck {service}@{node} {}/HTTP", verdict.destination)
         }
         Target::Address(addr) => format!("{addr}/{proto}"),
+        Target::Localhost { node, .. } => format!("{}/{proto} of {node}", verdict.destination),
     }
 }
 

@@ -9,7 +9,7 @@ use super::yaml::FieldPath;
 /// Every form, for messages.
 pub(crate) const FORMS: &str = "{service, port}, {service, port, nodePort[, address]}, \
      {service, port, externalIP[, via]}, {service, port, loadBalancer[, via]}, {healthCheck, node} \
-     or {address, port}";
+     or {address, port[, via]}";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Form {
@@ -30,7 +30,7 @@ impl Form {
             Form::ExternalIp => &["service", "port", "externalIP", "via"],
             Form::LoadBalancer => &["service", "port", "loadBalancer", "via"],
             Form::HealthCheck => &["healthCheck", "node"],
-            Form::Address => &["address", "port"],
+            Form::Address => &["address", "port", "via"],
         }
     }
 
@@ -41,7 +41,7 @@ impl Form {
             Form::ExternalIp => "{service, port, externalIP[, via]}",
             Form::LoadBalancer => "{service, port, loadBalancer[, via]}",
             Form::HealthCheck => "{healthCheck, node}",
-            Form::Address => "{address, port}",
+            Form::Address => "{address, port[, via]}",
         }
     }
 }

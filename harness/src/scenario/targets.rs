@@ -10,7 +10,9 @@
 //!   sends an external host's traffic to: required from external hosts, refused from pods and
 //!   nodes (their own node intercepts the traffic);
 //! - `{healthCheck: SERVICE, node: NODE}`: the Service's healthCheckNodePort on NODE (TCP);
-//! - `{address, port}`: a raw address, which the oracle interprets.
+//! - `{address, port}`: a raw address, which the oracle interprets;
+//! - `{address: 127.0.0.1, port, via: NODE}` from an external host: NODE's localhost, reached
+//!   with a hand-made frame (the martian traffic `route_localnet` would let in).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -79,7 +81,44 @@ fn address_target(cx: &Cx<'_, '_, '_, '_>, diag: &mut Diagnostics) -> Option<(Ta
             None
         }
     };
-    Some((Target::Address(SocketAddr::new(ip?, port?)), cx.stated))
+    let (ip, port) = (ip?, port?);
+    if let Some(via) = &cx.spec.via {
+        return localhost_target(cx, ip, port, via, diag);
+    }
+    Some((Target::Address(SocketAddr::new(ip, port)), cx.stated))
+}
+
+/// `{address: 127.0.0.1, port, via: NODE}`: only 127.0.0.1, and only from an external host
+/// (anything else is routed as addressed, and a node's own 127.0.0.1 is its own).
+fn localhost_target(
+    cx: &Cx<'_, '_, '_, '_>,
+    ip: IpAddr,
+    port: u16,
+    via: &str,
+    diag: &mut Diagnostics,
+) -> Option<(Target, Option<Protocol>)> {
+    let node = cx.names.nodes.resolve(via, cx.site, &cx.at("via"), diag);
+    if ip != IpAddr::V4(Ipv4Addr::LOCALHOST) {
+        let message = "via goes with an address only for 127.0.0.1 (a hand-made frame to NODE); other \
+                       addresses are sent as routed";
+        diag.value(cx.site, &cx.at("via"), message);
+        return None;
+    }
+    if cx.from.is_some_and(|from| !matches!(from, Source::External(_))) {
+        let message = "only an external host sends to another node's 127.0.0.1 (from a node, \
+                       127.0.0.1 is its own: leave via out)";
+        diag.value(cx.site, &cx.at("via"), message);
+        return None;
+    }
+    if cx.stated.is_some_and(|p| p != Protocol::Tcp) {
+        diag.value(
+            cx.site,
+            &cx.protocol_path(),
+            "a hand-made frame to 127.0.0.1 is a TCP SYN: write TCP or leave it out",
+        );
+        return None;
+    }
+    Some((Target::Localhost { node: node?.name.clone(), port }, Some(Protocol::Tcp)))
 }
 
 fn health_check_target(

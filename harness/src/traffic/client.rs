@@ -56,7 +56,7 @@ impl Default for SourcePorts {
 const FIRST_SOURCE_PORT: u16 = 20000;
 
 impl SourcePorts {
-    fn next(&self) -> u16 {
+    pub(crate) fn next(&self) -> u16 {
         // Wraps within [20000, 65535) after ~45k attempts; far more than any scenario sends.
         let port = self.0.fetch_add(1, Ordering::Relaxed);
         if port == u16::MAX {

@@ -2,6 +2,7 @@
 //! that sends probes from a source namespace and classifies what came back.
 
 pub mod client;
+pub mod handmade;
 pub mod reply;
 pub mod server;
 

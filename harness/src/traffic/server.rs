@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 
 use super::reply;
 use crate::model::{Cluster, IpFamily, Protocol};
-use crate::topology::Topology;
+use crate::topology::{Netns, Topology};
 
 /// Running servers; dropping this stops them and closes their sockets.
 pub struct Servers {
@@ -62,6 +62,24 @@ impl Servers {
             }
         }
         Ok(servers)
+    }
+
+    /// A TCP listener on 127.0.0.1:`port` in a node's own namespace, as node-local services
+    /// (a kubelet's healthz) listen, that accepts and closes: what martian traffic from outside
+    /// the node must never reach.
+    pub fn listen_on_localhost(&mut self, node: &Netns, port: u16) -> Result<()> {
+        let bind = SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), port);
+        let what = || format!("listening on {bind} in {}", node.name());
+        let listener = node.run(move || socket(bind, Type::STREAM))?.with_context(what)?;
+        let listener = std::net::TcpListener::from(listener);
+        listener.set_nonblocking(true).with_context(what)?;
+        let listener = tokio::net::TcpListener::from_std(listener).with_context(what)?;
+        self.tasks.spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        Ok(())
     }
 
     /// Stops every server and waits until their sockets are closed, so the pod namespaces can go.

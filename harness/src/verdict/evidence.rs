@@ -140,7 +140,7 @@ fn backend_address(cluster: &Cluster, probe: &Probe, dst: SocketAddr, pod: &str)
         | Target::NodePort { service, port, .. }
         | Target::ExternalIp { service, port, .. }
         | Target::LoadBalancer { service, port, .. } => endpoint_of(service, port),
-        Target::HealthCheck { .. } => None,
+        Target::HealthCheck { .. } | Target::Localhost { .. } => None,
         Target::Address(_) => {
             if cluster.pod(pod).is_some_and(|p| p.ip == dst.ip()) {
                 return Some(dst);

@@ -136,6 +136,25 @@ impl ApiServerProxy {
         Self::reference_with_flags(mode, &[])
     }
 
+    /// A reference proxy from scenario or command-line options: only `flags`, a list of
+    /// further `reference-proxy` flags (e.g. `["--no-conntrack-cleanup"]`, a broken build for
+    /// `packetproof diff` or mutant tests).
+    pub fn reference_from_options(mode: &str, options: &Value) -> Result<Self> {
+        let mut flags = Vec::new();
+        for (key, value) in options.as_object().into_iter().flatten() {
+            match (key.as_str(), value) {
+                ("flags", Value::Array(words)) => {
+                    for w in words {
+                        flags.push(w.as_str().context("option `flags` must list strings")?);
+                    }
+                }
+                ("flags", _) => bail!("option `flags` must be a list of strings"),
+                (other, _) => bail!("reference-proxy-{mode} takes only the option `flags`, not {other:?}"),
+            }
+        }
+        Self::reference_with_flags(mode, &flags)
+    }
+
     /// [`ApiServerProxy::reference`] with further flags, e.g. `--no-conntrack-cleanup` (a
     /// deliberately broken proxy for mutant tests); the name says which.
     pub fn reference_with_flags(mode: &str, flags: &[&str]) -> Result<Self> {
@@ -479,6 +498,20 @@ impl Drop for ApiRunning<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn reference_proxies_take_only_further_flags() {
+        let p =
+            ApiServerProxy::reference_from_options("iptables", &json!({"flags": ["--no-conntrack-cleanup"]}))
+                .unwrap();
+        assert_eq!(p.name(), "reference-proxy-iptables (--no-conntrack-cleanup)");
+        assert!(ApiServerProxy::reference_from_options("iptables", &json!({"command": "x"})).is_err());
+        assert!(ApiServerProxy::reference_from_options("iptables", &json!({"flags": "x"})).is_err());
+        assert_eq!(
+            ApiServerProxy::reference_from_options("iptables", &json!({})).unwrap().name(),
+            REFERENCE_IPTABLES
+        );
+    }
 
     #[test]
     fn options_give_the_command_and_the_healthz_port() {

@@ -51,10 +51,12 @@ pub enum Mutant {
     /// kube-proxy before the fixes of <https://github.com/kubernetes/kubernetes/issues/59368>
     /// and <https://github.com/kubernetes/kubernetes/issues/72336>.
     StaleUdpConntrackKept,
+    /// CVE-2020-8558: <https://github.com/kubernetes/kubernetes/issues/90259>.
+    LocalnetNotFirewalled,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -74,6 +76,7 @@ impl Mutant {
         Mutant::HealthCheckAlwaysOk,
         Mutant::NodePortsNotLast,
         Mutant::StaleUdpConntrackKept,
+        Mutant::LocalnetNotFirewalled,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -98,6 +101,7 @@ impl Mutant {
             Mutant::HealthCheckAlwaysOk => "health-check-always-ok",
             Mutant::NodePortsNotLast => "node-ports-not-last",
             Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
+            Mutant::LocalnetNotFirewalled => "localnet-not-firewalled",
         }
     }
 
@@ -160,6 +164,9 @@ impl Mutant {
             Mutant::StaleUdpConntrackKept => {
                 "UDP conntrack entries are not cleared when an endpoint goes away: a client that keeps its source port keeps reaching the gone endpoint"
             }
+            Mutant::LocalnetNotFirewalled => {
+                "route_localnet is set for localhost node ports but KUBE-FIREWALL lacks the localnet DROP: adjacent hosts reach services listening on the node's 127.0.0.1"
+            }
         }
     }
 
@@ -214,6 +221,9 @@ impl Mutant {
             Mutant::NoAffinity => no_affinity(rules),
             Mutant::NodePortOnAllAddresses => node_ports_everywhere(cluster, rules),
             Mutant::NodePortsNotLast => node_ports_first(rules),
+            Mutant::LocalnetNotFirewalled => {
+                rules.filter.rules.retain(|r| r.comment() != Some("block incoming localnet connections"))
+            }
             Mutant::EtpLocalUsesRemoteEndpoints
             | Mutant::ItpLocalFallsBackToRemote
             | Mutant::TerminatingUsedWhileReady

@@ -346,3 +346,34 @@ fn intervals_have_units_and_limits() {
     let text = edit(EXPOSED, "interval: 1500ms", "interval: 2s");
     assert_eq!(parse(&text).probes[6].interval, Some(Duration::from_secs(2)));
 }
+
+#[test]
+fn a_nodes_localhost_is_reached_from_outside_only_with_via() {
+    let to = "      to: {service: web, port: http, nodePort: node-b}";
+    let text = edit(WEB, to, "      to: {address: 127.0.0.1, port: 10248, via: node-a}");
+    let s = parse(&text);
+    assert_eq!(s.probes[1].to, Target::Localhost { node: "node-a".into(), port: 10248 });
+    assert_eq!(s.probes[1].protocol, Protocol::Tcp);
+
+    let text = edit(WEB, to, "      to: {address: 192.168.50.11, port: 10248, via: node-a}");
+    let errs = parse_errors(&text);
+    assert_has(
+        &errs,
+        at(&text, "node-a}"),
+        "spec.probes[1].to.via",
+        "via goes with an address only for 127.0.0.1",
+    );
+
+    let text = edit(
+        WEB,
+        "      to: {address: 10.96.0.99, port: 80}",
+        "      to: {address: 127.0.0.1, port: 80, via: node-b}",
+    );
+    let errs = parse_errors(&text);
+    assert_has(
+        &errs,
+        at_in(&text, "port: 80, via: node-b}", "node-b"),
+        "spec.probes[2].to.via",
+        "only an external host sends to another node's 127.0.0.1",
+    );
+}
