@@ -435,23 +435,43 @@ fn log_tail(path: &std::path::Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-/// The node's rules, whatever the proxy uses: iptables (both families) and nftables.
+/// The node's rules, whatever the proxy uses: iptables of both families, and the nftables
+/// tables that are not iptables-nft's own (kube-proxy's nftables mode writes `kube-proxy`).
 pub fn dump(netns: &Netns) -> Result<String> {
     let mut out = String::new();
-    for (program, args) in
-        [("iptables-save", &[][..]), ("ip6tables-save", &[][..]), ("nft", &["list", "ruleset"][..])]
-    {
-        if let Ok(o) = netns.exec(program, args, None) {
-            let text = String::from_utf8_lossy(&o.stdout);
-            // Drop the timestamps iptables-save prints, so unchanged rules read the same.
-            let text: String =
-                text.lines().filter(|l| !l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-            if !text.trim().is_empty() {
-                out.push_str(&format!("# {program} {}\n{text}", args.join(" ")));
+    let mut section = |title: String, text: &str| {
+        // Without the timestamps iptables-save prints, unchanged rules read the same.
+        let text: String = text.lines().filter(|l| !l.starts_with('#')).map(|l| format!("{l}\n")).collect();
+        if !text.trim().is_empty() {
+            out.push_str(&format!("# {title}\n{text}"));
+        }
+    };
+    for program in ["iptables-save", "ip6tables-save"] {
+        if let Ok(o) = netns.exec(program, &[], None) {
+            section(program.to_string(), &String::from_utf8_lossy(&o.stdout));
+        }
+    }
+    if let Ok(o) = netns.exec("nft", &["list", "tables"], None) {
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let Some((family, name)) = nft_table(line) else { continue };
+            if let Ok(t) = netns.exec("nft", &["list", "table", family, name], None) {
+                section(format!("nft list table {family} {name}"), &String::from_utf8_lossy(&t.stdout));
             }
         }
     }
     Ok(out)
+}
+
+/// `table ip kube-proxy` → (`ip`, `kube-proxy`); `None` for the tables iptables-nft keeps
+/// (already in the iptables-save sections).
+fn nft_table(line: &str) -> Option<(&str, &str)> {
+    const XTABLES: &[&str] = &["filter", "nat", "mangle", "raw", "security"];
+    let mut words = line.split_whitespace();
+    let (Some("table"), Some(family), Some(name)) = (words.next(), words.next(), words.next()) else {
+        return None;
+    };
+    let xtables = matches!(family, "ip" | "ip6") && XTABLES.contains(&name);
+    (!xtables).then_some((family, name))
 }
 
 impl Running for ApiRunning<'_> {
@@ -498,6 +518,15 @@ impl Drop for ApiRunning<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn nft_dumps_leave_iptables_nft_tables_to_iptables_save() {
+        assert_eq!(nft_table("table ip kube-proxy"), Some(("ip", "kube-proxy")));
+        assert_eq!(nft_table("table inet cilium"), Some(("inet", "cilium")));
+        assert_eq!(nft_table("table ip nat"), None);
+        assert_eq!(nft_table("table ip6 filter"), None);
+        assert_eq!(nft_table(""), None);
+    }
 
     #[test]
     fn reference_proxies_take_only_further_flags() {
