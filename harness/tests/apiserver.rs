@@ -296,23 +296,32 @@ fn scenario(name: &str) -> packetproof::model::Scenario {
     packetproof::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A few scenarios across the contract pass with the reference proxy behind the API server
+/// (the whole suite: `packetproof run scenarios --proxy reference-proxy-iptables`).
 #[test]
 fn scenarios_pass_through_the_reference_proxy() {
     if !privileged() {
         return;
     }
     let proxy = reference_proxy();
+    let mut failures = Vec::new();
     for file in [
         "pod-to-clusterip-cross-node.yaml",
         "kube-dns-udp.yaml",
         "etp-local-health-check.yaml",
+        "loadbalancer-source-ranges.yaml",
         "terminating-fallback.yaml",
+        "masquerade-all.yaml",
         "ipv6-node-port.yaml",
         "dual-stack.yaml",
     ] {
-        let report = runner::run(&scenario(file), &proxy, &RunOptions::default()).unwrap();
-        assert!(report.passed(), "{file}: {report:#?}");
+        match runner::run(&scenario(file), &proxy, &RunOptions::default()) {
+            Ok(report) if report.passed() => {}
+            Ok(report) => failures.push(format!("{file}: {report:#?}")),
+            Err(e) => failures.push(format!("{file}: {e:#}")),
+        }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// A live step replaces a UDP Service's only endpoint: the reference proxy clears the
