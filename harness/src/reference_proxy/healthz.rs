@@ -1,6 +1,6 @@
 //! `/healthz` as kube-proxy serves it: 200 with `lastUpdated` once a sync has happened, 503
-//! before. `lastUpdated` is when the applied snapshot was taken, so a watcher of it knows
-//! that every change sent before that moment is in the rules.
+//! before. `lastUpdated` is a moment every change made before which is in the rules (see
+//! the sync loop), so an adapter that made a change waits for a `lastUpdated` after it.
 
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;

@@ -139,42 +139,53 @@ async fn run(args: Args) -> Result<()> {
 
     let mut applied: Option<Cluster> = None;
     loop {
-        // Everything received before this moment is in the snapshot below.
-        let started = SystemTime::now();
+        // What `/healthz` reports as `lastUpdated`: a change made at or before this moment had
+        // the whole debounce window to arrive over the watches, so the snapshot below has it.
+        // (The snapshot's own time would be too late: a change made just before it may still be
+        // on the wire, and an adapter waiting for a sync after its change would be misled.)
+        let started = SystemTime::now() - DEBOUNCE;
         let node = nodes.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(&args.node));
-        match node {
-            None => eprintln!("reference-proxy: node {} not found yet", args.node),
-            Some(node) => {
-                let mut svcs: Vec<K8sService> = services.state().iter().map(|s| (**s).clone()).collect();
-                svcs.sort_by(|a, b| {
-                    (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-                });
-                let mut eps: Vec<EndpointSlice> = slices.state().iter().map(|s| (**s).clone()).collect();
-                eps.sort_by(|a, b| {
-                    (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-                });
-                let model = convert::node(&node, primary)?;
-                let cluster = convert::cluster(model, &svcs, &eps, &flags)?;
-                let sync = sync_node(
-                    programmer.as_ref(),
-                    &node_handle,
-                    &cluster,
-                    applied.as_ref(),
-                    !args.no_conntrack_cleanup,
-                );
-                match tokio::task::block_in_place(sync) {
-                    Ok(()) => {
-                        applied = Some(cluster);
-                        *synced.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
-                        eprintln!("reference-proxy: synced {} services", svcs.len());
-                    }
-                    Err(e) => eprintln!("reference-proxy: sync failed: {e:#}"),
-                }
+        let wanted = match node {
+            // Like kube-proxy, wait for the Node to appear (a change wakes the loop).
+            None => Err(anyhow::anyhow!("node {} not found yet", args.node)),
+            Some(node) => desired(&node, primary, &services, &slices, &flags),
+        };
+        let synced_now = wanted.and_then(|cluster| {
+            let cleanup = !args.no_conntrack_cleanup;
+            tokio::task::block_in_place(|| {
+                sync_node(programmer.as_ref(), &node_handle, &cluster, applied.as_ref(), cleanup)
+            })?;
+            Ok(cluster)
+        });
+        match synced_now {
+            Ok(cluster) => {
+                eprintln!("reference-proxy: synced {} services", cluster.services.len());
+                applied = Some(cluster);
+                *synced.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
             }
+            Err(e) => eprintln!("reference-proxy: not synced: {e:#}"),
         }
         changed.notified().await;
         tokio::time::sleep(DEBOUNCE).await;
     }
+}
+
+/// The model of what the stores hold now, objects in name order.
+fn desired(
+    node: &K8sNode,
+    primary: crate::model::IpFamily,
+    services: &Store<K8sService>,
+    slices: &Store<EndpointSlice>,
+    flags: &convert::Flags,
+) -> Result<Cluster> {
+    let by_name = |o: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        (o.namespace.clone(), o.name.clone())
+    };
+    let mut svcs: Vec<K8sService> = services.state().iter().map(|s| (**s).clone()).collect();
+    svcs.sort_by_key(|s| by_name(&s.metadata));
+    let mut eps: Vec<EndpointSlice> = slices.state().iter().map(|s| (**s).clone()).collect();
+    eps.sort_by_key(|s| by_name(&s.metadata));
+    convert::cluster(convert::node(node, primary)?, &svcs, &eps, flags)
 }
 
 /// Follows one kind into a store; every change wakes the sync loop.
@@ -209,15 +220,12 @@ fn sync_node(
     cluster: &Cluster,
     before: Option<&Cluster>,
     cleanup: bool,
-) -> impl FnOnce() -> Result<()> {
-    move || {
-        programmer.program_node(cluster, node).with_context(|| format!("programming node {}", node.name))?;
-        if !cleanup {
-            return Ok(());
-        }
+) -> Result<()> {
+    programmer.program_node(cluster, node).with_context(|| format!("programming node {}", node.name))?;
+    if cleanup {
         let none = Cluster { services: Vec::new(), ..cluster.clone() };
         let deletions = conntrack_cleanup::stale(before.unwrap_or(&none), cluster);
         conntrack_cleanup::delete(&node.netns, &deletions)?;
-        Ok(())
     }
+    Ok(())
 }
