@@ -153,7 +153,9 @@ fn list_selects_pages_and_reports_its_resource_version() {
                 .body(vec![0x6b, 0x38, 0x73, 0x00])
                 .unwrap()
         };
-        client.request_text(post("/apis/events.k8s.io/v1/namespaces/default/events")).await.unwrap();
+        let echoed =
+            client.request_text(post("/apis/events.k8s.io/v1/namespaces/default/events")).await.unwrap();
+        assert_eq!(echoed.as_bytes(), [0x6b, 0x38, 0x73, 0x00]);
         client.request_text(post("/api/v1/namespaces/default/events")).await.unwrap();
         let log = store.request_log();
         assert!(log.contains("GET /api/v1/nodes/node-z -> 404"), "{log}");

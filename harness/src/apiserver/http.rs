@@ -109,8 +109,13 @@ async fn api_groups() -> Response {
     )
 }
 
-async fn event_written() -> Response {
-    (StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], "{}").into_response()
+/// An event write, answered with what was sent in the encoding it was sent in (the created
+/// object, as the real server answers), never decoded: kube-proxy writes protobuf.
+async fn event_written(headers: axum::http::HeaderMap, body: axum::body::Bytes) -> Response {
+    let content_type = headers.get(header::CONTENT_TYPE).cloned();
+    let content_type = content_type.unwrap_or(header::HeaderValue::from_static("application/json"));
+    let body = if body.is_empty() { axum::body::Bytes::from_static(b"{}") } else { body };
+    (StatusCode::CREATED, [(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 async fn get_node(State(store): State<Arc<Store>>, Path(name): Path<String>) -> Response {
