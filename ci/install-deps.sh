@@ -2,7 +2,8 @@
 # Installs the system packages a fresh Debian/Ubuntu machine lacks for packetproof:
 # iproute2 (ip, bridge: debugging and `ip netns`), iptables (iptables-restore/-save, which the
 # built-in proxy loads rules with), nftables (nft), conntrack (conntrack-tools), python3 (the
-# example proxy program scenarios/command-clusterip.yaml runs through the command adapter).
+# example proxy program scenarios/command-clusterip.yaml runs through the command adapter),
+# libxml2-utils (xmllint, which harness/tests/junit_schema.rs validates our JUnit XML with).
 # Installs only what is missing; needs root (or sudo) when something is.
 set -euo pipefail
 
@@ -13,6 +14,7 @@ declare -A wanted=(
   [nft]=nftables
   [conntrack]=conntrack
   [python3]=python3
+  [xmllint]=libxml2-utils
 )
 
 missing=()

@@ -64,7 +64,8 @@ pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
 
 /// Runs every scenario, one per core at a time as `cargo test` does; returns how many failed.
 fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
-    let results = crate::cli::run_suite(scenarios, None, &RunOptions::default(), None, |_, _, _, _| {});
+    let results =
+        crate::cli::run_suite(scenarios, None, &RunOptions::default(), None, |_| {}, |_, _, _, _| {});
     let fine = |r: &crate::runner::ScenarioReport| {
         r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_))
     };

@@ -10,6 +10,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use crate::model::{ProxyChoice, Scenario};
+use crate::report::Paint;
+use crate::report::terminal::Progress;
 use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
 use crate::topology::netns;
 use crate::{oracle, proxy, report, scenario};
@@ -49,7 +51,7 @@ enum Command {
         /// Milliseconds an attempt waits before it counts as dropped.
         #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
-        /// Scenarios run at once (default: one per core).
+        /// Scenarios run at once (default: two per core).
         #[arg(long)]
         jobs: Option<usize>,
         /// Where a failing scenario leaves its evidence: summary, pcaps, conntrack, rules.
@@ -64,15 +66,21 @@ enum Command {
         /// Write a JSON report with the same content here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Colour the report: auto (a terminal, unless NO_COLOR is set), always or never.
+        #[arg(long, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+        color: clap::ColorChoice,
     },
     /// Validate scenario files without running anything.
     Check { paths: Vec<PathBuf> },
-    /// Print the rules the built-in proxy generates for one node of a scenario.
+    /// Print the rules a built-in proxy generates for one node of a scenario.
     Rules {
         file: PathBuf,
         /// Node to generate for (default: the first).
         #[arg(long)]
         node: Option<String>,
+        /// Built-in proxy whose rules to print: builtin-iptables, builtin-nftables[-v1.34].
+        #[arg(long, default_value = proxy::iptables::NAME)]
+        proxy: String,
     },
     /// Measure topology build and teardown, probe round trips and the whole suite.
     Bench {
@@ -94,6 +102,9 @@ enum Command {
         /// Stop hunting a mutant at its first kill (faster; the table then names one killer).
         #[arg(long)]
         first_kill: bool,
+        /// Built-in proxy to break: builtin-iptables, builtin-nftables[-v1.34].
+        #[arg(long, default_value = proxy::iptables::NAME)]
+        proxy: String,
     },
     /// Run scenarios with two proxies and list every flow whose observed behaviour differs
     /// (outcome, backends reached, source they saw), whether or not either side passes. Exit
@@ -141,6 +152,7 @@ pub fn main() -> i32 {
             keep_evidence,
             junit,
             json,
+            color,
         } => {
             let options = RunOptions {
                 timeout: Duration::from_millis(timeout_ms),
@@ -149,13 +161,14 @@ pub fn main() -> i32 {
                 profile,
             };
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
-                run(&default_paths(paths), proxy.as_ref(), &options, jobs, &Outputs { junit, json })
+                let outputs = Outputs { junit, json };
+                run(&default_paths(paths), proxy.as_ref(), &options, jobs, &outputs, Paint::for_stdout(color))
             })
         }
         Command::Check { paths } => check(&default_paths(paths)),
-        Command::Rules { file, node } => rules(&file, node.as_deref()),
+        Command::Rules { file, node, proxy } => rules(&file, node.as_deref(), &proxy),
         Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
-        Command::Mutants { suite, only, first_kill } => mutants(&suite, &only, first_kill),
+        Command::Mutants { suite, only, first_kill, proxy } => mutants(&suite, &only, first_kill, &proxy),
         Command::Diff { paths, left, left_options, right, right_options, timeout_ms } => {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
             proxy_choice(&left, &left_options).and_then(|left| {
@@ -240,6 +253,7 @@ fn run(
     options: &RunOptions,
     jobs: Option<usize>,
     outputs: &Outputs,
+    paint: Paint,
 ) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     if let Some(choice) = proxy_override {
@@ -249,11 +263,30 @@ fn run(
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let started = Instant::now();
-    let results =
-        run_suite(&scenarios, proxy_override, options, jobs, |s, result, done, total| match result {
-            Ok(report) => print_report(report, s, done, total),
-            Err(e) => println!("[{done}/{total}] ERROR {} ({}): {e:#}", s.name, s.source.display()),
-        });
+    // A bar on stderr only when it is a terminal; results go to stdout above it either way.
+    let progress = Progress::new(scenarios.len(), paint);
+    let results = run_suite(
+        &scenarios,
+        proxy_override,
+        options,
+        jobs,
+        |s| progress.started(&s.name),
+        |s, result, done, total| {
+            let text = match result {
+                Ok(report) => scenario_text(report, s, done, total, paint),
+                Err(e) => {
+                    format!(
+                        "[{done}/{total}] {} {} ({}): {e:#}\n",
+                        paint.fail("ERROR"),
+                        s.name,
+                        s.source.display()
+                    )
+                }
+            };
+            progress.finished(&s.name, &text);
+        },
+    );
+    progress.finish();
     let finished: Vec<report::Finished> = scenarios
         .iter()
         .zip(&results)
@@ -265,14 +298,17 @@ fn run(
     outputs.write(&finished)?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let reports: Vec<&ScenarioReport> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
-    println!("\n{} in {:.2}s", report::summary_line(&reports, errors), started.elapsed().as_secs_f64());
-    Ok(if errors > 0 {
+    let code = if errors > 0 {
         EXIT_ERROR
     } else if reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))) {
         EXIT_PASS
     } else {
         EXIT_FAIL
-    })
+    };
+    let summary = report::summary_line(&reports, errors);
+    let summary = if code == EXIT_PASS { paint.pass(&summary) } else { paint.fail(&summary) };
+    println!("\n{summary} in {:.2}s", started.elapsed().as_secs_f64());
+    Ok(code)
 }
 
 /// Machine-readable reports a run writes, if asked.
@@ -296,16 +332,19 @@ impl Outputs {
     }
 }
 
-/// Runs scenarios `jobs` at a time (default: one per core), calling `on_done` as each ends;
-/// returns their results in the order given.
+/// Runs scenarios `jobs` at a time (default: one per core), calling `on_start` as each begins
+/// and `on_done` as each ends; returns their results in the order given.
 pub fn run_suite(
     scenarios: &[Scenario],
     proxy_override: Option<&ProxyChoice>,
     options: &RunOptions,
     jobs: Option<usize>,
+    on_start: impl Fn(&Scenario) + Sync,
     on_done: impl Fn(&Scenario, &Result<ScenarioReport>, usize, usize) + Sync,
 ) -> Vec<Result<ScenarioReport>> {
-    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    // Two per core: a scenario mostly waits (on timeouts, affinity expiry), and the suite
+    // measured 15 s with four jobs against 20 s with two on 2 cores.
+    let jobs = jobs.unwrap_or_else(|| 2 * std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     let total = scenarios.len();
     let results: Mutex<Vec<Option<Result<ScenarioReport>>>> = Mutex::new((0..total).map(|_| None).collect());
     let finished = std::sync::atomic::AtomicUsize::new(0);
@@ -315,6 +354,7 @@ pub fn run_suite(
         for _ in 0..jobs.min(total.max(1)) {
             scope.spawn(|| {
                 while let Some((i, s)) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
+                    on_start(s);
                     let result = run_one(s, proxy_override, options, skip_all.as_deref());
                     let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     on_done(s, &result, done, total);
@@ -346,20 +386,21 @@ pub fn run_one(
     runner::run(s, proxy.as_ref(), options)
 }
 
-fn print_report(report: &ScenarioReport, s: &Scenario, done: usize, total: usize) {
-    let mut text = format!("[{done}/{total}] {}\n", report::scenario_line(report));
+/// What `run` prints for a scenario that ran: its line, flows not judged, the flow table of a
+/// failure and where its evidence is (printed in one write, so scenarios do not interleave).
+fn scenario_text(report: &ScenarioReport, s: &Scenario, done: usize, total: usize, paint: Paint) -> String {
+    let mut text = format!("[{done}/{total}] {}\n", report::scenario_line_painted(report, paint));
     text.push_str(&report::unjudged_lines(report));
     if let (Outcome::Judged(verdicts), false) = (&report.outcome, report.passed()) {
-        text.push_str(&report::flow_table(&s.cluster, verdicts));
+        text.push_str(&report::flow_table_painted(&s.cluster, verdicts, paint));
     }
     if let Some(dir) = &report.artifacts {
         text.push_str(&format!("  evidence: {}\n", dir.display()));
     }
-    // One write, so lines of concurrent scenarios do not interleave.
-    print!("{text}");
+    text
 }
 
-fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
+fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result<i32> {
     let Some(mut scenarios) = load_all(&[file.to_path_buf()])? else { return Ok(EXIT_ERROR) };
     let s = scenarios.remove(0);
     let node = match node {
@@ -367,18 +408,27 @@ fn rules(file: &std::path::Path, node: Option<&str>) -> Result<i32> {
         None => s.cluster.nodes.first().context("the scenario has no nodes")?.name.clone(),
     };
     anyhow::ensure!(s.cluster.node(&node).is_some(), "no node {node:?} in {}", file.display());
-    print!("{}", proxy::iptables::render_node(&s.cluster, &node, None));
+    let text = match proxy_name {
+        proxy::iptables::NAME => proxy::iptables::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME => proxy::nftables::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME_V1_31 => {
+            proxy::nftables::render_node_in(&s.cluster, &node, None, proxy::nftables::Layout::V1_31)
+        }
+        other => anyhow::bail!("no rules to print for proxy {other:?} (built-in proxies only)"),
+    };
+    print!("{text}");
     Ok(EXIT_PASS)
 }
 
-fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool) -> Result<i32> {
+fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_name: &str) -> Result<i32> {
+    let breakable = crate::mutants::breakable(proxy_name)
+        .with_context(|| format!("no mutants of proxy {proxy_name:?} (built-in proxies only)"))?;
     let Some(scenarios) = load_all(&[suite.to_path_buf()])? else { return Ok(EXIT_ERROR) };
     if let Some(reason) = runner::preflight() {
         anyhow::bail!("cannot hunt mutants here: {reason}");
     }
-    let catalog = proxy::iptables::Mutant::ALL;
     let chosen: Vec<_> = if only.is_empty() {
-        catalog.to_vec()
+        crate::mutants::catalog(proxy_name)
     } else {
         only.iter()
             .map(|name| name.parse().map_err(|_| anyhow::anyhow!("no mutant {name:?}")))
@@ -386,14 +436,31 @@ fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool) -> Result
     };
     let total = chosen.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, |h| {
+    // A probe that fails unbroken (a behaviour of this proxy the oracle does not expect)
+    // kills nothing.
+    let baseline = crate::mutants::baseline(&scenarios, breakable)?;
+    for (scenario, probe) in &baseline {
+        println!("baseline: {scenario}/{probe} fails unbroken; its failures kill no mutant");
+    }
+    let paint = Paint::for_stdout(clap::ColorChoice::Auto);
+    // Mutants are hunted one after another: when one ends, the next begins.
+    let progress = Progress::new(total, paint);
+    if let Some(first) = chosen.first() {
+        progress.started(first.name());
+    }
+    let hunts = crate::mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let verdict = if h.killed() { "killed" } else { "SURVIVED" };
-        println!("[{n}/{total}] {verdict} {} by {}", h.mutant.name(), h.killed_by.join(", "));
+        let verdict = if h.killed() { paint.pass("killed") } else { paint.fail("SURVIVED") };
+        let mut text = format!("[{n}/{total}] {verdict} {} by {}\n", h.mutant.name(), h.killed_by.join(", "));
         for e in &h.errors {
-            println!("        setup error: {e}");
+            text.push_str(&format!("        setup error: {e}\n"));
+        }
+        progress.finished(h.mutant.name(), &text);
+        if let Some(next) = chosen.get(n) {
+            progress.started(next.name());
         }
     });
+    progress.finish();
     println!("\n{}", crate::mutants::table(&hunts));
     let survivors = hunts.iter().filter(|h| !h.killed()).count();
     println!("{} killed, {survivors} survived", hunts.len() - survivors);

@@ -1,18 +1,46 @@
 //! The mutation catalog at work: the suite against every deliberately broken proxy. A mutant
 //! that no scenario kills is a hole in the suite.
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::model::Scenario;
 use crate::proxy::iptables::{BuiltinIptables, Mutant};
-use crate::runner::{self, Outcome, RunOptions};
+use crate::proxy::nftables::BuiltinNftables;
+use crate::proxy::{self, Proxy};
+use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
+
+/// Builds a built-in proxy, broken by a mutant or (`None`) as it should be.
+pub type Breakable = fn(Option<Mutant>) -> Box<dyn Proxy>;
+
+/// The built-in proxy named `name`, to be broken by each mutant in turn.
+pub fn breakable(name: &str) -> Option<Breakable> {
+    match name {
+        proxy::iptables::NAME => Some(|mutant| Box::new(BuiltinIptables { mutant })),
+        proxy::nftables::NAME => Some(|mutant| Box::new(BuiltinNftables { mutant, ..Default::default() })),
+        proxy::nftables::NAME_V1_31 => {
+            Some(|mutant| Box::new(BuiltinNftables { mutant, layout: proxy::nftables::Layout::V1_31 }))
+        }
+        _ => None,
+    }
+}
+
+/// The catalogued bugs the built-in proxy `name` can have.
+pub fn catalog(name: &str) -> Vec<Mutant> {
+    let nftables = name.starts_with(proxy::nftables::NAME);
+    Mutant::ALL.into_iter().filter(|m| !nftables || m.exists_in_nftables()).collect()
+}
+
+/// Probes (scenario, probe) that fail against the unbroken proxy. A failure among them
+/// proves nothing about a mutant: a kill needs a probe that passes unbroken.
+pub type Baseline = BTreeSet<(String, String)>;
 
 /// What the suite did to one mutant.
 #[derive(Debug)]
 pub struct Hunt {
     pub mutant: Mutant,
-    /// Scenarios in which some probe failed.
+    /// Scenarios in which some probe outside the baseline failed.
     pub killed_by: Vec<String>,
     /// Scenarios that could not be set up with this mutant (counted as neither).
     pub errors: Vec<String>,
@@ -28,52 +56,99 @@ impl Hunt {
 /// silence, and a kill is decided by what the probes report, never by this wait.
 pub const MUTANT_TIMEOUT: Duration = Duration::from_millis(300);
 
-/// Runs `scenarios` against each mutant, one scenario per core at a time. With `first_kill`, a
-/// mutant's hunt stops once some scenario has killed it.
+/// The probes that fail against the unbroken proxy, run as the hunt runs them (a scenario
+/// that cannot be set up is an error).
+pub fn baseline(scenarios: &[Scenario], breakable: Breakable) -> anyhow::Result<Baseline> {
+    let proxy = breakable(None);
+    let failing = Mutex::new(Baseline::new());
+    let errors = Mutex::new(Vec::new());
+    run_each(
+        scenarios,
+        proxy.as_ref(),
+        || false,
+        |s, result| match result {
+            Ok(report) => lock(&failing).extend(failing_probes(&report).map(|p| (s.name.clone(), p))),
+            Err(e) => lock(&errors).push(format!("{}: {e:#}", s.name)),
+        },
+    );
+    let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+    anyhow::ensure!(errors.is_empty(), "the unbroken proxy could not run: {}", errors.join("; "));
+    Ok(failing.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Runs `scenarios` against each mutant of the proxy `breakable` builds, one scenario per
+/// core at a time. With `first_kill`, a mutant's hunt stops once some scenario has killed it.
+/// Failures of `baseline` probes do not count.
 pub fn hunt(
     scenarios: &[Scenario],
     mutants: &[Mutant],
     first_kill: bool,
+    breakable: Breakable,
+    baseline: &Baseline,
     on_done: impl Fn(&Hunt),
 ) -> Vec<Hunt> {
     mutants
         .iter()
         .map(|&mutant| {
-            let result = hunt_one(scenarios, mutant, first_kill);
+            let result = hunt_one(scenarios, mutant, first_kill, breakable, baseline);
             on_done(&result);
             result
         })
         .collect()
 }
 
-fn hunt_one(scenarios: &[Scenario], mutant: Mutant, first_kill: bool) -> Hunt {
-    let options = RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() };
-    let proxy = BuiltinIptables { mutant: Some(mutant) };
+fn hunt_one(
+    scenarios: &[Scenario],
+    mutant: Mutant,
+    first_kill: bool,
+    breakable: Breakable,
+    baseline: &Baseline,
+) -> Hunt {
+    let proxy = breakable(Some(mutant));
     let result = Mutex::new(Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() });
+    let stop = || first_kill && lock(&result).killed();
+    run_each(scenarios, proxy.as_ref(), stop, |s, outcome| match outcome {
+        Ok(report) => {
+            if failing_probes(&report).any(|p| !baseline.contains(&(s.name.clone(), p))) {
+                lock(&result).killed_by.push(s.name.clone())
+            }
+        }
+        Err(e) => lock(&result).errors.push(format!("{}: {e:#}", s.name)),
+    });
+    let mut result = result.into_inner().unwrap_or_else(|e| e.into_inner());
+    result.killed_by.sort();
+    result
+}
+
+/// Names of the probes that failed in a judged scenario.
+fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ {
+    let verdicts = match &report.outcome {
+        Outcome::Judged(v) => v.as_slice(),
+        Outcome::Skipped(_) => &[],
+    };
+    verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone())
+}
+
+/// Runs every scenario against `proxy`, one per core at a time, until `stop` says so.
+fn run_each(
+    scenarios: &[Scenario],
+    proxy: &dyn Proxy,
+    stop: impl Fn() -> bool + Sync,
+    on_result: impl Fn(&Scenario, anyhow::Result<ScenarioReport>) + Sync,
+) {
+    let options = RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() };
     let next = Mutex::new(scenarios.iter());
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
-                loop {
-                    if first_kill && lock(&result).killed() {
-                        break;
-                    }
+                while !stop() {
                     let Some(s) = lock(&next).next() else { break };
-                    match runner::run(s, &proxy, &options) {
-                        Ok(report) if matches!(report.outcome, Outcome::Judged(_)) && !report.passed() => {
-                            lock(&result).killed_by.push(s.name.clone())
-                        }
-                        Ok(_) => {}
-                        Err(e) => lock(&result).errors.push(format!("{}: {e:#}", s.name)),
-                    }
+                    on_result(s, runner::run(s, proxy, &options));
                 }
             });
         }
     });
-    let mut result = result.into_inner().unwrap_or_else(|e| e.into_inner());
-    result.killed_by.sort();
-    result
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

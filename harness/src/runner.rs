@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -148,7 +148,8 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     };
 
     let captures = start_captures(&topology)?;
-    let probed = probe_phases(&phases, &expectations, running.as_mut(), &topology, &runtime, options);
+    let probed =
+        probe_phases(&phases, &expectations, running.as_mut(), &topology, &runtime, &captures, options);
     let frames = stop_captures(captures)?;
     let probed = probed?;
 
@@ -271,6 +272,7 @@ fn probe_phases(
     running: &mut dyn Running,
     topology: &Topology,
     runtime: &tokio::runtime::Runtime,
+    captures: &[(String, Capture)],
     options: &RunOptions,
 ) -> Result<Vec<(Vec<(SocketAddr, Vec<Sent>, Window)>, BTreeMap<String, Vec<conntrack::Flow>>)>> {
     let ports = SourcePorts::default();
@@ -279,7 +281,7 @@ fn probe_phases(
         if i > 0 {
             running.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
-        let sent = send_probes(phase, topology, runtime, expected, &ports, options)?;
+        let sent = send_probes(phase, topology, runtime, expected, &ports, captures, options)?;
         out.push((sent, dump_conntrack(topology, expected)?));
     }
     Ok(out)
@@ -307,7 +309,7 @@ fn judge_phase(
                 verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
             let view = phase.cluster.probe_view(probe);
             // Probes run one after another: each is judged on what the wire carried meanwhile.
-            let during = evidence.during(window);
+            let during = evidence.during(&window);
             v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &during));
             v
         })
@@ -320,6 +322,7 @@ fn send_probes(
     runtime: &tokio::runtime::Runtime,
     expectations: &[oracle::Expectation],
     ports: &SourcePorts,
+    captures: &[(String, Capture)],
     options: &RunOptions,
 ) -> Result<Vec<(SocketAddr, Vec<Sent>, Window)>> {
     let mut probers: BTreeMap<&Source, Prober> = BTreeMap::new();
@@ -340,7 +343,7 @@ fn send_probes(
         if let (Source::External(host), Some(via)) = (&probe.from, view.entry_node(&probe.to)) {
             runtime.block_on(topology.steer(host, dst.ip(), via.ip))?;
         }
-        let from = SystemTime::now();
+        let before = frame_counts(captures);
         let sent = match (&probe.to, &probe.from) {
             (Target::Localhost { node, port }, Source::External(host)) => {
                 send_martian(&view, topology, host, node, *port, probe.count, ports, options)
@@ -348,9 +351,16 @@ fn send_probes(
             _ => prober.send(plan(probe, dst, expected)),
         }
         .with_context(|| format!("sending probe {}", probe.name))?;
-        all.push((dst, sent, Window { from, to: SystemTime::now() }));
+        let after = frame_counts(captures);
+        let frames = before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect();
+        all.push((dst, sent, Window { frames }));
     }
     Ok(all)
+}
+
+/// How many frames each capture point has taken so far.
+fn frame_counts(captures: &[(String, Capture)]) -> Vec<(String, usize)> {
+    captures.iter().map(|(key, capture)| (key.clone(), capture.count())).collect()
 }
 
 /// Hand-made SYNs from external host `host` to `node`'s 127.0.0.1:`port`.

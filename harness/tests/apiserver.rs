@@ -326,6 +326,22 @@ fn scenarios_pass_through_the_reference_proxy() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// nftables mode: the same adapter, the built-in nftables generator behind it.
+#[test]
+fn scenarios_pass_through_the_reference_proxy_in_nftables_mode() {
+    if !privileged() {
+        return;
+    }
+    reference_proxy();
+    let proxy = ApiServerProxy::reference("nftables").unwrap();
+    for file in
+        ["kube-dns-udp.yaml", "etp-local-nodeport.yaml", "dual-stack.yaml", "live-stale-udp-conntrack.yaml"]
+    {
+        let report = runner::run(&scenario(file), &proxy, &RunOptions::default()).unwrap();
+        assert!(report.passed(), "{file}: {report:#?}");
+    }
+}
+
 /// A live step replaces a UDP Service's only endpoint: the reference proxy clears the
 /// conntrack entry that still points at the old one, and with `--no-conntrack-cleanup` the
 /// same scenario fails (the check can fail).

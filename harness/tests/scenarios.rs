@@ -1,4 +1,6 @@
-//! `cargo test` runner: one trial per scenario file in `scenarios/`, judged with real packets.
+//! `cargo test` runner: one trial per scenario file in `scenarios/` and proxy, judged with
+//! real packets. A scenario for a built-in proxy runs against every proxy of `EVERY_PROXY`
+//! (each under its own profile); one that names an adapter (`ruleset`, `command`) runs with it.
 //!
 //! Filtering works as usual (`cargo test --test scenarios -- kube-dns`). Without root, every
 //! trial is reported as ignored with the reason printed first; with
@@ -10,11 +12,24 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use libtest_mimic::{Arguments, Failed, Trial};
+use packetproof::model::ProxyChoice;
 use packetproof::model::Scenario;
 use packetproof::runner::ScenarioReport;
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::topology::netns;
-use packetproof::{cli, report, scenario};
+use packetproof::{cli, proxy, report, scenario};
+
+/// The proxies every scenario of a built-in proxy runs against.
+const EVERY_PROXY: &[&str] = &[proxy::iptables::NAME, proxy::nftables::NAME];
+
+/// The proxies `file` runs against: `None` is its own choice.
+fn proxies_of(file: &Path) -> Vec<Option<&'static str>> {
+    let own = scenario::load(file).ok().map(|s| s.proxy.name);
+    match own {
+        Some(name) if !name.starts_with("builtin-") => vec![None],
+        _ => EVERY_PROXY.iter().map(|p| Some(*p)).collect(),
+    }
+}
 
 fn main() {
     let args = Arguments::from_args();
@@ -33,8 +48,13 @@ fn main() {
     }
     let trials = files
         .into_iter()
-        .map(|file| {
-            let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        .flat_map(|file| proxies_of(&file).into_iter().map(move |proxy| (file.clone(), proxy)))
+        .map(|(file, proxy)| {
+            let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = match proxy {
+                Some(p) => format!("{stem} [{p}]"),
+                None => stem,
+            };
             // A scenario this host cannot run (e.g. SCTP without SCTP sockets) is ignored with its
             // reason printed: libtest-mimic cannot turn a running trial into a skipped one.
             let unsupported = scenario::load(&file).ok().and_then(|s| runner::unsupported(&s));
@@ -43,7 +63,8 @@ fn main() {
             }
             let ignored = unsupported.is_some() || (skip_reason.is_some() && !require);
             let must_fail = skip_reason.clone().filter(|_| require);
-            Trial::test(name, move || run_trial(&file, must_fail.as_deref())).with_ignored_flag(ignored)
+            Trial::test(name, move || run_trial(&file, proxy, must_fail.as_deref()))
+                .with_ignored_flag(ignored)
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
@@ -65,13 +86,15 @@ fn main() {
     conclusion.exit();
 }
 
-fn run_trial(file: &Path, missing_privileges: Option<&str>) -> Result<(), Failed> {
+fn run_trial(file: &Path, proxy: Option<&str>, missing_privileges: Option<&str>) -> Result<(), Failed> {
     if let Some(reason) = missing_privileges {
         return Err(format!("PACKETPROOF_REQUIRE_PRIVILEGES=1 but {reason}").into());
     }
     let scenario = scenario::load(file).map_err(|errors| Failed::from(errors.to_string()))?;
-    let options = RunOptions { artifacts: Some(artifacts_dir()), ..RunOptions::default() };
-    let result = cli::run_one(&scenario, None, &options, None);
+    let artifacts = artifacts_dir().join(proxy.unwrap_or(&scenario.proxy.name));
+    let options = RunOptions { artifacts: Some(artifacts), ..RunOptions::default() };
+    let choice = proxy.map(ProxyChoice::named);
+    let result = cli::run_one(&scenario, choice.as_ref(), &options, None);
     let report = match result {
         Ok(report) => report,
         Err(e) => {

@@ -97,6 +97,14 @@ impl Capture {
         shared.lock().frames.clone()
     }
 
+    /// How many frames it has taken so far, including any the kernel queued before this call.
+    pub fn count(&self) -> usize {
+        let shared = self.shared.as_ref().expect("only stop() and drop() take it");
+        // A failed read here resurfaces at `stop`.
+        let _ = shared.drain();
+        shared.lock().frames.len()
+    }
+
     /// Lets go of the socket, then tells the reader to finish.
     fn hang_up(&mut self) {
         drop(self.shared.take());

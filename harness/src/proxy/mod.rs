@@ -10,6 +10,7 @@ pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
+pub mod nftables;
 pub mod node_ports;
 mod programmed;
 pub mod ruleset;
@@ -80,6 +81,8 @@ pub struct Env<'a> {
 /// The proxies this build knows, by name.
 pub const KNOWN_PROXIES: &[&str] = &[
     iptables::NAME,
+    nftables::NAME,
+    nftables::NAME_V1_31,
     ruleset::NAME,
     command::NAME,
     apiserver::NAME,
@@ -108,6 +111,11 @@ pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>
             }
             _ => no_options(Box::new(iptables::BuiltinIptables::default())),
         },
+        nftables::NAME => no_options(Box::new(nftables::BuiltinNftables::default())),
+        nftables::NAME_V1_31 => no_options(Box::new(nftables::BuiltinNftables {
+            layout: nftables::Layout::V1_31,
+            ..Default::default()
+        })),
         ruleset::NAME if by_convention => Ok(Box::new(ruleset::Ruleset::default())),
         ruleset::NAME => Ok(Box::new(ruleset::Ruleset::from_options(&options, scenario_dir)?)),
         command::NAME if by_convention => Ok(Box::new(command::CommandProxy::default())),

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node as K8sNode, Service as K8sService};
@@ -82,19 +82,16 @@ pub fn main(args: Args) -> Result<()> {
     runtime.block_on(run(args))
 }
 
-/// The programmer of a mode: the switch point for nftables.
-fn programmer(mode: Mode) -> Result<Box<dyn NodeProgrammer>> {
+/// The built-in generator of a mode, which writes what kube-proxy's mode writes.
+fn programmer(mode: Mode) -> Box<dyn NodeProgrammer> {
     match mode {
-        Mode::Iptables => Ok(Box::new(crate::proxy::iptables::BuiltinIptables::default())),
-        // Switch point: the built-in nftables proxy's NodeProgrammer goes here once it exists.
-        Mode::Nftables => {
-            bail!("nftables mode needs the built-in nftables generator, which this build lacks")
-        }
+        Mode::Iptables => Box::new(crate::proxy::iptables::BuiltinIptables::default()),
+        Mode::Nftables => Box::new(crate::proxy::nftables::BuiltinNftables::default()),
     }
 }
 
 async fn run(args: Args) -> Result<()> {
-    let programmer = programmer(args.mode)?;
+    let programmer = programmer(args.mode);
     let netns = Netns::open(&args.netns)?;
     let node_handle = NodeHandle { name: args.node.clone(), netns: netns.clone() };
     let flags = convert::Flags {

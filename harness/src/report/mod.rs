@@ -3,9 +3,11 @@
 
 mod json;
 mod junit;
+pub mod terminal;
 
 pub use json::json_report;
 pub use junit::junit_report;
+pub use terminal::Paint;
 
 use std::fmt::Write;
 
@@ -16,6 +18,11 @@ use crate::verdict::ProbeVerdict;
 
 /// `PASS kube-dns-udp  1 probe, 40 attempts  0.31s  (scenarios/kube-dns-udp.yaml)`
 pub fn scenario_line(report: &ScenarioReport) -> String {
+    scenario_line_painted(report, Paint::PLAIN)
+}
+
+/// [`scenario_line`] with its status word coloured by `paint`.
+pub fn scenario_line_painted(report: &ScenarioReport, paint: Paint) -> String {
     let (status, detail) = match &report.outcome {
         Outcome::Skipped(reason) => ("SKIP", format!("skipped: {reason}")),
         Outcome::Judged(verdicts) => {
@@ -45,7 +52,8 @@ pub fn scenario_line(report: &ScenarioReport) -> String {
     };
     let profile = report.profile.map(|p| format!(", profile {p}")).unwrap_or_default();
     format!(
-        "{status} {}  {detail}  {:.2}s  ({}, {}{profile})",
+        "{} {}  {detail}  {:.2}s  ({}, {}{profile})",
+        paint.status(status),
         report.scenario,
         report.elapsed.as_secs_f64(),
         report.source.display(),
@@ -60,6 +68,11 @@ pub fn unjudged_lines(report: &ScenarioReport) -> String {
 
 /// The flow table of a judged scenario; failing probes carry their reasons beneath them.
 pub fn flow_table(cluster: &Cluster, verdicts: &[ProbeVerdict]) -> String {
+    flow_table_painted(cluster, verdicts, Paint::PLAIN)
+}
+
+/// [`flow_table`] with `ok`/`FAIL` and the reasons of failures coloured by `paint`.
+pub fn flow_table_painted(cluster: &Cluster, verdicts: &[ProbeVerdict], paint: Paint) -> String {
     let header = ["", "probe", "from", "to", "expected", "observed"];
     let rows: Vec<[String; 6]> = verdicts
         .iter()
@@ -81,18 +94,24 @@ pub fn flow_table(cluster: &Cluster, verdicts: &[ProbeVerdict]) -> String {
         }
     }
     let mut out = String::new();
-    let line = |out: &mut String, cells: &[&str]| {
+    // The status column is painted after padding, so escape codes never count as width.
+    let line = |out: &mut String, cells: &[&str], paint: Paint| {
         let mut text = String::from("  ");
         for (i, cell) in cells.iter().enumerate() {
-            let _ = write!(text, "{cell:<w$}  ", w = widths[i]);
+            if i == 0 && !cell.is_empty() {
+                let pad = widths[i].saturating_sub(cell.len());
+                let _ = write!(text, "{}{:pad$}  ", paint.status(cell), "");
+            } else {
+                let _ = write!(text, "{cell:<w$}  ", w = widths[i]);
+            }
         }
         let _ = writeln!(out, "{}", text.trim_end());
     };
-    line(&mut out, &header);
+    line(&mut out, &header, Paint::PLAIN);
     for (row, verdict) in rows.iter().zip(verdicts) {
-        line(&mut out, &row.each_ref().map(String::as_str));
+        line(&mut out, &row.each_ref().map(String::as_str), paint);
         for failure in &verdict.failures {
-            let _ = writeln!(out, "        ✗ {failure}");
+            let _ = writeln!(out, "        {}", paint.failure_detail(&format!("✗ {failure}")));
         }
         if !verdict.passed() {
             let e = &verdict.expected;
@@ -168,4 +187,57 @@ pub enum Finished<'a> {
         scenario: &'a crate::model::Scenario,
         error: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::oracle::Expectation;
+    use crate::traffic::Attempt;
+
+    /// A scenario of the suite with one passing and one failing verdict.
+    fn judged() -> (crate::model::Scenario, ScenarioReport) {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/kube-dns-udp.yaml");
+        let s = crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let rejected = Expectation::required(Expected::Rejected, "no endpoints");
+        let refused = || Attempt::Refused { reason: "ICMP port unreachable".into() };
+        let to = "10.96.0.10:53".parse().expect("an address");
+        let verdicts = vec![
+            crate::verdict::judge(&s.probes[0], to, &rejected, vec![refused(), refused()]),
+            crate::verdict::judge(&s.probes[1], to, &rejected, vec![refused(), Attempt::Silent]),
+        ];
+        let report = ScenarioReport {
+            scenario: s.name.clone(),
+            source: s.source.clone(),
+            proxy: "builtin-iptables".into(),
+            outcome: Outcome::Judged(verdicts),
+            elapsed: Duration::from_millis(250),
+            artifacts: None,
+            unjudged: Vec::new(),
+            profile: None,
+        };
+        (s, report)
+    }
+
+    #[test]
+    fn colour_only_adds_escapes_to_the_plain_text() {
+        let (s, report) = judged();
+        let Outcome::Judged(verdicts) = &report.outcome else { unreachable!() };
+        let plain = format!("{}\n{}", scenario_line(&report), flow_table(&s.cluster, verdicts));
+        let painted = format!(
+            "{}\n{}",
+            scenario_line_painted(&report, Paint::COLOUR),
+            flow_table_painted(&s.cluster, verdicts, Paint::COLOUR)
+        );
+        assert!(!plain.contains('\x1b'), "{plain}");
+        assert!(
+            painted.contains("\x1b[1m\x1b[31mFAIL\x1b[0m") && painted.contains("\x1b[1m\x1b[32mok\x1b[0m")
+        );
+        assert_eq!(anstream::adapter::strip_str(&painted).to_string(), plain);
+        // The columns line up the same with colour: padding is counted without escapes.
+        assert!(plain.contains("\n  ok    client-to-dns "), "{plain}");
+        assert!(plain.contains("\n  FAIL  client-to-dns-tcp "), "{plain}");
+    }
 }

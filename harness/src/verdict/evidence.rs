@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::SystemTime;
 
 use crate::model::{Cluster, Probe, Target};
 use crate::observe::{Flow, Frame, L4, Packet};
@@ -27,24 +26,26 @@ pub struct Evidence {
     pub conntrack: BTreeMap<String, Vec<Flow>>,
 }
 
-/// When a probe was sent: from its first attempt until its last one ended.
-#[derive(Debug, Clone, Copy)]
+/// Which frames each capture point (by key) took while a probe ran: positions in its list,
+/// from the frames read before the probe began to those read once it ended. Positions, not
+/// timestamps: a frame whose buffer carried no receive time is stamped when it is read, which
+/// can be after the probe ended.
+#[derive(Debug, Clone, Default)]
 pub struct Window {
-    pub from: SystemTime,
-    pub to: SystemTime,
+    pub frames: BTreeMap<String, std::ops::Range<usize>>,
 }
 
 impl Evidence {
     /// The frames captured during `window` (conntrack tables as they are). Other probes' flows
     /// must not count for this one: masquerading picks random source ports, so a flow of an
     /// earlier probe can carry the very address and port this probe's client used.
-    pub fn during(&self, window: Window) -> Evidence {
+    pub fn during(&self, window: &Window) -> Evidence {
         let frames = self
             .frames
             .iter()
             .map(|(k, frames)| {
-                let inside = frames.iter().filter(|f| f.timestamp >= window.from && f.timestamp <= window.to);
-                (k.clone(), inside.cloned().collect())
+                let range = window.frames.get(k).cloned().unwrap_or_default();
+                (k.clone(), frames.get(range).unwrap_or_default().to_vec())
             })
             .collect();
         Evidence { frames, conntrack: self.conntrack.clone() }
@@ -357,12 +358,12 @@ mod tests {
     #[test]
     fn another_probes_flow_with_the_same_address_and_port_does_not_count() {
         // A masqueraded flow of an earlier probe reused the client's address and port.
-        let at = |secs| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
-        let earlier = Frame { timestamp: at(10), ..frame(udp(CLIENT, BACKEND)) };
+        let earlier = frame(udp(CLIENT, BACKEND));
         let e = evidence(vec![earlier], vec![]);
         let silent = vec![Sent { source_port: 20000, attempt: Attempt::Silent }];
         assert_eq!(run(&e, &Outcome::Dropped, &silent).len(), 1, "without a window it would count");
-        let during = e.during(Window { from: at(20), to: at(21) });
+        let after_it = e.frames.iter().map(|(k, f)| (k.clone(), f.len()..f.len())).collect();
+        let during = e.during(&Window { frames: after_it });
         assert!(check(&cluster(), &probe(), addr(VIP), &Outcome::Dropped, &silent, &during).is_empty());
     }
 

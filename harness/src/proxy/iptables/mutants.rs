@@ -183,6 +183,12 @@ impl Mutant {
         d
     }
 
+    /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
+    /// guard to leave out.
+    pub fn exists_in_nftables(self) -> bool {
+        self != Mutant::LocalnetNotFirewalled
+    }
+
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
     pub fn keeps_stale_conntrack(self) -> bool {
         self == Mutant::StaleUdpConntrackKept

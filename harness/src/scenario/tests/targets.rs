@@ -133,7 +133,7 @@ fn a_target_form_takes_only_its_keys() {
         &parse_errors(&text),
         at_in(&text, "32000, node: node-b}", "node:"),
         "spec.probes[5].to.node",
-        &format!("node does not go with {{address, port}}; the target forms are {FORMS}"),
+        &format!("node does not go with {{address, port[, via]}}; the target forms are {FORMS}"),
     );
 }
 

@@ -1,0 +1,172 @@
+//! Built-in proxy: kube-proxy's nftables mode, generated from the model and loaded with
+//! `nft -f` into each node namespace.
+//!
+//! `generate` writes the `kube-proxy` table kube-proxy (v1.31 and later) would write on a node
+//! for one family (chain names from `naming`, endpoint choice shared with iptables mode), as a
+//! structured `ruleset` that `mutants` can break on purpose; `load` replaces the node's
+//! tables in one transaction and reads the ruleset back. Programming a node also runs the
+//! health check servers of `externalTrafficPolicy: Local` load balancers.
+//!
+//! kube-proxy runs one proxier per family: a dual-stack node gets `table ip kube-proxy` and
+//! `table ip6 kube-proxy`, each from that family's view of the cluster.
+
+pub mod generate;
+mod load;
+pub mod mutants;
+pub mod naming;
+pub mod ruleset;
+
+#[cfg(test)]
+mod tests;
+
+use anyhow::{Context, Result};
+use ipnet::IpNet;
+
+pub use generate::{Layout, node_rules};
+pub use ruleset::RuleSet;
+
+use crate::model::{Cluster, IpFamily};
+use crate::oracle::Profile;
+use crate::proxy::iptables::Mutant;
+use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, program_nodes};
+use crate::topology::NodeHandle;
+
+/// The current layout (v1.34, and v1.33.5 on).
+pub const NAME: &str = "builtin-nftables";
+/// The layout of v1.31 to v1.33.4, whose filter chains run before DNAT (kubernetes#131765).
+pub const NAME_V1_31: &str = "builtin-nftables-v1.31";
+
+/// kube-proxy's nftables mode, optionally broken by a [`Mutant`].
+#[derive(Debug, Default)]
+pub struct BuiltinNftables {
+    pub mutant: Option<Mutant>,
+    pub layout: Layout,
+}
+
+/// The cluster as the nftables proxier on `node` sees it: with no `--nodeport-addresses`
+/// given, nftables mode uses `primary` (`platformApplyDefaults` in
+/// cmd/kube-proxy/app/server_linux.go), which `newProxyServer` (cmd/kube-proxy/app/server.go)
+/// turns into the node's own IP of each family as `/32` and `/128`. Decided on the whole
+/// cluster, before a family view, as kube-proxy decides it on the flag.
+pub fn effective_cluster(cluster: &Cluster, node: &str) -> Cluster {
+    let mut effective = cluster.clone();
+    if cluster.proxy.node_port_addresses.is_empty()
+        && let Some(n) = cluster.node(node)
+    {
+        let primary = std::iter::once(n.ip).chain(n.second.as_ref().map(|s| s.ip));
+        effective.proxy.node_port_addresses = primary
+            .filter(|ip| !ip.is_loopback())
+            .map(|ip| IpNet::new(ip, IpFamily::of(ip).host_prefix()).expect("a host prefix is valid"))
+            .collect();
+    }
+    effective
+}
+
+/// One single-family view per family of the cluster, IPv4 first, as the node's proxiers see
+/// them.
+fn family_views(cluster: &Cluster, node: &str) -> Vec<Cluster> {
+    let effective = effective_cluster(cluster, node);
+    let mut families = effective.families();
+    families.sort();
+    if effective.second_family.is_none() {
+        return vec![effective];
+    }
+    families.iter().map(|&f| effective.family_view(f)).collect()
+}
+
+/// The table of one family view in `layout`, with `mutant` applied.
+pub fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> RuleSet {
+    let deviations = mutant.map(Mutant::deviations).unwrap_or_default();
+    let mut rules = generate::node_rules_with(view, node, deviations, layout);
+    if let Some(m) = mutant {
+        mutants::apply(m, view, &mut rules);
+    }
+    rules
+}
+
+/// The tables of `node` in the default layout, one per family of the cluster (IPv4 first).
+pub fn node_rulesets(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Vec<RuleSet> {
+    node_rulesets_in(cluster, node, mutant, Layout::default())
+}
+
+/// [`node_rulesets`] in `layout`.
+pub fn node_rulesets_in(
+    cluster: &Cluster,
+    node: &str,
+    mutant: Option<Mutant>,
+    layout: Layout,
+) -> Vec<RuleSet> {
+    family_views(cluster, node).iter().map(|v| family_ruleset(v, node, mutant, layout)).collect()
+}
+
+/// The tables of `node` as `add …` lines (for `packetproof rules` and tests).
+pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> String {
+    render_node_in(cluster, node, mutant, Layout::default())
+}
+
+/// [`render_node`] in `layout`.
+pub fn render_node_in(cluster: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> String {
+    node_rulesets_in(cluster, node, mutant, layout).iter().map(RuleSet::render).collect()
+}
+
+/// The `nft -f` input that replaces every table of `node` in one transaction.
+pub fn load_text(cluster: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> String {
+    node_rulesets_in(cluster, node, mutant, layout).iter().map(RuleSet::render_replacing).collect()
+}
+
+impl BuiltinNftables {
+    fn proxy_name(&self) -> &'static str {
+        match self.layout {
+            Layout::V1_31 => NAME_V1_31,
+            Layout::V1_34 => NAME,
+        }
+    }
+}
+
+impl Proxy for BuiltinNftables {
+    fn name(&self) -> &str {
+        self.proxy_name()
+    }
+
+    fn profile(&self) -> Profile {
+        Profile::KubeProxyNftables
+    }
+
+    fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
+        program_nodes(self, state, env)
+    }
+}
+
+impl NodeProgrammer for BuiltinNftables {
+    fn name(&self) -> &str {
+        self.proxy_name()
+    }
+
+    /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
+    /// No `route_localnet`: nftables mode has no localhost node ports.
+    fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
+        load::apply(node, &load_text(cluster, &node.name, self.mutant, self.layout))?;
+        let mut services: Vec<healthcheck::HealthService> = Vec::new();
+        let mut addresses = Vec::new();
+        for view in family_views(cluster, &node.name) {
+            // A dual-stack Service's health check is one server per family, on one port.
+            for svc in healthcheck::node_services(&view, &node.name) {
+                if !services.iter().any(|s| s.port == svc.port) {
+                    services.push(svc);
+                }
+            }
+            addresses.extend(healthcheck::bind_addresses(&view, &node.name));
+        }
+        let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
+        healthcheck::serve(&node.netns, &services, &addresses, always_ok)
+            .with_context(|| format!("serving health checks on node {}", node.name))
+    }
+
+    fn dump_node(&self, node: &NodeHandle) -> Result<String> {
+        load::dump(node)
+    }
+
+    fn clears_stale_conntrack(&self) -> bool {
+        !self.mutant.is_some_and(Mutant::keeps_stale_conntrack)
+    }
+}

@@ -1,0 +1,244 @@
+//! One family's `kube-proxy` table as data: chains, sets, maps, rules and elements, rendered
+//! as `nft -f` input in the form knftables writes (`add chain ip kube-proxy …`).
+//!
+//! Rules stay apart from their chains until rendering, so a test or a mutant can find,
+//! remove or alter one first. The rendering is the order knftables' fake `Dump()` prints
+//! (table, chains, sets, maps, then rules chain by chain, then elements), which is also an
+//! order `nft -f` accepts: everything a rule or element names exists before it.
+
+use std::fmt::Write as _;
+
+use crate::model::IpFamily;
+
+/// kube-proxy's table name, in both families.
+pub const TABLE: &str = "kube-proxy";
+
+/// A base chain's hook: `type filter hook input priority -110`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub kind: &'static str,
+    pub hook: &'static str,
+    pub priority: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    pub name: String,
+    pub hook: Option<Hook>,
+    pub comment: Option<String>,
+}
+
+/// A named set (`map: false`) or verdict map (`map: true`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Set {
+    pub name: String,
+    pub map: bool,
+    /// `ipv4_addr`, or for a map `ipv4_addr . inet_proto . inet_service : verdict`.
+    pub type_: String,
+    pub flags: Vec<&'static str>,
+    /// Element timeout in seconds.
+    pub timeout: Option<u32>,
+    pub comment: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub chain: String,
+    /// The rule as kube-proxy writes it, without its comment.
+    pub text: String,
+    pub comment: Option<String>,
+}
+
+impl Rule {
+    /// Whether the rule's text ends with `verdict` (`jump mark-for-masquerade`, `drop`).
+    pub fn ends_with(&self, verdict: &str) -> bool {
+        self.text.ends_with(verdict)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Element {
+    /// The set or map it belongs to.
+    pub set: String,
+    /// Key parts, joined with ` . ` when rendered.
+    pub key: Vec<String>,
+    /// A map element's verdict (`goto service-…`, `drop`).
+    pub value: Option<String>,
+    pub comment: Option<String>,
+}
+
+/// One family's `kube-proxy` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSet {
+    pub family: IpFamily,
+    pub table_comment: String,
+    pub chains: Vec<Chain>,
+    pub sets: Vec<Set>,
+    pub rules: Vec<Rule>,
+    pub elements: Vec<Element>,
+}
+
+impl RuleSet {
+    pub fn new(family: IpFamily) -> RuleSet {
+        RuleSet {
+            family,
+            table_comment: "rules for kube-proxy".into(),
+            chains: Vec::new(),
+            sets: Vec::new(),
+            rules: Vec::new(),
+            elements: Vec::new(),
+        }
+    }
+
+    /// `ip` or `ip6`: the table family, and the keyword of address matches.
+    pub fn ip(&self) -> &'static str {
+        nft_family(self.family)
+    }
+
+    /// Adds a regular chain once (kube-proxy's `ensureChain`).
+    pub fn add_chain(&mut self, name: &str) {
+        if !self.has_chain(name) {
+            self.chains.push(Chain { name: name.into(), hook: None, comment: None });
+        }
+    }
+
+    pub fn has_chain(&self, name: &str) -> bool {
+        self.chains.iter().any(|c| c.name == name)
+    }
+
+    /// Removes a chain with its rules.
+    pub fn remove_chain(&mut self, name: &str) {
+        self.chains.retain(|c| c.name != name);
+        self.rules.retain(|r| r.chain != name);
+    }
+
+    pub fn rule(&mut self, chain: &str, text: impl Into<String>) {
+        self.rules.push(Rule { chain: chain.into(), text: text.into(), comment: None });
+    }
+
+    pub fn rule_commented(&mut self, chain: &str, text: impl Into<String>, comment: &str) {
+        self.rules.push(Rule { chain: chain.into(), text: text.into(), comment: Some(comment.into()) });
+    }
+
+    /// Adds a set or map once.
+    pub fn add_set(&mut self, set: Set) {
+        if !self.sets.iter().any(|s| s.name == set.name) {
+            self.sets.push(set);
+        }
+    }
+
+    pub fn remove_set(&mut self, name: &str) {
+        self.sets.retain(|s| s.name != name);
+        self.elements.retain(|e| e.set != name);
+    }
+
+    /// Adds an element; one with the same key in the same set replaces the earlier one (as
+    /// kube-proxy's element storage keeps one value per key).
+    pub fn element(&mut self, set: &str, key: &[&str], value: Option<String>, comment: Option<&str>) {
+        let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
+        self.elements.retain(|e| !(e.set == set && e.key == key));
+        self.elements.push(Element { set: set.into(), key, value, comment: comment.map(String::from) });
+    }
+
+    pub fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
+        self.rules.iter().filter(move |r| r.chain == chain)
+    }
+
+    pub fn elements_of<'a>(&'a self, set: &'a str) -> impl Iterator<Item = &'a Element> + 'a {
+        self.elements.iter().filter(move |e| e.set == set)
+    }
+
+    /// The table as `add …` commands, one a line, in knftables' dump order.
+    pub fn render(&self) -> String {
+        let ip = self.ip();
+        let mut out = String::new();
+        let _ = writeln!(out, "add table {ip} {TABLE} {{ comment {} ; }}", quote(&self.table_comment));
+        let mut chains: Vec<&Chain> = self.chains.iter().collect();
+        chains.sort_by(|a, b| a.name.cmp(&b.name));
+        for chain in &chains {
+            let _ = writeln!(out, "add chain {ip} {TABLE} {}{}", chain.name, chain_spec(chain));
+        }
+        let mut sets: Vec<&Set> = self.sets.iter().collect();
+        // Sets before maps, each by name, as knftables dumps them.
+        sets.sort_by(|a, b| (a.map, &a.name).cmp(&(b.map, &b.name)));
+        for set in &sets {
+            let kind = if set.map { "map" } else { "set" };
+            let _ = writeln!(out, "add {kind} {ip} {TABLE} {} {}", set.name, set_spec(set));
+        }
+        for chain in &chains {
+            for rule in self.rules_in(&chain.name) {
+                let _ = writeln!(out, "add rule {ip} {TABLE} {}", rule_line(rule));
+            }
+        }
+        for set in &sets {
+            for e in self.elements_of(&set.name) {
+                let _ = writeln!(out, "add element {ip} {TABLE} {} {{ {} }}", set.name, element_body(e));
+            }
+        }
+        out
+    }
+
+    /// `nft -f` input that replaces the family's table with this one in one transaction:
+    /// `add` then `delete` (so the delete cannot fail on a fresh node), then the table.
+    pub fn render_replacing(&self) -> String {
+        let ip = self.ip();
+        format!("add table {ip} {TABLE}\ndelete table {ip} {TABLE}\n{}", self.render())
+    }
+}
+
+pub fn nft_family(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "ip",
+        IpFamily::V6 => "ip6",
+    }
+}
+
+/// A string as nft quotes it (kube-proxy's comments hold no quotes).
+fn quote(s: &str) -> String {
+    format!("\"{s}\"")
+}
+
+fn chain_spec(chain: &Chain) -> String {
+    let mut parts = Vec::new();
+    if let Some(h) = &chain.hook {
+        parts.push(format!("type {} hook {} priority {} ;", h.kind, h.hook, h.priority));
+    }
+    if let Some(c) = &chain.comment {
+        parts.push(format!("comment {} ;", quote(c)));
+    }
+    if parts.is_empty() { String::new() } else { format!(" {{ {} }}", parts.join(" ")) }
+}
+
+fn set_spec(set: &Set) -> String {
+    let mut spec = format!("{{ type {} ;", set.type_);
+    if !set.flags.is_empty() {
+        let _ = write!(spec, " flags {} ;", set.flags.join(","));
+    }
+    if let Some(t) = set.timeout {
+        let _ = write!(spec, " timeout {t}s ;");
+    }
+    if let Some(c) = &set.comment {
+        let _ = write!(spec, " comment {} ;", quote(c));
+    }
+    spec.push_str(" }");
+    spec
+}
+
+/// `CHAIN TEXT [comment "C"]`.
+pub fn rule_line(rule: &Rule) -> String {
+    match &rule.comment {
+        Some(c) => format!("{} {} comment {}", rule.chain, rule.text, quote(c)),
+        None => format!("{} {}", rule.chain, rule.text),
+    }
+}
+
+fn element_body(e: &Element) -> String {
+    let mut body = e.key.join(" . ");
+    if let Some(c) = &e.comment {
+        let _ = write!(body, " comment {}", quote(c));
+    }
+    if let Some(v) = &e.value {
+        let _ = write!(body, " : {v}");
+    }
+    body
+}
