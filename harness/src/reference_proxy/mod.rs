@@ -43,6 +43,7 @@ pub enum Mode {
 /// The command line, kube-proxy's flag names where they exist.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    /// The kubeconfig naming the API server (plain HTTP).
     #[arg(long)]
     pub kubeconfig: PathBuf,
     /// The Node to follow (kube-proxy's `--hostname-override`).
@@ -51,20 +52,25 @@ pub struct Args {
     /// The network namespace (under /run/netns) to program.
     #[arg(long)]
     pub netns: String,
+    /// Which kube-proxy mode's rules to write (the built-in generators').
     #[arg(long, value_enum)]
     pub mode: Mode,
     /// The cluster's pod CIDR, or one per family comma-separated.
     #[arg(long, value_delimiter = ',', required = true)]
     pub cluster_cidr: Vec<IpNet>,
+    /// The service CIDR, or one per family comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub service_cidr: Vec<IpNet>,
     /// Where `/healthz` answers (inside the namespace).
     #[arg(long)]
     pub healthz_bind_address: Option<SocketAddr>,
+    /// Masquerade all traffic to cluster IPs, even from pods.
     #[arg(long)]
     pub masquerade_all: bool,
+    /// Node ports answer only on node addresses inside these CIDRs.
     #[arg(long, value_delimiter = ',')]
     pub nodeport_addresses: Vec<IpNet>,
+    /// Node ports on 127.0.0.1 (iptables mode).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub iptables_localhost_nodeports: bool,
     /// Leave stale UDP conntrack entries alone (a deliberately broken proxy, for a mutant test).
