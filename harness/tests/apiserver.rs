@@ -287,10 +287,13 @@ fn privileged() -> bool {
     false
 }
 
+/// The reference proxy from the binary cargo built for these tests, with `flags`.
+fn reference(mode: &str, flags: &[&str]) -> ApiServerProxy {
+    ApiServerProxy::reference_at(Path::new(env!("CARGO_BIN_EXE_packetproof")), mode, flags).unwrap()
+}
+
 fn reference_proxy() -> ApiServerProxy {
-    // SAFETY (of set_var): tests set the same value; the proxy reads it when it is built.
-    unsafe { std::env::set_var("PACKETPROOF_BIN", env!("CARGO_BIN_EXE_packetproof")) };
-    ApiServerProxy::reference("iptables").unwrap()
+    reference("iptables", &[])
 }
 
 fn scenario(name: &str) -> packetproof::model::Scenario {
@@ -332,8 +335,7 @@ fn scenarios_pass_through_the_reference_proxy_in_nftables_mode() {
     if !privileged() {
         return;
     }
-    reference_proxy();
-    let proxy = ApiServerProxy::reference("nftables").unwrap();
+    let proxy = reference("nftables", &[]);
     for file in
         ["kube-dns-udp.yaml", "etp-local-nodeport.yaml", "dual-stack.yaml", "live-stale-udp-conntrack.yaml"]
     {
@@ -353,7 +355,7 @@ fn stale_udp_conntrack_entries_are_cleared_after_a_step() {
     let live = scenario("live-stale-udp-conntrack.yaml");
     let report = runner::run(&live, &reference_proxy(), &RunOptions::default()).unwrap();
     assert!(report.passed(), "{report:#?}");
-    let broken = ApiServerProxy::reference_with_flags("iptables", &["--no-conntrack-cleanup"]).unwrap();
+    let broken = reference("iptables", &["--no-conntrack-cleanup"]);
     let report = runner::run(&live, &broken, &RunOptions::default()).unwrap();
     let runner::Outcome::Judged(verdicts) = &report.outcome else { panic!("not judged: {report:#?}") };
     let failed: Vec<&str> = verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.as_str()).collect();

@@ -162,6 +162,12 @@ impl ApiServerProxy {
             Some(b) => PathBuf::from(b),
             None => std::env::current_exe().context("finding this executable for reference-proxy")?,
         };
+        Self::reference_at(&bin, mode, flags)
+    }
+
+    /// The reference proxy run from the `packetproof` binary at `bin` (tests name the one
+    /// cargo built: `env!("CARGO_BIN_EXE_packetproof")`).
+    pub fn reference_at(bin: &std::path::Path, mode: &str, flags: &[&str]) -> Result<Self> {
         let mut words = vec![bin.to_string_lossy().into_owned(), "reference-proxy".into()];
         words.extend(
             "--kubeconfig {kubeconfig} --node {node} --netns {netns} --cluster-cidr {clusterCIDR} \
