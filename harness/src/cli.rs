@@ -126,6 +126,9 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
     },
+    /// A service proxy that watches the Kubernetes API (the adapter `reference-proxy-*` runs
+    /// it on every node): proves the API-server adapter without kube-proxy.
+    ReferenceProxy(crate::reference_proxy::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         #[arg(long)]
@@ -174,6 +177,7 @@ pub fn main() -> i32 {
             })
         }
         Command::Cleanup { all } => cleanup(all),
+        Command::ReferenceProxy(args) => crate::reference_proxy::main(args).map(|()| EXIT_PASS),
     };
     result.unwrap_or_else(|e| {
         eprintln!("packetproof: {e:#}");

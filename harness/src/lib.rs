@@ -5,6 +5,7 @@
 //! `topology` (namespaces) → `proxy` (programs nodes) → `traffic` (real probes) →
 //! `verdict` (expected vs observed) → `report`.
 
+pub mod apiserver;
 pub mod bench;
 pub mod cli;
 pub mod diff;
@@ -13,6 +14,7 @@ pub mod mutants;
 pub mod observe;
 pub mod oracle;
 pub mod proxy;
+pub mod reference_proxy;
 pub mod report;
 pub mod runner;
 pub mod scenario;

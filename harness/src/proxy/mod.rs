@@ -5,6 +5,7 @@
 //! proxy: the runner changes its state between steps, reads its data plane for evidence and
 //! stops it before the namespaces go.
 
+pub mod apiserver;
 pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
@@ -78,8 +79,16 @@ pub struct Env<'a> {
 }
 
 /// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] =
-    &[iptables::NAME, nftables::NAME, nftables::NAME_V1_31, ruleset::NAME, command::NAME];
+pub const KNOWN_PROXIES: &[&str] = &[
+    iptables::NAME,
+    nftables::NAME,
+    nftables::NAME_V1_31,
+    ruleset::NAME,
+    command::NAME,
+    apiserver::NAME,
+    apiserver::REFERENCE_IPTABLES,
+    apiserver::REFERENCE_NFTABLES,
+];
 
 /// Builds the proxy a scenario or the command line names. Adapter options name files
 /// relative to `scenario_dir`; without options, `ruleset` and `command` find their inputs
@@ -111,6 +120,13 @@ pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>
         ruleset::NAME => Ok(Box::new(ruleset::Ruleset::from_options(&options, scenario_dir)?)),
         command::NAME if by_convention => Ok(Box::new(command::CommandProxy::default())),
         command::NAME => Ok(Box::new(command::CommandProxy::from_options(&options, scenario_dir)?)),
+        apiserver::NAME => Ok(Box::new(apiserver::ApiServerProxy::from_options(&options)?)),
+        apiserver::REFERENCE_IPTABLES => {
+            Ok(Box::new(apiserver::ApiServerProxy::reference_from_options("iptables", &options)?))
+        }
+        apiserver::REFERENCE_NFTABLES => {
+            Ok(Box::new(apiserver::ApiServerProxy::reference_from_options("nftables", &options)?))
+        }
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }

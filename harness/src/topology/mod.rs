@@ -9,6 +9,7 @@
 //! Links are created inside harness namespaces only (a veth is made in one namespace with its
 //! peer placed straight into the other), so the machine's own namespace never changes.
 
+pub mod control_plane;
 mod links;
 pub mod netns;
 mod sysctl;

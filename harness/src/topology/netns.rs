@@ -61,6 +61,15 @@ impl Netns {
         Ok(Netns { name: name.to_string(), file: Arc::new(file) })
     }
 
+    /// An existing namespace by name (`/run/netns/<name>`), e.g. one a parent process made,
+    /// to run code and commands in. It is not registered for removal: its maker removes it.
+    pub fn open(name: &str) -> Result<Netns> {
+        let path = Path::new(NETNS_DIR).join(name);
+        let file =
+            File::open(&path).with_context(|| format!("opening network namespace {}", path.display()))?;
+        Ok(Netns { name: name.to_string(), file: Arc::new(file) })
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -1,0 +1,316 @@
+//! The API server's HTTP surface: GET of a Node, LIST and WATCH of Nodes, Services and
+//! EndpointSlices, event writes (accepted unread), and the discovery documents clients ask for.
+//! JSON only: clients that prefer protobuf (kube-proxy) accept JSON answers.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request as HttpRequest;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use futures::SinkExt;
+use serde_json::{Value, json};
+
+use super::selector::{Selector, selects};
+use super::store::{Event, Kind, Store};
+
+/// How often a quiet watch that allows bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
+/// A watch without `timeoutSeconds` ends after this, as the real server's default range does.
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+type Params = Query<HashMap<String, String>>;
+
+pub fn router(store: Arc<Store>) -> Router {
+    Router::new()
+        .route("/version", get(version))
+        .route("/api", get(api_versions))
+        .route("/apis", get(api_groups))
+        .route("/api/v1/nodes", get(|s, q| collection(s, q, Kind::Node, None)))
+        .route("/api/v1/nodes/{name}", get(get_node))
+        .route("/api/v1/services", get(|s, q| collection(s, q, Kind::Service, None)))
+        .route(
+            "/api/v1/namespaces/{ns}/services",
+            get(|s, Path(ns): Path<String>, q| collection(s, q, Kind::Service, Some(ns))),
+        )
+        .route(
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            get(|s, q| collection(s, q, Kind::EndpointSlice, None)),
+        )
+        .route(
+            "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+            get(|s, Path(ns): Path<String>, q| collection(s, q, Kind::EndpointSlice, Some(ns))),
+        )
+        // Events are written by proxies (often as protobuf) and never read back: accept them
+        // without decoding.
+        .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", any(event_written))
+        .route("/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}", any(event_written))
+        .route("/api/v1/namespaces/{ns}/events", any(event_written))
+        .route("/api/v1/namespaces/{ns}/events/{name}", any(event_written))
+        .fallback(|| async {
+            status(StatusCode::NOT_FOUND, "NotFound", "the server does not serve this path")
+        })
+        .layer(middleware::from_fn_with_state(Arc::clone(&store), log_request))
+        .with_state(store)
+}
+
+/// Records every request and its status in the store's log (what a proxy asked for, and
+/// what this server could not answer, is the first thing to read when a proxy will not sync).
+async fn log_request(State(store): State<Arc<Store>>, request: HttpRequest, next: Next) -> Response {
+    let line = format!("{} {}", request.method(), request.uri());
+    let response = next.run(request).await;
+    store.log(format!("{line} -> {}", response.status().as_u16()));
+    response
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// A `Status` document, as the real server answers errors.
+fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    json_response(code, &body)
+}
+
+async fn version() -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"major": "1", "minor": "30", "gitVersion": "v1.30.0-packetproof", "platform": "linux/amd64"}),
+    )
+}
+
+async fn api_versions() -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+    )
+}
+
+async fn api_groups() -> Response {
+    let group = |name: &str| {
+        let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
+        json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+    };
+    json_response(
+        StatusCode::OK,
+        &json!({"kind": "APIGroupList", "apiVersion": "v1",
+                "groups": [group("discovery.k8s.io"), group("events.k8s.io")]}),
+    )
+}
+
+/// An event write, answered with what was sent in the encoding it was sent in (the created
+/// object, as the real server answers), never decoded: kube-proxy writes protobuf.
+async fn event_written(headers: axum::http::HeaderMap, body: axum::body::Bytes) -> Response {
+    let content_type = headers.get(header::CONTENT_TYPE).cloned();
+    let content_type = content_type.unwrap_or(header::HeaderValue::from_static("application/json"));
+    let body = if body.is_empty() { axum::body::Bytes::from_static(b"{}") } else { body };
+    (StatusCode::CREATED, [(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+async fn get_node(State(store): State<Arc<Store>>, Path(name): Path<String>) -> Response {
+    match store.get(Kind::Node, &name) {
+        Some(node) => json_response(StatusCode::OK, &node),
+        None => status(StatusCode::NOT_FOUND, "NotFound", &format!("nodes \"{name}\" not found")),
+    }
+}
+
+/// What a LIST or WATCH request asks for.
+struct Request {
+    kind: Kind,
+    namespace: Option<String>,
+    labels: Selector,
+    fields: Selector,
+}
+
+impl Request {
+    fn selects(&self, object: &Value) -> bool {
+        let in_namespace =
+            self.namespace.as_deref().is_none_or(|ns| object["metadata"]["namespace"].as_str() == Some(ns));
+        in_namespace && selects(&self.labels, &self.fields, object)
+    }
+
+    /// How a watch with this selection sees a change, as the real server sends it: an object
+    /// that enters the selection is ADDED, one that leaves it DELETED; `None` if unseen.
+    fn seen_as(&self, event: &Event) -> Option<&'static str> {
+        let now = self.selects(&event.object);
+        let before = event.previous.as_ref().map(|p| self.selects(p));
+        match (event.change, before, now) {
+            ("MODIFIED", Some(false), true) => Some("ADDED"),
+            ("MODIFIED", Some(true), false) => Some("DELETED"),
+            (_, _, true) => Some(event.change),
+            _ => None,
+        }
+    }
+}
+
+async fn collection(
+    State(store): State<Arc<Store>>,
+    Query(q): Params,
+    kind: Kind,
+    ns: Option<String>,
+) -> Response {
+    let parsed = (|| -> anyhow::Result<Request> {
+        let labels = Selector::parse(q.get("labelSelector").map_or("", String::as_str))?;
+        let fields = Selector::parse(q.get("fieldSelector").map_or("", String::as_str))?;
+        fields.check_fields()?;
+        Ok(Request { kind, namespace: ns, labels, fields })
+    })();
+    let request = match parsed {
+        Ok(r) => r,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &format!("{e:#}")),
+    };
+    let flag = |name: &str| q.get(name).is_some_and(|v| v == "true" || v == "1");
+    if flag("watch") {
+        let from = match q.get("resourceVersion").map(String::as_str) {
+            None | Some("") | Some("0") => None,
+            Some(text) => match text.parse::<u64>() {
+                Ok(rv) => Some(rv),
+                Err(_) => {
+                    return status(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequest",
+                        &format!("bad resourceVersion {text:?}"),
+                    );
+                }
+            },
+        };
+        let timeout = q
+            .get("timeoutSeconds")
+            .and_then(|t| t.parse().ok())
+            .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
+        return watch(store, request, from, flag("allowWatchBookmarks"), timeout);
+    }
+    list(&store, &request, &q)
+}
+
+/// A page of the collection: `limit` items after the `continue` token's key, all at the
+/// resourceVersion of the first page.
+fn list(store: &Store, request: &Request, q: &HashMap<String, String>) -> Response {
+    let (current, items) = store.list(request.kind);
+    let (rv, after) = match q.get("continue").filter(|c| !c.is_empty()) {
+        None => (current, None),
+        Some(token) => match decode_continue(token) {
+            Some((rv, key)) => (rv, Some(key)),
+            None => return status(StatusCode::BAD_REQUEST, "BadRequest", "malformed continue token"),
+        },
+    };
+    let mut selected = items
+        .into_iter()
+        .filter(|(key, _)| after.as_ref().is_none_or(|a| key > a))
+        .filter(|(_, o)| request.selects(o));
+    let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|&l| l > 0);
+    let page: Vec<(String, Value)> = match limit {
+        Some(l) => selected.by_ref().take(l).collect(),
+        None => selected.by_ref().collect(),
+    };
+    let remaining = selected.count();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if remaining > 0
+        && let Some((last, _)) = page.last()
+    {
+        metadata["continue"] = encode_continue(rv, last).into();
+        metadata["remainingItemCount"] = remaining.into();
+    }
+    let kind = request.kind;
+    let body = json!({
+        "kind": format!("{}List", kind.kind()),
+        "apiVersion": kind.api_version(),
+        "metadata": metadata,
+        "items": page.into_iter().map(|(_, o)| o).collect::<Vec<_>>(),
+    });
+    json_response(StatusCode::OK, &body)
+}
+
+fn encode_continue(rv: u64, key: &str) -> String {
+    data_encoding::BASE64URL_NOPAD.encode(format!("{rv}\n{key}").as_bytes())
+}
+
+fn decode_continue(token: &str) -> Option<(u64, String)> {
+    let bytes = data_encoding::BASE64URL_NOPAD.decode(token.as_bytes()).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (rv, key) = text.split_once('\n')?;
+    Some((rv.parse().ok()?, key.to_string()))
+}
+
+fn watch_line(change: &str, object: &Value) -> String {
+    let mut line = json!({"type": change, "object": object}).to_string();
+    line.push('\n');
+    line
+}
+
+fn bookmark(kind: Kind, rv: u64) -> String {
+    let object = json!({
+        "kind": kind.kind(), "apiVersion": kind.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()},
+    });
+    watch_line("BOOKMARK", &object)
+}
+
+/// A stream of newline-delimited watch events: without a resourceVersion (or with `0`),
+/// first every current object as ADDED; then every change after it; a BOOKMARK on quiet
+/// seconds when allowed; until the timeout, the client leaves or the server stops.
+fn watch(
+    store: Arc<Store>,
+    request: Request,
+    from: Option<u64>,
+    bookmarks: bool,
+    timeout: Duration,
+) -> Response {
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<String, Infallible>>(16);
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changed = store.subscribe();
+        changed.borrow_and_update();
+        let mut last = match from {
+            Some(rv) => rv,
+            None => {
+                let (rv, items) = store.list(request.kind);
+                for (_, o) in items.iter().filter(|(_, o)| request.selects(o)) {
+                    if tx.send(Ok(watch_line("ADDED", o))).await.is_err() {
+                        return;
+                    }
+                }
+                rv
+            }
+        };
+        loop {
+            changed.borrow_and_update();
+            let (rv, events) = store.events_after(request.kind, last);
+            for e in &events {
+                let Some(change) = request.seen_as(e) else { continue };
+                if tx.send(Ok(watch_line(change, &e.object))).await.is_err() {
+                    return;
+                }
+            }
+            last = last.max(rv);
+            if store.is_closed() {
+                return;
+            }
+            tokio::select! {
+                r = changed.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tokio::time::sleep(BOOKMARK_EVERY) => {
+                    if bookmarks && tx.send(Ok(bookmark(request.kind, last))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(rx))
+        .expect("a static response builds")
+}

@@ -1,0 +1,588 @@
+//! Proxies that watch the Kubernetes API (an unmodified kube-proxy, or `packetproof
+//! reference-proxy`): the harness runs an API server on a control-plane host of the node
+//! network, serves the desired state there, starts the proxy's command in every node
+//! namespace with a kubeconfig pointing at it, and waits until each node's proxy reports a
+//! sync after every change (its `/healthz` `lastUpdated`, or else its rules settling).
+//!
+//! Selected as `apiserver` with a command template (options `command`, `healthzPort`,
+//! `profile`, `syncTimeoutSeconds`; or env `PACKETPROOF_PROXY_COMMAND`), or as
+//! `reference-proxy-iptables` / `reference-proxy-nftables` (this binary's `reference-proxy`).
+//!
+//! A real kube-proxy (v1.30) runs under packetproof like this (`{proxyFlags}` becomes the
+//! scenario's `--masquerade-all`, `--nodeport-addresses`, `--iptables-localhost-nodeports`;
+//! `--conntrack-max-per-core=0` because a namespace cannot set the global conntrack table
+//! size):
+//!
+//! ```text
+//! packetproof run scenarios --proxy apiserver --proxy-option profile=kube-proxy-iptables \
+//!   --proxy-option 'command=kube-proxy --kubeconfig={kubeconfig} --hostname-override={node}
+//!     --proxy-mode=iptables --cluster-cidr={clusterCIDR} --healthz-bind-address=0.0.0.0:{healthzPort}
+//!     --metrics-bind-address=127.0.0.1:10249 --conntrack-max-per-core=0 {proxyFlags}'
+//! ```
+//!
+//! For nftables mode: `--proxy-mode=nftables --feature-gates=NFTablesProxyMode=true` and
+//! `profile=kube-proxy-nftables`.
+
+mod command;
+pub mod objects;
+pub mod sync;
+
+use std::fs::File;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+pub use command::{PLACEHOLDERS, Template, Vars};
+
+use super::{Env, Proxy, Running, State};
+use crate::apiserver::ApiServer;
+use crate::model::Cluster;
+use crate::oracle::Profile;
+use crate::topology::control_plane::ControlPlane;
+use crate::topology::{Netns, NodeHandle};
+
+pub const NAME: &str = "apiserver";
+pub const REFERENCE_IPTABLES: &str = "reference-proxy-iptables";
+pub const REFERENCE_NFTABLES: &str = "reference-proxy-nftables";
+
+/// The API server's port on the control-plane host (the namespace is ours alone).
+const API_PORT: u16 = 6443;
+/// kube-proxy's default healthz port.
+pub const DEFAULT_HEALTHZ_PORT: u16 = 10256;
+/// kube-proxy waits up to ~30 s for its Node before falling back; a first sync takes 1-2 s.
+const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Without healthz: rules unchanged this long count as applied (kube-proxy's default
+/// min-sync-period is 1 s).
+const QUIET: Duration = Duration::from_millis(1500);
+/// Without healthz: after a change, rules that have not moved this long count as applied
+/// (the change did not touch this node's rules).
+const UNCHANGED_AFTER: Duration = Duration::from_secs(5);
+/// SIGTERM, then SIGKILL after this.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// A proxy driven through the API server.
+#[derive(Debug, Clone)]
+pub struct ApiServerProxy {
+    name: String,
+    template: Template,
+    /// Where each node's proxy answers `/healthz` (on the node's IP); none: wait for the
+    /// node's rules to settle instead.
+    healthz_port: Option<u16>,
+    sync_timeout: Duration,
+    /// What its outcomes are judged by: the implementation it runs, if known.
+    profile: Profile,
+}
+
+impl ApiServerProxy {
+    /// From scenario or command-line options: `command` (a string split on whitespace, or a
+    /// list of words) with placeholders [`PLACEHOLDERS`], `healthzPort` (number, or null for
+    /// none; default 10256 when the command uses `{healthzPort}`), `syncTimeoutSeconds`,
+    /// `profile` (e.g. `kube-proxy-iptables` for kube-proxy; default `kubernetes`).
+    pub fn from_options(options: &Value) -> Result<Self> {
+        let template = match &options["command"] {
+            Value::String(s) => Template::parse(s)?,
+            Value::Array(words) => Template::from_words(
+                words
+                    .iter()
+                    .map(|w| w.as_str().map(str::to_string).context("a command word that is not a string"))
+                    .collect::<Result<_>>()?,
+            )?,
+            Value::Null => match std::env::var("PACKETPROOF_PROXY_COMMAND") {
+                Ok(s) => Template::parse(&s)?,
+                Err(_) => bail!(
+                    "proxy {NAME} needs a command: option `command` or env PACKETPROOF_PROXY_COMMAND \
+                     (placeholders: {})",
+                    PLACEHOLDERS.join(" ")
+                ),
+            },
+            other => bail!("option `command` must be a string or a list of strings, not {other}"),
+        };
+        let healthz_port = match options.get("healthzPort") {
+            None if template.uses("{healthzPort}") => Some(DEFAULT_HEALTHZ_PORT),
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|p| u16::try_from(p).ok())
+                    .context("option `healthzPort` must be a port number")?,
+            ),
+        };
+        let sync_timeout = match options.get("syncTimeoutSeconds") {
+            None => DEFAULT_SYNC_TIMEOUT,
+            Some(v) => {
+                Duration::from_secs(v.as_u64().context("option `syncTimeoutSeconds` must be a number")?)
+            }
+        };
+        let profile = match options.get("profile") {
+            None => Profile::Kubernetes,
+            Some(v) => v
+                .as_str()
+                .context("option `profile` must be a string")?
+                .parse()
+                .map_err(|e| anyhow::anyhow!("option `profile`: {e}"))?,
+        };
+        Ok(ApiServerProxy { name: NAME.into(), template, healthz_port, sync_timeout, profile })
+    }
+
+    /// `packetproof reference-proxy` in `mode` (`iptables` or `nftables`), found as env
+    /// `PACKETPROOF_BIN` or else this very executable.
+    pub fn reference(mode: &str) -> Result<Self> {
+        Self::reference_with_flags(mode, &[])
+    }
+
+    /// A reference proxy from scenario or command-line options: only `flags`, a list of
+    /// further `reference-proxy` flags (e.g. `["--no-conntrack-cleanup"]`, a broken build for
+    /// `packetproof diff` or mutant tests).
+    pub fn reference_from_options(mode: &str, options: &Value) -> Result<Self> {
+        let mut flags = Vec::new();
+        for (key, value) in options.as_object().into_iter().flatten() {
+            match (key.as_str(), value) {
+                ("flags", Value::Array(words)) => {
+                    for w in words {
+                        flags.push(w.as_str().context("option `flags` must list strings")?);
+                    }
+                }
+                ("flags", _) => bail!("option `flags` must be a list of strings"),
+                (other, _) => bail!("reference-proxy-{mode} takes only the option `flags`, not {other:?}"),
+            }
+        }
+        Self::reference_with_flags(mode, &flags)
+    }
+
+    /// [`ApiServerProxy::reference`] with further flags, e.g. `--no-conntrack-cleanup` (a
+    /// deliberately broken proxy for mutant tests); the name says which.
+    pub fn reference_with_flags(mode: &str, flags: &[&str]) -> Result<Self> {
+        let bin = match std::env::var_os("PACKETPROOF_BIN") {
+            Some(b) => PathBuf::from(b),
+            None => std::env::current_exe().context("finding this executable for reference-proxy")?,
+        };
+        Self::reference_at(&bin, mode, flags)
+    }
+
+    /// The reference proxy run from the `packetproof` binary at `bin` (tests name the one
+    /// cargo built: `env!("CARGO_BIN_EXE_packetproof")`).
+    pub fn reference_at(bin: &std::path::Path, mode: &str, flags: &[&str]) -> Result<Self> {
+        let mut words = vec![bin.to_string_lossy().into_owned(), "reference-proxy".into()];
+        words.extend(
+            "--kubeconfig {kubeconfig} --node {node} --netns {netns} --cluster-cidr {clusterCIDR} \
+             --service-cidr {serviceCIDR} --healthz-bind-address 0.0.0.0:{healthzPort} {proxyFlags} --mode"
+                .split_whitespace()
+                .map(str::to_string),
+        );
+        words.push(mode.into());
+        words.extend(flags.iter().map(|f| f.to_string()));
+        let mut name = format!("reference-proxy-{mode}");
+        if !flags.is_empty() {
+            name = format!("{name} ({})", flags.join(" "));
+        }
+        Ok(ApiServerProxy {
+            name,
+            template: Template::from_words(words)?,
+            healthz_port: Some(DEFAULT_HEALTHZ_PORT),
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+            // Built on the built-in generators, which write what kube-proxy writes.
+            profile: match mode {
+                "nftables" => Profile::KubeProxyNftables,
+                _ => Profile::KubeProxyIptables,
+            },
+        })
+    }
+}
+
+/// The cluster's proxy configuration as kube-proxy flags (`{proxyFlags}`).
+pub fn proxy_flags(cluster: &Cluster) -> Vec<String> {
+    let mut flags = Vec::new();
+    if cluster.proxy.masquerade_all {
+        flags.push("--masquerade-all".to_string());
+    }
+    let mut ranges: Vec<String> = cluster.proxy.node_port_addresses.iter().map(|r| r.to_string()).collect();
+    if !ranges.is_empty() {
+        ranges.sort();
+        flags.push(format!("--nodeport-addresses={}", ranges.join(",")));
+    }
+    if !cluster.proxy.localhost_node_ports {
+        flags.push("--iptables-localhost-nodeports=false".to_string());
+    }
+    flags
+}
+
+fn kubeconfig(server: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: packetproof\n  cluster:\n    server: http://{server}\n\
+         users:\n- name: proxy\n  user: {{}}\ncontexts:\n- name: packetproof\n  context:\n    cluster: packetproof\n\
+         \x20   user: proxy\ncurrent-context: packetproof\n"
+    )
+}
+
+impl Proxy for ApiServerProxy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
+        let control_plane = env.runtime.block_on(ControlPlane::attach(env.topology, state.cluster))?;
+        let bind = SocketAddr::new(control_plane.ip, API_PORT);
+        let listener = control_plane
+            .netns
+            .run(move || listen(bind))?
+            .with_context(|| format!("binding the API server to {bind}"))?;
+        let server = ApiServer::serve(listener, &env.runtime)?;
+        let dir = std::env::temp_dir().join(format!("packetproof-{}", control_plane.netns.name()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut running = ApiRunning {
+            proxy: self,
+            nodes: Vec::new(),
+            server: Some(server),
+            control_plane: Some(control_plane),
+            runtime: env.runtime.clone(),
+            dir,
+        };
+        // From here an error drops `running`, which stops whatever started.
+        // What the nodes hold before any proxy runs, for proxies without healthz.
+        let baselines = running.baselines(&env.topology.nodes);
+        let pushed = SystemTime::now();
+        objects::push(running.store(), state)?;
+        let (cluster_cidr, service_cidr) = objects::cidrs(state.cluster);
+        for node in &env.topology.nodes {
+            let model = state
+                .cluster
+                .node(&node.name)
+                .with_context(|| format!("node {} is not in the model", node.name))?;
+            let kubeconfig_path = running.dir.join(format!("kubeconfig-{}", node.name));
+            std::fs::write(&kubeconfig_path, kubeconfig(bind))
+                .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+            let vars = Vars {
+                kubeconfig: kubeconfig_path.to_string_lossy().into_owned(),
+                node: node.name.clone(),
+                node_ip: model.ip.to_string(),
+                netns: node.netns.name().to_string(),
+                cluster_cidr: cluster_cidr.clone(),
+                service_cidr: service_cidr.clone(),
+                healthz_port: self.healthz_port,
+                proxy_flags: proxy_flags(state.cluster),
+            };
+            running.spawn(node, model.ip, &self.template.expand(&vars)?)?;
+        }
+        running.wait_synced(pushed, &baselines, None)?;
+        Ok(Box::new(running))
+    }
+}
+
+/// A listening socket on `addr`, which may still be tentative (an IPv6 address on a link
+/// whose carrier is not up yet): free-bind does not wait for it.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    match addr {
+        SocketAddr::V4(_) => socket.set_freebind_v4(true)?,
+        SocketAddr::V6(_) => socket.set_freebind_v6(true)?,
+    }
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(128)?;
+    Ok(socket.into())
+}
+
+/// One node's proxy process.
+struct NodeProxy {
+    node: NodeHandle,
+    child: Option<Child>,
+    log: PathBuf,
+    /// Where its healthz may answer: loopback of either family first (kube-proxy's default
+    /// bind is 0.0.0.0, even in an IPv6 cluster), then the node's IP.
+    healthz: Vec<SocketAddr>,
+}
+
+struct ApiRunning<'a> {
+    proxy: &'a ApiServerProxy,
+    nodes: Vec<NodeProxy>,
+    server: Option<ApiServer>,
+    control_plane: Option<ControlPlane>,
+    runtime: tokio::runtime::Handle,
+    /// Kubeconfigs and logs.
+    dir: PathBuf,
+}
+
+impl ApiRunning<'_> {
+    fn store(&self) -> &crate::apiserver::Store {
+        self.server.as_ref().expect("the server runs until stop").store()
+    }
+
+    fn spawn(&mut self, node: &NodeHandle, ip: IpAddr, argv: &[String]) -> Result<()> {
+        let log = self.dir.join(format!("{}.log", node.name));
+        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone().context("sharing the proxy log")?;
+        let mut cmd = node.netns.command(&argv[0]);
+        cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(out).stderr(err);
+        // SAFETY: prctl is async-signal-safe. The proxy dies with the harness, never outlives it.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child =
+            cmd.spawn().with_context(|| format!("starting `{}` on node {}", argv.join(" "), node.name))?;
+        let healthz = match self.proxy.healthz_port {
+            Some(p) => [IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST), ip]
+                .into_iter()
+                .map(|a| SocketAddr::new(a, p))
+                .collect(),
+            None => Vec::new(),
+        };
+        self.nodes.push(NodeProxy { node: node.clone(), child: Some(child), log, healthz });
+        Ok(())
+    }
+
+    /// Each node's rules without counters, when syncs are told by rules settling (no healthz).
+    fn baselines(&self, nodes: &[NodeHandle]) -> Vec<String> {
+        if self.proxy.healthz_port.is_some() {
+            return Vec::new();
+        }
+        nodes.iter().map(|n| dump(&n.netns).map(|d| sync::without_counters(&d)).unwrap_or_default()).collect()
+    }
+
+    /// Waits until every node's proxy has applied what was pushed at `pushed`: by healthz, or
+    /// by its rules moving from `baselines` and settling (or, with `unchanged_after`, staying).
+    fn wait_synced(
+        &mut self,
+        pushed: SystemTime,
+        baselines: &[String],
+        unchanged_after: Option<Duration>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + self.proxy.sync_timeout;
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            let NodeProxy { node, child, log, healthz } = n;
+            let alive = || -> Result<()> {
+                let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
+                if let Some(status) = c.try_wait()? {
+                    bail!(
+                        "the proxy on node {} exited ({status}); its log ends:\n{}",
+                        node.name,
+                        log_tail(log)
+                    );
+                }
+                Ok(())
+            };
+            let waited = if healthz.is_empty() {
+                let baseline = baselines.get(i).map_or("", String::as_str);
+                sync::wait_stable(baseline, QUIET, unchanged_after, deadline, || dump(&node.netns), alive)
+            } else {
+                sync::wait_healthz(&node.netns, healthz, pushed, deadline, alive)
+            };
+            // The log goes with the proxy; its end goes into the error.
+            if let Err(e) = waited {
+                let e = e.context(format!("waiting for the proxy on node {} to sync", node.name));
+                if format!("{e:#}").contains("its log ends") {
+                    return Err(e);
+                }
+                bail!("{e:#}; its log ends:\n{}", log_tail(log));
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_all(&mut self) -> Result<()> {
+        let mut first_error = None;
+        for n in &mut self.nodes {
+            if let Some(child) = n.child.take()
+                && let Err(e) = stop_child(child)
+            {
+                first_error.get_or_insert(e.context(format!("stopping the proxy on node {}", n.node.name)));
+            }
+        }
+        if let Some(server) = self.server.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                drop(server);
+            } else {
+                self.runtime.block_on(server.stop());
+            }
+        }
+        // Removes the control-plane namespace.
+        self.control_plane.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// SIGTERM, up to [`STOP_GRACE`] to exit, then SIGKILL.
+fn stop_child(mut child: Child) -> Result<()> {
+    let pid = Pid::from_raw(child.id() as i32);
+    if child.try_wait()?.is_none() {
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while child.try_wait()?.is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    child.wait().context("reaping the proxy")?;
+    Ok(())
+}
+
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// The node's rules, whatever the proxy uses: iptables of both families, and the nftables
+/// tables that are not iptables-nft's own (kube-proxy's nftables mode writes `kube-proxy`).
+pub fn dump(netns: &Netns) -> Result<String> {
+    let mut out = String::new();
+    let mut section = |title: String, text: &str| {
+        // Without the timestamps iptables-save prints, unchanged rules read the same.
+        let text: String = text.lines().filter(|l| !l.starts_with('#')).map(|l| format!("{l}\n")).collect();
+        if !text.trim().is_empty() {
+            out.push_str(&format!("# {title}\n{text}"));
+        }
+    };
+    for program in ["iptables-save", "ip6tables-save"] {
+        if let Ok(o) = netns.exec(program, &[], None) {
+            section(program.to_string(), &String::from_utf8_lossy(&o.stdout));
+        }
+    }
+    if let Ok(o) = netns.exec("nft", &["list", "tables"], None) {
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let Some((family, name)) = nft_table(line) else { continue };
+            if let Ok(t) = netns.exec("nft", &["list", "table", family, name], None) {
+                section(format!("nft list table {family} {name}"), &String::from_utf8_lossy(&t.stdout));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `table ip kube-proxy` → (`ip`, `kube-proxy`); `None` for the tables iptables-nft keeps
+/// (already in the iptables-save sections).
+fn nft_table(line: &str) -> Option<(&str, &str)> {
+    const XTABLES: &[&str] = &["filter", "nat", "mangle", "raw", "security"];
+    let mut words = line.split_whitespace();
+    let (Some("table"), Some(family), Some(name)) = (words.next(), words.next(), words.next()) else {
+        return None;
+    };
+    let xtables = matches!(family, "ip" | "ip6") && XTABLES.contains(&name);
+    (!xtables).then_some((family, name))
+}
+
+impl Running for ApiRunning<'_> {
+    fn update(&mut self, state: &State<'_>) -> Result<()> {
+        let nodes: Vec<NodeHandle> = self.nodes.iter().map(|n| n.node.clone()).collect();
+        let baselines = self.baselines(&nodes);
+        let pushed = SystemTime::now();
+        if objects::push(self.store(), state)? == 0 {
+            return Ok(());
+        }
+        self.wait_synced(pushed, &baselines, Some(UNCHANGED_AFTER))
+    }
+
+    fn dump_node(&self, node: &NodeHandle) -> Result<String> {
+        dump(&node.netns)
+    }
+
+    fn artifacts(&self) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<(String, Vec<u8>)> = self
+            .nodes
+            .iter()
+            .map(|n| (format!("{}.log", n.node.name), std::fs::read(&n.log).unwrap_or_default()))
+            .collect();
+        if let Some(server) = &self.server {
+            files.push(("apiserver-requests.log".into(), server.store().request_log().into_bytes()));
+        }
+        files
+    }
+
+    fn stop(mut self: Box<Self>) -> Result<()> {
+        self.stop_all()
+    }
+}
+
+impl Drop for ApiRunning<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_all() {
+            eprintln!("packetproof: stopping {}: {e:#}", self.proxy.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nft_dumps_leave_iptables_nft_tables_to_iptables_save() {
+        assert_eq!(nft_table("table ip kube-proxy"), Some(("ip", "kube-proxy")));
+        assert_eq!(nft_table("table inet cilium"), Some(("inet", "cilium")));
+        assert_eq!(nft_table("table ip nat"), None);
+        assert_eq!(nft_table("table ip6 filter"), None);
+        assert_eq!(nft_table(""), None);
+    }
+
+    #[test]
+    fn reference_proxies_take_only_further_flags() {
+        let p =
+            ApiServerProxy::reference_from_options("iptables", &json!({"flags": ["--no-conntrack-cleanup"]}))
+                .unwrap();
+        assert_eq!(p.name(), "reference-proxy-iptables (--no-conntrack-cleanup)");
+        assert!(ApiServerProxy::reference_from_options("iptables", &json!({"command": "x"})).is_err());
+        assert!(ApiServerProxy::reference_from_options("iptables", &json!({"flags": "x"})).is_err());
+        assert_eq!(
+            ApiServerProxy::reference_from_options("iptables", &json!({})).unwrap().name(),
+            REFERENCE_IPTABLES
+        );
+    }
+
+    #[test]
+    fn options_give_the_command_and_the_healthz_port() {
+        let p = ApiServerProxy::from_options(
+            &json!({"command": "kube-proxy --healthz-bind-address=0.0.0.0:{healthzPort}"}),
+        )
+        .unwrap();
+        assert_eq!(p.healthz_port, Some(DEFAULT_HEALTHZ_PORT));
+        let p =
+            ApiServerProxy::from_options(&json!({"command": ["my proxy", "{node}"], "healthzPort": null}))
+                .unwrap();
+        assert_eq!(p.healthz_port, None);
+        assert!(ApiServerProxy::from_options(&json!({"command": 3})).is_err());
+        let p =
+            ApiServerProxy::from_options(&json!({"command": "x", "profile": "kube-proxy-nftables"})).unwrap();
+        assert_eq!(p.profile, Profile::KubeProxyNftables);
+        assert!(ApiServerProxy::from_options(&json!({"command": "x", "profile": "ipvs"})).is_err());
+        assert!(ApiServerProxy::from_options(&json!({"command": "x {bogus}"})).is_err());
+    }
+
+    #[test]
+    fn a_kubeconfig_reads_back_with_kubes_parser() {
+        let text = kubeconfig("192.168.50.254:6443".parse().unwrap());
+        let k = read_kubeconfig(&text);
+        assert_eq!(
+            k.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+            Some("http://192.168.50.254:6443")
+        );
+    }
+
+    /// Writes the text to a file and lets kube read it, as a proxy built on kube would.
+    fn read_kubeconfig(text: &str) -> kube::config::Kubeconfig {
+        let path = std::env::temp_dir().join(format!("pp-kubeconfig-test-{}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let k = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        k
+    }
+}

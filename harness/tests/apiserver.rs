@@ -1,0 +1,451 @@
+//! The embedded API server spoken to by kube's client over real HTTP (LIST, WATCH,
+//! resourceVersions, selectors, paging, bookmarks, events), and the API-server adapter proved
+//! end to end with `packetproof reference-proxy` on every node (needs root: skipped without it
+//! unless PACKETPROOF_REQUIRE_PRIVILEGES=1).
+//!
+//! The server tests talk over loopback inside a namespace of their own when run as root (so
+//! not even a conntrack entry lands in the machine's namespace), and over the test's own
+//! loopback otherwise. Timings are printed (`--nocapture`), never asserted.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::{Api, Client, ResourceExt};
+use packetproof::apiserver::{ApiServer, Kind};
+use packetproof::proxy::apiserver::{ApiServerProxy, objects::node_object};
+use packetproof::proxy::{Env, Proxy, State};
+use packetproof::reference_proxy::PROXY_LABEL_SELECTOR;
+use packetproof::runner::{self, RunOptions};
+use packetproof::topology::Topology;
+use packetproof::topology::netns::{self, Netns};
+use serde_json::{Value, json};
+
+fn service(name: &str, labels: Value) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80, "protocol": "TCP"}]},
+    })
+}
+
+static NEXT_NAMESPACE: AtomicU32 = AtomicU32::new(0);
+
+/// Removes the namespace on every path out.
+struct Removed(Netns);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}
+
+/// Runs `test` on a runtime whose threads all live in a fresh namespace (with root), so the
+/// server's and the client's sockets are made there; without root, in the test's own.
+fn in_namespace<F, Fut>(test: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(2).enable_all();
+    let namespace = runner::preflight().is_none().then(|| {
+        let n = NEXT_NAMESPACE.fetch_add(1, Ordering::Relaxed);
+        let ns = Removed(Netns::create(&format!("{}api-{n}", netns::process_prefix())).unwrap());
+        ns.0.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
+        ns
+    });
+    if let Some(ns) = &namespace {
+        let path = ns.0.path();
+        builder.on_thread_start(move || {
+            let file = std::fs::File::open(&path).expect("opening the test namespace");
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("entering the test namespace");
+        });
+    }
+    let runtime = builder.build().unwrap();
+    // Spawned, not blocked on: the test runs on the runtime's threads, inside the namespace.
+    let outcome = runtime.block_on(runtime.spawn(test()));
+    drop(runtime);
+    drop(namespace);
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// A server on loopback, and a kube client for it.
+fn serve() -> (ApiServer, Client) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = ApiServer::serve(listener, &tokio::runtime::Handle::current()).unwrap();
+    let uri = format!("http://{}", server.addr()).parse().unwrap();
+    let client = Client::try_from(kube::Config::new(uri)).unwrap();
+    (server, client)
+}
+
+fn names<K: ResourceExt>(items: &[K]) -> Vec<String> {
+    items.iter().map(|o| o.name_any()).collect()
+}
+
+#[test]
+fn list_selects_pages_and_reports_its_resource_version() {
+    in_namespace(|| async {
+        let (server, client) = serve();
+        let store = server.store();
+        store
+            .replace(
+                Kind::Service,
+                vec![
+                    service("a", json!({})),
+                    service("b", json!({"service.kubernetes.io/headless": ""})),
+                    service("c", json!({"service.kubernetes.io/service-proxy-name": "other"})),
+                    service("d", json!({"app": "web"})),
+                ],
+            )
+            .unwrap();
+        let api: Api<Service> = Api::all(client.clone());
+        let list = api.list(&ListParams::default().labels(PROXY_LABEL_SELECTOR)).await.unwrap();
+        assert_eq!(names(&list.items), ["a", "d"]);
+        assert_eq!(list.metadata.resource_version, Some(store.resource_version().to_string()));
+        assert_eq!(names(&api.list(&ListParams::default().labels("app=web")).await.unwrap().items), ["d"]);
+
+        // Paging: one item per page, the rest behind `continue`.
+        let first = api.list(&ListParams::default().labels(PROXY_LABEL_SELECTOR).limit(1)).await.unwrap();
+        assert_eq!(names(&first.items), ["a"]);
+        let token = first.metadata.continue_.clone().expect("a continue token");
+        assert_eq!(first.metadata.remaining_item_count, Some(1));
+        let second = api
+            .list(&ListParams::default().labels(PROXY_LABEL_SELECTOR).limit(1).continue_token(&token))
+            .await
+            .unwrap();
+        assert_eq!(names(&second.items), ["d"]);
+        assert!(second.metadata.continue_.as_deref().unwrap_or("").is_empty());
+        assert_eq!(second.metadata.resource_version, first.metadata.resource_version);
+
+        // Nodes: GET by name, LIST by field selector.
+        let node = |name: &str| {
+            node_object(&packetproof::model::Node {
+                name: name.into(),
+                ip: "192.168.50.11".parse().unwrap(),
+                secondary_ips: vec![],
+                pod_cidr: "10.244.1.0/24".parse().unwrap(),
+                second: None,
+            })
+        };
+        store.replace(Kind::Node, vec![node("node-a"), node("node-b")]).unwrap();
+        let nodes: Api<Node> = Api::all(client.clone());
+        assert_eq!(nodes.get("node-a").await.unwrap().name_any(), "node-a");
+        match nodes.get("node-z").await {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 404),
+            other => panic!("expected 404, got {other:?}"),
+        }
+        let picked = nodes.list(&ListParams::default().fields("metadata.name=node-b")).await.unwrap();
+        assert_eq!(names(&picked.items), ["node-b"]);
+        assert!(nodes.list(&ListParams::default().fields("spec.unschedulable=true")).await.is_err());
+
+        // Events are accepted unread, whatever their encoding.
+        let post = |path: &str| {
+            axum::http::Request::post(path)
+                .header("content-type", "application/vnd.kubernetes.protobuf")
+                .body(vec![0x6b, 0x38, 0x73, 0x00])
+                .unwrap()
+        };
+        let echoed =
+            client.request_text(post("/apis/events.k8s.io/v1/namespaces/default/events")).await.unwrap();
+        assert_eq!(echoed.as_bytes(), [0x6b, 0x38, 0x73, 0x00]);
+        client.request_text(post("/api/v1/namespaces/default/events")).await.unwrap();
+        let log = store.request_log();
+        assert!(log.contains("GET /api/v1/nodes/node-z -> 404"), "{log}");
+        assert!(log.contains("POST /apis/events.k8s.io/v1/namespaces/default/events -> 201"), "{log}");
+        server.stop().await;
+    })
+}
+
+#[test]
+fn watch_replays_changes_after_a_resource_version_and_sends_bookmarks() {
+    in_namespace(|| async {
+        let (server, client) = serve();
+        let store = server.store().clone();
+        store.replace(Kind::Service, vec![service("a", json!({}))]).unwrap();
+        let api: Api<Service> = Api::all(client);
+        let listed = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+
+        // From "0": the current objects first.
+        let params = WatchParams::default().labels(PROXY_LABEL_SELECTOR).timeout(20);
+        let mut from_zero = api.watch(&params, "0").await.unwrap().boxed();
+        match from_zero.try_next().await.unwrap() {
+            Some(WatchEvent::Added(s)) => assert_eq!(s.name_any(), "a"),
+            other => panic!("expected ADDED a, got {other:?}"),
+        }
+
+        let mut stream = api.watch(&params, &listed).await.unwrap().boxed();
+        // Changes after the list: one of them to a Service the selector leaves out.
+        store.apply(Kind::Service, service("e", json!({}))).unwrap();
+        store.apply(Kind::Service, service("h", json!({"service.kubernetes.io/headless": ""}))).unwrap();
+        let mut modified = service("e", json!({}));
+        modified["spec"]["ports"][0]["port"] = 81.into();
+        store.apply(Kind::Service, modified).unwrap();
+        assert!(store.delete(Kind::Service, "default/e"));
+        // Labelled away from this proxy and back: it leaves the selection, then enters it again.
+        store
+            .apply(Kind::Service, service("a", json!({"service.kubernetes.io/service-proxy-name": "x"})))
+            .unwrap();
+        store.apply(Kind::Service, service("a", json!({}))).unwrap();
+
+        let mut seen = Vec::new();
+        let mut versions = Vec::new();
+        let mut bookmark = None;
+        while bookmark.is_none() {
+            let event =
+                tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await.unwrap().unwrap();
+            match event.expect("the watch ended early") {
+                WatchEvent::Added(s) => {
+                    versions.push(s.resource_version().unwrap());
+                    seen.push(format!("ADDED {}", s.name_any()))
+                }
+                WatchEvent::Modified(s) => {
+                    versions.push(s.resource_version().unwrap());
+                    seen.push(format!(
+                        "MODIFIED {} port {}",
+                        s.name_any(),
+                        s.spec.unwrap().ports.unwrap()[0].port
+                    ))
+                }
+                WatchEvent::Deleted(s) => {
+                    versions.push(s.resource_version().unwrap());
+                    seen.push(format!("DELETED {}", s.name_any()))
+                }
+                WatchEvent::Bookmark(b) => bookmark = Some(b.metadata.resource_version),
+                WatchEvent::Error(e) => panic!("watch error {e:?}"),
+            }
+        }
+        assert_eq!(seen, ["ADDED e", "MODIFIED e port 81", "DELETED e", "DELETED a", "ADDED a"]);
+        let numbers: Vec<u64> = versions.iter().map(|v| v.parse().unwrap()).collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "resourceVersions {numbers:?}");
+        assert!(numbers[0] > listed.parse::<u64>().unwrap());
+        // The bookmark says how far the watch has come: past every change, the hidden one too.
+        assert_eq!(bookmark, Some(store.resource_version().to_string()));
+
+        // timeoutSeconds ends a watch by itself.
+        let mut short = api
+            .watch(&WatchParams::default().timeout(1), &store.resource_version().to_string())
+            .await
+            .unwrap()
+            .boxed();
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            while short.try_next().await.unwrap().is_some() {}
+        });
+        ended.await.expect("a watch with timeoutSeconds=1 still runs");
+        server.stop().await;
+    })
+}
+
+#[test]
+fn kubes_reflector_follows_the_store() {
+    in_namespace(|| async {
+        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        let (server, client) = serve();
+        let store = server.store().clone();
+        store.replace(Kind::Service, vec![service("a", json!({})), service("b", json!({}))]).unwrap();
+        let (reader, writer) = reflector::store::<Service>();
+        let config = watcher::Config::default().labels(PROXY_LABEL_SELECTOR).page_size(1);
+        let follow = reflector::reflector(writer, watcher(Api::all(client), config)).applied_objects();
+        let task = tokio::spawn(follow.for_each(|_| futures::future::ready(())));
+        reader.wait_until_ready().await.unwrap();
+        store.replace(Kind::Service, vec![service("b", json!({})), service("c", json!({}))]).unwrap();
+        store
+            .apply(Kind::Service, service("x", json!({"service.kubernetes.io/service-proxy-name": "other"})))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut now: Vec<String> = reader.state().iter().map(|s| s.name_any()).collect();
+            now.sort();
+            if now == ["b", "c"] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the reflector holds {now:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        task.abort();
+        server.stop().await;
+    })
+}
+
+/// Whether privileged tests run here; panics when they must and cannot.
+fn privileged() -> bool {
+    if runner::preflight().is_none() {
+        return true;
+    }
+    assert!(
+        std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").as_deref() != Ok("1"),
+        "apiserver tests need root"
+    );
+    eprintln!("skipped: needs root");
+    false
+}
+
+/// The reference proxy from the binary cargo built for these tests, with `flags`.
+fn reference(mode: &str, flags: &[&str]) -> ApiServerProxy {
+    ApiServerProxy::reference_at(Path::new(env!("CARGO_BIN_EXE_packetproof")), mode, flags).unwrap()
+}
+
+fn reference_proxy() -> ApiServerProxy {
+    reference("iptables", &[])
+}
+
+fn scenario(name: &str) -> packetproof::model::Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(name);
+    packetproof::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A few scenarios across the contract pass with the reference proxy behind the API server
+/// (the whole suite: `packetproof run scenarios --proxy reference-proxy-iptables`).
+#[test]
+fn scenarios_pass_through_the_reference_proxy() {
+    if !privileged() {
+        return;
+    }
+    let proxy = reference_proxy();
+    let mut failures = Vec::new();
+    for file in [
+        "pod-to-clusterip-cross-node.yaml",
+        "kube-dns-udp.yaml",
+        "etp-local-health-check.yaml",
+        "loadbalancer-source-ranges.yaml",
+        "terminating-fallback.yaml",
+        "masquerade-all.yaml",
+        "ipv6-node-port.yaml",
+        "dual-stack.yaml",
+    ] {
+        match runner::run(&scenario(file), &proxy, &RunOptions::default()) {
+            Ok(report) if report.passed() => {}
+            Ok(report) => failures.push(format!("{file}: {report:#?}")),
+            Err(e) => failures.push(format!("{file}: {e:#}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// nftables mode: the same adapter, the built-in nftables generator behind it.
+#[test]
+fn scenarios_pass_through_the_reference_proxy_in_nftables_mode() {
+    if !privileged() {
+        return;
+    }
+    let proxy = reference("nftables", &[]);
+    for file in
+        ["kube-dns-udp.yaml", "etp-local-nodeport.yaml", "dual-stack.yaml", "live-stale-udp-conntrack.yaml"]
+    {
+        let report = runner::run(&scenario(file), &proxy, &RunOptions::default()).unwrap();
+        assert!(report.passed(), "{file}: {report:#?}");
+    }
+}
+
+/// A live step replaces a UDP Service's only endpoint: the reference proxy clears the
+/// conntrack entry that still points at the old one, and with `--no-conntrack-cleanup` the
+/// same scenario fails (the check can fail).
+#[test]
+fn stale_udp_conntrack_entries_are_cleared_after_a_step() {
+    if !privileged() {
+        return;
+    }
+    let live = scenario("live-stale-udp-conntrack.yaml");
+    let report = runner::run(&live, &reference_proxy(), &RunOptions::default()).unwrap();
+    assert!(report.passed(), "{report:#?}");
+    let broken = reference("iptables", &["--no-conntrack-cleanup"]);
+    let report = runner::run(&live, &broken, &RunOptions::default()).unwrap();
+    let runner::Outcome::Judged(verdicts) = &report.outcome else { panic!("not judged: {report:#?}") };
+    let failed: Vec<&str> = verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.as_str()).collect();
+    assert_eq!(failed, ["endpoint-replaced: after"], "only the probe after the step may fail: {report:#?}");
+}
+
+/// The `apiserver` adapter with a command template and no healthz: syncs are told by the
+/// node's rules moving and settling, on start and after a live step.
+#[test]
+fn a_proxy_without_healthz_is_waited_for_by_its_rules() {
+    if !privileged() {
+        return;
+    }
+    let command = format!(
+        "{} reference-proxy --kubeconfig {{kubeconfig}} --node {{node}} --netns {{netns}} --mode iptables \
+         --cluster-cidr {{clusterCIDR}} --service-cidr {{serviceCIDR}} {{proxyFlags}}",
+        env!("CARGO_BIN_EXE_packetproof")
+    );
+    let options = json!({"command": command, "profile": "kube-proxy-iptables"});
+    let proxy = ApiServerProxy::from_options(&options).unwrap();
+    let report =
+        runner::run(&scenario("live-stale-udp-conntrack.yaml"), &proxy, &RunOptions::default()).unwrap();
+    assert!(report.passed(), "{report:#?}");
+}
+
+/// Processes whose command line names `netns` (the reference proxy is given `--netns`).
+fn processes_in(netns: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let words: Vec<String> =
+                cmdline.split(|&b| b == 0).map(|w| String::from_utf8_lossy(w).into_owned()).collect();
+            if words.iter().any(|w| w == netns) {
+                found.push(words.join(" "));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn an_update_reaches_every_node_and_stop_ends_every_proxy() {
+    if !privileged() {
+        return;
+    }
+    let proxy = reference_proxy();
+    let scenario = scenario("pod-to-clusterip-cross-node.yaml");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let topology = runtime.block_on(Topology::build(&scenario.cluster)).unwrap();
+    let env = Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };
+    let state = State { cluster: &scenario.cluster, objects: &scenario.objects };
+
+    let started = Instant::now();
+    let mut running = proxy.start(&state, &env).unwrap();
+    eprintln!("reference-proxy: first sync on {} nodes after {:?}", topology.nodes.len(), started.elapsed());
+    let service = &scenario.cluster.services[0];
+    let vip = service.cluster_ip.to_string();
+    for node in &topology.nodes {
+        let rules = running.dump_node(node).unwrap();
+        assert!(rules.contains(&vip), "node {} lacks {vip}:\n{rules}", node.name);
+        assert!(!processes_in(node.netns.name()).is_empty());
+    }
+
+    // A step: the Service and its slices go away.
+    let mut cluster = scenario.cluster.clone();
+    cluster.services.retain(|s| s.name != service.name);
+    let mut objects = scenario.objects.clone();
+    objects.services.retain(|s| s.metadata.name.as_deref() != Some(&service.name));
+    objects.endpoint_slices.retain(|s| {
+        s.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")) != Some(&service.name)
+    });
+    let changed = Instant::now();
+    running.update(&State { cluster: &cluster, objects: &objects }).unwrap();
+    eprintln!("reference-proxy: update applied on every node after {:?}", changed.elapsed());
+    for node in &topology.nodes {
+        let rules = running.dump_node(node).unwrap();
+        assert!(!rules.contains(&vip), "node {} still has {vip}:\n{rules}", node.name);
+    }
+    let logs = running.artifacts();
+    let (requests, proxy_logs): (Vec<_>, Vec<_>) =
+        logs.iter().partition(|(name, _)| name.starts_with("apiserver"));
+    assert_eq!(proxy_logs.len(), topology.nodes.len());
+    assert!(proxy_logs.iter().all(|(_, text)| String::from_utf8_lossy(text).contains("synced")), "{logs:?}");
+    let requests = String::from_utf8_lossy(&requests[0].1);
+    assert!(requests.contains("watch=true"), "{requests}");
+
+    running.stop().unwrap();
+    for node in &topology.nodes {
+        assert_eq!(processes_in(node.netns.name()), Vec::<String>::new());
+    }
+    drop(runtime);
+    topology.teardown().unwrap();
+}
