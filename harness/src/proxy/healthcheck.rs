@@ -239,7 +239,7 @@ async fn answer_once(mut stream: tokio::net::TcpStream, reply: Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Endpoint, Node, Protocol, Service, ServicePort};
+    use crate::model::{Endpoint, Protocol, Service, ServicePort};
 
     fn ep(ip: &str, node: &str, ready: bool) -> Endpoint {
         Endpoint {
@@ -274,24 +274,9 @@ mod tests {
         }
     }
 
+    /// node-a of [`Cluster::example`] alone.
     fn cluster(services: Vec<Service>) -> Cluster {
-        Cluster {
-            second_family: None,
-            pod_cidr: "10.244.0.0/16".parse().unwrap(),
-            service_cidr: "10.96.0.0/12".parse().unwrap(),
-            node_network: "192.168.50.0/24".parse().unwrap(),
-            nodes: vec![Node {
-                second: None,
-                name: "node-a".into(),
-                ip: "192.168.50.2".parse().unwrap(),
-                secondary_ips: vec![],
-                pod_cidr: "10.244.0.0/24".parse().unwrap(),
-            }],
-            external_hosts: vec![],
-            pods: vec![],
-            services,
-            proxy: Default::default(),
-        }
+        Cluster::example(services).with_nodes(&[("node-a", "192.168.50.2", "10.244.0.0/24")])
     }
 
     #[test]

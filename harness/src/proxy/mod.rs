@@ -13,6 +13,8 @@ pub mod nftables;
 pub mod node_ports;
 mod programmed;
 pub mod ruleset;
+#[cfg(test)]
+mod test_support;
 
 use std::path::Path;
 

@@ -45,7 +45,7 @@ fn last_endpoint_never_chosen_makes_the_ladder_certain_too_early() {
     assert_eq!(gone.len(), 1);
     assert_eq!(new, [gone[0].replace("--probability 0.5000000000", "--probability 1.0000000000")]);
 
-    let eps: Vec<Endpoint> = (1..=4).map(|i| ep(&format!("10.244.1.{i}"), 80, "node-b")).collect();
+    let eps: Vec<Endpoint> = (1..=4).map(|i| ep(&format!("10.244.1.{i}"), 80, Some("node-b"))).collect();
     let svc = service(
         "default",
         "four",
@@ -72,7 +72,7 @@ fn drop_instead_of_reject_changes_only_the_verdict() {
 
 #[test]
 fn dnat_to_service_port_uses_the_port_not_the_target_port() {
-    let eps = vec![ep("10.244.1.5", 8080, "node-b")];
+    let eps = vec![ep("10.244.1.5", 8080, Some("node-b"))];
     let svc = service(
         "default",
         "web",
