@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::node_ports::NodePortAddresses;
 use crate::model::{Cluster, IpFamily, ServiceType, TrafficPolicy};
-use crate::topology::Netns;
+use crate::topology::{Netns, NodeHandle};
 
 /// One health check server a node runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +69,24 @@ pub fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
     let family = cluster.ip_family();
     let npa = NodePortAddresses::new(&cluster.proxy, family);
     if npa.match_all() { vec![family.unspecified()] } else { npa.node_ips(cluster.node(node)) }
+}
+
+/// Makes `node` serve the health checks of every family view of the cluster (`views`, one
+/// per proxier), as [`serve`] does: a dual-stack Service's check is one server per family, on
+/// one port.
+pub fn serve_node(node: &NodeHandle, views: &[Cluster], always_ok: bool) -> Result<()> {
+    let mut services: Vec<HealthService> = Vec::new();
+    let mut addresses = Vec::new();
+    for view in views {
+        for svc in node_services(view, &node.name) {
+            if !services.iter().any(|s| s.port == svc.port) {
+                services.push(svc);
+            }
+        }
+        addresses.extend(bind_addresses(view, &node.name));
+    }
+    serve(&node.netns, &services, &addresses, always_ok)
+        .with_context(|| format!("serving health checks on node {}", node.name))
 }
 
 /// What a server answers with.

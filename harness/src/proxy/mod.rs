@@ -9,6 +9,7 @@ pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
+mod loader;
 pub mod nftables;
 pub mod node_ports;
 mod programmed;

@@ -63,6 +63,21 @@ pub struct Deviations {
     pub etp_local_uses_cluster: bool,
 }
 
+impl Deviations {
+    /// The policy and endpoints of `port` on `node` (either mode's generator), with the
+    /// endpoint-choice bugs these deviations switch on.
+    pub fn select<'a>(self, svc: &Service, port: &'a ServicePort, node: &str) -> (PortPolicy, Selection<'a>) {
+        let mut policy = PortPolicy::of(svc, port);
+        let mut eps = select_with(port, policy, node, self.terminating);
+        if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
+            // The bug: on this node the port behaves as if its internal policy were Cluster.
+            policy.internal_local = false;
+            eps = select_with(port, policy, node, self.terminating);
+        }
+        (policy, eps)
+    }
+}
+
 /// The `iptables-restore` input kube-proxy would write on `node` for `cluster`.
 pub fn node_rules(cluster: &Cluster, node: &str) -> RuleSet {
     node_rules_with(cluster, node, Deviations::default())
@@ -306,13 +321,7 @@ fn host(ip: IpAddr) -> String {
 impl<'a> Port<'a> {
     fn new(cluster: &Cluster, svc: &Service, port: &'a ServicePort, node: &str, dev: Deviations) -> Port<'a> {
         let name = naming::service_port_name(svc, port);
-        let mut policy = PortPolicy::of(svc, port);
-        let mut eps = select_with(port, policy, node, dev.terminating);
-        if dev.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
-            // The bug: on this node the port behaves as if its internal policy were Cluster.
-            policy.internal_local = false;
-            eps = select_with(port, policy, node, dev.terminating);
-        }
+        let (policy, eps) = dev.select(svc, port, node);
         // Each proxier sees only the addresses of its own family.
         let family = IpFamily::of(svc.cluster_ip);
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;

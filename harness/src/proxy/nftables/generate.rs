@@ -26,7 +26,7 @@ use ipnet::IpNet;
 use super::naming::{self, PortChains};
 use super::ruleset::{Hook, RuleSet, Set};
 use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceType, SessionAffinity};
-use crate::proxy::iptables::endpoints::{PortPolicy, Selection, select_with};
+use crate::proxy::iptables::endpoints::{PortPolicy, Selection};
 use crate::proxy::iptables::generate::Deviations;
 use crate::proxy::node_ports::NodePortAddresses;
 
@@ -310,13 +310,7 @@ impl<'a> Port<'a> {
         dev: Deviations,
         layout: Layout,
     ) -> Port<'a> {
-        let mut policy = PortPolicy::of(svc, port);
-        let mut eps = select_with(port, policy, node, dev.terminating);
-        if dev.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
-            // The bug: on this node the port behaves as if its internal policy were Cluster.
-            policy.internal_local = false;
-            eps = select_with(port, policy, node, dev.terminating);
-        }
+        let (policy, eps) = dev.select(svc, port, node);
         let family = IpFamily::of(svc.cluster_ip);
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
         let texts = |ips: &[IpAddr]| ips.iter().filter(ours).map(|ip| ip.to_string()).collect();

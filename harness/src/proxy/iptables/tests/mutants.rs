@@ -1,6 +1,8 @@
 //! Each mutant changes only what its description says.
 
 use super::*;
+use crate::proxy::iptables::generate::Deviations;
+use crate::proxy::iptables::mutants::outside_the_rules;
 
 fn mutated(m: Mutant) -> (RuleSet, RuleSet) {
     let c = cluster(vec![kube_dns(), nginx(TrafficPolicy::Cluster), no_endpoints()]);
@@ -355,5 +357,14 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
             .any(|node| node_rules(&c, node) != node_ruleset(&c, node, Some(m)));
         let elsewhere = m.breaks_health_checks() || m.keeps_stale_conntrack();
         assert!(changed || elsewhere, "{m} changes nothing on the fixture");
+    }
+}
+
+#[test]
+fn the_mutants_outside_the_rules_are_the_generators_the_health_servers_and_the_conntrack_cleanups() {
+    for m in Mutant::ALL {
+        let elsewhere =
+            m.deviations() != Deviations::default() || m.breaks_health_checks() || m.keeps_stale_conntrack();
+        assert_eq!(matches!(m, outside_the_rules!()), elsewhere, "{m}");
     }
 }
