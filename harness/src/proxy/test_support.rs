@@ -85,6 +85,12 @@ impl Scratch {
         }
         self
     }
+
+    /// The namespace's `net.ipv4.conf.all.route_localnet` (`0` or `1`).
+    pub fn route_localnet(&self) -> String {
+        let read = self.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet"));
+        read.expect("a thread in the scratch namespace").expect("reading route_localnet").trim().to_string()
+    }
 }
 
 impl Drop for Scratch {

@@ -82,9 +82,7 @@ fn loads_and_saves_back_identically_in_ipv6() {
     // The IPv4 tables stay empty and route_localnet off: IPv6 has no localhost node ports.
     let v4 = scratch.0.exec("iptables-save", &[], None).unwrap();
     assert!(!String::from_utf8_lossy(&v4.stdout).contains("KUBE-"));
-    let localnet =
-        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
-    assert_eq!(localnet.unwrap().trim(), "0");
+    assert_eq!(scratch.route_localnet(), "0");
 }
 
 /// `GET /` on `port` at `ip` from inside the namespace: status line, headers, body.
@@ -139,9 +137,7 @@ fn health_check_node_port_answers_from_inside_the_node() {
         serde_json::json!({"service": {"namespace": "default", "name": "lb"}, "localEndpoints": 1, "serviceProxyHealthy": true})
     );
     // kube-proxy's iptables mode turns route_localnet on for localhost node ports.
-    let localnet =
-        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
-    assert_eq!(localnet.unwrap().trim(), "1");
+    assert_eq!(scratch.route_localnet(), "1");
 
     // Reprogrammed as a node without endpoints: the same server now says 503.
     program(&c, "node-c", None);

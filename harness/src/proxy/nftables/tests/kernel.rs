@@ -115,9 +115,7 @@ fn every_scenario_cluster_loads_and_reads_back() {
         }
     }
     // No localhost node ports in nftables mode: route_localnet stays off.
-    let localnet =
-        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
-    assert_eq!(localnet.unwrap().trim(), "0");
+    assert_eq!(scratch.route_localnet(), "0");
 }
 
 #[test]
