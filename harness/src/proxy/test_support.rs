@@ -72,7 +72,7 @@ impl Scratch {
     }
 
     /// Puts `ip` on loopback as a host address, so that health check servers can bind a
-    /// node's address (again: a kept address is fine).
+    /// node's address (`replace`: putting one there twice is fine).
     pub fn add_host_address(&self, ip: IpAddr) {
         let host = format!("{ip}/{}", IpFamily::of(ip).host_prefix());
         self.0.exec("ip", &["address", "replace", &host, "dev", "lo", "nodad"], None).expect("address on lo");
