@@ -115,26 +115,41 @@ impl Cluster {
     /// The unit tests' cluster: two IPv4 nodes (node-a 192.168.50.2, node-b 192.168.50.3)
     /// with kind's default networks, no pods, and `services`.
     pub fn example(services: Vec<Service>) -> Cluster {
-        let node = |name: &str, ip: &str, pod_cidr: &str| Node {
-            second: None,
-            name: name.to_string(),
-            ip: ip.parse().unwrap(),
-            secondary_ips: vec![],
-            pod_cidr: pod_cidr.parse().unwrap(),
-        };
         Cluster {
             second_family: None,
             pod_cidr: "10.244.0.0/16".parse().unwrap(),
             service_cidr: "10.96.0.0/12".parse().unwrap(),
             node_network: "192.168.50.0/24".parse().unwrap(),
-            nodes: vec![
-                node("node-a", "192.168.50.2", "10.244.0.0/24"),
-                node("node-b", "192.168.50.3", "10.244.1.0/24"),
-            ],
+            nodes: vec![],
             external_hosts: vec![],
             pods: vec![],
             services,
             proxy: Default::default(),
+        }
+        .with_nodes(&[
+            ("node-a", "192.168.50.2", "10.244.0.0/24"),
+            ("node-b", "192.168.50.3", "10.244.1.0/24"),
+        ])
+    }
+
+    /// The cluster with `nodes` (name, IP, pod CIDR; no secondary IPs, one family) in place of
+    /// its own.
+    pub fn with_nodes(mut self, nodes: &[(&str, &str, &str)]) -> Cluster {
+        self.nodes = nodes.iter().map(|&(name, ip, pod_cidr)| Node::example(name, ip, pod_cidr)).collect();
+        self
+    }
+}
+
+#[cfg(test)]
+impl Node {
+    /// A node of the unit tests: one address, no secondary IPs, one family.
+    pub fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
+        Node {
+            second: None,
+            name: name.to_string(),
+            ip: ip.parse().unwrap(),
+            secondary_ips: vec![],
+            pod_cidr: pod_cidr.parse().unwrap(),
         }
     }
 }

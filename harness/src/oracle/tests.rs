@@ -28,27 +28,19 @@ fn pod(name: &str, ip: &str, node: &str) -> Pod {
 }
 
 fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
+    let web = Service {
+        service_type: ServiceType::NodePort,
+        external_traffic_policy: etp,
+        ports: vec![ServicePort {
+            name: "http".into(),
+            protocol: Protocol::Tcp,
+            port: 80,
+            node_port: Some(30080),
+            endpoints,
+        }],
+        ..Service::new("default", "web", "10.96.0.20".parse().unwrap())
+    };
     Cluster {
-        second_family: None,
-        pod_cidr: "10.244.0.0/16".parse().unwrap(),
-        service_cidr: "10.96.0.0/12".parse().unwrap(),
-        node_network: "192.168.50.0/24".parse().unwrap(),
-        nodes: vec![
-            Node {
-                second: None,
-                secondary_ips: vec![],
-                name: "a".into(),
-                ip: "192.168.50.11".parse().unwrap(),
-                pod_cidr: "10.244.1.0/24".parse().unwrap(),
-            },
-            Node {
-                second: None,
-                secondary_ips: vec![],
-                name: "b".into(),
-                ip: "192.168.50.12".parse().unwrap(),
-                pod_cidr: "10.244.2.0/24".parse().unwrap(),
-            },
-        ],
         external_hosts: vec![ExternalHost {
             name: "ext".into(),
             ip: "192.168.50.100".parse().unwrap(),
@@ -59,19 +51,8 @@ fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
             pod("web-b", "10.244.2.5", "b"),
             pod("client", "10.244.1.9", "a"),
         ],
-        services: vec![Service {
-            service_type: ServiceType::NodePort,
-            external_traffic_policy: etp,
-            ports: vec![ServicePort {
-                name: "http".into(),
-                protocol: Protocol::Tcp,
-                port: 80,
-                node_port: Some(30080),
-                endpoints,
-            }],
-            ..Service::new("default", "web", "10.96.0.20".parse().unwrap())
-        }],
-        proxy: ProxyConfig::default(),
+        ..Cluster::example(vec![web])
+            .with_nodes(&[("a", "192.168.50.11", "10.244.1.0/24"), ("b", "192.168.50.12", "10.244.2.0/24")])
     }
 }
 

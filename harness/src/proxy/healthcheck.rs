@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::node_ports::NodePortAddresses;
 use crate::model::{Cluster, IpFamily, ServiceType, TrafficPolicy};
-use crate::topology::Netns;
+use crate::topology::{Netns, NodeHandle};
 
 /// One health check server a node runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +69,24 @@ pub fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
     let family = cluster.ip_family();
     let npa = NodePortAddresses::new(&cluster.proxy, family);
     if npa.match_all() { vec![family.unspecified()] } else { npa.node_ips(cluster.node(node)) }
+}
+
+/// Makes `node` serve the health checks of every family view of the cluster (`views`, one
+/// per proxier), as [`serve`] does: a dual-stack Service's check is one server per family, on
+/// one port.
+pub fn serve_node(node: &NodeHandle, views: &[Cluster], always_ok: bool) -> Result<()> {
+    let mut services: Vec<HealthService> = Vec::new();
+    let mut addresses = Vec::new();
+    for view in views {
+        for svc in node_services(view, &node.name) {
+            if !services.iter().any(|s| s.port == svc.port) {
+                services.push(svc);
+            }
+        }
+        addresses.extend(bind_addresses(view, &node.name));
+    }
+    serve(&node.netns, &services, &addresses, always_ok)
+        .with_context(|| format!("serving health checks on node {}", node.name))
 }
 
 /// What a server answers with.
@@ -239,7 +257,7 @@ async fn answer_once(mut stream: tokio::net::TcpStream, reply: Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Endpoint, Node, Protocol, Service, ServicePort};
+    use crate::model::{Endpoint, Protocol, Service, ServicePort};
 
     fn ep(ip: &str, node: &str, ready: bool) -> Endpoint {
         Endpoint {
@@ -274,24 +292,9 @@ mod tests {
         }
     }
 
+    /// node-a of [`Cluster::example`] alone.
     fn cluster(services: Vec<Service>) -> Cluster {
-        Cluster {
-            second_family: None,
-            pod_cidr: "10.244.0.0/16".parse().unwrap(),
-            service_cidr: "10.96.0.0/12".parse().unwrap(),
-            node_network: "192.168.50.0/24".parse().unwrap(),
-            nodes: vec![Node {
-                second: None,
-                name: "node-a".into(),
-                ip: "192.168.50.2".parse().unwrap(),
-                secondary_ips: vec![],
-                pod_cidr: "10.244.0.0/24".parse().unwrap(),
-            }],
-            external_hosts: vec![],
-            pods: vec![],
-            services,
-            proxy: Default::default(),
-        }
+        Cluster::example(services).with_nodes(&[("node-a", "192.168.50.2", "10.244.0.0/24")])
     }
 
     #[test]

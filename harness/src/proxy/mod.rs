@@ -10,10 +10,13 @@ pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
+mod loader;
 pub mod nftables;
 pub mod node_ports;
 mod programmed;
 pub mod ruleset;
+#[cfg(test)]
+mod test_support;
 
 use std::path::Path;
 

@@ -76,6 +76,37 @@ pub struct Selection<'a> {
     pub has_any: bool,
 }
 
+/// What a generator of either mode builds one service port's rules on: its policy, its
+/// endpoints on the node, and whether external Local traffic goes to the Cluster set (a
+/// deviation).
+#[derive(Debug, Clone)]
+pub struct Choice<'a> {
+    pub policy: PortPolicy,
+    pub eps: Selection<'a>,
+    pub etp_local_uses_cluster: bool,
+}
+
+impl Choice<'_> {
+    /// External traffic is kept on this node's endpoints.
+    pub fn external_local(&self) -> bool {
+        self.policy.external_local && !self.etp_local_uses_cluster
+    }
+
+    pub fn has_internal_endpoints(&self) -> bool {
+        self.eps.has_any && (!self.policy.internal_local || !self.eps.local.is_empty())
+    }
+
+    pub fn has_external_endpoints(&self) -> bool {
+        self.eps.has_any && (!self.external_local() || !self.eps.local.is_empty())
+    }
+
+    /// The external chain exists even without external endpoints (its short-circuit rules
+    /// still serve traffic from this node and its pods).
+    pub fn uses_external_chain(&self) -> bool {
+        self.eps.has_any && self.policy.externally_accessible
+    }
+}
+
 fn ready(ep: &Endpoint) -> bool {
     ep.ready
 }

@@ -26,7 +26,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::endpoints::{PortPolicy, Selection, Terminating, select_with};
+use super::endpoints::{Choice, PortPolicy, Terminating, select_with};
 use super::ladder;
 use super::naming;
 use super::ruleset::{RuleSet, Table, args};
@@ -61,6 +61,21 @@ pub struct Deviations {
     /// externalTrafficPolicy Local sends outside traffic to the Cluster set (and so never
     /// drops it), keeping the client address.
     pub etp_local_uses_cluster: bool,
+}
+
+impl Deviations {
+    /// The policy and endpoints of `port` on `node` (either mode's generator), with the
+    /// endpoint-choice bugs these deviations switch on.
+    pub fn choose<'a>(self, svc: &Service, port: &'a ServicePort, node: &str) -> Choice<'a> {
+        let mut policy = PortPolicy::of(svc, port);
+        let mut eps = select_with(port, policy, node, self.terminating);
+        if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
+            // The bug: on this node the port behaves as if its internal policy were Cluster.
+            policy.internal_local = false;
+            eps = select_with(port, policy, node, self.terminating);
+        }
+        Choice { policy, eps, etp_local_uses_cluster: self.etp_local_uses_cluster }
+    }
 }
 
 /// The `iptables-restore` input kube-proxy would write on `node` for `cluster`.
@@ -288,10 +303,7 @@ struct Port<'a> {
     affinity: Option<u32>,
     masquerade_all: bool,
     pod_cidr: Option<String>,
-    policy: PortPolicy,
-    eps: Selection<'a>,
-    /// Deviation: external Local traffic goes to the Cluster set.
-    etp_local_uses_cluster: bool,
+    choice: Choice<'a>,
     svc_chain: String,
     svl_chain: String,
     ext_chain: String,
@@ -306,13 +318,7 @@ fn host(ip: IpAddr) -> String {
 impl<'a> Port<'a> {
     fn new(cluster: &Cluster, svc: &Service, port: &'a ServicePort, node: &str, dev: Deviations) -> Port<'a> {
         let name = naming::service_port_name(svc, port);
-        let mut policy = PortPolicy::of(svc, port);
-        let mut eps = select_with(port, policy, node, dev.terminating);
-        if dev.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
-            // The bug: on this node the port behaves as if its internal policy were Cluster.
-            policy.internal_local = false;
-            eps = select_with(port, policy, node, dev.terminating);
-        }
+        let choice = dev.choose(svc, port, node);
         // Each proxier sees only the addresses of its own family.
         let family = IpFamily::of(svc.cluster_ip);
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
@@ -354,9 +360,7 @@ impl<'a> Port<'a> {
             },
             masquerade_all: cluster.proxy.masquerade_all,
             pod_cidr,
-            policy,
-            eps,
-            etp_local_uses_cluster: dev.etp_local_uses_cluster,
+            choice,
             svc_chain: naming::svc_chain(&name, port.protocol),
             svl_chain: naming::svl_chain(&name, port.protocol),
             ext_chain: naming::ext_chain(&name, port.protocol),
@@ -365,34 +369,16 @@ impl<'a> Port<'a> {
         }
     }
 
-    fn has_internal_endpoints(&self) -> bool {
-        self.eps.has_any && (!self.policy.internal_local || !self.eps.local.is_empty())
-    }
-
-    fn external_goes_local(&self) -> bool {
-        self.policy.external_local && !self.etp_local_uses_cluster
-    }
-
-    fn has_external_endpoints(&self) -> bool {
-        self.eps.has_any && (!self.external_goes_local() || !self.eps.local.is_empty())
-    }
-
     fn internal_chain(&self) -> &str {
-        if self.policy.internal_local { &self.svl_chain } else { &self.svc_chain }
+        if self.choice.policy.internal_local { &self.svl_chain } else { &self.svc_chain }
     }
 
     fn external_policy_chain(&self) -> &str {
-        if self.external_goes_local() { &self.svl_chain } else { &self.svc_chain }
-    }
-
-    /// The `KUBE-EXT-…` chain exists even without external endpoints (its short-circuit
-    /// rules still serve traffic from this node and its pods).
-    fn uses_external_chain(&self) -> bool {
-        self.eps.has_any && self.policy.externally_accessible
+        if self.choice.external_local() { &self.svl_chain } else { &self.svc_chain }
     }
 
     fn uses_firewall_chain(&self) -> bool {
-        self.eps.has_any && !self.lb_ips.is_empty() && !self.source_ranges.is_empty()
+        self.choice.eps.has_any && !self.lb_ips.is_empty() && !self.source_ranges.is_empty()
     }
 
     fn load_balancer_chain(&self) -> &str {
@@ -403,7 +389,7 @@ impl<'a> Port<'a> {
     /// port has no endpoints at all, DROP when only this node's (Local policy) are missing.
     /// kube-proxy writes a bare `-j REJECT`; the saved form names the family's default.
     fn filter_verdict(&self) -> (Vec<String>, String) {
-        if self.eps.has_any {
+        if self.choice.eps.has_any {
             (args!["-j", "DROP"], format!("{} has no local endpoints", self.name))
         } else {
             let reject_with = match self.family {
@@ -462,19 +448,19 @@ fn write_service_port(rules: &mut RuleSet, p: &Port) {
     write_internal_masquerade(rules, p);
     write_ext_chain(rules, p);
     write_fw_chain(rules, p);
-    if !p.eps.cluster.is_empty() && p.policy.uses_cluster_endpoints() {
-        write_ladder(rules, p, &p.svc_chain, &p.eps.cluster);
+    if !p.choice.eps.cluster.is_empty() && p.choice.policy.uses_cluster_endpoints() {
+        write_ladder(rules, p, &p.svc_chain, &p.choice.eps.cluster);
     }
-    if !p.eps.local.is_empty() && p.policy.uses_local_endpoints() {
-        write_ladder(rules, p, &p.svl_chain, &p.eps.local);
+    if !p.choice.eps.local.is_empty() && p.choice.policy.uses_local_endpoints() {
+        write_ladder(rules, p, &p.svl_chain, &p.choice.eps.local);
     }
-    for ep in &p.eps.reachable {
+    for ep in &p.choice.eps.reachable {
         write_sep_chain(rules, p, ep);
     }
 }
 
 fn write_cluster_ip(rules: &mut RuleSet, p: &Port) {
-    if p.has_internal_endpoints() {
+    if p.choice.has_internal_endpoints() {
         let comment = format!("{} cluster IP", p.name);
         rules.nat.append(SERVICES, with(p.cluster_ip_match(&comment), args!["-j", p.internal_chain()]));
     } else {
@@ -487,11 +473,11 @@ fn write_cluster_ip(rules: &mut RuleSet, p: &Port) {
 /// serves outside traffic here.
 fn write_external_ips(rules: &mut RuleSet, p: &Port) {
     for ip in &p.external_ips {
-        if p.eps.has_any {
+        if p.choice.eps.has_any {
             let comment = format!("{} external IP", p.name);
             rules.nat.append(SERVICES, with(p.destination_match(ip, &comment), args!["-j", &p.ext_chain]));
         }
-        if !p.has_external_endpoints() {
+        if !p.choice.has_external_endpoints() {
             let (verdict, comment) = p.filter_verdict();
             rules.filter.append(EXTERNAL_SERVICES, with(p.destination_match(ip, &comment), verdict));
         }
@@ -503,7 +489,7 @@ fn write_external_ips(rules: &mut RuleSet, p: &Port) {
 /// `KUBE-EXT-…`; refused when no endpoint serves outside traffic here.
 fn write_load_balancer_ips(rules: &mut RuleSet, p: &Port) {
     for ip in &p.lb_ips {
-        if p.eps.has_any {
+        if p.choice.eps.has_any {
             let comment = format!("{} loadbalancer IP", p.name);
             let jump = args!["-j", p.load_balancer_chain()];
             rules.nat.append(SERVICES, with(p.destination_match(ip, &comment), jump));
@@ -513,7 +499,7 @@ fn write_load_balancer_ips(rules: &mut RuleSet, p: &Port) {
             rules.filter.append(PROXY_FIREWALL, with(p.destination_match(ip, &comment), args!["-j", "DROP"]));
         }
     }
-    if !p.has_external_endpoints() {
+    if !p.choice.has_external_endpoints() {
         for ip in &p.lb_ips {
             let (verdict, comment) = p.filter_verdict();
             rules.filter.append(EXTERNAL_SERVICES, with(p.destination_match(ip, &comment), verdict));
@@ -523,7 +509,7 @@ fn write_load_balancer_ips(rules: &mut RuleSet, p: &Port) {
 
 fn write_node_port(rules: &mut RuleSet, p: &Port) {
     let Some(node_port) = &p.node_port else { return };
-    if p.eps.has_any {
+    if p.choice.eps.has_any {
         rules.nat.append(
             NODEPORTS,
             args![
@@ -542,7 +528,7 @@ fn write_node_port(rules: &mut RuleSet, p: &Port) {
             ],
         );
     }
-    if !p.has_external_endpoints() {
+    if !p.choice.has_external_endpoints() {
         let (verdict, comment) = p.filter_verdict();
         let matches = args![
             "-p",
@@ -592,7 +578,7 @@ fn write_health_check(rules: &mut RuleSet, p: &Port) {
 /// sources reaching the cluster IP (a node routing the service range) are, since the
 /// endpoint may be on another node.
 fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
-    if !p.has_internal_endpoints() {
+    if !p.choice.has_internal_endpoints() {
         return;
     }
     let comment = format!("{} cluster IP", p.name);
@@ -609,12 +595,12 @@ fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
 /// `KUBE-EXT-…`: masquerade everything (Cluster policy), or keep the client address for
 /// outside traffic and short-circuit traffic from pods and from this node (Local policy).
 fn write_ext_chain(rules: &mut RuleSet, p: &Port) {
-    if !p.uses_external_chain() {
+    if !p.choice.uses_external_chain() {
         return;
     }
     let ext = p.ext_chain.as_str();
     rules.nat.add_chain(ext);
-    if !p.policy.external_local {
+    if !p.choice.policy.external_local {
         let comment = format!("masquerade traffic for {} external destinations", p.name);
         rules.nat.append(ext, args!["-m", "comment", "--comment", comment, "-j", MARK_MASQ]);
     } else {
@@ -633,7 +619,7 @@ fn write_ext_chain(rules: &mut RuleSet, p: &Port) {
             rules.nat.append(ext, args!["-m", "comment", "--comment", comment, "-m", "addrtype", "--src-type", "LOCAL", "-j", target]);
         }
     }
-    if p.has_external_endpoints() {
+    if p.choice.has_external_endpoints() {
         rules.nat.append(ext, args!["-j", p.external_policy_chain()]);
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 
 use crate::model::IpFamily;
+use crate::proxy::loader;
 use crate::topology::NodeHandle;
 
 /// The families each namespace was loaded with (both, on a dual-stack node), by namespace
@@ -40,16 +41,7 @@ pub fn restore(node: &NodeHandle, text: &str, family: IpFamily) -> Result<()> {
         .entry(node.netns.name().to_string())
         .or_default()
         .insert(family);
-    let loaded = node.netns.exec(restore, &["-w"], Some(text.as_bytes()));
-    loaded.map(|_| ()).map_err(|e| {
-        let shown: Vec<String> = offending_lines(&format!("{e:#}"), text)
-            .iter()
-            .map(|(n, line)| format!("line {n}: {line}"))
-            .collect();
-        let offending =
-            if shown.is_empty() { String::new() } else { format!(" (input {})", shown.join("; ")) };
-        e.context(format!("loading {} rules on node {}{offending}", rule_kind(family), node.name))
-    })
+    loader::run(node, restore, &["-w"], text, rule_kind(family), offending_lines)
 }
 
 /// The input lines an error points at: the line it names and, when that is a `COMMIT` (nft

@@ -90,8 +90,6 @@ impl NodeProgrammer for BuiltinIptables {
         } else {
             vec![cluster.clone()]
         };
-        let mut services: Vec<healthcheck::HealthService> = Vec::new();
-        let mut addresses = Vec::new();
         for view in &views {
             let family = view.ip_family();
             if node_ports::localhost_node_ports(&view.proxy, family) {
@@ -100,17 +98,9 @@ impl NodeProgrammer for BuiltinIptables {
                     .with_context(|| format!("setting route_localnet on node {}", node.name))?;
             }
             load::restore(node, &node_ruleset(view, &node.name, self.mutant).render(), family)?;
-            // A dual-stack Service's health check is one server per family, on one port.
-            for svc in healthcheck::node_services(view, &node.name) {
-                if !services.iter().any(|s| s.port == svc.port) {
-                    services.push(svc);
-                }
-            }
-            addresses.extend(healthcheck::bind_addresses(view, &node.name));
         }
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
-        healthcheck::serve(&node.netns, &services, &addresses, always_ok)
-            .with_context(|| format!("serving health checks on node {}", node.name))
+        healthcheck::serve_node(node, &views, always_ok)
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {

@@ -15,6 +15,21 @@ use super::ruleset::{Rule, RuleSet, args};
 use crate::model::{Cluster, IpFamily, Service, ServicePort};
 use crate::proxy::node_ports::NodePortAddresses;
 
+/// The mutants whose bug is not in the finished rules, as a pattern for the `apply` of
+/// either mode: the generator makes the endpoint-choice bugs ([`Mutant::deviations`]), the
+/// health check server and the conntrack cleanup the other two.
+macro_rules! outside_the_rules {
+    () => {
+        $crate::proxy::iptables::Mutant::EtpLocalUsesRemoteEndpoints
+            | $crate::proxy::iptables::Mutant::ItpLocalFallsBackToRemote
+            | $crate::proxy::iptables::Mutant::TerminatingUsedWhileReady
+            | $crate::proxy::iptables::Mutant::TerminatingNeverFallback
+            | $crate::proxy::iptables::Mutant::HealthCheckAlwaysOk
+            | $crate::proxy::iptables::Mutant::StaleUdpConntrackKept
+    };
+}
+pub(crate) use outside_the_rules;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mutant {
     NoHairpinMasq,
@@ -230,12 +245,7 @@ impl Mutant {
             Mutant::LocalnetNotFirewalled => {
                 rules.filter.rules.retain(|r| r.comment() != Some("block incoming localnet connections"))
             }
-            Mutant::EtpLocalUsesRemoteEndpoints
-            | Mutant::ItpLocalFallsBackToRemote
-            | Mutant::TerminatingUsedWhileReady
-            | Mutant::TerminatingNeverFallback
-            | Mutant::HealthCheckAlwaysOk
-            | Mutant::StaleUdpConntrackKept => {}
+            outside_the_rules!() => {}
         }
     }
 }

@@ -26,7 +26,7 @@ use ipnet::IpNet;
 use super::naming::{self, PortChains};
 use super::ruleset::{Hook, RuleSet, Set};
 use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceType, SessionAffinity};
-use crate::proxy::iptables::endpoints::{PortPolicy, Selection, select_with};
+use crate::proxy::iptables::endpoints::Choice;
 use crate::proxy::iptables::generate::Deviations;
 use crate::proxy::node_ports::NodePortAddresses;
 
@@ -293,9 +293,7 @@ struct Port<'a> {
     affinity: Option<u32>,
     masquerade_all: bool,
     pod_cidr: Option<String>,
-    policy: PortPolicy,
-    eps: Selection<'a>,
-    etp_local_uses_cluster: bool,
+    choice: Choice<'a>,
     chains: PortChains,
     layout: Layout,
 }
@@ -310,13 +308,7 @@ impl<'a> Port<'a> {
         dev: Deviations,
         layout: Layout,
     ) -> Port<'a> {
-        let mut policy = PortPolicy::of(svc, port);
-        let mut eps = select_with(port, policy, node, dev.terminating);
-        if dev.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
-            // The bug: on this node the port behaves as if its internal policy were Cluster.
-            policy.internal_local = false;
-            eps = select_with(port, policy, node, dev.terminating);
-        }
+        let choice = dev.choose(svc, port, node);
         let family = IpFamily::of(svc.cluster_ip);
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
         let texts = |ips: &[IpAddr]| ips.iter().filter(ours).map(|ip| ip.to_string()).collect();
@@ -347,44 +339,26 @@ impl<'a> Port<'a> {
             pod_cidr: Some(cluster.pod_cidr)
                 .filter(|net| IpFamily::of_net(net) == family)
                 .map(|net| net.trunc().to_string()),
-            policy,
-            eps,
-            etp_local_uses_cluster: dev.etp_local_uses_cluster,
+            choice,
             chains: PortChains::new(svc, port),
             layout,
         }
     }
 
-    fn external_local(&self) -> bool {
-        self.policy.external_local && !self.etp_local_uses_cluster
-    }
-
-    fn has_internal_endpoints(&self) -> bool {
-        self.eps.has_any && (!self.policy.internal_local || !self.eps.local.is_empty())
-    }
-
-    fn has_external_endpoints(&self) -> bool {
-        self.eps.has_any && (!self.external_local() || !self.eps.local.is_empty())
-    }
-
     fn internal_chain(&self) -> &str {
-        if self.policy.internal_local { &self.chains.local } else { &self.chains.cluster }
+        if self.choice.policy.internal_local { &self.chains.local } else { &self.chains.cluster }
     }
 
     fn external_policy_chain(&self) -> &str {
-        if self.external_local() { &self.chains.local } else { &self.chains.cluster }
+        if self.choice.external_local() { &self.chains.local } else { &self.chains.cluster }
     }
 
     fn uses_cluster_chain(&self) -> bool {
-        !self.eps.cluster.is_empty() && self.policy.uses_cluster_endpoints()
+        !self.choice.eps.cluster.is_empty() && self.choice.policy.uses_cluster_endpoints()
     }
 
     fn uses_local_chain(&self) -> bool {
-        !self.eps.local.is_empty() && self.policy.uses_local_endpoints()
-    }
-
-    fn uses_external_chain(&self) -> bool {
-        self.eps.has_any && self.policy.externally_accessible
+        !self.choice.eps.local.is_empty() && self.choice.policy.uses_local_endpoints()
     }
 
     fn uses_firewall_chain(&self) -> bool {
@@ -394,7 +368,7 @@ impl<'a> Port<'a> {
     /// What the filter chains do with traffic that has nowhere to go: REJECT when the port
     /// has no endpoints at all, DROP when only the policy's local ones are missing.
     fn filter_verdict(&self) -> String {
-        if self.eps.has_any { "drop".into() } else { format!("goto {REJECT_CHAIN}") }
+        if self.choice.eps.has_any { "drop".into() } else { format!("goto {REJECT_CHAIN}") }
     }
 
     fn endpoint_chain(&self, ep: &Endpoint) -> String {
@@ -409,7 +383,7 @@ impl<'a> Port<'a> {
 /// One service port: its map elements, then its chains (kube-proxy's order within
 /// `syncProxyRules`).
 fn write_service_port(rules: &mut RuleSet, p: &Port) {
-    for ep in &p.eps.reachable {
+    for ep in &p.choice.eps.reachable {
         rules.add_chain(&p.endpoint_chain(ep));
     }
     if p.uses_cluster_chain() {
@@ -418,7 +392,7 @@ fn write_service_port(rules: &mut RuleSet, p: &Port) {
     if p.uses_local_chain() {
         rules.add_chain(&p.chains.local);
     }
-    if p.uses_external_chain() {
+    if p.choice.uses_external_chain() {
         rules.add_chain(&p.chains.external);
     }
     write_elements(rules, p);
@@ -427,12 +401,12 @@ fn write_service_port(rules: &mut RuleSet, p: &Port) {
     write_firewall_chain(rules, p);
     write_affinity_sets(rules, p);
     if p.uses_cluster_chain() {
-        write_balancing(rules, p, &p.chains.cluster, &p.eps.cluster);
+        write_balancing(rules, p, &p.chains.cluster, &p.choice.eps.cluster);
     }
     if p.uses_local_chain() {
-        write_balancing(rules, p, &p.chains.local, &p.eps.local);
+        write_balancing(rules, p, &p.chains.local, &p.choice.eps.local);
     }
-    for ep in &p.eps.reachable {
+    for ep in &p.choice.eps.reachable {
         write_endpoint_chain(rules, p, ep);
     }
 }
@@ -447,16 +421,16 @@ fn write_elements(rules: &mut RuleSet, p: &Port) {
     };
 
     rules.element(CLUSTER_IPS, &[&p.cluster_ip], None, None);
-    if p.has_internal_endpoints() {
+    if p.choice.has_internal_endpoints() {
         add(rules, SERVICE_IPS, &p.cluster_ip, goto(p.internal_chain()));
     } else {
         add(rules, NO_ENDPOINT_SERVICES, &p.cluster_ip, Some(p.filter_verdict()));
     }
     for ip in &p.external_ips {
-        if p.eps.has_any {
+        if p.choice.eps.has_any {
             add(rules, SERVICE_IPS, ip, goto(&p.chains.external));
         }
-        if !p.has_external_endpoints() {
+        if !p.choice.has_external_endpoints() {
             add(rules, NO_ENDPOINT_SERVICES, ip, Some(p.filter_verdict()));
         }
     }
@@ -464,24 +438,24 @@ fn write_elements(rules: &mut RuleSet, p: &Port) {
         rules.add_chain(&p.chains.firewall);
     }
     for ip in &p.lb_ips {
-        if p.eps.has_any {
+        if p.choice.eps.has_any {
             add(rules, SERVICE_IPS, ip, goto(&p.chains.external));
         }
         if p.uses_firewall_chain() {
             add(rules, FIREWALL_IPS, ip, goto(&p.chains.firewall));
         }
     }
-    if !p.has_external_endpoints() {
+    if !p.choice.has_external_endpoints() {
         for ip in &p.lb_ips {
             add(rules, NO_ENDPOINT_SERVICES, ip, Some(p.filter_verdict()));
         }
     }
     if let Some(node_port) = &p.node_port {
         let key = [p.proto, node_port.as_str()];
-        if p.eps.has_any {
+        if p.choice.eps.has_any {
             rules.element(SERVICE_NODEPORTS, &key, goto(&p.chains.external), None);
         }
-        if !p.has_external_endpoints() {
+        if !p.choice.has_external_endpoints() {
             rules.element(NO_ENDPOINT_NODEPORTS, &key, Some(p.filter_verdict()), Some(&p.name));
         }
     }
@@ -490,7 +464,7 @@ fn write_elements(rules: &mut RuleSet, p: &Port) {
 /// With `--masquerade-all` every cluster-IP connection is masqueraded; otherwise traffic
 /// from outside the pod network (a node routing the service range) is.
 fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
-    if !p.has_internal_endpoints() {
+    if !p.choice.has_internal_endpoints() {
         return;
     }
     let dest = match p.layout {
@@ -510,11 +484,11 @@ fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
 /// `external-…`: masquerade everything (Cluster policy), or keep the client address for
 /// outside traffic and short-circuit traffic from pods and from this node (Local policy).
 fn write_external_chain(rules: &mut RuleSet, p: &Port) {
-    if !p.uses_external_chain() {
+    if !p.choice.uses_external_chain() {
         return;
     }
     let ext = p.chains.external.as_str();
-    if !p.policy.external_local {
+    if !p.choice.policy.external_local {
         rules.rule(ext, JUMP_MASQ);
     } else {
         let cluster = &p.chains.cluster;
@@ -532,7 +506,7 @@ fn write_external_chain(rules: &mut RuleSet, p: &Port) {
             "short-circuit local traffic",
         );
     }
-    if p.has_external_endpoints() {
+    if p.choice.has_external_endpoints() {
         rules.rule(ext, format!("goto {}", p.external_policy_chain()));
     }
 }
@@ -556,7 +530,7 @@ fn write_firewall_chain(rules: &mut RuleSet, p: &Port) {
 /// affinity timeout.
 fn write_affinity_sets(rules: &mut RuleSet, p: &Port) {
     let Some(seconds) = p.affinity else { return };
-    for ep in &p.eps.reachable {
+    for ep in &p.choice.eps.reachable {
         rules.add_set(Set {
             name: p.affinity_set(ep),
             map: false,

@@ -4,21 +4,13 @@
 
 use anyhow::{Context, Result};
 
+use crate::proxy::loader;
 use crate::topology::NodeHandle;
 
 /// Runs `text` through `nft -f -` inside the node's namespace. An error names the node and
 /// quotes the input lines nft complains about.
 pub fn apply(node: &NodeHandle, text: &str) -> Result<()> {
-    let loaded = node.netns.exec("nft", &["-f", "-"], Some(text.as_bytes()));
-    loaded.map(|_| ()).map_err(|e| {
-        let shown: Vec<String> = offending_lines(&format!("{e:#}"), text)
-            .iter()
-            .map(|(n, line)| format!("line {n}: {line}"))
-            .collect();
-        let offending =
-            if shown.is_empty() { String::new() } else { format!(" (input {})", shown.join("; ")) };
-        e.context(format!("loading nftables rules on node {}{offending}", node.name))
-    })
+    loader::run(node, "nft", &["-f", "-"], text, "nftables", offending_lines)
 }
 
 /// The node's whole ruleset as `nft list ruleset` prints it.

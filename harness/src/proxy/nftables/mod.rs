@@ -19,7 +19,7 @@ pub mod ruleset;
 #[cfg(test)]
 mod tests;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ipnet::IpNet;
 
 pub use generate::{Layout, node_rules};
@@ -146,20 +146,8 @@ impl NodeProgrammer for BuiltinNftables {
     /// No `route_localnet`: nftables mode has no localhost node ports.
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
         load::apply(node, &load_text(cluster, &node.name, self.mutant, self.layout))?;
-        let mut services: Vec<healthcheck::HealthService> = Vec::new();
-        let mut addresses = Vec::new();
-        for view in family_views(cluster, &node.name) {
-            // A dual-stack Service's health check is one server per family, on one port.
-            for svc in healthcheck::node_services(&view, &node.name) {
-                if !services.iter().any(|s| s.port == svc.port) {
-                    services.push(svc);
-                }
-            }
-            addresses.extend(healthcheck::bind_addresses(&view, &node.name));
-        }
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
-        healthcheck::serve(&node.netns, &services, &addresses, always_ok)
-            .with_context(|| format!("serving health checks on node {}", node.name))
+        healthcheck::serve_node(node, &family_views(cluster, &node.name), always_ok)
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {

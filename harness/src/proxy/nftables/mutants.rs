@@ -29,6 +29,7 @@ use super::ruleset::{Rule, RuleSet};
 use crate::model::{Cluster, IpFamily, ServicePort};
 use crate::proxy::iptables::Mutant;
 use crate::proxy::iptables::endpoints::PortPolicy;
+use crate::proxy::iptables::mutants::outside_the_rules;
 
 /// Breaks `rules` (one family's table, generated with [`Mutant::deviations`]) the way
 /// `mutant` says; mutants that live in the generator or the health server change nothing.
@@ -75,12 +76,7 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
         }
         Mutant::NodePortOnAllAddresses => node_ports_everywhere(rules),
         Mutant::NodePortsNotLast => node_ports_first(rules),
-        Mutant::EtpLocalUsesRemoteEndpoints
-        | Mutant::ItpLocalFallsBackToRemote
-        | Mutant::TerminatingUsedWhileReady
-        | Mutant::TerminatingNeverFallback
-        | Mutant::HealthCheckAlwaysOk
-        | Mutant::StaleUdpConntrackKept => {}
+        outside_the_rules!() => {}
         // No route_localnet, so no localnet guard to leave out (`Mutant::exists_in_nftables`).
         Mutant::LocalnetNotFirewalled => {}
     }

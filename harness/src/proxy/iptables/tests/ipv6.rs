@@ -95,15 +95,10 @@ fn the_converter_keeps_containment() {
 /// detector; ours detects by cluster CIDR, `fd00:10::/64` here).
 fn kp_v6_cluster(services: Vec<Service>) -> Cluster {
     Cluster {
-        second_family: None,
         pod_cidr: "fd00:10::/64".parse().unwrap(),
         service_cidr: "fd00:ab34::/64".parse().unwrap(),
         node_network: "fd00:192:168::/64".parse().unwrap(),
-        nodes: vec![node("test-hostname", "fd00:192:168::2", "fd00:10::/80")],
-        external_hosts: vec![],
-        pods: vec![],
-        services,
-        proxy: Default::default(),
+        ..Cluster::example(services).with_nodes(&[("test-hostname", "fd00:192:168::2", "fd00:10::/80")])
     }
 }
 
@@ -111,10 +106,7 @@ fn kp_v6_cluster(services: Vec<Service>) -> Cluster {
 fn localhost_node_ports_ipv6_matches_kube_proxy() {
     // TestEnableLocalhostNodePortsIPv6 and TestDisableLocalhostNodePortsIPv6 expect the same
     // rules: IPv6 never has localhost node ports, whatever the flag.
-    let eps = vec![
-        Endpoint { node: None, ..ep("ff06::c1", 80, "") },
-        Endpoint { node: Some("test-hostname".into()), ..ep("ff06::c2", 80, "") },
-    ];
+    let eps = vec![ep("ff06::c1", 80, None), ep("ff06::c2", 80, Some("test-hostname"))];
     let mut svc = service(
         "ns1",
         "svc1",

@@ -2,54 +2,7 @@
 //! saves back as written; the health check servers answer from inside a node namespace.
 
 use super::*;
-
-/// Removes the scratch namespace however the test ends.
-struct Scratch(crate::topology::Netns);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = self.0.remove();
-    }
-}
-
-/// Kernel tests run wherever scenarios can; elsewhere they say why and pass nothing off as run.
-fn privileged() -> bool {
-    match crate::runner::preflight() {
-        None => true,
-        Some(reason) => {
-            assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
-}
-
-/// A scratch namespace with loopback up and `addresses` on it (so that health check servers
-/// can bind node addresses), and a runtime entered for them; the runtime goes first on drop.
-fn scratch(label: &str, addresses: &[&str]) -> (tokio::runtime::Runtime, Scratch) {
-    use crate::topology::{Netns, netns};
-    let name = format!("{}{label}", netns::process_prefix());
-    let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
-    scratch.0.exec("ip", &["link", "set", "lo", "up"], None).expect("loopback up");
-    for ip in addresses {
-        scratch
-            .0
-            .exec(
-                "ip",
-                &[
-                    "address",
-                    "add",
-                    &format!("{ip}/{}", if ip.contains(':') { 128 } else { 32 }),
-                    "dev",
-                    "lo",
-                ],
-                None,
-            )
-            .expect("address on lo");
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    (runtime, scratch)
-}
+use crate::proxy::test_support::{Scratch, privileged, runtime};
 
 /// Loads every node's rules, under each proxy configuration and with each mutant, into a
 /// scratch namespace through the real `Proxy` methods, and checks that `iptables-save` prints
@@ -62,8 +15,12 @@ fn loads_and_saves_back_identically() {
     use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
-    let (runtime, scratch) =
-        scratch("iptables-roundtrip", &["192.168.50.2", "192.168.50.102", "192.168.50.3"]);
+    let scratch = Scratch::new("iptables-roundtrip").with_host_addresses(&[
+        "192.168.50.2",
+        "192.168.50.102",
+        "192.168.50.3",
+    ]);
+    let runtime = runtime();
     let _in_runtime = runtime.enter();
     let mut restricted = everything();
     restricted.proxy.masquerade_all = true;
@@ -99,10 +56,12 @@ fn loads_and_saves_back_identically_in_ipv6() {
     use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
-    let (runtime, scratch) = scratch(
-        "ip6tables-roundtrip",
-        &["fd00:192:168:150::2", "fd00:192:168:150::102", "fd00:192:168:150::3"],
-    );
+    let scratch = Scratch::new("ip6tables-roundtrip").with_host_addresses(&[
+        "fd00:192:168:150::2",
+        "fd00:192:168:150::102",
+        "fd00:192:168:150::3",
+    ]);
+    let runtime = runtime();
     let _in_runtime = runtime.enter();
     let mut restricted = v6(&everything());
     restricted.proxy.masquerade_all = true;
@@ -123,9 +82,7 @@ fn loads_and_saves_back_identically_in_ipv6() {
     // The IPv4 tables stay empty and route_localnet off: IPv6 has no localhost node ports.
     let v4 = scratch.0.exec("iptables-save", &[], None).unwrap();
     assert!(!String::from_utf8_lossy(&v4.stdout).contains("KUBE-"));
-    let localnet =
-        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
-    assert_eq!(localnet.unwrap().trim(), "0");
+    assert_eq!(scratch.route_localnet(), "0");
 }
 
 /// `GET /` on `port` at `ip` from inside the namespace: status line, headers, body.
@@ -154,7 +111,8 @@ fn health_check_node_port_answers_from_inside_the_node() {
     use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
-    let (runtime, scratch) = scratch("health-check", &[]);
+    let scratch = Scratch::new("health-check");
+    let runtime = runtime();
     let _in_runtime = runtime.enter();
     let mut c = cluster(vec![lb_service()]);
     let program = |c: &Cluster, node: &str, mutant: Option<Mutant>| {
@@ -179,9 +137,7 @@ fn health_check_node_port_answers_from_inside_the_node() {
         serde_json::json!({"service": {"namespace": "default", "name": "lb"}, "localEndpoints": 1, "serviceProxyHealthy": true})
     );
     // kube-proxy's iptables mode turns route_localnet on for localhost node ports.
-    let localnet =
-        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
-    assert_eq!(localnet.unwrap().trim(), "1");
+    assert_eq!(scratch.route_localnet(), "1");
 
     // Reprogrammed as a node without endpoints: the same server now says 503.
     program(&c, "node-c", None);
@@ -217,7 +173,8 @@ fn health_check_node_port_answers_on_ipv6() {
     use crate::proxy::NodeProgrammer;
     use crate::topology::NodeHandle;
 
-    let (runtime, scratch) = scratch("health-check-v6", &["fd00:192:168:150::2"]);
+    let scratch = Scratch::new("health-check-v6").with_host_addresses(&["fd00:192:168:150::2"]);
+    let runtime = runtime();
     let _in_runtime = runtime.enter();
     let mut c = v6(&cluster(vec![lb_service()]));
     let handle = NodeHandle { name: "node-a".to_string(), netns: scratch.0.clone() };
@@ -241,10 +198,9 @@ fn load_errors_name_the_node_and_the_line() {
     if !privileged() {
         return;
     }
-    use crate::topology::{Netns, NodeHandle, netns};
+    use crate::topology::NodeHandle;
 
-    let name = format!("{}iptables-bad-input", netns::process_prefix());
-    let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
+    let scratch = Scratch::new("iptables-bad-input");
     let node = NodeHandle { name: "node-x".to_string(), netns: scratch.0.clone() };
     let mut rules = node_rules(&cluster(vec![kube_dns()]), "node-x");
     rules.nat.append("KUBE-SERVICES", ruleset::args!["-j", "KUBE-NO-SUCH-CHAIN"]);

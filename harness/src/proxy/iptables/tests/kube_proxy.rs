@@ -13,21 +13,16 @@ const HOST: &str = "test-hostname";
 
 fn kp_cluster(services: Vec<Service>) -> Cluster {
     Cluster {
-        second_family: None,
         pod_cidr: "10.0.0.0/8".parse().unwrap(),
         service_cidr: "172.30.0.0/16".parse().unwrap(),
         node_network: "192.168.0.0/24".parse().unwrap(),
-        nodes: vec![node(HOST, "192.168.0.2", "10.0.0.0/24")],
-        external_hosts: vec![],
-        pods: vec![],
-        services,
-        proxy: Default::default(),
+        ..Cluster::example(services).with_nodes(&[(HOST, "192.168.0.2", "10.0.0.0/24")])
     }
 }
 
 /// An endpoint on `node` (`None`: no `nodeName`, which is never local).
 fn kp_ep(ip: &str, node: Option<&str>) -> Endpoint {
-    Endpoint { node: node.map(String::from), ..ep(ip, 80, "") }
+    ep(ip, 80, node)
 }
 
 fn kp_service(

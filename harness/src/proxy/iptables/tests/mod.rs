@@ -11,49 +11,8 @@ mod mutants;
 
 use super::ruleset::{Rule, RuleSet, Table};
 use super::*;
-use crate::model::{Endpoint, Node, Protocol, Service, ServicePort, ServiceType, TrafficPolicy};
-
-fn ep(ip: &str, port: u16, node: &str) -> Endpoint {
-    Endpoint {
-        ip: ip.parse().unwrap(),
-        port,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node: Some(node.to_string()),
-        pod: format!("pod-{ip}"),
-    }
-}
-
-fn port(
-    name: &str,
-    protocol: Protocol,
-    port: u16,
-    node_port: Option<u16>,
-    endpoints: Vec<Endpoint>,
-) -> ServicePort {
-    ServicePort { name: name.to_string(), protocol, port, node_port, endpoints }
-}
-
-fn service(
-    namespace: &str,
-    name: &str,
-    service_type: ServiceType,
-    cluster_ip: &str,
-    ports: Vec<ServicePort>,
-) -> Service {
-    Service { service_type, ports, ..Service::new(namespace, name, cluster_ip.parse().unwrap()) }
-}
-
-fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
-    Node {
-        second: None,
-        name: name.to_string(),
-        ip: ip.parse().unwrap(),
-        secondary_ips: vec![],
-        pod_cidr: pod_cidr.parse().unwrap(),
-    }
-}
+use crate::model::{Endpoint, Protocol, Service, ServiceType, TrafficPolicy};
+use crate::proxy::test_support::{diff_lines, ep, port, service};
 
 fn cluster(services: Vec<Service>) -> Cluster {
     Cluster::example(services)
@@ -61,7 +20,7 @@ fn cluster(services: Vec<Service>) -> Cluster {
 
 fn kube_dns() -> Service {
     // Listed out of order on purpose: kube-proxy sorts endpoints by address string.
-    let eps = vec![ep("10.244.0.7", 53, "node-a"), ep("10.244.0.5", 53, "node-b")];
+    let eps = vec![ep("10.244.0.7", 53, Some("node-a")), ep("10.244.0.5", 53, Some("node-b"))];
     service(
         "kube-system",
         "kube-dns",
@@ -78,7 +37,7 @@ fn nginx(etp: TrafficPolicy) -> Service {
         "nginx",
         ServiceType::NodePort,
         "10.32.0.61",
-        vec![port("", Protocol::Tcp, 80, Some(30783), vec![ep("10.64.2.4", 80, "node-b")])],
+        vec![port("", Protocol::Tcp, 80, Some(30783), vec![ep("10.64.2.4", 80, Some("node-b"))])],
     );
     svc.external_traffic_policy = etp;
     svc
@@ -243,7 +202,7 @@ fn internal_local_policy_uses_svl_or_drops() {
 
 #[test]
 fn seven_endpoint_ladder() {
-    let eps: Vec<Endpoint> = (1..=7).map(|i| ep(&format!("10.244.1.{i}"), 8080, "node-b")).collect();
+    let eps: Vec<Endpoint> = (1..=7).map(|i| ep(&format!("10.244.1.{i}"), 8080, Some("node-b"))).collect();
     let svc = service(
         "default",
         "web",
@@ -316,7 +275,7 @@ fn no_endpoints_rejects_and_has_no_nat_chains() {
 #[test]
 fn not_ready_endpoints_count_as_none() {
     let mut svc = no_endpoints();
-    let mut e = ep("10.244.1.9", 80, "node-b");
+    let mut e = ep("10.244.1.9", 80, Some("node-b"));
     e.ready = false;
     e.serving = false;
     svc.ports[0].endpoints.push(e);
@@ -332,7 +291,7 @@ fn sctp_and_unnamed_ports() {
         "sig",
         ServiceType::ClusterIp,
         "10.96.0.40",
-        vec![port("", Protocol::Sctp, 3868, None, vec![ep("10.244.1.4", 3868, "node-b")])],
+        vec![port("", Protocol::Sctp, 3868, None, vec![ep("10.244.1.4", 3868, Some("node-b"))])],
     );
     let rules = node_rules(&cluster(vec![svc]), "node-a");
     let sep = naming::sep_chain("default/sig", Protocol::Sctp, "10.244.1.4:3868".parse().unwrap());
@@ -399,10 +358,10 @@ fn every_jump_target_is_declared() {
 /// behind source ranges (one holding the nodes' IPs), a health check node port and ClientIP
 /// affinity; ready endpoints on node-a and node-b and a serving-terminating one on node-a.
 fn lb_service() -> Service {
-    let mut draining = ep("10.244.0.6", 8080, "node-a");
+    let mut draining = ep("10.244.0.6", 8080, Some("node-a"));
     draining.ready = false;
     draining.terminating = true;
-    let eps = vec![ep("10.244.1.5", 8080, "node-b"), ep("10.244.0.5", 8080, "node-a"), draining];
+    let eps = vec![ep("10.244.1.5", 8080, Some("node-b")), ep("10.244.0.5", 8080, Some("node-a")), draining];
     let mut svc = service(
         "default",
         "lb",
@@ -434,7 +393,7 @@ fn everything() -> Cluster {
             Protocol::Tcp,
             8000,
             None,
-            vec![ep("10.244.1.7", 8000, "node-b"), ep("10.244.0.7", 8000, "node-a")],
+            vec![ep("10.244.1.7", 8000, Some("node-b")), ep("10.244.0.7", 8000, Some("node-a"))],
         )],
     );
     web_ext.external_ips = vec!["192.168.99.20".parse().unwrap()];
@@ -443,10 +402,10 @@ fn everything() -> Cluster {
         "itp",
         ServiceType::ClusterIp,
         "10.96.0.72",
-        vec![port("", Protocol::Tcp, 80, None, vec![ep("10.244.1.8", 80, "node-b")])],
+        vec![port("", Protocol::Tcp, 80, None, vec![ep("10.244.1.8", 80, Some("node-b"))])],
     );
     itp.internal_traffic_policy = TrafficPolicy::Local;
-    let mut leaving = ep("10.244.1.10", 80, "node-b");
+    let mut leaving = ep("10.244.1.10", 80, Some("node-b"));
     leaving.ready = false;
     leaving.terminating = true;
     let draining = service(
@@ -454,7 +413,7 @@ fn everything() -> Cluster {
         "draining",
         ServiceType::ClusterIp,
         "10.96.0.73",
-        vec![port("", Protocol::Tcp, 80, None, vec![ep("10.244.1.9", 80, "node-b"), leaving.clone()])],
+        vec![port("", Protocol::Tcp, 80, None, vec![ep("10.244.1.9", 80, Some("node-b")), leaving.clone()])],
     );
     let mut only_leaving = leaving;
     only_leaving.ip = "10.244.1.11".parse().unwrap();
@@ -482,8 +441,5 @@ fn everything() -> Cluster {
 
 /// Lines in `before` but not in `after`, and the other way round.
 fn diff(before: &RuleSet, after: &RuleSet) -> (Vec<String>, Vec<String>) {
-    let (b, a) = (before.render(), after.render());
-    let gone = b.lines().filter(|l| !a.lines().any(|x| x == *l)).map(String::from).collect();
-    let new = a.lines().filter(|l| !b.lines().any(|x| x == *l)).map(String::from).collect();
-    (gone, new)
+    diff_lines(&before.render(), &after.render())
 }

@@ -1,6 +1,8 @@
 //! Each mutant changes only what its description says.
 
 use super::*;
+use crate::proxy::iptables::generate::Deviations;
+use crate::proxy::iptables::mutants::outside_the_rules;
 
 fn mutated(m: Mutant) -> (RuleSet, RuleSet) {
     let c = cluster(vec![kube_dns(), nginx(TrafficPolicy::Cluster), no_endpoints()]);
@@ -45,7 +47,7 @@ fn last_endpoint_never_chosen_makes_the_ladder_certain_too_early() {
     assert_eq!(gone.len(), 1);
     assert_eq!(new, [gone[0].replace("--probability 0.5000000000", "--probability 1.0000000000")]);
 
-    let eps: Vec<Endpoint> = (1..=4).map(|i| ep(&format!("10.244.1.{i}"), 80, "node-b")).collect();
+    let eps: Vec<Endpoint> = (1..=4).map(|i| ep(&format!("10.244.1.{i}"), 80, Some("node-b"))).collect();
     let svc = service(
         "default",
         "four",
@@ -72,7 +74,7 @@ fn drop_instead_of_reject_changes_only_the_verdict() {
 
 #[test]
 fn dnat_to_service_port_uses_the_port_not_the_target_port() {
-    let eps = vec![ep("10.244.1.5", 8080, "node-b")];
+    let eps = vec![ep("10.244.1.5", 8080, Some("node-b"))];
     let svc = service(
         "default",
         "web",
@@ -355,5 +357,14 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
             .any(|node| node_rules(&c, node) != node_ruleset(&c, node, Some(m)));
         let elsewhere = m.breaks_health_checks() || m.keeps_stale_conntrack();
         assert!(changed || elsewhere, "{m} changes nothing on the fixture");
+    }
+}
+
+#[test]
+fn the_mutants_outside_the_rules_are_the_generators_the_health_servers_and_the_conntrack_cleanups() {
+    for m in Mutant::ALL {
+        let elsewhere =
+            m.deviations() != Deviations::default() || m.breaks_health_checks() || m.keeps_stale_conntrack();
+        assert_eq!(matches!(m, outside_the_rules!()), elsewhere, "{m}");
     }
 }

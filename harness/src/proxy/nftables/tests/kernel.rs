@@ -6,35 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::*;
-use crate::topology::{Netns, NodeHandle, netns};
-
-/// Removes the scratch namespace however the test ends.
-struct Scratch(Netns);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = self.0.remove();
-    }
-}
-
-/// Kernel tests run wherever scenarios can; elsewhere they say why and pass nothing off as run.
-fn privileged() -> bool {
-    match crate::runner::preflight() {
-        None => true,
-        Some(reason) => {
-            assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
-}
-
-fn scratch(label: &str) -> Scratch {
-    let name = format!("{}{label}", netns::process_prefix());
-    let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
-    scratch.0.exec("ip", &["link", "set", "lo", "up"], None).expect("loopback up");
-    scratch
-}
+use crate::proxy::test_support::{Scratch, privileged, runtime};
+use crate::topology::{Netns, NodeHandle};
 
 /// What a table holds, as comparable lines: each chain with its hook, rule count and rule
 /// comments; each set or map with its timeout and element count.
@@ -124,20 +97,16 @@ fn every_scenario_cluster_loads_and_reads_back() {
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let files = crate::scenario::discover(&[suite]).expect("listing scenarios/");
     assert!(files.len() > 10, "the suite is there");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let scratch = Scratch::new("nft-scenarios");
+    let runtime = runtime();
     let _in_runtime = runtime.enter();
-    let scratch = scratch("nft-scenarios");
     for file in files {
         let s = crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
         for node in &s.cluster.nodes {
             // Health check servers bind the node's addresses (nftables mode's default
             // `--nodeport-addresses` is the node's primary IPs).
             for ip in std::iter::once(node.ip).chain(node.second.as_ref().map(|n| n.ip)) {
-                let host = format!("{ip}/{}", IpFamily::of(ip).host_prefix());
-                scratch
-                    .0
-                    .exec("ip", &["address", "replace", &host, "dev", "lo", "nodad"], None)
-                    .expect("address on lo");
+                scratch.add_host_address(ip);
             }
             let what = format!("{} on {}", s.name, node.name);
             for layout in [Layout::V1_31, Layout::V1_34] {
@@ -146,9 +115,7 @@ fn every_scenario_cluster_loads_and_reads_back() {
         }
     }
     // No localhost node ports in nftables mode: route_localnet stays off.
-    let localnet =
-        scratch.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet")).unwrap();
-    assert_eq!(localnet.unwrap().trim(), "0");
+    assert_eq!(scratch.route_localnet(), "0");
 }
 
 #[test]
@@ -156,13 +123,15 @@ fn every_mutant_loads_and_reads_back_in_both_families() {
     if !privileged() {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let _in_runtime = runtime.enter();
-    let scratch = scratch("nft-mutants");
     // Health check servers bind the node's addresses.
-    for ip in ["192.168.50.2/32", "192.168.50.3/32", "fd00:192:168:50::2/128", "fd00:192:168:50::3/128"] {
-        scratch.0.exec("ip", &["address", "add", ip, "dev", "lo", "nodad"], None).expect("address on lo");
-    }
+    let scratch = Scratch::new("nft-mutants").with_host_addresses(&[
+        "192.168.50.2",
+        "192.168.50.3",
+        "fd00:192:168:50::2",
+        "fd00:192:168:50::3",
+    ]);
+    let runtime = runtime();
+    let _in_runtime = runtime.enter();
     for mutant in std::iter::once(None).chain(Mutant::ALL.map(Some)) {
         for node in ["node-a", "node-b"] {
             // Each load replaces the tables the previous one left (of its families).
@@ -187,7 +156,7 @@ fn load_errors_name_the_node_and_the_line() {
     if !privileged() {
         return;
     }
-    let scratch = scratch("nft-bad-input");
+    let scratch = Scratch::new("nft-bad-input");
     let node = NodeHandle { name: "node-x".to_string(), netns: scratch.0.clone() };
     let mut rules = node_rules(&everything(), "node-a");
     rules.rule(generate::SERVICES, "jump no-such-chain");

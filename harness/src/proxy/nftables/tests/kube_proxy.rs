@@ -14,7 +14,7 @@ fn fake_proxier_cluster(services: Vec<Service>) -> Cluster {
     c.node_network = "192.168.0.0/24".parse().unwrap();
     c.nodes = vec![Node {
         secondary_ips: vec!["192.168.1.2".parse().unwrap(), "192.168.99.11".parse().unwrap()],
-        ..node("test-node", "192.168.0.2", "10.0.1.0/24")
+        ..Node::example("test-node", "192.168.0.2", "10.0.1.0/24")
     }];
     c.proxy.node_port_addresses = vec!["192.168.0.2/32".parse().unwrap()];
     c
@@ -22,7 +22,7 @@ fn fake_proxier_cluster(services: Vec<Service>) -> Cluster {
 
 /// ns1/svc1 … ns6/svc6 of `TestOverallNFTablesRules`, with their EndpointSlices.
 fn overall_services() -> Vec<Service> {
-    let p80 = |node_port, eps| port("p80", 80, node_port, eps);
+    let p80 = |node_port, eps| port("p80", Protocol::Tcp, 80, node_port, eps);
     let svc1 = service(
         "ns1",
         "svc1",
@@ -245,7 +245,7 @@ fn ipv6_service_rules_match_kube_proxy() {
     c.pod_cidr = "fd00:10::/64".parse().unwrap();
     c.service_cidr = "fd00:10:96::/112".parse().unwrap();
     c.node_network = "2001:db8::/64".parse().unwrap();
-    c.nodes = vec![node("test-node", "2001:db8::1", "fd00:10::/64")];
+    c.nodes = vec![Node::example("test-node", "2001:db8::1", "fd00:10::/64")];
     c.proxy.node_port_addresses = vec!["2001:db8::1/128".parse().unwrap()];
     let mut svc1 = service(
         "ns1",
@@ -254,6 +254,7 @@ fn ipv6_service_rules_match_kube_proxy() {
         "fd00:172:30::41",
         vec![port(
             "p80",
+            Protocol::Tcp,
             80,
             Some(3001),
             vec![ep("fd00:10:180::1", 80, None), ep("fd00:10:180::2:1", 80, None)],

@@ -7,62 +7,12 @@ mod mutants;
 
 use super::*;
 use crate::model::{
-    Endpoint, Node, NodeSecond, Protocol, SecondFamily, Service, ServicePort, ServiceType, SessionAffinity,
-    TrafficPolicy,
+    Endpoint, Node, NodeSecond, Protocol, SecondFamily, Service, ServiceType, SessionAffinity, TrafficPolicy,
 };
+use crate::proxy::test_support::{diff_lines, ep, port, service};
 
-fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
-    Endpoint {
-        ip: ip.parse().unwrap(),
-        port,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node: node.map(String::from),
-        pod: format!("pod-{ip}"),
-    }
-}
-
-fn port(name: &str, port: u16, node_port: Option<u16>, endpoints: Vec<Endpoint>) -> ServicePort {
-    ServicePort { name: name.into(), protocol: Protocol::Tcp, port, node_port, endpoints }
-}
-
-fn service(
-    ns: &str,
-    name: &str,
-    service_type: ServiceType,
-    cluster_ip: &str,
-    ports: Vec<ServicePort>,
-) -> Service {
-    Service { service_type, ports, ..Service::new(ns, name, cluster_ip.parse().unwrap()) }
-}
-
-fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
-    Node {
-        name: name.into(),
-        ip: ip.parse().unwrap(),
-        secondary_ips: vec![],
-        pod_cidr: pod_cidr.parse().unwrap(),
-        second: None,
-    }
-}
-
-/// A two-node IPv4 cluster (pods 10.244.0.0/16, services 10.96.0.0/12) with `services`.
 fn cluster(services: Vec<Service>) -> Cluster {
-    Cluster {
-        pod_cidr: "10.244.0.0/16".parse().unwrap(),
-        service_cidr: "10.96.0.0/12".parse().unwrap(),
-        node_network: "192.168.50.0/24".parse().unwrap(),
-        nodes: vec![
-            node("node-a", "192.168.50.2", "10.244.0.0/24"),
-            node("node-b", "192.168.50.3", "10.244.1.0/24"),
-        ],
-        external_hosts: vec![],
-        pods: vec![],
-        services,
-        proxy: Default::default(),
-        second_family: None,
-    }
+    Cluster::example(services)
 }
 
 /// Every rule form: cluster IP with two endpoints, a NodePort with Local policy, a
@@ -76,6 +26,7 @@ fn everything() -> Cluster {
         "10.96.0.10",
         vec![port(
             "http",
+            Protocol::Tcp,
             80,
             Some(30080),
             vec![ep("10.244.1.5", 8080, Some("node-b")), ep("10.244.0.5", 8080, Some("node-a"))],
@@ -86,7 +37,7 @@ fn everything() -> Cluster {
         "local",
         ServiceType::NodePort,
         "10.96.0.11",
-        vec![port("", 80, Some(30081), vec![ep("10.244.1.6", 80, Some("node-b"))])],
+        vec![port("", Protocol::Tcp, 80, Some(30081), vec![ep("10.244.1.6", 80, Some("node-b"))])],
     );
     local.external_traffic_policy = TrafficPolicy::Local;
     let mut draining = ep("10.244.0.8", 8443, Some("node-a"));
@@ -99,6 +50,7 @@ fn everything() -> Cluster {
         "10.96.0.12",
         vec![port(
             "https",
+            Protocol::Tcp,
             443,
             Some(30443),
             vec![ep("10.244.1.7", 8443, Some("node-b")), ep("10.244.0.7", 8443, Some("node-a")), draining],
@@ -116,7 +68,7 @@ fn everything() -> Cluster {
         "itp",
         ServiceType::ClusterIp,
         "10.96.0.13",
-        vec![port("", 80, None, vec![ep("10.244.1.8", 80, Some("node-b"))])],
+        vec![port("", Protocol::Tcp, 80, None, vec![ep("10.244.1.8", 80, Some("node-b"))])],
     );
     itp.internal_traffic_policy = TrafficPolicy::Local;
     let empty = service(
@@ -124,7 +76,7 @@ fn everything() -> Cluster {
         "empty",
         ServiceType::NodePort,
         "10.96.0.14",
-        vec![port("web", 80, Some(30084), vec![])],
+        vec![port("web", Protocol::Tcp, 80, Some(30084), vec![])],
     );
     let mut only_terminating = ep("10.244.1.9", 80, Some("node-b"));
     only_terminating.ready = false;
@@ -134,7 +86,7 @@ fn everything() -> Cluster {
         "leaving",
         ServiceType::ClusterIp,
         "10.96.0.15",
-        vec![port("", 80, None, vec![only_terminating])],
+        vec![port("", Protocol::Tcp, 80, None, vec![only_terminating])],
     );
     let mut c = cluster(vec![web, local, lb, itp, empty, leaving]);
     c.nodes[0].secondary_ips = vec!["192.168.50.102".parse().unwrap()];
@@ -175,17 +127,9 @@ fn dual_stack() -> Cluster {
     c
 }
 
-/// The rendered lines of `rules`, one `add …` command each.
-fn lines(rules: &RuleSet) -> Vec<String> {
-    rules.render().lines().map(String::from).collect()
-}
-
 /// Lines in `before` but not in `after`, and the other way round.
 fn diff(before: &RuleSet, after: &RuleSet) -> (Vec<String>, Vec<String>) {
-    let (b, a) = (lines(before), lines(after));
-    let gone = b.iter().filter(|l| !a.contains(l)).cloned().collect();
-    let new = a.iter().filter(|l| !b.contains(l)).cloned().collect();
-    (gone, new)
+    diff_lines(&before.render(), &after.render())
 }
 
 #[test]

@@ -1,0 +1,106 @@
+//! What the built-in proxies' tests share: builders of Services and endpoints, a line diff
+//! of two renderings, and for kernel tests a scratch namespace that goes away however the
+//! test ends.
+
+use std::net::IpAddr;
+
+use crate::model::{Endpoint, IpFamily, Protocol, Service, ServicePort, ServiceType};
+use crate::topology::{Netns, netns};
+
+/// A ready endpoint of pod `pod-<ip>` on `node` (`None`: no `nodeName`, never local).
+pub fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
+    Endpoint {
+        ip: ip.parse().unwrap(),
+        port,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node: node.map(String::from),
+        pod: format!("pod-{ip}"),
+    }
+}
+
+pub fn port(
+    name: &str,
+    protocol: Protocol,
+    port: u16,
+    node_port: Option<u16>,
+    endpoints: Vec<Endpoint>,
+) -> ServicePort {
+    ServicePort { name: name.to_string(), protocol, port, node_port, endpoints }
+}
+
+pub fn service(
+    namespace: &str,
+    name: &str,
+    service_type: ServiceType,
+    cluster_ip: &str,
+    ports: Vec<ServicePort>,
+) -> Service {
+    Service { service_type, ports, ..Service::new(namespace, name, cluster_ip.parse().unwrap()) }
+}
+
+/// Lines in `before` but not in `after`, and the other way round.
+pub fn diff_lines(before: &str, after: &str) -> (Vec<String>, Vec<String>) {
+    let gone = before.lines().filter(|l| !after.lines().any(|x| x == *l)).map(String::from).collect();
+    let new = after.lines().filter(|l| !before.lines().any(|x| x == *l)).map(String::from).collect();
+    (gone, new)
+}
+
+/// Kernel tests run wherever scenarios can; elsewhere they say why and pass nothing off as run.
+pub fn privileged() -> bool {
+    match crate::runner::preflight() {
+        None => true,
+        Some(reason) => {
+            assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
+            eprintln!("skipped: {reason}");
+            false
+        }
+    }
+}
+
+/// A namespace of this process for one kernel test, removed however the test ends.
+pub struct Scratch(pub Netns);
+
+impl Scratch {
+    /// `pp-<pid>-<label>`, with loopback up.
+    pub fn new(label: &str) -> Scratch {
+        let name = format!("{}{label}", netns::process_prefix());
+        let scratch = Scratch(Netns::create(&name).expect("creating a scratch namespace"));
+        scratch.0.exec("ip", &["link", "set", "lo", "up"], None).expect("loopback up");
+        scratch
+    }
+
+    /// Puts `ip` on loopback as a host address, so that health check servers can bind a
+    /// node's address (`replace`: putting one there twice is fine).
+    pub fn add_host_address(&self, ip: IpAddr) {
+        let host = format!("{ip}/{}", IpFamily::of(ip).host_prefix());
+        self.0.exec("ip", &["address", "replace", &host, "dev", "lo", "nodad"], None).expect("address on lo");
+    }
+
+    /// [`Scratch::add_host_address`] for each of `ips`.
+    pub fn with_host_addresses(self, ips: &[&str]) -> Scratch {
+        for ip in ips {
+            self.add_host_address(ip.parse().unwrap());
+        }
+        self
+    }
+
+    /// The namespace's `net.ipv4.conf.all.route_localnet` (`0` or `1`).
+    pub fn route_localnet(&self) -> String {
+        let read = self.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet"));
+        read.expect("a thread in the scratch namespace").expect("reading route_localnet").trim().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}
+
+/// A runtime for the health check servers a proxy starts; enter it before programming a
+/// node, and create it after the [`Scratch`] so that it (and its servers) go first.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+}
