@@ -19,8 +19,14 @@ use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::topology::netns;
 use packetproof::{cli, proxy, report, scenario};
 
-/// The proxies every scenario of a built-in proxy runs against.
-const EVERY_PROXY: &[&str] = &[proxy::iptables::NAME, proxy::nftables::NAME];
+/// The proxies every scenario of a built-in proxy runs against: the built-in generators, and
+/// the reference proxy through the embedded API server in both modes.
+const EVERY_PROXY: &[&str] = &[
+    proxy::iptables::NAME,
+    proxy::nftables::NAME,
+    proxy::apiserver::REFERENCE_IPTABLES,
+    proxy::apiserver::REFERENCE_NFTABLES,
+];
 
 /// The proxies `file` runs against: `None` is its own choice.
 fn proxies_of(file: &Path) -> Vec<Option<&'static str>> {
@@ -32,6 +38,9 @@ fn proxies_of(file: &Path) -> Vec<Option<&'static str>> {
 }
 
 fn main() {
+    // The reference proxy runs as `packetproof reference-proxy`: the binary cargo built.
+    // SAFETY: no other thread runs yet.
+    unsafe { std::env::set_var("PACKETPROOF_BIN", env!("CARGO_BIN_EXE_packetproof")) };
     let args = Arguments::from_args();
     netns::install_interrupt_handler();
     let suite =
