@@ -213,10 +213,7 @@ fn stop_captures(captures: Vec<(String, Capture)>) -> Result<BTreeMap<String, Ve
 }
 
 /// The conntrack table of every node that translated some probe's traffic.
-fn dump_conntrack(
-    topology: &Topology,
-    expectations: &[oracle::Expectation],
-) -> Result<BTreeMap<String, Vec<conntrack::Flow>>> {
+fn dump_conntrack(topology: &Topology, expectations: &[oracle::Expectation]) -> Result<ConntrackTables> {
     let mut tables = BTreeMap::new();
     for e in expectations {
         let oracle::Outcome::Answered { translated_by: Some(node), .. } = &e.outcome else { continue };
@@ -264,6 +261,12 @@ fn predict_phase(
     Ok(judged)
 }
 
+/// A probe as sent: its destination, its attempts, and the frames it is judged on.
+type SentProbe = (SocketAddr, Vec<Sent>, Window);
+
+/// Each translating node's conntrack table, by node name.
+type ConntrackTables = BTreeMap<String, Vec<conntrack::Flow>>;
+
 /// Each phase in turn: the proxy changed to its state (the first is started with it), its
 /// probes sent, then the conntrack tables its answers must be in.
 fn probe_phases(
@@ -274,7 +277,7 @@ fn probe_phases(
     runtime: &tokio::runtime::Runtime,
     captures: &[(String, Capture)],
     options: &RunOptions,
-) -> Result<Vec<(Vec<(SocketAddr, Vec<Sent>, Window)>, BTreeMap<String, Vec<conntrack::Flow>>)>> {
+) -> Result<Vec<(Vec<SentProbe>, ConntrackTables)>> {
     let ports = SourcePorts::default();
     let mut out = Vec::new();
     for (i, (phase, expected)) in phases.iter().zip(expectations).enumerate() {
@@ -296,7 +299,7 @@ fn state_of<'s>(phase: &Phase<'s>) -> State<'s> {
 fn judge_phase(
     phase: &Phase<'_>,
     expectations: &[oracle::Expectation],
-    sent: Vec<(SocketAddr, Vec<Sent>, Window)>,
+    sent: Vec<SentProbe>,
     evidence: &Evidence,
 ) -> Vec<ProbeVerdict> {
     phase
@@ -324,7 +327,7 @@ fn send_probes(
     ports: &SourcePorts,
     captures: &[(String, Capture)],
     options: &RunOptions,
-) -> Result<Vec<(SocketAddr, Vec<Sent>, Window)>> {
+) -> Result<Vec<SentProbe>> {
     let mut probers: BTreeMap<&Source, Prober> = BTreeMap::new();
     let mut all = Vec::new();
     for (probe, expected) in phase.probes.iter().zip(expectations) {

@@ -112,9 +112,9 @@ pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>
                 let mutant = name.parse::<iptables::Mutant>().map_err(anyhow::Error::msg)?;
                 Ok(Box::new(iptables::BuiltinIptables { mutant: Some(mutant) }))
             }
-            _ => no_options(Box::new(iptables::BuiltinIptables::default())),
+            _ => no_options(Box::<iptables::BuiltinIptables>::default()),
         },
-        nftables::NAME => no_options(Box::new(nftables::BuiltinNftables::default())),
+        nftables::NAME => no_options(Box::<nftables::BuiltinNftables>::default()),
         nftables::NAME_V1_31 => no_options(Box::new(nftables::BuiltinNftables {
             layout: nftables::Layout::V1_31,
             ..Default::default()
