@@ -449,3 +449,37 @@ fn an_update_reaches_every_node_and_stop_ends_every_proxy() {
     drop(runtime);
     topology.teardown().unwrap();
 }
+
+/// A bad adapter configuration fails the scenario with a message naming the cause, within a
+/// bounded time, and leaves no process behind. (Its namespaces go with the topology on the
+/// error path, as every run's do; other tests of this binary run beside it, so a count of
+/// this process's namespaces proves nothing here: `host_untouched` checks that.)
+#[test]
+fn a_bad_proxy_configuration_fails_clearly_in_bounded_time_and_leaves_nothing() {
+    if !privileged() {
+        return;
+    }
+    let scenario = scenario("kube-dns-udp.yaml");
+    let cases = [
+        (
+            json!({"command": "/nonexistent/kube-proxy --kubeconfig={kubeconfig}"}),
+            "No such file or directory",
+        ),
+        (json!({"command": "sh -c exit-3-is-not-a-command"}), "log ends"),
+        (json!({"command": "sleep 1000", "syncTimeoutSeconds": 3}), "never changed"),
+    ];
+    for (options, cause) in cases {
+        let proxy = ApiServerProxy::from_options(&options).unwrap();
+        let started = Instant::now();
+        let error = runner::run(&scenario, &proxy, &RunOptions::default()).expect_err("a setup error");
+        let message = format!("{error:#}");
+        assert!(message.contains(cause), "{options}: {message}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "{options}: took {:?}",
+            started.elapsed()
+        );
+        let sleeping = processes_in("1000").into_iter().filter(|p| p.starts_with("sleep")).count();
+        assert_eq!(sleeping, 0, "{options}: the proxy process outlived the run");
+    }
+}
