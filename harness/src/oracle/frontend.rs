@@ -4,12 +4,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::Outcome;
 use super::profile::Profile;
 use crate::model::{
     Cluster, IpFamily, Node, Pod, Probe, Protocol, Service, ServicePort, Source, Target, bridge_address,
 };
 
+#[derive(Clone)]
 pub(super) enum Frontend<'a> {
     ClusterIp {
         svc: &'a Service,
@@ -30,16 +30,19 @@ pub(super) enum Frontend<'a> {
     NodeItself {
         why: String,
     },
+    /// Traffic that reaches nothing and no one answers.
+    Nowhere {
+        why: String,
+    },
     Pod(&'a Pod),
     /// 127.0.0.1 of `node`, arriving from outside it.
     Martian {
         node: &'a Node,
     },
-    /// A destination whose outcome Kubernetes leaves to the implementation: the profile's
-    /// choice.
+    /// A destination whose outcome Kubernetes leaves to the implementation: what profile `by`
+    /// makes of it.
     Chosen {
-        outcome: Outcome,
-        why: String,
+        frontend: Box<Frontend<'a>>,
         by: Profile,
     },
 }
@@ -61,20 +64,29 @@ impl From<String> for NotAFrontend {
     }
 }
 
-/// The outcome `profile` chooses where Kubernetes leaves it open: `iptables` for kube-proxy's
-/// iptables mode, `nftables` for its nftables mode; `kubernetes` chooses nothing.
+/// What `profile` makes of a destination where Kubernetes leaves it open: `iptables` in
+/// kube-proxy's iptables mode, `nftables` in its nftables mode; `kubernetes` chooses nothing
+/// (`open` says what is open).
 fn chosen<'a>(
     profile: Profile,
-    iptables: (Outcome, &str),
-    nftables: (Outcome, &str),
+    iptables: Frontend<'a>,
+    nftables: Frontend<'a>,
     open: &str,
 ) -> Result<Frontend<'a>, NotAFrontend> {
-    let (outcome, why) = match profile {
+    let frontend = match profile {
         Profile::Kubernetes => return Err(NotAFrontend::Open(Open(open.to_string()))),
         Profile::KubeProxyIptables => iptables,
         Profile::KubeProxyNftables => nftables,
     };
-    Ok(Frontend::Chosen { outcome, why: why.to_string(), by: profile })
+    Ok(Frontend::Chosen { frontend: Box::new(frontend), by: profile })
+}
+
+fn refused<'a>(why: &str) -> Frontend<'a> {
+    Frontend::NodeItself { why: why.to_string() }
+}
+
+fn nowhere<'a>(why: &str) -> Frontend<'a> {
+    Frontend::Nowhere { why: why.to_string() }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,27 +196,20 @@ fn node_port<'a>(
         if !config.localhost_node_ports {
             return Ok(Frontend::NodeItself { why: "localhost node ports are off on this proxy".into() });
         }
-        return match profile {
-            Profile::KubeProxyIptables => Ok(served),
-            _ => chosen(
-                profile,
-                (Outcome::Rejected, ""),
-                (Outcome::Rejected, "kube-proxy's nftables mode serves no node ports on 127.0.0.1"),
-                "node ports on 127.0.0.1 are kube-proxy iptables mode's extension (localhostNodePorts)",
-            ),
-        };
+        return chosen(
+            profile,
+            served,
+            refused("kube-proxy's nftables mode serves no node ports on 127.0.0.1"),
+            "node ports on 127.0.0.1 are kube-proxy iptables mode's extension (localhostNodePorts)",
+        );
     }
-    if cidrs_given {
-        return Ok(served);
-    }
-    if node.ip == addr || profile == Profile::KubeProxyIptables {
+    if cidrs_given || node.ip == addr {
         return Ok(served);
     }
     chosen(
         profile,
-        (Outcome::Rejected, ""),
-        (
-            Outcome::Rejected,
+        served,
+        refused(
             "kube-proxy's nftables mode serves node ports on the primary node IP only (--nodeport-addresses primary)",
         ),
         "without nodePortAddresses, whether a node's other addresses serve node ports is the implementation's choice",
@@ -266,16 +271,16 @@ fn raw_address<'a>(
     if let Some(svc) = cluster.services.iter().find(|s| s.cluster_ip == dst.ip()) {
         return chosen(
             profile,
-            (Outcome::Dropped, passes),
-            (Outcome::Rejected, "nftables mode rejects a cluster IP's ports that no Service port uses"),
+            nowhere(passes),
+            refused("nftables mode rejects a cluster IP's ports that no Service port uses"),
             &format!("{dst} is a cluster IP of {} on a port it does not serve", svc.namespaced_name()),
         );
     }
     if cluster.service_cidr.contains(&dst.ip()) {
         return chosen(
             profile,
-            (Outcome::Dropped, passes),
-            (Outcome::Dropped, "nftables mode drops traffic to service-CIDR addresses no Service has"),
+            nowhere(passes),
+            nowhere("nftables mode drops traffic to service-CIDR addresses no Service has"),
             "an address of the service CIDR that no Service has",
         );
     }

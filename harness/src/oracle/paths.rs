@@ -28,8 +28,9 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
              route_localnet by kube-proxy's KUBE-FIREWALL rule (CVE-2020-8558)",
             node.name
         ))),
-        Frontend::Chosen { outcome, why, by } => {
-            Ok(Expectation { outcome, because: why, basis: Basis::Choice(by) })
+        Frontend::Nowhere { why } => Ok(dropped(why)),
+        Frontend::Chosen { frontend, by } => {
+            expect(cluster, probe, *frontend).map(|e| Expectation { basis: Basis::Choice(by), ..e })
         }
     }
 }

@@ -61,17 +61,7 @@ fn both() -> Vec<Endpoint> {
 }
 
 fn probe(from: Source, to: Target) -> Probe {
-    Probe {
-        name: "p".into(),
-        from,
-        to,
-        protocol: Protocol::Tcp,
-        count: 1,
-        interval: None,
-        source_port: None,
-        family: None,
-        expect: None,
-    }
+    Probe::example(from, to)
 }
 
 fn to_cluster_ip() -> Target {
@@ -465,15 +455,22 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
 
     // A secondary node address: every address in iptables mode, the primary only in nftables mode.
     let secondary = probe(Source::External("ext".into()), node_port_at("192.168.50.111"));
-    assert!(matches!(outcome(&secondary, iptables), Some((Outcome::Answered { .. }, Basis::Contract))));
+    assert!(
+        matches!(outcome(&secondary, iptables), Some((Outcome::Answered { .. }, Basis::Choice(p))) if p == iptables)
+    );
     assert_eq!(outcome(&secondary, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
     assert_eq!(outcome(&secondary, Profile::Kubernetes), None);
     let primary = probe(Source::External("ext".into()), node_port_at("192.168.50.11"));
-    assert!(outcome(&primary, Profile::Kubernetes).is_some(), "the primary node IP is the contract");
+    assert!(
+        matches!(outcome(&primary, Profile::Kubernetes), Some((Outcome::Answered { .. }, Basis::Contract))),
+        "the primary node IP is the contract"
+    );
 
     // 127.0.0.1 from the node itself: only iptables mode serves it.
     let localhost = probe(Source::Node("a".into()), node_port_at("127.0.0.1"));
-    assert!(matches!(outcome(&localhost, iptables), Some((Outcome::Answered { .. }, _))));
+    assert!(
+        matches!(outcome(&localhost, iptables), Some((Outcome::Answered { .. }, Basis::Choice(p))) if p == iptables)
+    );
     assert_eq!(outcome(&localhost, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
     assert_eq!(outcome(&localhost, Profile::Kubernetes), None);
 
