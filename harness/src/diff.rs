@@ -273,15 +273,11 @@ mod tests {
         };
         ProbeVerdict {
             probe: crate::model::Probe {
-                name: "p".into(),
-                from: Source::External("outside".into()),
-                to: crate::model::Target::Address("10.96.0.1:80".parse().unwrap()),
-                protocol: crate::model::Protocol::Tcp,
                 count: observed.len() as u32,
-                interval: None,
-                family: None,
-                source_port: None,
-                expect: None,
+                ..crate::model::Probe::example(
+                    Source::External("outside".into()),
+                    crate::model::Target::Address("10.96.0.1:80".parse().unwrap()),
+                )
             },
             destination: "10.96.0.1:80".parse().unwrap(),
             expected: crate::oracle::Expectation::required(outcome, "test"),

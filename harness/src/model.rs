@@ -154,6 +154,24 @@ impl Node {
     }
 }
 
+#[cfg(test)]
+impl Probe {
+    /// The unit tests' probe: one TCP attempt named `p`, no pacing, no stated expectation.
+    pub fn example(from: Source, to: Target) -> Probe {
+        Probe {
+            name: "p".into(),
+            from,
+            to,
+            protocol: Protocol::Tcp,
+            count: 1,
+            interval: None,
+            family: None,
+            source_port: None,
+            expect: None,
+        }
+    }
+}
+
 /// The other family's networks of a dual-stack cluster (the second entry of Kubernetes'
 /// `--cluster-cidr`, `--service-cluster-ip-range` lists).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -888,17 +906,10 @@ mod tests {
     #[test]
     fn a_probe_travels_over_its_family_or_its_addresses_or_the_primary() {
         let c = dual();
-        let mut probe = Probe {
-            name: "p".into(),
-            from: Source::Pod("web".into()),
-            to: Target::ClusterIp { service: "web".into(), port: "http".into() },
-            protocol: Protocol::Tcp,
-            count: 1,
-            interval: None,
-            source_port: None,
-            family: None,
-            expect: None,
-        };
+        let mut probe = Probe::example(
+            Source::Pod("web".into()),
+            Target::ClusterIp { service: "web".into(), port: "http".into() },
+        );
         assert_eq!(c.probe_family(&probe), IpFamily::V4);
         assert_eq!(c.probe_view(&probe).target_address(&probe.to).unwrap().to_string(), "10.96.0.80:80");
         probe.family = Some(IpFamily::V6);

@@ -301,48 +301,8 @@ fn scenario(name: &str) -> packetproof::model::Scenario {
     packetproof::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A few scenarios across the contract pass with the reference proxy behind the API server
-/// (the whole suite: `packetproof run scenarios --proxy reference-proxy-iptables`).
-#[test]
-fn scenarios_pass_through_the_reference_proxy() {
-    if !privileged() {
-        return;
-    }
-    let proxy = reference_proxy();
-    let mut failures = Vec::new();
-    for file in [
-        "pod-to-clusterip-cross-node.yaml",
-        "kube-dns-udp.yaml",
-        "etp-local-health-check.yaml",
-        "loadbalancer-source-ranges.yaml",
-        "terminating-fallback.yaml",
-        "masquerade-all.yaml",
-        "ipv6-node-port.yaml",
-        "dual-stack.yaml",
-    ] {
-        match runner::run(&scenario(file), &proxy, &RunOptions::default()) {
-            Ok(report) if report.passed() => {}
-            Ok(report) => failures.push(format!("{file}: {report:#?}")),
-            Err(e) => failures.push(format!("{file}: {e:#}")),
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-}
-
-/// nftables mode: the same adapter, the built-in nftables generator behind it.
-#[test]
-fn scenarios_pass_through_the_reference_proxy_in_nftables_mode() {
-    if !privileged() {
-        return;
-    }
-    let proxy = reference("nftables", &[]);
-    for file in
-        ["kube-dns-udp.yaml", "etp-local-nodeport.yaml", "dual-stack.yaml", "live-stale-udp-conntrack.yaml"]
-    {
-        let report = runner::run(&scenario(file), &proxy, &RunOptions::default()).unwrap();
-        assert!(report.passed(), "{file}: {report:#?}");
-    }
-}
+// Every scenario passes through both reference proxies in `tests/scenarios.rs` (the suite's
+// trials `… [reference-proxy-iptables]` and `… [reference-proxy-nftables]`).
 
 /// A live step replaces a UDP Service's only endpoint: the reference proxy clears the
 /// conntrack entry that still points at the old one, and with `--no-conntrack-cleanup` the

@@ -237,17 +237,8 @@ mod tests {
     }
 
     fn probe() -> Probe {
-        Probe {
-            family: None,
-            name: "p".into(),
-            from: Source::Pod("client".into()),
-            to: Target::ClusterIp { service: "kube-dns".into(), port: "dns".into() },
-            protocol: Protocol::Udp,
-            count: 1,
-            interval: None,
-            source_port: None,
-            expect: None,
-        }
+        let to = Target::ClusterIp { service: "kube-dns".into(), port: "dns".into() };
+        Probe { protocol: Protocol::Udp, ..Probe::example(Source::Pod("client".into()), to) }
     }
 
     fn answered_outcome() -> Outcome {

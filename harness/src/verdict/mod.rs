@@ -250,17 +250,8 @@ mod tests {
     use crate::oracle::SeenSource;
 
     fn probe() -> Probe {
-        Probe {
-            family: None,
-            name: "p".into(),
-            from: Source::Pod("client".into()),
-            to: Target::Address("10.96.0.10:53".parse().unwrap()),
-            protocol: Protocol::Udp,
-            count: 0,
-            interval: None,
-            source_port: None,
-            expect: None,
-        }
+        let to = Target::Address("10.96.0.10:53".parse().unwrap());
+        Probe { protocol: Protocol::Udp, count: 0, ..Probe::example(Source::Pod("client".into()), to) }
     }
 
     fn answered(pod: &str, ip: &str) -> Attempt {

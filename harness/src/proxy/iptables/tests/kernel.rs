@@ -12,8 +12,6 @@ fn loads_and_saves_back_identically() {
     if !privileged() {
         return;
     }
-    use crate::proxy::NodeProgrammer;
-    use crate::topology::NodeHandle;
 
     let scratch = Scratch::new("iptables-roundtrip").with_host_addresses(&[
         "192.168.50.2",
@@ -28,8 +26,19 @@ fn loads_and_saves_back_identically() {
         vec!["192.168.50.0/24".parse().unwrap(), "127.0.0.0/8".parse().unwrap()];
     let mut no_localhost = everything();
     no_localhost.proxy.localhost_node_ports = false;
-    for (config, c) in [("default", everything()), ("restricted", restricted), ("no-localhost", no_localhost)]
-    {
+    assert_round_trips(
+        &scratch,
+        [("default", everything()), ("restricted", restricted), ("no-localhost", no_localhost)],
+    );
+}
+
+/// Programs every node of every configuration, unbroken and with each mutant, into `scratch`
+/// and checks that the save prints back exactly [`RuleSet::render_saved`].
+fn assert_round_trips<const N: usize>(scratch: &Scratch, configs: [(&str, crate::model::Cluster); N]) {
+    use crate::proxy::NodeProgrammer;
+    use crate::topology::NodeHandle;
+
+    for (config, c) in configs {
         for mutant in std::iter::once(None).chain(Mutant::ALL.map(Some)) {
             for node in ["node-a", "node-b", "node-c"] {
                 let handle = NodeHandle { name: node.to_string(), netns: scratch.0.clone() };
@@ -53,8 +62,6 @@ fn loads_and_saves_back_identically_in_ipv6() {
         return;
     }
     use super::ipv6::v6;
-    use crate::proxy::NodeProgrammer;
-    use crate::topology::NodeHandle;
 
     let scratch = Scratch::new("ip6tables-roundtrip").with_host_addresses(&[
         "fd00:192:168:150::2",
@@ -67,18 +74,7 @@ fn loads_and_saves_back_identically_in_ipv6() {
     restricted.proxy.masquerade_all = true;
     restricted.proxy.node_port_addresses =
         vec!["fd00:192:168:150::/64".parse().unwrap(), "::1/128".parse().unwrap()];
-    for (config, c) in [("default", v6(&everything())), ("restricted", restricted)] {
-        for mutant in std::iter::once(None).chain(Mutant::ALL.map(Some)) {
-            for node in ["node-a", "node-b", "node-c"] {
-                let handle = NodeHandle { name: node.to_string(), netns: scratch.0.clone() };
-                let proxy = BuiltinIptables { mutant };
-                let what = format!("{config} config, {mutant:?} on {node}");
-                proxy.program_node(&c, &handle).unwrap_or_else(|e| panic!("{what}: {e:#}"));
-                let dump = normalize_save(&proxy.dump_node(&handle).unwrap());
-                assert_eq!(dump, node_ruleset(&c, node, mutant).render_saved(), "{what}");
-            }
-        }
-    }
+    assert_round_trips(&scratch, [("default", v6(&everything())), ("restricted", restricted)]);
     // The IPv4 tables stay empty and route_localnet off: IPv6 has no localhost node ports.
     let v4 = scratch.0.exec("iptables-save", &[], None).unwrap();
     assert!(!String::from_utf8_lossy(&v4.stdout).contains("KUBE-"));
