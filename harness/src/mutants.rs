@@ -6,31 +6,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::model::Scenario;
-use crate::proxy::iptables::{BuiltinIptables, Mutant};
-use crate::proxy::nftables::BuiltinNftables;
-use crate::proxy::{self, Proxy};
+use crate::proxy::Proxy;
+use crate::proxy::iptables::Mutant;
 use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
 
-/// Builds a built-in proxy, broken by a mutant or (`None`) as it should be.
-pub type Breakable = fn(Option<Mutant>) -> Box<dyn Proxy>;
-
-/// The built-in proxy named `name`, to be broken by each mutant in turn.
-pub fn breakable(name: &str) -> Option<Breakable> {
-    match name {
-        proxy::iptables::NAME => Some(|mutant| Box::new(BuiltinIptables { mutant })),
-        proxy::nftables::NAME => Some(|mutant| Box::new(BuiltinNftables { mutant, ..Default::default() })),
-        proxy::nftables::NAME_V1_31 => {
-            Some(|mutant| Box::new(BuiltinNftables { mutant, layout: proxy::nftables::Layout::V1_31 }))
-        }
-        _ => None,
-    }
-}
-
-/// The catalogued bugs the built-in proxy `name` can have.
-pub fn catalog(name: &str) -> Vec<Mutant> {
-    let nftables = name.starts_with(proxy::nftables::NAME);
-    Mutant::ALL.into_iter().filter(|m| !nftables || m.exists_in_nftables()).collect()
-}
+pub use crate::proxy::{Breakable, breakable, catalog};
 
 /// Probes (scenario, probe) that fail against the unbroken proxy. A failure among them
 /// proves nothing about a mutant: a kill needs a probe that passes unbroken.

@@ -93,32 +93,61 @@ pub const KNOWN_PROXIES: &[&str] = &[
     apiserver::REFERENCE_NFTABLES,
 ];
 
+/// Builds a built-in proxy, broken by a mutant or (`None`) as it should be.
+pub type Breakable = fn(Option<iptables::Mutant>) -> Box<dyn Proxy>;
+
+/// The built-in proxy named `name`, to be broken by a mutant (or not).
+pub fn breakable(name: &str) -> Option<Breakable> {
+    match name {
+        iptables::NAME => Some(|mutant| Box::new(iptables::BuiltinIptables { mutant })),
+        nftables::NAME => Some(|mutant| Box::new(nftables::BuiltinNftables { mutant, ..Default::default() })),
+        nftables::NAME_V1_31 => {
+            Some(|mutant| Box::new(nftables::BuiltinNftables { mutant, layout: nftables::Layout::V1_31 }))
+        }
+        _ => None,
+    }
+}
+
+/// The catalogued bugs the built-in proxy `name` can have.
+pub fn catalog(name: &str) -> Vec<iptables::Mutant> {
+    let nftables = name.starts_with(nftables::NAME);
+    iptables::Mutant::ALL.into_iter().filter(|m| !nftables || m.exists_in_nftables()).collect()
+}
+
+/// A built-in proxy from its one option, `mutant: NAME` (a deliberately broken build of it,
+/// e.g. for `diff` against the original).
+fn built_in(choice: &ProxyChoice, breakable: Breakable) -> Result<Box<dyn Proxy>> {
+    let mut mutant = None;
+    for (key, value) in &choice.options {
+        match (key.as_str(), value) {
+            ("mutant", serde_json::Value::String(name)) => {
+                let m = name.parse::<iptables::Mutant>().map_err(anyhow::Error::msg)?;
+                anyhow::ensure!(
+                    catalog(&choice.name).contains(&m),
+                    "{} cannot have the bug {name}",
+                    choice.name
+                );
+                mutant = Some(m);
+            }
+            ("mutant", _) => anyhow::bail!("option `mutant` must be a mutant's name"),
+            (other, _) => {
+                anyhow::bail!("{} takes only the option `mutant`, but {other:?} was given", choice.name)
+            }
+        }
+    }
+    Ok(breakable(mutant))
+}
+
 /// Builds the proxy a scenario or the command line names. Adapter options name files
 /// relative to `scenario_dir`; without options, `ruleset` and `command` find their inputs
 /// beside the scenario file (their module docs).
 pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>> {
-    let no_options = |proxy: Box<dyn Proxy>| {
-        if let Some(key) = choice.options.keys().next() {
-            anyhow::bail!("{} takes no options, but {key:?} was given", choice.name);
-        }
-        Ok(proxy)
-    };
+    if let Some(breakable) = breakable(&choice.name) {
+        return built_in(choice, breakable);
+    }
     let options = serde_json::Value::Object(choice.options.clone());
     let by_convention = choice.options.is_empty();
     match choice.name.as_str() {
-        iptables::NAME => match choice.options.get("mutant") {
-            // A deliberately broken build of it, for `diff` against the original.
-            Some(serde_json::Value::String(name)) if choice.options.len() == 1 => {
-                let mutant = name.parse::<iptables::Mutant>().map_err(anyhow::Error::msg)?;
-                Ok(Box::new(iptables::BuiltinIptables { mutant: Some(mutant) }))
-            }
-            _ => no_options(Box::<iptables::BuiltinIptables>::default()),
-        },
-        nftables::NAME => no_options(Box::<nftables::BuiltinNftables>::default()),
-        nftables::NAME_V1_31 => no_options(Box::new(nftables::BuiltinNftables {
-            layout: nftables::Layout::V1_31,
-            ..Default::default()
-        })),
         ruleset::NAME if by_convention => Ok(Box::new(ruleset::Ruleset::default())),
         ruleset::NAME => Ok(Box::new(ruleset::Ruleset::from_options(&options, scenario_dir)?)),
         command::NAME if by_convention => Ok(Box::new(command::CommandProxy::default())),

@@ -193,7 +193,7 @@ fn the_proxy_is_a_known_name_with_the_options_its_adapter_accepts() {
         &errs,
         at(&text, "{name:"),
         "spec.proxy",
-        "builtin-iptables takes no options, but \"speed\" was given",
+        "builtin-iptables takes only the option `mutant`, but \"speed\" was given",
     );
 
     let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxy: {speed: 3}");
