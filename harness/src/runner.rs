@@ -108,18 +108,15 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     // leaves open are set aside, reported as not judged.
     let profile = options.profile.unwrap_or_else(|| proxy.profile());
     let mut unjudged = scenario.unjudged_flows.clone();
-    let predicted = scenario
-        .phases()
+    let all = scenario.phases();
+    let (judged, expectations): (Vec<Vec<Probe>>, Vec<Vec<oracle::Expectation>>) = all
         .iter()
         .map(|phase| predict_phase(phase, profile, &mut unjudged))
-        .collect::<Result<Vec<_>>>()?;
-    let phases: Vec<Phase<'_>> = scenario
-        .phases()
+        .collect::<Result<Vec<_>>>()?
         .into_iter()
-        .zip(&predicted)
-        .map(|(phase, (probes, _))| Phase { probes, ..phase })
-        .collect();
-    let expectations: Vec<Vec<oracle::Expectation>> = predicted.iter().map(|(_, e)| e.clone()).collect();
+        .unzip();
+    let phases: Vec<Phase<'_>> =
+        all.into_iter().zip(&judged).map(|(phase, probes)| Phase { probes, ..phase }).collect();
     if expectations.iter().all(Vec::is_empty) {
         let reason = format!("no probe has an outcome under profile {profile}");
         return Ok(ScenarioReport { unjudged, ..ScenarioReport::skipped(scenario, proxy.name(), reason) });
@@ -153,14 +150,13 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     let frames = stop_captures(captures)?;
     let probed = probed?;
 
+    // Each phase is judged with the conntrack tables read after it; the last stay as evidence.
     let mut verdicts: Vec<ProbeVerdict> = Vec::new();
-    let mut conntrack = BTreeMap::new();
+    let mut evidence = Evidence { frames, conntrack: BTreeMap::new() };
     for ((phase, expectations), (sent, tables)) in phases.iter().zip(&expectations).zip(probed) {
-        let evidence = Evidence { frames: frames.clone(), conntrack: tables };
+        evidence.conntrack = tables;
         verdicts.extend(judge_phase(phase, expectations, sent, &evidence));
-        conntrack = evidence.conntrack;
     }
-    let evidence = Evidence { frames, conntrack };
     let passed = verdicts.iter().all(ProbeVerdict::passed);
     let artifacts = match &options.artifacts {
         Some(dir) if !passed || options.keep_passing => {
