@@ -5,7 +5,7 @@ use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use socket2::{Domain, Socket, Type};
@@ -168,11 +168,15 @@ impl Prober {
 
 fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
     let (speech, dst) = (plan.speech, plan.dst);
-    // A source port may still be taken by something else in the namespace: move on to the next
-    // (unless the plan fixes it).
+    // A source port may still be taken by something else in the namespace: move on to the next.
+    // A fixed port is waited for instead: the attempt before it closed its socket, but a child
+    // process forked meanwhile (by any thread: `iptables-restore`, `conntrack`) holds a copy
+    // until it execs, and the port is busy until then.
+    let give_up = Instant::now() + timeout;
+    let mut tried = 0;
     let mut source_port = 0;
-    let tries = if plan.source_port.is_some() { 1 } else { 16 };
-    for _ in 0..tries {
+    while tried < AUTOMATIC_PORT_TRIES || (plan.source_port.is_some() && Instant::now() < give_up) {
+        tried += 1;
         source_port = plan.source_port.unwrap_or_else(|| ports.next());
         let src = SocketAddr::new(unspecified(dst.ip()), source_port);
         let result = match speech {
@@ -185,17 +189,24 @@ fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
         };
         let attempt = match result {
             Ok(attempt) => attempt,
+            Err(Unsent::PortInUse) if plan.source_port.is_some() => {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
             Err(Unsent::PortInUse) => continue,
             Err(Unsent::Other(reason)) => Attempt::Broken { reason },
         };
         return Sent { source_port, attempt };
     }
     let reason = match plan.source_port {
-        Some(port) => format!("source port {port} is taken"),
-        None => "no free source port after 16 tries".into(),
+        Some(port) => format!("source port {port} stayed taken for {timeout:?}"),
+        None => format!("no free source port after {AUTOMATIC_PORT_TRIES} tries"),
     };
     Sent { source_port, attempt: Attempt::Broken { reason } }
 }
+
+/// How many automatic source ports an attempt tries before it gives up.
+const AUTOMATIC_PORT_TRIES: u32 = 16;
 
 const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: packetproof\r\nConnection: close\r\n\r\n";
 
