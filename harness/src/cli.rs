@@ -125,6 +125,10 @@ enum Command {
         /// Milliseconds an attempt waits before it counts as dropped.
         #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
+        /// How many runs (one scenario with one proxy) at a time (default 2: a scenario's two
+        /// sides together).
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
     },
     /// A service proxy that watches the Kubernetes API (the adapter `reference-proxy-*` runs
     /// it on every node): proves the API-server adapter without kube-proxy.
@@ -169,11 +173,11 @@ pub fn main() -> i32 {
         Command::Rules { file, node, proxy } => rules(&file, node.as_deref(), &proxy),
         Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
         Command::Mutants { suite, only, first_kill, proxy } => mutants(&suite, &only, first_kill, &proxy),
-        Command::Diff { paths, left, left_options, right, right_options, timeout_ms } => {
+        Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs } => {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
             proxy_choice(&left, &left_options).and_then(|left| {
                 let right = proxy_choice(&right, &right_options)?;
-                diff(&default_paths(paths), &left, &right, &options)
+                diff(&default_paths(paths), &left, &right, &options, jobs)
             })
         }
         Command::Cleanup { all } => cleanup(all),
@@ -215,6 +219,30 @@ fn check(paths: &[PathBuf]) -> Result<i32> {
 }
 
 /// The `--proxy` and `--proxy-option` flags as a proxy choice.
+/// A proxy's name for a column header: its name and options, a command by its program's
+/// file name and the options that tell one run from another (mode, mutant), never the
+/// whole command line.
+fn column_name(c: &ProxyChoice) -> String {
+    let options: Vec<String> = c
+        .options
+        .iter()
+        .map(|(k, v)| match (k.as_str(), v) {
+            ("command", serde_json::Value::String(cmd)) => program_name(cmd.split_whitespace().next()),
+            ("command", serde_json::Value::Array(words)) => {
+                program_name(words.first().and_then(|w| w.as_str()))
+            }
+            (_, serde_json::Value::String(s)) => format!("{k}={s}"),
+            _ => format!("{k}={v}"),
+        })
+        .collect();
+    if options.is_empty() { c.name.clone() } else { format!("{} ({})", c.name, options.join(", ")) }
+}
+
+fn program_name(program: Option<&str>) -> String {
+    let program = program.unwrap_or_default();
+    Path::new(program).file_name().map_or(program.to_string(), |f| f.to_string_lossy().into_owned())
+}
+
 fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
     let mut choice = ProxyChoice::named(name);
     for option in options {
@@ -227,7 +255,13 @@ fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
     Ok(choice)
 }
 
-fn diff(paths: &[PathBuf], left: &ProxyChoice, right: &ProxyChoice, options: &RunOptions) -> Result<i32> {
+fn diff(
+    paths: &[PathBuf],
+    left: &ProxyChoice,
+    right: &ProxyChoice,
+    options: &RunOptions,
+    jobs: usize,
+) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     for choice in [left, right] {
         proxy::build(choice, Path::new("."))?;
@@ -236,14 +270,10 @@ fn diff(paths: &[PathBuf], left: &ProxyChoice, right: &ProxyChoice, options: &Ru
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
     let skip = runner::preflight();
-    let diffs = crate::diff::diff(&scenarios, left, right, options, |s, choice, options| {
+    let diffs = crate::diff::diff(&scenarios, left, right, options, jobs, |s, choice, options| {
         run_one(s, Some(choice), options, skip.as_deref())
     });
-    let name = |c: &ProxyChoice| {
-        let options: Vec<String> = c.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if options.is_empty() { c.name.clone() } else { format!("{} ({})", c.name, options.join(", ")) }
-    };
-    print!("{}", crate::diff::table(&name(left), &name(right), &diffs));
+    print!("{}", crate::diff::table(&column_name(left), &column_name(right), &diffs));
     Ok(if diffs.is_empty() { EXIT_PASS } else { EXIT_FAIL })
 }
 
@@ -474,4 +504,23 @@ fn cleanup(all: bool) -> Result<i32> {
     }
     println!("{} namespaces removed", removed.len());
     Ok(EXIT_PASS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diff_column_names_a_command_by_its_program() {
+        let choice = proxy_choice(
+            "apiserver",
+            &["mode=nftables".into(), "command=/opt/k8s/kube-proxy --config={config} --v=2".into()],
+        )
+        .unwrap();
+        assert_eq!(column_name(&choice), "apiserver (kube-proxy, mode=nftables)");
+        assert_eq!(
+            column_name(&proxy_choice("builtin-iptables", &["mutant=x".into()]).unwrap()),
+            "builtin-iptables (mutant=x)"
+        );
+    }
 }

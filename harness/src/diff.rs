@@ -77,28 +77,45 @@ pub struct FlowDiff {
     pub right: String,
 }
 
-/// Runs every scenario with both proxies and returns the flows that behave differently.
-/// `run` runs one scenario with one proxy (the CLI's runner, or a test's).
+/// Runs every scenario with both proxies, `jobs` runs at a time (a run is one scenario with
+/// one proxy), and returns the flows that behave differently. `run` runs one scenario with
+/// one proxy (the CLI's runner, or a test's).
 pub fn diff(
     scenarios: &[Scenario],
     left: &ProxyChoice,
     right: &ProxyChoice,
     options: &RunOptions,
+    jobs: usize,
     run: impl Fn(&Scenario, &ProxyChoice, &RunOptions) -> anyhow::Result<ScenarioReport> + Sync,
 ) -> Vec<FlowDiff> {
     let options = RunOptions { profile: Some(Profile::KubeProxyIptables), ..options.clone() };
+    let runs: Vec<(&Scenario, &ProxyChoice)> =
+        scenarios.iter().flat_map(|s| [(s, left), (s, right)]).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<anyhow::Result<ScenarioReport>>>> =
+        runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, runs.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((s, choice)) = runs.get(i) else { break };
+                    // A run that panics leaves its slot empty; the others go on.
+                    let report =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(s, choice, &options)))
+                            .ok();
+                    *results[i].lock().unwrap_or_else(|e| e.into_inner()) = report;
+                }
+            });
+        }
+    });
+    let mut results = results.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()));
     let mut out = Vec::new();
     for s in scenarios {
-        let sides = std::thread::scope(|scope| {
-            let l = scope.spawn(|| run(s, left, &options));
-            let r = scope.spawn(|| run(s, right, &options));
-            (l.join(), r.join())
-        });
-        let (Ok(l), Ok(r)) = sides else {
-            out.push(whole(s, "a run panicked".into(), String::new()));
-            continue;
-        };
-        out.extend(compare(s, l, r));
+        match (results.next().flatten(), results.next().flatten()) {
+            (Some(l), Some(r)) => out.extend(compare(s, l, r)),
+            _ => out.push(whole(s, "a run panicked".into(), String::new())),
+        }
     }
     out
 }

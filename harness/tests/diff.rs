@@ -24,9 +24,10 @@ fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
 }
 
 fn differing(scenarios: &[Scenario], left: &ProxyChoice, right: &ProxyChoice) -> BTreeSet<(String, String)> {
-    let diffs: Vec<FlowDiff> = diff(scenarios, left, right, &RunOptions::default(), |s, choice, options| {
-        cli::run_one(s, Some(choice), options, None)
-    });
+    let diffs: Vec<FlowDiff> =
+        diff(scenarios, left, right, &RunOptions::default(), 2, |s, choice, options| {
+            cli::run_one(s, Some(choice), options, None)
+        });
     eprint!("{}", packetproof::diff::table(&left.name, &right.name, &diffs));
     diffs.into_iter().map(|d| (d.scenario, d.probe)).collect()
 }

@@ -11,6 +11,8 @@ pub const PLACEHOLDERS: &[&str] = &[
     "{clusterCIDR}",
     "{serviceCIDR}",
     "{healthzPort}",
+    "{metricsPort}",
+    "{config}",
     "{proxyFlags}",
 ];
 
@@ -31,6 +33,9 @@ pub struct Vars {
     pub cluster_cidr: String,
     pub service_cidr: String,
     pub healthz_port: Option<u16>,
+    pub metrics_port: Option<u16>,
+    /// The node's KubeProxyConfiguration file.
+    pub config: String,
     pub proxy_flags: Vec<String>,
 }
 
@@ -72,6 +77,10 @@ impl Template {
         if self.uses("{healthzPort}") && v.healthz_port.is_none() {
             bail!("the proxy command uses {{healthzPort}} but no healthz port is configured");
         }
+        if self.uses("{metricsPort}") && v.metrics_port.is_none() {
+            bail!("the proxy command uses {{metricsPort}} but no metrics port is configured");
+        }
+        let port = |p: Option<u16>| p.map(|p| p.to_string()).unwrap_or_default();
         let mut out = Vec::new();
         for w in &self.words {
             if w == "{proxyFlags}" {
@@ -85,7 +94,9 @@ impl Template {
                     .replace("{netns}", &v.netns)
                     .replace("{clusterCIDR}", &v.cluster_cidr)
                     .replace("{serviceCIDR}", &v.service_cidr)
-                    .replace("{healthzPort}", &v.healthz_port.map(|p| p.to_string()).unwrap_or_default()),
+                    .replace("{healthzPort}", &port(v.healthz_port))
+                    .replace("{metricsPort}", &port(v.metrics_port))
+                    .replace("{config}", &v.config),
             );
         }
         Ok(out)
@@ -105,6 +116,8 @@ mod tests {
             cluster_cidr: "10.244.0.0/16".into(),
             service_cidr: "10.96.0.0/12".into(),
             healthz_port: Some(10256),
+            metrics_port: Some(10249),
+            config: "/tmp/c".into(),
             proxy_flags: vec!["--masquerade-all".into()],
         }
     }
@@ -113,7 +126,7 @@ mod tests {
     fn placeholders_are_filled_and_proxy_flags_spread() {
         let t = Template::parse(
             "kube-proxy --kubeconfig={kubeconfig} --hostname-override {node} \
-             --healthz-bind-address=0.0.0.0:{healthzPort} {proxyFlags} --v=2",
+             --healthz-bind-address=0.0.0.0:{healthzPort} {proxyFlags} --v=2 --config={config} {metricsPort}",
         )
         .unwrap();
         assert_eq!(
@@ -125,7 +138,9 @@ mod tests {
                 "node-a",
                 "--healthz-bind-address=0.0.0.0:10256",
                 "--masquerade-all",
-                "--v=2"
+                "--v=2",
+                "--config=/tmp/c",
+                "10249"
             ]
         );
     }

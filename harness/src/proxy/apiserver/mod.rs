@@ -1,29 +1,26 @@
 //! Proxies that watch the Kubernetes API (an unmodified kube-proxy, or `packetproof
 //! reference-proxy`): the harness runs an API server on a control-plane host of the node
 //! network, serves the desired state there, starts the proxy's command in every node
-//! namespace with a kubeconfig pointing at it, and waits until each node's proxy reports a
-//! sync after every change (its `/healthz` `lastUpdated`, or else its rules settling).
+//! namespace with a kubeconfig (and a KubeProxyConfiguration, `{config}`) pointing at it, and
+//! waits until each node's proxy has applied every change: by kube-proxy's sync metrics
+//! (`sync`), or, for a proxy without them, by its rules settling.
 //!
-//! Selected as `apiserver` with a command template (options `command`, `healthzPort`,
-//! `profile`, `syncTimeoutSeconds`; or env `PACKETPROOF_PROXY_COMMAND`), or as
-//! `reference-proxy-iptables` / `reference-proxy-nftables` (this binary's `reference-proxy`).
+//! Selected as `apiserver` with a command template (options `command`, `mode`,
+//! `featureGates`, `metricsPort`, `healthzPort`, `profile`, `syncTimeoutSeconds`; or env
+//! `PACKETPROOF_PROXY_COMMAND`), or as `reference-proxy-iptables` / `reference-proxy-nftables`
+//! (this binary's `reference-proxy`, given the same configuration file).
 //!
-//! A real kube-proxy (v1.30) runs under packetproof like this (`{proxyFlags}` becomes the
-//! scenario's `--masquerade-all`, `--nodeport-addresses`, `--iptables-localhost-nodeports`;
-//! `--conntrack-max-per-core=0` because a namespace cannot set the global conntrack table
-//! size):
+//! A real kube-proxy (v1.30) runs under packetproof like this:
 //!
 //! ```text
-//! packetproof run scenarios --proxy apiserver --proxy-option profile=kube-proxy-iptables \
-//!   --proxy-option 'command=kube-proxy --kubeconfig={kubeconfig} --hostname-override={node}
-//!     --proxy-mode=iptables --cluster-cidr={clusterCIDR} --healthz-bind-address=0.0.0.0:{healthzPort}
-//!     --metrics-bind-address=127.0.0.1:10249 --conntrack-max-per-core=0 {proxyFlags}'
+//! packetproof run scenarios --proxy apiserver --proxy-option mode=iptables \
+//!   --proxy-option 'command=kube-proxy --config={config} --hostname-override={node}'
 //! ```
 //!
-//! For nftables mode: `--proxy-mode=nftables --feature-gates=NFTablesProxyMode=true` and
-//! `profile=kube-proxy-nftables`.
+//! For nftables mode: `mode=nftables` and `featureGates=NFTablesProxyMode=true` (v1.30).
 
 mod command;
+pub mod config;
 pub mod objects;
 pub mod sync;
 
@@ -32,14 +29,16 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 pub use command::{PLACEHOLDERS, Template, Vars};
+use config::{Mode, NodeSettings};
+use sync::{SyncJudge, SyncMetrics};
 
 use super::{Env, Proxy, Running, State};
 use crate::apiserver::ApiServer;
@@ -56,12 +55,14 @@ pub const REFERENCE_NFTABLES: &str = "reference-proxy-nftables";
 const API_PORT: u16 = 6443;
 /// kube-proxy's default healthz port.
 pub const DEFAULT_HEALTHZ_PORT: u16 = 10256;
+/// kube-proxy's default metrics port (on 127.0.0.1 of each node).
+pub const DEFAULT_METRICS_PORT: u16 = 10249;
 /// kube-proxy waits up to ~30 s for its Node before falling back; a first sync takes 1-2 s.
 const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-/// Without healthz: rules unchanged this long count as applied (kube-proxy's default
+/// Without sync metrics: rules unchanged this long count as applied (kube-proxy's default
 /// min-sync-period is 1 s).
 const QUIET: Duration = Duration::from_millis(1500);
-/// Without healthz: after a change, rules that have not moved this long count as applied
+/// Without sync metrics: after a change, rules that have not moved this long count as applied
 /// (the change did not touch this node's rules).
 const UNCHANGED_AFTER: Duration = Duration::from_secs(5);
 /// SIGTERM, then SIGKILL after this.
@@ -72,9 +73,16 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 pub struct ApiServerProxy {
     name: String,
     template: Template,
-    /// Where each node's proxy answers `/healthz` (on the node's IP); none: wait for the
-    /// node's rules to settle instead.
+    /// Where each node's proxy serves `/healthz` (`{healthzPort}`, and the configuration's
+    /// healthzBindAddress).
     healthz_port: Option<u16>,
+    /// Where each node's proxy serves kube-proxy's `/metrics` on 127.0.0.1: the sync signal.
+    /// None: wait for the node's rules to settle instead.
+    metrics_port: Option<u16>,
+    /// The configuration file's `mode`.
+    mode: Mode,
+    /// The configuration file's `featureGates`.
+    feature_gates: Map<String, Value>,
     sync_timeout: Duration,
     /// What its outcomes are judged by: the implementation it runs, if known.
     profile: Profile,
@@ -82,9 +90,13 @@ pub struct ApiServerProxy {
 
 impl ApiServerProxy {
     /// From scenario or command-line options: `command` (a string split on whitespace, or a
-    /// list of words) with placeholders [`PLACEHOLDERS`], `healthzPort` (number, or null for
-    /// none; default 10256 when the command uses `{healthzPort}`), `syncTimeoutSeconds`,
-    /// `profile` (e.g. `kube-proxy-iptables` for kube-proxy; default `kubernetes`).
+    /// list of words) with placeholders [`PLACEHOLDERS`]; `mode` (`iptables`, `nftables`:
+    /// the configuration file's mode, default iptables) and `featureGates` (a mapping, or
+    /// `A=true,B=false`); `metricsPort` and `healthzPort` (numbers, or null for none; 10249
+    /// and 10256 when the command uses `{config}` or the port's placeholder); without a
+    /// metrics port, syncs are told by the node's rules settling; `syncTimeoutSeconds`;
+    /// `profile` (default: the mode's kube-proxy profile when the command uses `{config}`,
+    /// else `kubernetes`).
     pub fn from_options(options: &Value) -> Result<Self> {
         let template = match &options["command"] {
             Value::String(s) => Template::parse(s)?,
@@ -104,14 +116,28 @@ impl ApiServerProxy {
             },
             other => bail!("option `command` must be a string or a list of strings, not {other}"),
         };
-        let healthz_port = match options.get("healthzPort") {
-            None if template.uses("{healthzPort}") => Some(DEFAULT_HEALTHZ_PORT),
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_u64()
-                    .and_then(|p| u16::try_from(p).ok())
-                    .context("option `healthzPort` must be a port number")?,
-            ),
+        let writes_config = template.uses("{config}");
+        let port = |key: &str, placeholder: &str, default: u16| -> Result<Option<u16>> {
+            match options.get(key) {
+                None if writes_config || template.uses(placeholder) => Ok(Some(default)),
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => Ok(Some(
+                    v.as_u64()
+                        .and_then(|p| u16::try_from(p).ok())
+                        .with_context(|| format!("option `{key}` must be a port number or null"))?,
+                )),
+            }
+        };
+        let healthz_port = port("healthzPort", "{healthzPort}", DEFAULT_HEALTHZ_PORT)?;
+        let metrics_port = port("metricsPort", "{metricsPort}", DEFAULT_METRICS_PORT)?;
+        let mode = match options.get("mode") {
+            None => Mode::Iptables,
+            Some(v) => Mode::parse(v.as_str().context("option `mode` must be a string")?)
+                .map_err(|e| anyhow::anyhow!("option `mode`: {e}"))?,
+        };
+        let feature_gates = match options.get("featureGates") {
+            None => Map::new(),
+            Some(v) => feature_gates(v)?,
         };
         let sync_timeout = match options.get("syncTimeoutSeconds") {
             None => DEFAULT_SYNC_TIMEOUT,
@@ -120,6 +146,8 @@ impl ApiServerProxy {
             }
         };
         let profile = match options.get("profile") {
+            // kube-proxy configured by the file is judged by its mode's choices.
+            None if writes_config => mode_profile(mode),
             None => Profile::Kubernetes,
             Some(v) => v
                 .as_str()
@@ -127,7 +155,26 @@ impl ApiServerProxy {
                 .parse()
                 .map_err(|e| anyhow::anyhow!("option `profile`: {e}"))?,
         };
-        Ok(ApiServerProxy { name: NAME.into(), template, healthz_port, sync_timeout, profile })
+        let unknown: Vec<&String> = options
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .filter(|k| !OPTIONS.contains(&k.as_str()))
+            .collect();
+        if !unknown.is_empty() {
+            bail!("proxy {NAME} has no option {unknown:?} (options: {})", OPTIONS.join(", "));
+        }
+        Ok(ApiServerProxy {
+            name: NAME.into(),
+            template,
+            healthz_port,
+            metrics_port,
+            mode,
+            feature_gates,
+            sync_timeout,
+            profile,
+        })
     }
 
     /// `packetproof reference-proxy` in `mode` (`iptables` or `nftables`), found as env
@@ -170,29 +217,65 @@ impl ApiServerProxy {
     pub fn reference_at(bin: &std::path::Path, mode: &str, flags: &[&str]) -> Result<Self> {
         let mut words = vec![bin.to_string_lossy().into_owned(), "reference-proxy".into()];
         words.extend(
-            "--kubeconfig {kubeconfig} --node {node} --netns {netns} --cluster-cidr {clusterCIDR} \
-             --service-cidr {serviceCIDR} --healthz-bind-address 0.0.0.0:{healthzPort} {proxyFlags} --mode"
+            "--config {config} --netns {netns} --service-cidr {serviceCIDR}"
                 .split_whitespace()
                 .map(str::to_string),
         );
-        words.push(mode.into());
         words.extend(flags.iter().map(|f| f.to_string()));
         let mut name = format!("reference-proxy-{mode}");
         if !flags.is_empty() {
             name = format!("{name} ({})", flags.join(" "));
         }
+        let mode = Mode::parse(mode).map_err(anyhow::Error::msg)?;
         Ok(ApiServerProxy {
             name,
             template: Template::from_words(words)?,
             healthz_port: Some(DEFAULT_HEALTHZ_PORT),
+            metrics_port: Some(DEFAULT_METRICS_PORT),
+            mode,
+            feature_gates: Map::new(),
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             // Built on the built-in generators, which write what kube-proxy writes.
-            profile: match mode {
-                "nftables" => Profile::KubeProxyNftables,
-                _ => Profile::KubeProxyIptables,
-            },
+            profile: mode_profile(mode),
         })
     }
+}
+
+/// The options of `apiserver`.
+const OPTIONS: &[&str] =
+    &["command", "mode", "featureGates", "metricsPort", "healthzPort", "profile", "syncTimeoutSeconds"];
+
+fn mode_profile(mode: Mode) -> Profile {
+    match mode {
+        Mode::Iptables => Profile::KubeProxyIptables,
+        Mode::Nftables => Profile::KubeProxyNftables,
+    }
+}
+
+/// `featureGates` as a mapping (`{NFTablesProxyMode: true}`) or kube-proxy's flag form
+/// (`NFTablesProxyMode=true,Other=false`).
+fn feature_gates(value: &Value) -> Result<Map<String, Value>> {
+    let mut gates = Map::new();
+    match value {
+        Value::Object(m) => {
+            for (k, v) in m {
+                let on = v.as_bool().with_context(|| format!("feature gate {k} must be true or false"))?;
+                gates.insert(k.clone(), Value::Bool(on));
+            }
+        }
+        Value::String(text) => {
+            for pair in text.split(',').filter(|p| !p.is_empty()) {
+                let (k, v) = pair
+                    .split_once('=')
+                    .with_context(|| format!("feature gate {pair:?}: expected NAME=true|false"))?;
+                let on =
+                    v.parse::<bool>().with_context(|| format!("feature gate {k} must be true or false"))?;
+                gates.insert(k.to_string(), Value::Bool(on));
+            }
+        }
+        other => bail!("option `featureGates` must be a mapping or NAME=BOOL,…, not {other}"),
+    }
+    Ok(gates)
 }
 
 /// The cluster's proxy configuration as kube-proxy flags (`{proxyFlags}`).
@@ -248,10 +331,10 @@ impl Proxy for ApiServerProxy {
             dir,
         };
         // From here an error drops `running`, which stops whatever started.
-        // What the nodes hold before any proxy runs, for proxies without healthz.
+        // What the nodes hold before any proxy runs, for proxies without sync metrics.
         let baselines = running.baselines(&env.topology.nodes);
-        let pushed = SystemTime::now();
         objects::push(running.store(), state)?;
+        let started = sync::unix_now();
         let (cluster_cidr, service_cidr) = objects::cidrs(state.cluster);
         for node in &env.topology.nodes {
             let model = state
@@ -261,19 +344,35 @@ impl Proxy for ApiServerProxy {
             let kubeconfig_path = running.dir.join(format!("kubeconfig-{}", node.name));
             std::fs::write(&kubeconfig_path, kubeconfig(bind))
                 .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+            let kubeconfig_path = kubeconfig_path.to_string_lossy().into_owned();
+            let settings = NodeSettings {
+                kubeconfig: &kubeconfig_path,
+                node: &node.name,
+                cluster_cidr: &cluster_cidr,
+                healthz: self.healthz_port.map(|p| SocketAddr::new(IpAddr::from([0, 0, 0, 0]), p)),
+                metrics: self.metrics_port.map(|p| SocketAddr::new(IpAddr::from([127, 0, 0, 1]), p)),
+            };
+            let config =
+                config::kube_proxy_configuration(state.cluster, self.mode, &self.feature_gates, &settings);
+            let config_path = running.dir.join(format!("config-{}.yaml", node.name));
+            std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)
+                .with_context(|| format!("writing {}", config_path.display()))?;
             let vars = Vars {
-                kubeconfig: kubeconfig_path.to_string_lossy().into_owned(),
+                kubeconfig: kubeconfig_path.clone(),
                 node: node.name.clone(),
                 node_ip: model.ip.to_string(),
                 netns: node.netns.name().to_string(),
                 cluster_cidr: cluster_cidr.clone(),
                 service_cidr: service_cidr.clone(),
                 healthz_port: self.healthz_port,
+                metrics_port: self.metrics_port,
+                config: config_path.to_string_lossy().into_owned(),
                 proxy_flags: proxy_flags(state.cluster),
             };
-            running.spawn(node, model.ip, &self.template.expand(&vars)?)?;
+            running.spawn(node, &self.template.expand(&vars)?)?;
         }
-        running.wait_synced(pushed, &baselines, None)?;
+        let judges = running.nodes.iter().map(|_| SyncJudge::at_start(started)).collect();
+        running.wait_synced(judges, &baselines, None)?;
         Ok(Box::new(running))
     }
 }
@@ -298,9 +397,8 @@ struct NodeProxy {
     node: NodeHandle,
     child: Option<Child>,
     log: PathBuf,
-    /// Where its healthz may answer: loopback of either family first (kube-proxy's default
-    /// bind is 0.0.0.0, even in an IPv6 cluster), then the node's IP.
-    healthz: Vec<SocketAddr>,
+    /// Where its kube-proxy metrics answer, if it serves them.
+    metrics: Option<SocketAddr>,
 }
 
 struct ApiRunning<'a> {
@@ -318,7 +416,7 @@ impl ApiRunning<'_> {
         self.server.as_ref().expect("the server runs until stop").store()
     }
 
-    fn spawn(&mut self, node: &NodeHandle, ip: IpAddr, argv: &[String]) -> Result<()> {
+    fn spawn(&mut self, node: &NodeHandle, argv: &[String]) -> Result<()> {
         let log = self.dir.join(format!("{}.log", node.name));
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone().context("sharing the proxy log")?;
@@ -335,36 +433,45 @@ impl ApiRunning<'_> {
         }
         let child =
             cmd.spawn().with_context(|| format!("starting `{}` on node {}", argv.join(" "), node.name))?;
-        let healthz = match self.proxy.healthz_port {
-            Some(p) => [IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST), ip]
-                .into_iter()
-                .map(|a| SocketAddr::new(a, p))
-                .collect(),
-            None => Vec::new(),
-        };
-        self.nodes.push(NodeProxy { node: node.clone(), child: Some(child), log, healthz });
+        let metrics = self.proxy.metrics_port.map(|p| SocketAddr::new(IpAddr::from([127, 0, 0, 1]), p));
+        self.nodes.push(NodeProxy { node: node.clone(), child: Some(child), log, metrics });
         Ok(())
     }
 
-    /// Each node's rules without counters, when syncs are told by rules settling (no healthz).
+    /// Each node's rules without counters, when syncs are told by rules settling (no metrics).
     fn baselines(&self, nodes: &[NodeHandle]) -> Vec<String> {
-        if self.proxy.healthz_port.is_some() {
+        if self.proxy.metrics_port.is_some() {
             return Vec::new();
         }
         nodes.iter().map(|n| dump(&n.netns).map(|d| sync::without_counters(&d)).unwrap_or_default()).collect()
     }
 
-    /// Waits until every node's proxy has applied what was pushed at `pushed`: by healthz, or
-    /// by its rules moving from `baselines` and settling (or, with `unchanged_after`, staying).
+    /// Each node's sync metrics now (empty where they cannot be read: the judge then waits
+    /// for them).
+    fn metrics_now(&self) -> Vec<SyncMetrics> {
+        self.nodes
+            .iter()
+            .map(|n| match n.metrics {
+                Some(addr) => sync::http_get(&n.node.netns, addr, "/metrics")
+                    .map(|body| SyncMetrics::parse(&body))
+                    .unwrap_or_default(),
+                None => SyncMetrics::default(),
+            })
+            .collect()
+    }
+
+    /// Waits until every node's proxy has applied what was pushed: by its sync metrics, as
+    /// `judges` (one per node) decide, or by its rules moving from `baselines` and settling
+    /// (or, with `unchanged_after`, staying).
     fn wait_synced(
         &mut self,
-        pushed: SystemTime,
+        judges: Vec<SyncJudge>,
         baselines: &[String],
         unchanged_after: Option<Duration>,
     ) -> Result<()> {
         let deadline = Instant::now() + self.proxy.sync_timeout;
-        for (i, n) in self.nodes.iter_mut().enumerate() {
-            let NodeProxy { node, child, log, healthz } = n;
+        for ((i, n), judge) in self.nodes.iter_mut().enumerate().zip(judges) {
+            let NodeProxy { node, child, log, metrics } = n;
             let alive = || -> Result<()> {
                 let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
                 if let Some(status) = c.try_wait()? {
@@ -376,11 +483,12 @@ impl ApiRunning<'_> {
                 }
                 Ok(())
             };
-            let waited = if healthz.is_empty() {
-                let baseline = baselines.get(i).map_or("", String::as_str);
-                sync::wait_stable(baseline, QUIET, unchanged_after, deadline, || dump(&node.netns), alive)
-            } else {
-                sync::wait_healthz(&node.netns, healthz, pushed, deadline, alive)
+            let waited = match metrics {
+                Some(addr) => sync::wait_metrics(&node.netns, *addr, judge, deadline, alive),
+                None => {
+                    let baseline = baselines.get(i).map_or("", String::as_str);
+                    sync::wait_stable(baseline, QUIET, unchanged_after, deadline, || dump(&node.netns), alive)
+                }
             };
             // The log goes with the proxy; its end goes into the error.
             if let Err(e) = waited {
@@ -484,11 +592,15 @@ impl Running for ApiRunning<'_> {
     fn update(&mut self, state: &State<'_>) -> Result<()> {
         let nodes: Vec<NodeHandle> = self.nodes.iter().map(|n| n.node.clone()).collect();
         let baselines = self.baselines(&nodes);
-        let pushed = SystemTime::now();
+        let before = self.metrics_now();
+        let pushed = sync::unix_now();
+        let resource_version = self.store().resource_version();
         if objects::push(self.store(), state)? == 0 {
             return Ok(());
         }
-        self.wait_synced(pushed, &baselines, Some(UNCHANGED_AFTER))
+        let families = objects::families_reached(self.store(), resource_version)?;
+        let judges = before.into_iter().map(|b| SyncJudge::after_push(pushed, b, families)).collect();
+        self.wait_synced(judges, &baselines, Some(UNCHANGED_AFTER))
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {
@@ -565,6 +677,30 @@ mod tests {
         assert_eq!(p.profile, Profile::KubeProxyNftables);
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "profile": "ipvs"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x {bogus}"})).is_err());
+        assert!(ApiServerProxy::from_options(&json!({"command": "x", "healthzport": 1})).is_err());
+    }
+
+    #[test]
+    fn a_configuration_file_brings_kube_proxys_ports_and_the_modes_profile() {
+        let p = ApiServerProxy::from_options(&json!({
+            "command": "kube-proxy --config={config}",
+            "mode": "nftables",
+            "featureGates": "NFTablesProxyMode=true",
+        }))
+        .unwrap();
+        assert_eq!(
+            (p.metrics_port, p.healthz_port),
+            (Some(DEFAULT_METRICS_PORT), Some(DEFAULT_HEALTHZ_PORT))
+        );
+        assert_eq!(p.profile, Profile::KubeProxyNftables);
+        assert_eq!(p.feature_gates["NFTablesProxyMode"], true);
+        let p = ApiServerProxy::from_options(
+            &json!({"command": "kube-proxy --config={config}", "metricsPort": null}),
+        )
+        .unwrap();
+        assert_eq!((p.metrics_port, p.mode, p.profile), (None, Mode::Iptables, Profile::KubeProxyIptables));
+        assert!(ApiServerProxy::from_options(&json!({"command": "x", "mode": "ipvs"})).is_err());
+        assert!(ApiServerProxy::from_options(&json!({"command": "x", "featureGates": "A=maybe"})).is_err());
     }
 
     #[test]

@@ -5,9 +5,13 @@
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
+use crate::apiserver::selector::{Selector, selects};
 use crate::apiserver::{Kind, Store};
 use crate::model::{Cluster, Node};
 use crate::proxy::State;
+use crate::reference_proxy::PROXY_LABEL_SELECTOR;
+
+use super::sync::Families;
 
 /// The Node object kubelet would register for `node`.
 pub fn node_object(node: &Node) -> Value {
@@ -40,6 +44,46 @@ pub fn push(store: &Store, state: &State<'_>) -> Result<usize> {
         .replace(Kind::EndpointSlice, slices.context("encoding EndpointSlices")?)
         .context("storing EndpointSlices")?;
     Ok(events)
+}
+
+/// The IP families whose kube-proxy proxier the changes after `resource_version` reach, as
+/// kube-proxy's metaproxier dispatches them (pkg/proxy/metaproxier/meta_proxier.go): a Service
+/// to the families of its cluster IPs, an EndpointSlice to its address type, a Node to both.
+/// Objects kube-proxy's label selector leaves out reach none.
+pub fn families_reached(store: &Store, resource_version: u64) -> Result<Families> {
+    let labels = Selector::parse(PROXY_LABEL_SELECTOR)?;
+    let fields = Selector::parse("")?;
+    let mut families = Families::default();
+    let mut add = |address: &str| match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => families.ipv4 = true,
+        Ok(std::net::IpAddr::V6(_)) => families.ipv6 = true,
+        Err(_) => {}
+    };
+    for kind in [Kind::Service, Kind::EndpointSlice, Kind::Node] {
+        for event in store.events_after(kind, resource_version).1 {
+            let object = &event.object;
+            if kind != Kind::Node && !selects(&labels, &fields, object) {
+                continue;
+            }
+            match kind {
+                Kind::Service => {
+                    let ips = object["spec"]["clusterIPs"].as_array().cloned().unwrap_or_default();
+                    let ips = if ips.is_empty() { vec![object["spec"]["clusterIP"].clone()] } else { ips };
+                    ips.iter().filter_map(Value::as_str).for_each(&mut add);
+                }
+                Kind::EndpointSlice => match object["addressType"].as_str() {
+                    Some("IPv4") => add("0.0.0.0"),
+                    Some("IPv6") => add("::"),
+                    _ => {}
+                },
+                Kind::Node => {
+                    add("0.0.0.0");
+                    add("::");
+                }
+            }
+        }
+    }
+    Ok(families)
 }
 
 /// `--cluster-cidr`/`--service-cluster-ip-range` values: the primary family's CIDR, then the

@@ -1,0 +1,117 @@
+//! The `{config}` placeholder: a KubeProxyConfiguration (`kubeproxy.config.k8s.io/v1alpha1`)
+//! written per node from the scenario's proxy settings. It is kube-proxy's own recommended
+//! interface: with `--config`, v1.30 takes every setting from the file and ignores the other
+//! flags except `--hostname-override` and logging (cmd/kube-proxy/app/server.go
+//! `Options.Complete`), and some settings exist only there (nftables mode reads
+//! `nftables.masqueradeAll`, which no flag sets in v1.30).
+
+use std::net::SocketAddr;
+
+use serde_json::{Map, Value, json};
+
+use crate::model::Cluster;
+
+/// kube-proxy's modes that packetproof can judge (they act in the node's netfilter hooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Iptables,
+    Nftables,
+}
+
+impl Mode {
+    pub fn parse(text: &str) -> Result<Mode, String> {
+        match text {
+            "iptables" => Ok(Mode::Iptables),
+            "nftables" => Ok(Mode::Nftables),
+            other => Err(format!("mode {other:?} is not one packetproof runs (iptables, nftables)")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Iptables => "iptables",
+            Mode::Nftables => "nftables",
+        }
+    }
+}
+
+/// What the configuration of one node's proxy holds beyond the cluster's settings.
+pub struct NodeSettings<'a> {
+    pub kubeconfig: &'a str,
+    pub node: &'a str,
+    pub cluster_cidr: &'a str,
+    pub healthz: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
+}
+
+/// The configuration file's content (JSON, which kube-proxy's YAML loader reads).
+///
+/// `featureGates` are passed as given (e.g. `NFTablesProxyMode: true` for nftables mode in
+/// v1.30, where it is alpha). `conntrack.maxPerCore: 0` leaves `nf_conntrack_max` alone: it is
+/// read-only inside a network namespace, and kube-proxy would fail to start setting it.
+pub fn kube_proxy_configuration(
+    cluster: &Cluster,
+    mode: Mode,
+    feature_gates: &Map<String, Value>,
+    node: &NodeSettings<'_>,
+) -> Value {
+    let proxy = &cluster.proxy;
+    let mut ranges: Vec<String> = proxy.node_port_addresses.iter().map(|r| r.to_string()).collect();
+    ranges.sort();
+    let address = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": node.kubeconfig},
+        "hostnameOverride": node.node,
+        "mode": mode.name(),
+        "featureGates": feature_gates,
+        "clusterCIDR": node.cluster_cidr,
+        "healthzBindAddress": address(node.healthz),
+        "metricsBindAddress": address(node.metrics),
+        "detectLocalMode": "ClusterCIDR",
+        "nodePortAddresses": ranges,
+        "iptables": {
+            "masqueradeAll": proxy.masquerade_all,
+            "localhostNodePorts": proxy.localhost_node_ports,
+            "syncPeriod": "30s",
+            "minSyncPeriod": "1s",
+        },
+        "nftables": {"masqueradeAll": proxy.masquerade_all, "syncPeriod": "30s", "minSyncPeriod": "1s"},
+        "conntrack": {"maxPerCore": 0},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ProxyConfig;
+
+    #[test]
+    fn the_scenarios_settings_reach_both_modes_fields() {
+        let mut cluster = Cluster::example(vec![]);
+        cluster.proxy = ProxyConfig {
+            masquerade_all: true,
+            node_port_addresses: vec!["192.168.50.0/24".parse().unwrap()],
+            localhost_node_ports: false,
+        };
+        let gates = Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]);
+        let node = NodeSettings {
+            kubeconfig: "/tmp/k",
+            node: "node-a",
+            cluster_cidr: "10.244.0.0/16",
+            healthz: Some("0.0.0.0:10256".parse().unwrap()),
+            metrics: Some("127.0.0.1:10249".parse().unwrap()),
+        };
+        let c = kube_proxy_configuration(&cluster, Mode::Nftables, &gates, &node);
+        assert_eq!(c["mode"], "nftables");
+        assert_eq!(c["nftables"]["masqueradeAll"], true);
+        assert_eq!(c["iptables"]["masqueradeAll"], true);
+        assert_eq!(c["iptables"]["localhostNodePorts"], false);
+        assert_eq!(c["nodePortAddresses"], json!(["192.168.50.0/24"]));
+        assert_eq!(c["featureGates"]["NFTablesProxyMode"], true);
+        assert_eq!(c["metricsBindAddress"], "127.0.0.1:10249");
+        assert_eq!(c["clientConnection"]["kubeconfig"], "/tmp/k");
+        assert!(Mode::parse("ipvs").is_err());
+    }
+}

@@ -1,0 +1,305 @@
+//! Reading kube-proxy's sync metrics and deciding from them whether a push has been applied.
+//!
+//! The gauges (pkg/proxy/metrics/metrics.go): `kubeproxy_sync_proxy_rules_last_timestamp_seconds`
+//! is set at the end of every successful sync, `..._last_queued_timestamp_seconds` whenever a
+//! change is queued for a sync (`Proxier.Sync`), and the histogram
+//! `kubeproxy_sync_proxy_rules_duration_seconds` observes every sync. In v1.30 they carry no
+//! label and both families' proxiers (kube-proxy runs one per family wherever iptables and
+//! ip6tables both work: cmd/kube-proxy/app/server_linux.go `platformCheckSupported`) write the
+//! same series, so one family's sync looks like both; newer releases label them `ip_family`
+//! (kubernetes/kubernetes#129034). Both forms are read.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+const LAST_SYNCED: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+const LAST_QUEUED: &str = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
+const SYNCS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_count";
+const SYNC_SECONDS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_sum";
+
+/// When the signals cannot decide (a change queued while a sync was running, or a family the
+/// push reached that found nothing to do), the proxy is taken as synced once they have not
+/// moved for this long: kube-proxy's default min-sync-period (1 s) and a sync.
+const UNDECIDED_GRACE: Duration = Duration::from_secs(2);
+
+/// Seconds since the Unix epoch, as the gauges count them.
+pub fn unix_now() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The sync series of one proxier (an `ip_family` label value), or of all (`None`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Gauges {
+    pub last_synced: f64,
+    pub last_queued: f64,
+    pub syncs: f64,
+    pub sync_seconds: f64,
+}
+
+/// The sync series of a `/metrics` answer, by `ip_family` label (`None`: unlabelled).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SyncMetrics(pub BTreeMap<Option<String>, Gauges>);
+
+impl SyncMetrics {
+    /// Parses Prometheus text; other series are ignored.
+    pub fn parse(text: &str) -> SyncMetrics {
+        let mut out: BTreeMap<Option<String>, Gauges> = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(value) = value.trim().parse::<f64>() else { continue };
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let family = labels
+                .split(',')
+                .find_map(|l| l.strip_prefix("ip_family=").map(|v| v.trim_matches('"').to_string()));
+            let g = out.entry(family).or_default();
+            match name {
+                LAST_SYNCED => g.last_synced = value,
+                LAST_QUEUED => g.last_queued = value,
+                SYNCS => g.syncs = value,
+                SYNC_SECONDS => g.sync_seconds = value,
+                _ => {}
+            }
+        }
+        out.retain(|_, g| *g != Gauges::default());
+        SyncMetrics(out)
+    }
+
+    fn get(&self, family: &Option<String>) -> Gauges {
+        self.0.get(family).copied().unwrap_or_default()
+    }
+}
+
+/// The IP families whose proxier a push reached (metaproxier's dispatch: a Service to the
+/// families of its cluster IPs, an EndpointSlice to its address type;
+/// pkg/proxy/metaproxier/meta_proxier.go).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Families {
+    pub ipv4: bool,
+    pub ipv6: bool,
+}
+
+impl Families {
+    pub const BOTH: Families = Families { ipv4: true, ipv6: true };
+
+    fn expected_syncs(self, family: &Option<String>) -> f64 {
+        match family.as_deref() {
+            None => f64::from(u8::from(self.ipv4) + u8::from(self.ipv6)),
+            Some("IPv4") => f64::from(u8::from(self.ipv4)),
+            Some("IPv6") => f64::from(u8::from(self.ipv6)),
+            Some(_) => 1.0,
+        }
+    }
+}
+
+/// Decides, poll by poll, whether one node's proxy has applied a push.
+///
+/// Synced for sure, per series: as many syncs since the push as families it reached, the
+/// last one successful and ended after the push, and begun after the last queued change
+/// (its end less its duration, from the histogram, is after the last queue time). The last
+/// condition catches a change queued while a sync was running, which kube-proxy applies in
+/// a next sync. Where only that order or the count is unproven but a sync ended after the
+/// push and after the last queue (or nothing was queued), the signals are taken as final once
+/// they have stood still for [`UNDECIDED_GRACE`].
+#[derive(Debug, Clone)]
+pub struct SyncJudge {
+    pushed: f64,
+    before: SyncMetrics,
+    families: Families,
+    previous: SyncMetrics,
+    last_sync_seconds: BTreeMap<Option<String>, f64>,
+    undecided_since: Option<(Instant, SyncMetrics)>,
+    /// At start-up every family syncs once, so "nothing queued" is never an answer.
+    starting: bool,
+}
+
+impl SyncJudge {
+    /// A proxy started at Unix time `started` (after its state was pushed): each of the
+    /// families kube-proxy runs syncs once.
+    pub fn at_start(started: f64) -> SyncJudge {
+        SyncJudge { starting: true, ..SyncJudge::after_push(started, SyncMetrics::default(), Families::BOTH) }
+    }
+
+    /// A push at Unix time `pushed` that reached `families`; `before`: the metrics just
+    /// before it.
+    pub fn after_push(pushed: f64, before: SyncMetrics, families: Families) -> SyncJudge {
+        SyncJudge {
+            pushed,
+            previous: before.clone(),
+            before,
+            families,
+            last_sync_seconds: BTreeMap::new(),
+            undecided_since: None,
+            starting: false,
+        }
+    }
+
+    pub fn synced(&mut self, now: &SyncMetrics, at: Instant) -> bool {
+        for (family, g) in &now.0 {
+            let prev = self.previous.get(family);
+            if g.syncs > prev.syncs {
+                // Exact with one sync since the last poll, an upper bound with more.
+                self.last_sync_seconds.insert(family.clone(), g.sync_seconds - prev.sync_seconds);
+            }
+        }
+        self.previous = now.clone();
+        if now.0.is_empty() {
+            return false;
+        }
+        let mut certain = true;
+        for (family, g) in &now.0 {
+            match self.series_state(family, g) {
+                State::Certain => {}
+                State::Undecided => certain = false,
+                State::Pending => {
+                    self.undecided_since = None;
+                    return false;
+                }
+            }
+        }
+        if certain {
+            return true;
+        }
+        match &self.undecided_since {
+            Some((since, seen)) if seen == now => at.duration_since(*since) >= UNDECIDED_GRACE,
+            _ => {
+                self.undecided_since = Some((at, now.clone()));
+                false
+            }
+        }
+    }
+
+    fn series_state(&self, family: &Option<String>, g: &Gauges) -> State {
+        let expected = self.families.expected_syncs(family);
+        if expected == 0.0 {
+            return State::Certain;
+        }
+        let syncs = g.syncs - self.before.get(family).syncs;
+        let ended_after_push = g.last_synced >= self.pushed && g.last_synced >= g.last_queued;
+        let began_after_queue = self
+            .last_sync_seconds
+            .get(family)
+            .is_some_and(|seconds| g.last_synced - seconds >= g.last_queued);
+        if syncs >= expected && ended_after_push && began_after_queue {
+            State::Certain
+        } else if ended_after_push || (!self.starting && syncs == 0.0 && g.last_queued < self.pushed) {
+            State::Undecided
+        } else {
+            State::Pending
+        }
+    }
+
+    /// The series as a sentence, for an error.
+    pub fn describe(&self, now: &SyncMetrics) -> String {
+        if now.0.is_empty() {
+            return "no kubeproxy_sync_proxy_rules_* series".into();
+        }
+        let series: Vec<String> = now
+            .0
+            .iter()
+            .map(|(family, g)| {
+                format!(
+                    "{}: {} syncs since the change (wanted {}), last sync {:+.3}s and last queued {:+.3}s from the change",
+                    family.as_deref().unwrap_or("all families"),
+                    g.syncs - self.before.get(family).syncs,
+                    self.families.expected_syncs(family),
+                    g.last_synced - self.pushed,
+                    g.last_queued - self.pushed,
+                )
+            })
+            .collect();
+        series.join("; ")
+    }
+}
+
+enum State {
+    Certain,
+    Undecided,
+    Pending,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(last_synced: f64, last_queued: f64, syncs: f64, sync_seconds: f64) -> SyncMetrics {
+        SyncMetrics::parse(&format!(
+            "# HELP x\n{LAST_SYNCED} {last_synced}\n{LAST_QUEUED} {last_queued}\n\
+             {SYNCS} {syncs}\n{SYNC_SECONDS} {sync_seconds}\nkubeproxy_other 3\n"
+        ))
+    }
+
+    #[test]
+    fn kube_proxy_130s_unlabelled_series_and_newer_labelled_ones_parse() {
+        let m = metrics(1.7e9, 1.6e9, 3.0, 0.25);
+        assert_eq!(
+            m.0[&None],
+            Gauges { last_synced: 1.7e9, last_queued: 1.6e9, syncs: 3.0, sync_seconds: 0.25 }
+        );
+        let labelled = SyncMetrics::parse(&format!(
+            "{LAST_SYNCED}{{ip_family=\"IPv4\"}} 5\n{LAST_SYNCED}{{ip_family=\"IPv6\"}} 6\n\
+             {SYNCS}{{ip_family=\"IPv6\"}} 2\n"
+        ));
+        assert_eq!(labelled.0[&Some("IPv4".into())].last_synced, 5.0);
+        assert_eq!(labelled.0[&Some("IPv6".into())].syncs, 2.0);
+        assert!(SyncMetrics::parse("garbage\n").0.is_empty());
+    }
+
+    /// The flows of a sync wait as kube-proxy v1.30 shows them (times in seconds from 100).
+    #[test]
+    fn a_push_is_synced_only_when_every_family_synced_after_the_last_queued_change() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let before = metrics(90.0, 89.0, 4.0, 0.4);
+
+        // Start-up in dual-stack: the first family's initial sync is not enough.
+        let mut j = SyncJudge::at_start(100.0);
+        assert!(!j.synced(&SyncMetrics::default(), at(0.0)), "no metrics yet");
+        assert!(!j.synced(&metrics(100.3, 100.1, 1.0, 0.05), at(0.3)), "one family of two");
+        assert!(j.synced(&metrics(100.4, 100.1, 2.0, 0.1), at(0.4)));
+
+        // A change queued during the sync that ends after it: kube-proxy syncs again.
+        let mut j = SyncJudge::after_push(100.0, before.clone(), Families { ipv4: true, ipv6: false });
+        assert!(!j.synced(&before, at(0.0)));
+        assert!(!j.synced(&metrics(89.0, 100.01, 4.0, 0.4), at(0.01)), "queued, not synced");
+        // Began at 100.05 (ended 100.10 after 0.05 s), but a change was queued at 100.07.
+        assert!(!j.synced(&metrics(100.10, 100.07, 5.0, 0.45), at(0.1)), "queued during the sync");
+        assert!(j.synced(&metrics(100.20, 100.07, 6.0, 0.5), at(0.2)), "the next sync began after it");
+
+        // Nothing reached this proxy: undecided until the series stand still.
+        let mut j = SyncJudge::after_push(100.0, before.clone(), Families::default());
+        assert!(j.synced(&before, at(0.0)), "no family reached: nothing to wait for");
+        let mut j = SyncJudge::after_push(100.0, before.clone(), Families { ipv4: false, ipv6: true });
+        assert!(!j.synced(&before, at(0.0)));
+        assert!(!j.synced(&before, at(1.0)));
+        assert!(j.synced(&before, at(2.1)), "still nothing queued after the grace");
+
+        // A failed sync counts in the histogram but not as synced.
+        let mut j = SyncJudge::after_push(100.0, before.clone(), Families { ipv4: true, ipv6: false });
+        assert!(!j.synced(&metrics(90.0, 100.01, 5.0, 0.45), at(0.1)));
+        assert!(
+            !j.synced(&metrics(90.0, 100.01, 5.0, 0.45), at(5.0)),
+            "never synced: pending, not undecided"
+        );
+    }
+
+    #[test]
+    fn labelled_series_are_judged_family_by_family() {
+        let t0 = Instant::now();
+        let series = |v4: (f64, f64, f64), v6: (f64, f64, f64)| {
+            SyncMetrics::parse(&format!(
+                "{LAST_SYNCED}{{ip_family=\"IPv4\"}} {}\n{LAST_QUEUED}{{ip_family=\"IPv4\"}} {}\n{SYNCS}{{ip_family=\"IPv4\"}} {}\n\
+                 {SYNC_SECONDS}{{ip_family=\"IPv4\"}} 0.01\n\
+                 {LAST_SYNCED}{{ip_family=\"IPv6\"}} {}\n{LAST_QUEUED}{{ip_family=\"IPv6\"}} {}\n{SYNCS}{{ip_family=\"IPv6\"}} {}\n\
+                 {SYNC_SECONDS}{{ip_family=\"IPv6\"}} 0.01\n",
+                v4.0, v4.1, v4.2, v6.0, v6.1, v6.2
+            ))
+        };
+        let before = series((90.0, 89.0, 1.0), (90.0, 89.0, 1.0));
+        let mut j = SyncJudge::after_push(100.0, before, Families::BOTH);
+        assert!(!j.synced(&series((100.2, 100.1, 2.0), (90.0, 100.1, 1.0)), t0));
+        assert!(j.synced(&series((100.2, 100.1, 2.0), (100.3, 100.1, 2.0)), t0));
+    }
+}
