@@ -1,6 +1,7 @@
 //! `packetproof bench`: figures, never assertions. Topology build and teardown for a 2-node,
 //! 8-pod cluster; the median answered TCP probe next to a bare connect-and-read between the
-//! same namespaces; and the whole suite's wall time.
+//! same namespaces; and the whole suite's wall time. With a proxy (`--proxy`), its time from
+//! start to synced on every node and from a step's push to synced, instead.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -156,6 +157,54 @@ pub fn two_nodes_eight_pods() -> Cluster {
         services: Vec::new(),
         proxy: Default::default(),
     }
+}
+
+/// Starts `choice` on the first state of `scenario` `rounds` times and pushes each of its steps:
+/// how long until every node reported the state applied (the adapter's own sync wait).
+pub fn sync_times(scenario: &Path, choice: &crate::model::ProxyChoice, rounds: usize) -> Result<()> {
+    if let Some(reason) = crate::runner::preflight() {
+        anyhow::bail!("cannot benchmark here: {reason}");
+    }
+    let Some(mut loaded) = crate::cli::load_all(&[scenario.to_path_buf()])? else {
+        anyhow::bail!("{} is not a valid scenario", scenario.display());
+    };
+    let scenario = loaded.pop().context("no scenario")?;
+    let proxy = crate::proxy::build(choice, scenario.source.parent().unwrap_or(Path::new(".")))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let phases = scenario.phases();
+    let state = |i: usize| crate::proxy::State { cluster: phases[i].cluster, objects: phases[i].objects };
+    let (mut starts, mut updates) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let topology = runtime.block_on(Topology::build(&scenario.cluster))?;
+        let env = crate::proxy::Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };
+        let t = Instant::now();
+        let mut running = proxy.start(&state(0), &env)?;
+        starts.push(t.elapsed());
+        for i in 1..phases.len() {
+            let t = Instant::now();
+            running.update(&state(i))?;
+            updates.push(t.elapsed());
+        }
+        running.stop()?;
+        drop(env);
+        topology.teardown()?;
+    }
+    let figure = |samples: &mut Vec<Duration>| {
+        if samples.is_empty() {
+            return "none (no steps)".to_string();
+        }
+        let max = samples.iter().max().copied().unwrap_or_default();
+        format!("median {} (max {})", ms(median(samples)), ms(max))
+    };
+    println!(
+        "{} on {} ({} nodes): start to synced {}; a step to synced {}  [{rounds} rounds]",
+        proxy.name(),
+        scenario.name,
+        scenario.cluster.nodes.len(),
+        figure(&mut starts),
+        figure(&mut updates),
+    );
+    Ok(())
 }
 
 fn median(samples: &mut [Duration]) -> Duration {

@@ -90,6 +90,16 @@ enum Command {
         /// Round trips to time for the probe figure.
         #[arg(long, default_value_t = 500)]
         round_trips: u32,
+        /// Instead: time this proxy from start to synced, and each step's push to synced, on
+        /// the scenario `--sync-scenario`.
+        #[arg(long)]
+        proxy: Option<String>,
+        #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
+        proxy_options: Vec<String>,
+        #[arg(long, default_value = "scenarios/live-stale-udp-conntrack.yaml")]
+        sync_scenario: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        sync_rounds: usize,
     },
     /// Run the suite against every catalogued mutant (deliberately broken proxy) and print
     /// which scenarios kill each; exit 1 if any mutant survives.
@@ -171,7 +181,14 @@ pub fn main() -> i32 {
         }
         Command::Check { paths } => check(&default_paths(paths)),
         Command::Rules { file, node, proxy } => rules(&file, node.as_deref(), &proxy),
-        Command::Bench { suite, round_trips } => crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS),
+        Command::Bench { suite, round_trips, proxy: None, .. } => {
+            crate::bench::run(&suite, round_trips).map(|()| EXIT_PASS)
+        }
+        Command::Bench { proxy: Some(name), proxy_options, sync_scenario, sync_rounds, .. } => {
+            proxy_choice(&name, &proxy_options)
+                .and_then(|choice| crate::bench::sync_times(&sync_scenario, &choice, sync_rounds))
+                .map(|()| EXIT_PASS)
+        }
         Command::Mutants { suite, only, first_kill, proxy } => mutants(&suite, &only, first_kill, &proxy),
         Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs } => {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
