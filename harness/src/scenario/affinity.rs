@@ -17,11 +17,13 @@ pub(crate) fn read(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) 
     let config = FieldPath::parse("spec.sessionAffinityConfig");
     match spec.session_affinity.as_deref() {
         None | Some("None") => {
+            // Not refused by the API server but dropped (pkg/apis/core/v1/defaults.go
+            // SetDefaults_Service): a config written for nothing is a slip worth showing.
             if spec.session_affinity_config.is_some() {
                 diag.value(
                     site,
                     &config,
-                    "sessionAffinityConfig only applies with sessionAffinity: ClientIP (the API server rejects it otherwise)",
+                    "sessionAffinityConfig only applies with sessionAffinity: ClientIP (the API server would drop it)",
                 );
                 return None;
             }

@@ -10,6 +10,7 @@
 //! `services` with `external` (external IPs, load balancers, health checks), `affinity` and
 //! `claims` (what Services share), `endpoints` and `derive` (EndpointSlices), `probes` with
 //! `targets`, `target_form` and `duration`, `flows` (generated probes), tied together by `validate`.
+//! The objects a proxy is served are the file's as kube-apiserver would store them (`defaults`).
 //! Addresses and CIDRs of either family are read through `net`, which holds every one of a
 //! single-stack file to the family of its first (`families`); a dual-stack cluster (its
 //! networks list a CIDR of each family) admits both.
@@ -18,6 +19,7 @@ mod addresses;
 mod affinity;
 mod claims;
 mod de;
+mod defaults;
 mod derive;
 mod duration;
 mod endpoints;

@@ -1,6 +1,8 @@
 //! Service objects → `model::Service` (endpoints are attached later, see `endpoints.rs`;
 //! external IPs, load balancers and health checks in `external.rs`; affinity in `affinity.rs`).
-//! Anything a proxy would act on that the model can't express is an error, not ignored.
+//! Anything a proxy would act on that the model can't express is an error, not ignored, and so
+//! is anything kube-apiserver would refuse; what it would store instead of the object as
+//! written (its defaults and derived fields) is `defaults.rs`.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -82,19 +84,26 @@ fn read_one<'a>(
         return None;
     };
     let service_type = read_type(site, spec, diag);
-    let cluster_ips = read_cluster_ip(p, spec, networks, addresses, diag);
+    let families = read_ip_families(site, spec, diag);
+    let cluster_ips = read_cluster_ip(p, spec, networks, families.len(), addresses, diag);
+    if let Some(ips) = cluster_ips {
+        check_families_match(site, &families, ips, diag);
+    }
     let external_traffic_policy =
         policy(site, &at("spec.externalTrafficPolicy"), spec.external_traffic_policy.as_deref(), diag);
     let internal_traffic_policy =
         policy(site, &at("spec.internalTrafficPolicy"), spec.internal_traffic_policy.as_deref(), diag);
-    if external_traffic_policy == Some(TrafficPolicy::Local) && service_type == Some(ServiceType::ClusterIp) {
+    check_external_policy(site, spec, service_type, diag);
+    if spec.allocate_load_balancer_node_ports.is_some()
+        && service_type.is_some_and(|t| t != ServiceType::LoadBalancer)
+    {
+        // pkg/apis/core/validation/validation.go ValidateService.
         diag.value(
             site,
-            &at("spec.externalTrafficPolicy"),
-            "externalTrafficPolicy applies only to NodePort and LoadBalancer Services",
+            &at("spec.allocateLoadBalancerNodePorts"),
+            "allocateLoadBalancerNodePorts may only be used when type is LoadBalancer (the API server refuses it)",
         );
     }
-    check_unsupported(site, spec, diag);
     let session_affinity = affinity::read(site, spec, diag);
 
     let ports = spec.ports.as_deref().unwrap_or_default();
@@ -174,6 +183,7 @@ fn read_cluster_ip(
     p: &Parsed<'_, K8sService>,
     spec: &ServiceSpec,
     networks: &Networks,
+    families: usize,
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
 ) -> Option<(IpAddr, Option<IpAddr>)> {
@@ -217,30 +227,31 @@ fn read_cluster_ip(
             Ok(first) if k == 0 && Some(first) != ip && ip.is_some() => {
                 diag.value(site, &path, format!("{first} differs from spec.clusterIP"))
             }
-            // The cluster IP of a second family.
-            Ok(other) if k == 1 && networks.is_dual() => match ip {
-                Some(ip) if IpFamily::of(ip) == IpFamily::of(other) => diag.value(
+            Ok(other) if k == 1 && ip.is_some_and(|ip| IpFamily::of(ip) == IpFamily::of(other)) => diag
+                .value(
                     site,
                     &path,
                     format!(
-                        "{other} is {} like spec.clusterIP: a dual-stack Service has one cluster IP per family",
+                        "{other} is {} like spec.clusterIP: a Service has at most one cluster IP per family",
                         IpFamily::of(other)
                     ),
                 ),
-                _ => {
-                    in_service_cidr(other, &path, diag);
-                    addresses.claim(other, owner.clone(), site, &path, diag);
-                    second = Some(other);
-                }
-            },
-            Ok(_) if k > 1 => diag.value(site, &path, "a Service has at most two cluster IPs, one per family"),
+            // The cluster IP of a second family.
+            Ok(other) if k == 1 && networks.is_dual() => {
+                in_service_cidr(other, &path, diag);
+                addresses.claim(other, owner.clone(), site, &path, diag);
+                second = Some(other);
+            }
+            Ok(_) if k > 1 => {
+                diag.value(site, &path, "a Service has at most two cluster IPs, one per family")
+            }
             Ok(other) if k == 1 => {
                 diag.ip_family(site, &path, other);
             }
             _ => {}
         }
     }
-    check_family_policy(site, spec, networks.is_dual(), second.is_some(), diag);
+    check_family_policy(site, spec, networks.is_dual(), (second.is_some(), families > 1), diag);
     let ip = ip?;
     in_service_cidr(ip, &path, diag);
     addresses.claim(ip, owner, site, &path, diag);
@@ -249,8 +260,16 @@ fn read_cluster_ip(
 
 /// `ipFamilyPolicy`: a single-stack cluster gives every Service one family (RequireDualStack
 /// cannot be met); in a dual-stack one, a dual-stack policy gets a cluster IP of each family,
-/// which the file must list (the harness allocates none), and SingleStack gets one.
-fn check_family_policy(site: &Site<'_>, spec: &ServiceSpec, dual: bool, two: bool, diag: &mut Diagnostics) {
+/// which the file must list (the harness allocates none), and SingleStack (the default) gets
+/// one, and one family (pkg/registry/core/service/storage/alloc.go initIPFamilyFields).
+/// `(two, two_families)`: whether the Service lists two cluster IPs, and two families.
+fn check_family_policy(
+    site: &Site<'_>,
+    spec: &ServiceSpec,
+    dual: bool,
+    (two, two_families): (bool, bool),
+    diag: &mut Diagnostics,
+) {
     let at = FieldPath::parse("spec.ipFamilyPolicy");
     let policy = spec.ip_family_policy.as_deref();
     match policy {
@@ -269,6 +288,12 @@ fn check_family_policy(site: &Site<'_>, spec: &ServiceSpec, dual: bool, two: boo
             site,
             &at,
             "a Service with a cluster IP of each family needs ipFamilyPolicy PreferDualStack or RequireDualStack",
+        ),
+        None | Some("SingleStack") if two_families => diag.value(
+            site,
+            &at,
+            "a Service with two ipFamilies needs ipFamilyPolicy PreferDualStack or RequireDualStack \
+             (SingleStack is the default)",
         ),
         None | Some("SingleStack" | "PreferDualStack" | "RequireDualStack") => {}
         Some(other) => diag.value(
@@ -295,17 +320,83 @@ fn policy(
     }
 }
 
-/// Fields that change what a proxy does but that the model (and so the oracle) can't express.
-fn check_unsupported(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) {
-    let at = |path: &str| FieldPath::parse(path);
+/// `spec.ipFamilies` that are known, of the scenario's families, and listed once, with their index.
+fn read_ip_families(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Vec<(usize, IpFamily)> {
+    let mut families: Vec<(usize, IpFamily)> = Vec::new();
     for (k, name) in spec.ip_families.iter().flatten().enumerate() {
-        let path = at("spec.ipFamilies").index(k);
+        let path = FieldPath::parse("spec.ipFamilies").index(k);
         match IpFamily::parse_k8s(name) {
+            Some(family) if families.iter().any(|(_, f)| *f == family) => diag.value(
+                site,
+                &path,
+                format!("{family} is listed twice: a Service has one family per cluster IP"),
+            ),
             Some(family) => {
-                diag.one_family(site, &path, family, name);
+                if diag.one_family(site, &path, family, name) {
+                    families.push((k, family));
+                }
             }
             None => diag.value(site, &path, format!("unknown IP family {name:?} (expected IPv4 or IPv6)")),
         }
+    }
+    families
+}
+
+/// `ipFamilies[i]` is the family of the i-th cluster IP (`clusterIP` first), as the API server
+/// checks (pkg/apis/core/validation ValidateServiceClusterIPsRelatedFields).
+fn check_families_match(
+    site: &Site<'_>,
+    families: &[(usize, IpFamily)],
+    (first, second): (IpAddr, Option<IpAddr>),
+    diag: &mut Diagnostics,
+) {
+    for &(k, family) in families {
+        let (field, ip) = match k {
+            0 => ("spec.clusterIP", Some(first)),
+            _ => ("spec.clusterIPs[1]", second),
+        };
+        if let Some(ip) = ip.filter(|ip| IpFamily::of(*ip) != family) {
+            diag.value(
+                site,
+                &FieldPath::parse("spec.ipFamilies").index(k),
+                format!(
+                    "{family} does not match {field} {ip}, which is {}: ipFamilies lists the family of each \
+                     cluster IP, in order",
+                    IpFamily::of(ip)
+                ),
+            );
+        }
+    }
+}
+
+/// `externalTrafficPolicy` is for Services reachable from outside: the API server refuses it
+/// on any other (pkg/apis/core/validation ValidateService, validateServiceExternalTrafficPolicy;
+/// pkg/api/v1/service ExternallyAccessible); Local on a ClusterIP Service with external IPs is
+/// valid there but not in the model.
+fn check_external_policy(
+    site: &Site<'_>,
+    spec: &ServiceSpec,
+    service_type: Option<ServiceType>,
+    diag: &mut Diagnostics,
+) {
+    let at = FieldPath::parse("spec.externalTrafficPolicy");
+    if service_type != Some(ServiceType::ClusterIp) || spec.external_traffic_policy.is_none() {
+        return;
+    }
+    if spec.external_ips.as_ref().is_none_or(Vec::is_empty) {
+        diag.value(
+            site,
+            &at,
+            "externalTrafficPolicy may only be set for a Service reachable from outside (type NodePort or \
+             LoadBalancer, or with externalIPs): the API server refuses it here",
+        );
+    } else if spec.external_traffic_policy.as_deref() == Some("Local") {
+        diag.value(
+            site,
+            &at,
+            "externalTrafficPolicy Local is supported on NodePort and LoadBalancer Services only (the \
+             harness does not model it on a ClusterIP Service with externalIPs)",
+        );
     }
 }
 
@@ -335,7 +426,9 @@ fn read_port(
     }
     let node_port = read_node_port(site, path, port, service_type, diag);
     let target = match &port.target_port {
-        None => number.map(TargetPort::Number),
+        // Unset: the port itself (pkg/apis/core/v1/defaults.go SetDefaults_Service).
+        None | Some(IntOrString::Int(0)) => number.map(TargetPort::Number),
+        Some(IntOrString::String(s)) if s.is_empty() => number.map(TargetPort::Number),
         Some(IntOrString::Int(n)) => port_number(*n)
             .map_err(|e| diag.value(site, &path.key("targetPort"), e))
             .ok()

@@ -1,6 +1,7 @@
 //! The whole check of one file's documents, in dependency order, and the assembly of the
 //! model once nothing is wrong: networks and nodes → pods → services → endpoints → probes
-//! (given, then generated flows) → the oracle's check of every probe.
+//! (given, then generated flows) → the oracle's check of every probe. The same pipeline
+//! assembles the first state and every step's, objects served as kube-apiserver stores them.
 
 use std::path::Path;
 
@@ -12,7 +13,7 @@ use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
-use super::{derive, flows, pods, probes, scenario_doc, services};
+use super::{defaults, derive, flows, pods, probes, scenario_doc, services};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
     let (first, step_docs) = steps::split(docs);
@@ -155,15 +156,17 @@ fn assemble<'a>(
             service
         })
         .collect();
+    // What a proxy is served: the objects as kube-apiserver would store them.
     let objects = Objects {
-        services: classified.services.iter().map(|p| p.object.clone()).collect(),
+        services: classified.services.iter().map(|p| defaults::service(p.object.clone())).collect(),
         endpoint_slices: classified
             .slices
             .iter()
             .map(|p| p.object.clone())
             .chain(derived.into_iter().map(|(_, object)| object))
+            .map(defaults::endpoint_slice)
             .collect(),
-        pods: classified.pods.iter().map(|p| p.object.clone()).collect(),
+        pods: classified.pods.iter().map(|p| defaults::pod(p.object.clone())).collect(),
     };
     let cluster = Cluster {
         second_family: doc.networks.second_family()?,

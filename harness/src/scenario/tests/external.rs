@@ -299,7 +299,7 @@ fn session_affinity_with_kubernetes_defaults_and_limits() {
         &parse_errors(&text),
         at(&text, "{clientIP"),
         &field("spec.sessionAffinityConfig"),
-        "sessionAffinityConfig only applies with sessionAffinity: ClientIP (the API server rejects it otherwise)",
+        "sessionAffinityConfig only applies with sessionAffinity: ClientIP (the API server would drop it)",
     );
     let text = edit(EXPOSED, "sessionAffinity: ClientIP", "sessionAffinity: Cookie");
     assert_has(

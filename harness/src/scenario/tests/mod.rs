@@ -11,6 +11,7 @@ mod happy;
 mod ipv6;
 mod kubernetes;
 mod probes;
+mod served;
 mod slices;
 mod steps;
 mod syntax;
