@@ -44,19 +44,3 @@ fn answer(last: Option<SystemTime>) -> (StatusCode, [(&'static str, &'static str
     let body = serde_json::json!({"lastUpdated": updated, "currentTime": stamp(now)}).to_string();
     (code, [("content-type", "application/json")], body)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_answer_reads_back_as_the_adapter_reads_it() {
-        let t = SystemTime::now();
-        let (code, _, body) = answer(Some(t));
-        assert_eq!(code, StatusCode::OK);
-        let read = crate::proxy::apiserver::sync::last_updated(&body).unwrap();
-        let diff = read.duration_since(t).unwrap_or_else(|e| e.duration());
-        assert!(diff.as_micros() < 1, "{body}");
-        assert_eq!(answer(None).0, StatusCode::SERVICE_UNAVAILABLE);
-    }
-}
