@@ -322,23 +322,87 @@ fn stale_udp_conntrack_entries_are_cleared_after_a_step() {
     assert_eq!(failed, ["endpoint-replaced: after"], "only the probe after the step may fail: {report:#?}");
 }
 
-/// The `apiserver` adapter with a command template and no healthz: syncs are told by the
+/// The `apiserver` adapter with a command template and no sync metrics: syncs are told by the
 /// node's rules moving and settling, on start and after a live step.
 #[test]
-fn a_proxy_without_healthz_is_waited_for_by_its_rules() {
+fn a_proxy_without_sync_metrics_is_waited_for_by_its_rules() {
     if !privileged() {
         return;
     }
     let command = format!(
-        "{} reference-proxy --kubeconfig {{kubeconfig}} --node {{node}} --netns {{netns}} --mode iptables \
-         --cluster-cidr {{clusterCIDR}} --service-cidr {{serviceCIDR}} {{proxyFlags}}",
+        "{} reference-proxy --config {{config}} --netns {{netns}} --service-cidr {{serviceCIDR}}",
         env!("CARGO_BIN_EXE_packetproof")
     );
-    let options = json!({"command": command, "profile": "kube-proxy-iptables"});
+    let options = json!({"command": command, "metricsPort": null});
     let proxy = ApiServerProxy::from_options(&options).unwrap();
     let report =
         runner::run(&scenario("live-stale-udp-conntrack.yaml"), &proxy, &RunOptions::default()).unwrap();
     assert!(report.passed(), "{report:#?}");
+}
+
+/// The reference proxy answers `/healthz` as kube-proxy v1.30 does: 200 with `lastUpdated` =
+/// now from start-up, before any sync. Here it can never sync (its API server does not exist),
+/// yet healthz says what the adapter's old wait took for "synced after the push"; its metrics
+/// show no sync, and the adapter's judge waits.
+#[test]
+fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
+    if !privileged() {
+        return;
+    }
+    use packetproof::proxy::apiserver::config::{Mode, NodeSettings, kube_proxy_configuration};
+    use packetproof::proxy::apiserver::sync::{SyncJudge, SyncMetrics, http_get, unix_now};
+
+    let cluster = scenario("hairpin.yaml").cluster;
+    let node = Removed(Netns::create(&format!("{}healthz", netns::process_prefix())).unwrap());
+    node.0.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
+    let dir = std::env::temp_dir().join(format!("pp-healthz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    // Nothing listens on port 1: the proxy can never list Services, so it never syncs.
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\n\
+         users:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    let (healthz, metrics) = ("127.0.0.1:10256".parse().unwrap(), "127.0.0.1:10249".parse().unwrap());
+    let settings = NodeSettings {
+        kubeconfig: kubeconfig.to_str().unwrap(),
+        node: &cluster.nodes[0].name,
+        cluster_cidr: &cluster.pod_cidr.to_string(),
+        healthz: Some(healthz),
+        metrics: Some(metrics),
+    };
+    let config = dir.join("config.yaml");
+    let text = kube_proxy_configuration(&cluster, Mode::Iptables, &Default::default(), &settings);
+    std::fs::write(&config, text.to_string()).unwrap();
+    let pushed = unix_now();
+    let mut child = node
+        .0
+        .command(env!("CARGO_BIN_EXE_packetproof"))
+        .args(["reference-proxy", "--config", config.to_str().unwrap(), "--netns", node.0.name()])
+        .args(["--service-cidr", &cluster.service_cidr.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = (0..200)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            http_get(&node.0, healthz, "/healthz").ok().filter(|b| !b.is_empty())
+        })
+        .expect("healthz never answered");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    // The old wait: lastUpdated at or after the push means synced. It is "now" itself.
+    assert_eq!(answer["lastUpdated"], answer["currentTime"], "{body}");
+    let seen = SyncMetrics::parse(&http_get(&node.0, metrics, "/metrics").unwrap());
+    let rules = String::from_utf8(node.0.exec("iptables-save", &[], None).unwrap().stdout).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!rules.contains("KUBE-SERVICES"), "the node was programmed after all:\n{rules}");
+    let mut judge = SyncJudge::at_start(pushed);
+    assert!(!judge.synced(&seen, Instant::now()), "the metrics judge took {seen:?} for a sync");
 }
 
 /// Processes whose command line names `netns` (the reference proxy is given `--netns`).
