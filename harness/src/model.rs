@@ -345,6 +345,37 @@ pub enum SessionAffinity {
 }
 
 impl Service {
+    /// The Service as the proxier of `family` sees it: its cluster IP of that family, and only
+    /// that family's endpoints, external and load-balancer IPs and source ranges; `None` when
+    /// it has no cluster IP of `family` (kube-proxy skips it, pkg/proxy/servicechangetracker.go
+    /// `serviceToServiceMap`).
+    pub fn family_view(&self, family: IpFamily) -> Option<Service> {
+        let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
+        let cluster_ip = std::iter::once(self.cluster_ip).chain(self.second_cluster_ip).find(of)?;
+        let ports = self
+            .ports
+            .iter()
+            .map(|p| ServicePort {
+                endpoints: p.endpoints.iter().filter(|e| of(&e.ip)).cloned().collect(),
+                ..p.clone()
+            })
+            .collect();
+        Some(Service {
+            cluster_ip,
+            second_cluster_ip: None,
+            ports,
+            external_ips: self.external_ips.iter().copied().filter(of).collect(),
+            load_balancer_ips: self.load_balancer_ips.iter().copied().filter(of).collect(),
+            load_balancer_source_ranges: self
+                .load_balancer_source_ranges
+                .iter()
+                .copied()
+                .filter(|r| IpFamily::of_net(r) == family)
+                .collect(),
+            ..self.clone()
+        })
+    }
+
     /// A ClusterIP Service with no ports and Kubernetes' defaults for everything else
     /// (policies Cluster, no external or load-balancer IPs, no affinity, single-stack).
     pub fn new(namespace: &str, name: &str, cluster_ip: IpAddr) -> Service {
@@ -550,35 +581,7 @@ impl Cluster {
             .iter()
             .filter_map(|p| Some(Pod { ip: pick(p.ip, p.second_ip)?, second_ip: None, ..p.clone() }))
             .collect();
-        let services = self
-            .services
-            .iter()
-            .filter_map(|s| {
-                let cluster_ip = pick(s.cluster_ip, s.second_cluster_ip)?;
-                let ports = s
-                    .ports
-                    .iter()
-                    .map(|p| ServicePort {
-                        endpoints: p.endpoints.iter().filter(|e| of(&e.ip)).cloned().collect(),
-                        ..p.clone()
-                    })
-                    .collect();
-                Some(Service {
-                    cluster_ip,
-                    second_cluster_ip: None,
-                    ports,
-                    external_ips: s.external_ips.iter().copied().filter(of).collect(),
-                    load_balancer_ips: s.load_balancer_ips.iter().copied().filter(of).collect(),
-                    load_balancer_source_ranges: s
-                        .load_balancer_source_ranges
-                        .iter()
-                        .copied()
-                        .filter(|r| IpFamily::of_net(r) == family)
-                        .collect(),
-                    ..s.clone()
-                })
-            })
-            .collect();
+        let services = self.services.iter().filter_map(|s| s.family_view(family)).collect();
         let proxy = ProxyConfig {
             node_port_addresses: self
                 .proxy

@@ -73,7 +73,8 @@ pub fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
 
 /// Makes `node` serve the health checks of every family view of the cluster (`views`, one
 /// per proxier), as [`serve`] does: a dual-stack Service's check is one server per family, on
-/// one port.
+/// one port. Servers of a family no view is of are left alone (that family's proxier owns
+/// them: the reference proxy programs each family on its own).
 pub fn serve_node(node: &NodeHandle, views: &[Cluster], always_ok: bool) -> Result<()> {
     let mut services: Vec<HealthService> = Vec::new();
     let mut addresses = Vec::new();
@@ -85,7 +86,8 @@ pub fn serve_node(node: &NodeHandle, views: &[Cluster], always_ok: bool) -> Resu
         }
         addresses.extend(bind_addresses(view, &node.name));
     }
-    serve(&node.netns, &services, &addresses, always_ok)
+    let families: Vec<IpFamily> = views.iter().map(Cluster::ip_family).collect();
+    serve(&node.netns, &services, &addresses, &families, always_ok)
         .with_context(|| format!("serving health checks on node {}", node.name))
 }
 
@@ -129,10 +131,17 @@ struct Running {
 /// process-wide, and so is this.
 static SERVERS: Mutex<BTreeMap<String, BTreeMap<SocketAddr, Running>>> = Mutex::new(BTreeMap::new());
 
-/// Makes `netns` serve exactly `services` on `addresses`: new ports are bound inside the
-/// namespace and served on the current tokio runtime, kept ones get their new answer,
-/// dropped ones stop. `always_ok` breaks every answer to `200` (a mutant).
-pub fn serve(netns: &Netns, services: &[HealthService], addresses: &[IpAddr], always_ok: bool) -> Result<()> {
+/// Makes `netns` serve exactly `services` on `addresses` among its servers of `families`:
+/// new ports are bound inside the namespace and served on the current tokio runtime, kept
+/// ones get their new answer, dropped ones stop; servers of other families stay as they are.
+/// `always_ok` breaks every answer to `200` (a mutant).
+pub fn serve(
+    netns: &Netns,
+    services: &[HealthService],
+    addresses: &[IpAddr],
+    families: &[IpFamily],
+    always_ok: bool,
+) -> Result<()> {
     let mut wanted: BTreeMap<SocketAddr, Answer> = BTreeMap::new();
     for svc in services {
         for ip in addresses {
@@ -154,7 +163,7 @@ pub fn serve(netns: &Netns, services: &[HealthService], addresses: &[IpAddr], al
     let running = all.entry(netns.name().to_string()).or_default();
     let mut stopped = Vec::new();
     running.retain(|addr, r| {
-        let keep = wanted.contains_key(addr);
+        let keep = wanted.contains_key(addr) || !families.contains(&IpFamily::of(addr.ip()));
         if !keep {
             r.task.abort();
             stopped.push(r.task.abort_handle());

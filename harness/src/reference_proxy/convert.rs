@@ -22,10 +22,10 @@ const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// `sessionAffinityConfig.clientIP.timeoutSeconds` when absent.
 const DEFAULT_AFFINITY_SECONDS: u32 = 10_800;
 
-/// What the proxy is told on its command line.
+/// What the proxy is configured with.
 #[derive(Debug, Clone)]
 pub struct Flags {
-    /// `--cluster-cidr`: one CIDR, or one per family (primary first).
+    /// `clusterCIDR`: one CIDR, or one per family (primary first).
     pub cluster_cidrs: Vec<IpNet>,
     /// `--service-cidr`, same form; may be empty.
     pub service_cidrs: Vec<IpNet>,
@@ -117,6 +117,12 @@ pub fn cluster(
         proxy: flags.proxy.clone(),
         second_family,
     })
+}
+
+/// What the proxier of `family` programs: the cluster's view of that family, or `None` if the
+/// cluster has no such family.
+pub fn family_view(cluster: &Cluster, family: IpFamily) -> Option<Cluster> {
+    cluster.families().contains(&family).then(|| cluster.family_view(family))
 }
 
 /// A Service the proxy implements; `None` for one it leaves alone (no cluster IP, headless,

@@ -1,78 +1,71 @@
-//! `packetproof reference-proxy`: a small service proxy that watches the Kubernetes API like
-//! kube-proxy does (its Node, Services and EndpointSlices through kube's watcher and
-//! reflector), converts them to the model (`convert`), programs its node namespace with the
-//! built-in generator, clears stale UDP conntrack entries (`proxy::conntrack_cleanup`), and reports
-//! `lastUpdated` on `/healthz`. It proves the API-server adapter without downloading
-//! kube-proxy.
+//! `packetproof reference-proxy`: a small service proxy that behaves like kube-proxy v1.30 on
+//! every surface the `apiserver` adapter reads, built on the built-in rule generators. It
+//! reads kube-proxy's configuration file (`config`), watches its Node, Services and
+//! EndpointSlices as kube-proxy's informers do (`informer`), runs one proxier per IP family
+//! as kube-proxy's metaproxier does (`proxier`, paced by `runner`), each converting the
+//! objects to the model (`convert`) and programming its family of the node namespace,
+//! clearing stale UDP conntrack entries after each sync (`proxy::conntrack_cleanup`). It
+//! serves `/healthz` and `/livez` (`healthz`) and the sync metrics (`metrics`) as kube-proxy
+//! does. It proves the API-server adapter without downloading kube-proxy.
 
+mod config;
 pub mod convert;
 mod healthz;
+mod informer;
+mod metrics;
+mod proxier;
+mod runner;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node as K8sNode, Service as K8sService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedSender;
 
-use crate::model::{Cluster, ProxyConfig};
-use crate::proxy::{NodeProgrammer, conntrack_cleanup};
+use self::config::{Config, Mode};
+use self::informer::{Change, Informer};
+use self::proxier::{Event, Proxier, Settings};
+use crate::model::{IpFamily, ProxyConfig};
+use crate::proxy::NodeProgrammer;
 use crate::topology::{Netns, NodeHandle};
 
 /// kube-proxy's selector: Services (and their slices) that another proxy owns, or that are
 /// headless, are not ours.
 pub const PROXY_LABEL_SELECTOR: &str =
     "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name";
-/// Changes closer together than this are applied in one sync.
-const DEBOUNCE: Duration = Duration::from_millis(100);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    Iptables,
-    Nftables,
-}
+/// The iptables runner's max interval (pkg/proxy/iptables/proxier.go `NewProxier`: "time.Hour
+/// is arbitrary"); nftables' is its sync period.
+const IPTABLES_MAX_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// The command line, kube-proxy's flag names where they exist.
+/// The command line: kube-proxy's `--config` and `--hostname-override`, and what only the
+/// reference proxy needs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// The kubeconfig naming the API server (plain HTTP).
+    /// kube-proxy's configuration file: a KubeProxyConfiguration of
+    /// kubeproxy.config.k8s.io/v1alpha1, JSON or YAML. Settings the reference proxy does not
+    /// model are refused.
     #[arg(long)]
-    pub kubeconfig: PathBuf,
-    /// The Node to follow (kube-proxy's `--hostname-override`).
+    pub config: PathBuf,
+    /// The Node to follow, over the file's `hostnameOverride` (as kube-proxy's flag).
     #[arg(long)]
-    pub node: String,
+    pub hostname_override: Option<String>,
     /// The network namespace (under /run/netns) to program.
     #[arg(long)]
     pub netns: String,
-    /// Which kube-proxy mode's rules to write (the built-in generators').
-    #[arg(long, value_enum)]
-    pub mode: Mode,
-    /// The cluster's pod CIDR, or one per family comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub cluster_cidr: Vec<IpNet>,
-    /// The service CIDR, or one per family comma-separated.
+    /// The service CIDR, or one per family comma-separated (the model needs it; kube-proxy
+    /// v1.30 is not told).
     #[arg(long, value_delimiter = ',')]
     pub service_cidr: Vec<IpNet>,
-    /// Where `/healthz` answers (inside the namespace).
-    #[arg(long)]
-    pub healthz_bind_address: Option<SocketAddr>,
-    /// Masquerade all traffic to cluster IPs, even from pods.
-    #[arg(long)]
-    pub masquerade_all: bool,
-    /// Node ports answer only on node addresses inside these CIDRs.
-    #[arg(long, value_delimiter = ',')]
-    pub nodeport_addresses: Vec<IpNet>,
-    /// Node ports on 127.0.0.1 (iptables mode).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub iptables_localhost_nodeports: bool,
     /// Leave stale UDP conntrack entries alone (a deliberately broken proxy, for a mutant test).
     #[arg(long)]
     pub no_conntrack_cleanup: bool,
@@ -80,12 +73,14 @@ pub struct Args {
 
 /// Runs the proxy until it is killed.
 pub fn main(args: Args) -> Result<()> {
+    healthz::mark_start();
+    let config = config::load(&args.config, args.hostname_override.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run(args))
+    runtime.block_on(run(args, config))
 }
 
 /// The built-in generator of a mode, which writes what kube-proxy's mode writes.
@@ -96,103 +91,153 @@ fn programmer(mode: Mode) -> Box<dyn NodeProgrammer> {
     }
 }
 
-async fn run(args: Args) -> Result<()> {
-    let programmer = programmer(args.mode);
+async fn run(args: Args, config: Config) -> Result<()> {
     let netns = Netns::open(&args.netns)?;
-    let node_handle = NodeHandle { name: args.node.clone(), netns: netns.clone() };
-    let flags = convert::Flags {
-        cluster_cidrs: args.cluster_cidr.clone(),
-        service_cidrs: args.service_cidr.clone(),
-        proxy: ProxyConfig {
-            masquerade_all: args.masquerade_all,
-            node_port_addresses: args.nodeport_addresses.clone(),
-            localhost_node_ports: args.iptables_localhost_nodeports,
-        },
-    };
-    let primary = crate::model::IpFamily::of_net(&flags.cluster_cidrs[0]);
-
-    let synced = Arc::new(Mutex::new(None::<SystemTime>));
-    if let Some(addr) = args.healthz_bind_address {
-        let listener = netns
-            .run(move || std::net::TcpListener::bind(addr))?
-            .with_context(|| format!("binding healthz to {addr}"))?;
-        healthz::serve(listener, Arc::clone(&synced))?;
-    }
-
-    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let kubeconfig = kube::config::Kubeconfig::read_from(&config.kubeconfig)
+        .with_context(|| format!("reading {}", config.kubeconfig.display()))?;
+    let client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .context("configuring the API client")?;
-    let client = Client::try_from(config).context("building the API client")?;
+    let client = Client::try_from(client_config).context("building the API client")?;
 
-    let changed = Arc::new(Notify::new());
-    let node_field = format!("metadata.name={}", args.node);
-    let nodes =
-        follow(Api::<K8sNode>::all(client.clone()), watcher::Config::default().fields(&node_field), &changed);
-    let selected = || watcher::Config::default().labels(PROXY_LABEL_SELECTOR);
-    let services = follow(Api::<K8sService>::all(client.clone()), selected(), &changed);
-    let slices = follow(Api::<EndpointSlice>::all(client), selected(), &changed);
-    for ready in
-        [nodes.wait_until_ready().await, services.wait_until_ready().await, slices.wait_until_ready().await]
-    {
-        ready.context("the watch ended before its first list")?;
+    let primary = IpFamily::of_net(&config.cluster_cidrs[0]);
+    let model_node = convert::node(&node_object(&client, &config.hostname, primary).await?, primary)?;
+
+    let health = Arc::new(Mutex::new(healthz::ProxierHealth::new(config.health_timeout)));
+    let metrics = Arc::new(Mutex::new(metrics::Metrics::default()));
+    serve(&netns, config.healthz_bind_address, healthz::router(Arc::clone(&health)), "healthz")?;
+    serve(&netns, config.metrics_bind_address, metrics::router(Arc::clone(&metrics)), "metrics")?;
+
+    let settings = Arc::new(Settings {
+        programmer: programmer(config.mode),
+        node: NodeHandle { name: config.hostname.clone(), netns },
+        model_node,
+        flags: convert::Flags {
+            cluster_cidrs: config.cluster_cidrs.clone(),
+            service_cidrs: args.service_cidr.clone(),
+            proxy: ProxyConfig {
+                masquerade_all: config.masquerade_all,
+                node_port_addresses: config.node_port_addresses.clone(),
+                localhost_node_ports: config.localhost_node_ports,
+            },
+        },
+        conntrack_cleanup: !args.no_conntrack_cleanup,
+        min_sync_period: config.min_sync_period,
+        max_interval: match config.mode {
+            Mode::Iptables => IPTABLES_MAX_INTERVAL,
+            Mode::Nftables => config.sync_period,
+        },
+        sync_period: config.sync_period,
+        health: Arc::clone(&health),
+        metrics,
+    });
+
+    // The metaproxier: a proxier per family, whatever families the cluster has.
+    let mut proxiers: BTreeMap<IpFamily, UnboundedSender<Event>> = BTreeMap::new();
+    let mut loops = Vec::new();
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        proxiers.insert(family, tx);
+        loops.push(tokio::spawn(Proxier::new(family, Arc::clone(&settings), &config.hostname).run(rx)));
     }
-    eprintln!("reference-proxy: watching the API for node {}", args.node);
-
-    let mut applied: Option<Cluster> = None;
-    loop {
-        // What `/healthz` reports as `lastUpdated`: a change made at or before this moment had
-        // the whole debounce window to arrive over the watches, so the snapshot below has it.
-        // (The snapshot's own time would be too late: a change made just before it may still be
-        // on the wire, and an adapter waiting for a sync after its change would be misled.)
-        let started = SystemTime::now() - DEBOUNCE;
-        let node = nodes.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(&args.node));
-        let wanted = match node {
-            // Like kube-proxy, wait for the Node to appear (a change wakes the loop).
-            None => Err(anyhow::anyhow!("node {} not found yet", args.node)),
-            Some(node) => desired(&node, primary, &services, &slices, &flags),
-        };
-        let synced_now = wanted.and_then(|cluster| {
-            let cleanup = !args.no_conntrack_cleanup;
-            tokio::task::block_in_place(|| {
-                sync_node(programmer.as_ref(), &node_handle, &cluster, applied.as_ref(), cleanup)
-            })?;
-            Ok(cluster)
-        });
-        match synced_now {
-            Ok(cluster) => {
-                eprintln!("reference-proxy: synced {} services", cluster.services.len());
-                applied = Some(cluster);
-                *synced.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
-            }
-            Err(e) => eprintln!("reference-proxy: not synced: {e:#}"),
+    let proxiers = Arc::new(proxiers);
+    let to_both = |proxiers: &BTreeMap<IpFamily, UnboundedSender<Event>>, event: Event| {
+        for tx in proxiers.values() {
+            let _ = tx.send(event.clone());
         }
-        changed.notified().await;
-        tokio::time::sleep(DEBOUNCE).await;
-    }
-}
-
-/// The model of what the stores hold now, objects in name order.
-fn desired(
-    node: &K8sNode,
-    primary: crate::model::IpFamily,
-    services: &Store<K8sService>,
-    slices: &Store<EndpointSlice>,
-    flags: &convert::Flags,
-) -> Result<Cluster> {
-    let by_name = |o: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        (o.namespace.clone(), o.name.clone())
     };
-    let mut svcs: Vec<K8sService> = services.state().iter().map(|s| (**s).clone()).collect();
-    svcs.sort_by_key(|s| by_name(&s.metadata));
-    let mut eps: Vec<EndpointSlice> = slices.state().iter().map(|s| (**s).clone()).collect();
-    eps.sort_by_key(|s| by_name(&s.metadata));
-    convert::cluster(convert::node(node, primary)?, &svcs, &eps, flags)
+
+    let selected = || watcher::Config::default().labels(PROXY_LABEL_SELECTOR);
+    let services = Arc::clone(&proxiers);
+    watch(Api::<K8sService>::all(client.clone()), selected(), move |change| {
+        let event = match change {
+            Change::Upsert { old, new } => Event::Service { old, new: Some(new) },
+            Change::Delete(old) => Event::Service { old: Some(old), new: None },
+            Change::Synced => Event::ServicesSynced,
+        };
+        to_both(&services, event);
+    });
+    let slices = Arc::clone(&proxiers);
+    watch(Api::<EndpointSlice>::all(client.clone()), selected(), move |change| {
+        let (slice, remove) = match change {
+            Change::Upsert { new, .. } => (new, false),
+            Change::Delete(old) => (old, true),
+            Change::Synced => return to_both(&slices, Event::SlicesSynced),
+        };
+        match proxier::family_of_slice(&slice) {
+            Some(family) => {
+                let _ = slices[&family].send(Event::Slice { slice, remove });
+            }
+            None => {
+                eprintln!("reference-proxy: EndpointSlice address type not supported: {}", slice.address_type)
+            }
+        }
+    });
+    let nodes = Arc::clone(&proxiers);
+    let draining = config.draining_terminating_nodes;
+    let node_field = format!("metadata.name={}", config.hostname);
+    watch(Api::<K8sNode>::all(client), watcher::Config::default().fields(&node_field), move |change| {
+        let (node, event) = match change {
+            Change::Upsert { new, .. } => (Arc::clone(&new), Event::Node(new)),
+            Change::Delete(old) => (Arc::clone(&old), Event::NodeDeleted(old)),
+            Change::Synced => return,
+        };
+        // `NodeEligibleHandler`, registered before the proxier's handler.
+        if draining {
+            health.lock().unwrap_or_else(|e| e.into_inner()).sync_node(&node);
+        }
+        to_both(&nodes, event);
+    });
+    eprintln!("reference-proxy: watching the API for node {} ({} mode)", config.hostname, config.mode.name());
+
+    let (ended, _, _) = futures::future::select_all(loops).await;
+    ended.context("a proxier failed")?;
+    bail!("a proxier stopped")
 }
 
-/// Follows one kind into a store; every change wakes the sync loop.
-fn follow<K>(api: Api<K>, config: watcher::Config, changed: &Arc<Notify>) -> Store<K>
+/// The Node at start-up, as `getNodeIPs` (cmd/kube-proxy/app/server.go) polls for it: six
+/// tries over about 31 s. Where kube-proxy would then go on with loopback addresses, the
+/// reference proxy, which needs the node's addresses and pod CIDR for its model, gives up.
+async fn node_object(client: &Client, name: &str, primary: IpFamily) -> Result<K8sNode> {
+    let api = Api::<K8sNode>::all(client.clone());
+    let mut delay = Duration::from_secs(1);
+    let mut last = String::new();
+    for attempt in 0..6 {
+        if attempt > 0 {
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        }
+        match api.get_opt(name).await {
+            Ok(Some(node)) => match convert::node(&node, primary) {
+                Ok(_) => return Ok(node),
+                Err(e) => last = format!("{e:#}"),
+            },
+            Ok(None) => last = "not found".into(),
+            Err(e) => last = e.to_string(),
+        }
+        eprintln!("reference-proxy: node {name}: {last}");
+    }
+    bail!("node {name}: {last}; the reference proxy needs its addresses and pod CIDR")
+}
+
+/// Serves `app` on `addr`, bound inside the node's namespace, on the current runtime.
+fn serve(netns: &Netns, addr: SocketAddr, app: axum::Router, what: &'static str) -> Result<()> {
+    let listener = netns
+        .run(move || std::net::TcpListener::bind(addr))?
+        .with_context(|| format!("binding {what} to {addr}"))?;
+    listener.set_nonblocking(true).with_context(|| format!("making the {what} socket non-blocking"))?;
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .with_context(|| format!("handing the {what} socket to tokio"))?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("reference-proxy: {what}: {e}");
+        }
+    });
+    Ok(())
+}
+
+/// Follows one kind through an [`Informer`], handing each change to `handle` in order.
+fn watch<K>(api: Api<K>, config: watcher::Config, mut handle: impl FnMut(Change<K>) + Send + 'static)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -202,33 +247,15 @@ where
         + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
-    let changed = Arc::clone(changed);
-    tokio::spawn(stream.for_each(move |event| {
-        if let Err(e) = event {
-            eprintln!("reference-proxy: watch: {e}");
+    let mut informer = Informer::default();
+    let stream = watcher(api, config).default_backoff();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => informer.handle(event).into_iter().for_each(&mut handle),
+                Err(e) => eprintln!("reference-proxy: watch: {e}"),
+            }
         }
-        changed.notify_one();
-        futures::future::ready(())
-    }));
-    reader
-}
-
-/// Programs the node, then (unless disabled) deletes the UDP conntrack entries the change
-/// made stale (everything is new at the first sync, as in kube-proxy).
-fn sync_node(
-    programmer: &dyn NodeProgrammer,
-    node: &NodeHandle,
-    cluster: &Cluster,
-    before: Option<&Cluster>,
-    cleanup: bool,
-) -> Result<()> {
-    programmer.program_node(cluster, node).with_context(|| format!("programming node {}", node.name))?;
-    if cleanup {
-        let none = Cluster { services: Vec::new(), ..cluster.clone() };
-        let deletions = conntrack_cleanup::stale(before.unwrap_or(&none), cluster);
-        conntrack_cleanup::delete(&node.netns, &deletions)?;
-    }
-    Ok(())
+    });
 }

@@ -41,7 +41,7 @@ mod steps;
 mod target_form;
 mod targets;
 mod validate;
-mod yaml;
+pub(crate) mod yaml;
 
 #[cfg(test)]
 mod tests;
