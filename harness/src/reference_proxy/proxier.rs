@@ -396,17 +396,22 @@ impl Proxier {
         }
     }
 
-    /// `syncProxyRules`.
+    /// `syncProxyRules`: the duration histogram observes the whole sync, the conntrack
+    /// cleanup after the timestamp included, as kube-proxy's deferred `Observe` does; so its
+    /// count moves only once the cleanup is done.
     fn sync(&mut self) {
         if !self.state.initialized() {
             return;
         }
-        let family = self.family();
         let started = Instant::now();
-        let (services, slices) = self.state.checkout();
-        let programmed = self.program(&services, &slices);
+        self.sync_rules();
         self.metrics().observe(started.elapsed());
-        let view = match programmed {
+    }
+
+    fn sync_rules(&mut self) {
+        let family = self.family();
+        let (services, slices) = self.state.checkout();
+        let view = match self.program(&services, &slices) {
             Ok(view) => view,
             Err(e) => {
                 eprintln!(

@@ -233,7 +233,11 @@ impl ApiServerProxy {
             healthz_port: Some(DEFAULT_HEALTHZ_PORT),
             metrics_port: Some(DEFAULT_METRICS_PORT),
             mode,
-            feature_gates: Map::new(),
+            // As kube-proxy v1.30, the reference proxy runs nftables mode only behind its gate.
+            feature_gates: match mode {
+                Mode::Nftables => Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]),
+                Mode::Iptables => Map::new(),
+            },
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             // Built on the built-in generators, which write what kube-proxy writes.
             profile: mode_profile(mode),
