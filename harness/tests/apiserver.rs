@@ -357,11 +357,20 @@ fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
     node.0.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
     let dir = std::env::temp_dir().join(format!("pp-healthz-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // An API server that serves the Node (the proxy waits for its addresses before it starts
+    // healthz, as kube-proxy's getNodeIPs) and never answers a list: the proxy never syncs.
+    let api = node.0.run(|| TcpListener::bind("127.0.0.1:6443")).unwrap().unwrap();
+    let node_json = node_object(&cluster.nodes[0]).to_string();
+    std::thread::spawn(move || {
+        for stream in api.incoming().flatten() {
+            let node_json = node_json.clone();
+            std::thread::spawn(move || answer_only_the_node(stream, &node_json));
+        }
+    });
     let kubeconfig = dir.join("kubeconfig");
-    // Nothing listens on port 1: the proxy can never list Services, so it never syncs.
     std::fs::write(
         &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\n\
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:6443\n\
          users:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
          current-context: x\n",
     )
@@ -386,7 +395,7 @@ fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let body = (0..200)
+    let body = (0..400)
         .find_map(|_| {
             std::thread::sleep(Duration::from_millis(50));
             http_get(&node.0, healthz, "/healthz").ok().filter(|b| !b.is_empty())
@@ -403,6 +412,33 @@ fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
     assert!(!rules.contains("KUBE-SERVICES"), "the node was programmed after all:\n{rules}");
     let mut judge = SyncJudge::at_start(pushed);
     assert!(!judge.synced(&seen, Instant::now()), "the metrics judge took {seen:?} for a sync");
+}
+
+/// Answers `GET /api/v1/nodes/…` with `node_json`; holds any other request unanswered.
+fn answer_only_the_node(mut stream: std::net::TcpStream, node_json: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut header = String::new();
+        while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+            header.clear();
+        }
+        if !request_line.starts_with("GET /api/v1/nodes/") {
+            std::thread::sleep(Duration::from_secs(3600));
+            return;
+        }
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{node_json}",
+            node_json.len()
+        );
+        if stream.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
 }
 
 /// Processes whose command line names `netns` (the reference proxy is given `--netns`).
