@@ -270,7 +270,9 @@ fn an_nft_ruleset_is_replayed_with_nft() {
     let broken = KUBE_DNS_NFT.replace("dnat to 10.244.0.7:53", "dnat to 10.244.0.7:54");
     std::fs::write(dir.join("kube-dns.nft"), broken).unwrap();
     let table = judged(&s, &run(&s, &proxy).unwrap(), false);
-    assert!(table.contains("coredns-1 answered 0"), "{table}");
+    // Every attempt DNATed to the wrong port is refused; that coredns-1 never answers is not
+    // always beyond chance among the ~20 attempts that do answer (2^-20 against the 1e-6 bound).
+    assert!(table.contains("refused: connection refused"), "{table}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
