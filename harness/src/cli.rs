@@ -345,16 +345,24 @@ fn run(
     outputs.write(&finished)?;
     let errors = results.iter().filter(|r| r.is_err()).count();
     let reports: Vec<&ScenarioReport> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let judged_something = reports.iter().any(|r| matches!(r.outcome, Outcome::Judged(_)));
     let code = if errors > 0 {
         EXIT_ERROR
-    } else if reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))) {
+    } else if !reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))) {
+        EXIT_FAIL
+    } else if judged_something {
         EXIT_PASS
     } else {
-        EXIT_FAIL
+        // Every scenario skipped (no root, no SCTP, …): a CI job that lost its privileges
+        // must not go green.
+        EXIT_ERROR
     };
     let summary = report::summary_line(&reports, errors);
     let summary = if code == EXIT_PASS { paint.pass(&summary) } else { paint.fail(&summary) };
     println!("\n{summary} in {:.2}s", started.elapsed().as_secs_f64());
+    if !judged_something && errors == 0 {
+        println!("nothing was judged: every scenario was skipped (exit {EXIT_ERROR})");
+    }
     Ok(code)
 }
 
