@@ -13,6 +13,7 @@ pub mod model;
 pub mod mutants;
 pub mod observe;
 pub mod oracle;
+pub mod privileges;
 pub mod proxy;
 pub mod reference_proxy;
 pub mod report;

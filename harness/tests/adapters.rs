@@ -20,15 +20,7 @@ use serde_json::json;
 /// Whether this host can run scenarios; a skip is printed, or a panic when privileges are
 /// required.
 fn privileged() -> bool {
-    match runner::preflight() {
-        None => true,
-        Some(reason) => {
-            let required = std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_ok_and(|v| v == "1");
-            assert!(!required, "PACKETPROOF_REQUIRE_PRIVILEGES=1 but {reason}");
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
+    packetproof::privileges::scenarios_can_run()
 }
 
 fn suite() -> PathBuf {

@@ -276,15 +276,7 @@ fn kubes_reflector_follows_the_store() {
 
 /// Whether privileged tests run here; panics when they must and cannot.
 fn privileged() -> bool {
-    if runner::preflight().is_none() {
-        return true;
-    }
-    assert!(
-        std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").as_deref() != Ok("1"),
-        "apiserver tests need root"
-    );
-    eprintln!("skipped: needs root");
-    false
+    packetproof::privileges::scenarios_can_run()
 }
 
 /// The reference proxy from the binary cargo built for these tests, with `flags`.

@@ -7,14 +7,12 @@ use std::path::Path;
 
 use packetproof::diff::{FlowDiff, diff};
 use packetproof::model::{ProxyChoice, Scenario};
-use packetproof::runner::{self, RunOptions};
+use packetproof::runner::RunOptions;
 use packetproof::{cli, scenario};
 
 /// The named scenarios, or `None` (with the reason printed) where scenarios cannot run.
 fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
-    if let Some(reason) = runner::preflight() {
-        assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
-        eprintln!("skipped: {reason}");
+    if !packetproof::privileges::scenarios_can_run() {
         return None;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");

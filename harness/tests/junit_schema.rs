@@ -29,14 +29,10 @@ fn load(name: &str) -> Scenario {
 /// Whether xmllint is here; without it a test is skipped, except in CI.
 fn have_xmllint() -> bool {
     let found = Command::new("xmllint").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(),
-            "xmllint is missing: run ci/install-deps.sh (package libxml2-utils)"
-        );
-        eprintln!("skipped: no xmllint (package libxml2-utils; ci/install-deps.sh installs it)");
-    }
-    found
+    packetproof::privileges::tool_or_skip(
+        found,
+        "xmllint is missing: run ci/install-deps.sh (package libxml2-utils)",
+    )
 }
 
 /// Validates `xml` against the schema; `Err` carries xmllint's own message.
@@ -140,9 +136,7 @@ fn reports_of_real_runs_validate() {
     if !have_xmllint() {
         return;
     }
-    if let Some(reason) = runner::preflight() {
-        assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
-        eprintln!("skipped: {reason}");
+    if !packetproof::privileges::scenarios_can_run() {
         return;
     }
     let options = RunOptions { timeout: Duration::from_millis(300), ..RunOptions::default() };

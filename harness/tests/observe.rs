@@ -65,12 +65,7 @@ impl Drop for Pair {
 }
 
 fn have_root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").as_deref() != Ok("1"), "observe tests need root");
-    eprintln!("skipped: needs root");
-    false
+    packetproof::privileges::scenarios_can_run()
 }
 
 fn sa(ip: &str, port: u16) -> SocketAddr {

@@ -47,7 +47,7 @@ fn main() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
     let files = scenario::discover(&[suite]).expect("listing scenarios/");
     let skip_reason = runner::preflight();
-    let require = std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_ok_and(|v| v == "1");
+    let require = packetproof::privileges::required();
     if let Some(reason) = &skip_reason {
         eprintln!("packetproof: scenarios cannot run here: {reason}");
     } else if let Ok(stale) = netns::cleanup(false) {
@@ -97,7 +97,7 @@ fn main() {
 
 fn run_trial(file: &Path, proxy: Option<&str>, missing_privileges: Option<&str>) -> Result<(), Failed> {
     if let Some(reason) = missing_privileges {
-        return Err(format!("PACKETPROOF_REQUIRE_PRIVILEGES=1 but {reason}").into());
+        return Err(format!("{}=1 but {reason}", packetproof::privileges::REQUIRE_ENV).into());
     }
     let scenario = scenario::load(file).map_err(|errors| Failed::from(errors.to_string()))?;
     let artifacts = artifacts_dir().join(proxy.unwrap_or(&scenario.proxy.name));

@@ -49,14 +49,7 @@ pub fn diff_lines(before: &str, after: &str) -> (Vec<String>, Vec<String>) {
 
 /// Kernel tests run wherever scenarios can; elsewhere they say why and pass nothing off as run.
 pub fn privileged() -> bool {
-    match crate::runner::preflight() {
-        None => true,
-        Some(reason) => {
-            assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
-            eprintln!("skipped: {reason}");
-            false
-        }
-    }
+    crate::privileges::scenarios_can_run()
 }
 
 /// A namespace of this process for one kernel test, removed however the test ends.
