@@ -144,8 +144,9 @@ fn capture_sees_udp_icmp_errors_and_tcp_resets() {
         "{all}"
     );
     assert!(!all.contains("proto 58"), "neighbour discovery is filtered:\n{all}");
-    let timestamps: Vec<_> = frames.iter().map(|f| f.timestamp).collect();
-    assert!(timestamps.is_sorted(), "frames come in kernel order");
+    // Frames come in the socket's queue order; their kernel timestamps need not be sorted (an
+    // outgoing frame is stamped on its way out, an incoming one earlier, on the peer's side),
+    // which is why probes are judged by positions in the capture, never by timestamps.
 }
 
 #[test]
