@@ -176,7 +176,11 @@ pub fn sync_times(scenario: &Path, choice: &crate::model::ProxyChoice, rounds: u
     let (mut starts, mut updates) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let topology = runtime.block_on(Topology::build(&scenario.cluster))?;
-        let env = crate::proxy::Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };
+        let env = crate::proxy::Env {
+            topology: &topology,
+            runtime: runtime.handle().clone(),
+            source: &scenario.source,
+        };
         let t = Instant::now();
         let mut running = proxy.start(&state(0), &env)?;
         starts.push(t.elapsed());

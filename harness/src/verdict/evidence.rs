@@ -251,7 +251,7 @@ mod tests {
     }
 
     fn frame(packet: Packet) -> Frame {
-        Frame { timestamp: SystemTime::UNIX_EPOCH, data: Vec::new(), packet: Some(packet) }
+        Frame { timestamp: SystemTime::UNIX_EPOCH, data: Vec::new(), packet: Some(packet), outgoing: false }
     }
 
     fn udp(src: &str, dst: &str) -> Packet {
