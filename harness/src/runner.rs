@@ -395,7 +395,9 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
         _ => Speech::Plain(probe.protocol),
     };
     let pace = match expected.outcome {
-        oracle::Outcome::Dropped if probe.interval.is_none() && probe.source_port.is_none() => {
+        oracle::Outcome::Dropped | oracle::Outcome::Forwarded
+            if probe.interval.is_none() && probe.source_port.is_none() =>
+        {
             Pace::Concurrent
         }
         _ => Pace::Sequential { interval: probe.interval },
