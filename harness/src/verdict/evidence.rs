@@ -153,11 +153,17 @@ fn holder(cluster: &Cluster, ip: std::net::IpAddr) -> Option<String> {
 /// Each reads as "forwarded …: what was seen, and where".
 fn forwarding(cluster: &Cluster, flow: &FlowOf<'_>, evidence: &Evidence) -> Option<String> {
     let client_point = client_capture_points(flow.probe);
+    // A node's own process sends the flow out of that node as addressed (asking for the link
+    // address of an on-link destination first): that is the client sending, not forwarding,
+    // unless the destination is an address nobody holds, which a rule had to catch.
+    let held = holder(cluster, flow.dst.ip()).is_some();
     let seen = |key: &str, f: &Frame| -> Option<String> {
-        if client_point.iter().any(|c| c == key) && !key.starts_with("node/") {
+        let own = client_point.iter().any(|c| c == key);
+        if own && !key.starts_with("node/") {
             return None;
         }
-        if let Some(p) = f.packet.as_ref().filter(|p| flow.is_forward(p)) {
+        let as_sent = |p: &&Packet| own && held && p.dst == flow.dst.ip();
+        if let Some(p) = f.packet.as_ref().filter(|p| flow.is_forward(p) && !as_sent(p)) {
             if let Some(pod) = key.strip_prefix("pod/").filter(|_| !f.outgoing) {
                 return Some(format!("forwarded: pod {pod} received {p} (seen on {key})"));
             }
@@ -173,7 +179,7 @@ fn forwarding(cluster: &Cluster, flow: &FlowOf<'_>, evidence: &Evidence) -> Opti
             }
         }
         let node = key.strip_prefix("node/").filter(|k| !k.contains('/') && f.outgoing)?;
-        let asked = f.neighbour_request().filter(|r| r.target == flow.dst.ip())?;
+        let asked = f.neighbour_request().filter(|r| r.target == flow.dst.ip() && !(own && held))?;
         Some(format!(
             "forwarded, unanswered: node {node} sent {asked} (seen on {key}): it was forwarding the flow \
              toward {}, which nobody holds",
