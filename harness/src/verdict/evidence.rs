@@ -126,6 +126,16 @@ impl FlowOf<'_> {
         protocol && p.l4.ports().is_some_and(|(sp, _)| sp == self.source_port)
     }
 
+    /// A conntrack entry of the flow: its source port and destination before NAT.
+    fn is_entry(&self, f: &Flow) -> bool {
+        let protocol = match self.probe.protocol {
+            crate::model::Protocol::Tcp => 6,
+            crate::model::Protocol::Udp => 17,
+            crate::model::Protocol::Sctp => 132,
+        };
+        f.ip_protocol == protocol && f.original.src.port() == self.source_port && f.original.dst == self.dst
+    }
+
     fn describe(&self) -> String {
         format!(":{} > {}", self.source_port, self.dst)
     }
@@ -148,14 +158,16 @@ fn holder(cluster: &Cluster, ip: std::net::IpAddr) -> Option<String> {
 }
 
 /// Evidence that the flow went on past the node it entered, if there is any: it reached a pod
-/// or another external host, a frame of it left a node, or a node asked for the link address
-/// of its destination (it was forwarding toward an on-link address it had no neighbour for).
-/// Each reads as "forwarded …: what was seen, and where".
+/// or another external host, a frame of it left a node, or a node holds a confirmed conntrack
+/// entry for it (named with the ARP request or neighbour solicitation for its destination the
+/// node sent, if it sent one: the next hop it was forwarding toward). Each reads as
+/// "forwarded …: what was seen, and where". An ARP request alone proves nothing about this
+/// flow: a straggling packet of another flow to the same address can cause it.
 fn forwarding(cluster: &Cluster, flow: &FlowOf<'_>, evidence: &Evidence) -> Option<String> {
     let client_point = client_capture_points(flow.probe);
-    // A node's own process sends the flow out of that node as addressed (asking for the link
-    // address of an on-link destination first): that is the client sending, not forwarding,
-    // unless the destination is an address nobody holds, which a rule had to catch.
+    // A node's own process sends the flow out of that node as addressed: that is the client
+    // sending, not forwarding, unless the destination is an address nobody holds, which a
+    // rule had to catch.
     let held = holder(cluster, flow.dst.ip()).is_some();
     let seen = |key: &str, f: &Frame| -> Option<String> {
         let own = client_point.iter().any(|c| c == key);
@@ -178,15 +190,38 @@ fn forwarding(cluster: &Cluster, flow: &FlowOf<'_>, evidence: &Evidence) -> Opti
                 ));
             }
         }
-        let node = key.strip_prefix("node/").filter(|k| !k.contains('/') && f.outgoing)?;
-        let asked = f.neighbour_request().filter(|r| r.target == flow.dst.ip() && !(own && held))?;
-        Some(format!(
-            "forwarded, unanswered: node {node} sent {asked} (seen on {key}): it was forwarding the flow \
-             toward {}, which nobody holds",
-            flow.dst.ip()
-        ))
+        None
     };
-    evidence.frames.iter().find_map(|(key, frames)| frames.iter().find_map(|f| seen(key, f)))
+    if let Some(found) =
+        evidence.frames.iter().find_map(|(key, frames)| frames.iter().find_map(|f| seen(key, f)))
+    {
+        return Some(found);
+    }
+    // A flow that a node dropped leaves no confirmed conntrack entry there (a dropped packet
+    // never confirms its entry); one the node let through does, keyed by this attempt's own
+    // source port. The client's own node passing traffic on to a held address is the client
+    // sending; the node that holds the address, or any node for an address nobody holds, must
+    // have dropped it.
+    let dst_holder = holder(cluster, flow.dst.ip());
+    let (node, entry) = evidence.conntrack.iter().find_map(|(node, flows)| {
+        let relevant = dst_holder.as_ref().is_none_or(|h| *h == format!("node {node}"));
+        let entry = flows.iter().find(|f| flow.is_entry(f)).filter(|_| relevant)?;
+        Some((node, entry))
+    })?;
+    let asked = evidence.frames.get(&format!("node/{node}")).and_then(|frames| {
+        frames
+            .iter()
+            .filter(|f| f.outgoing)
+            .filter_map(Frame::neighbour_request)
+            .find(|r| r.target == flow.dst.ip())
+    });
+    let next_hop = match asked {
+        Some(r) => format!(", and sent {r} (seen on node/{node}): it forwarded the flow toward {}", r.target),
+        None => String::new(),
+    };
+    Some(format!(
+        "forwarded, unanswered: node {node} let it through (its conntrack table holds {entry}){next_hop}"
+    ))
 }
 
 /// What came back to the client for its flow that refuses it: an RST or an ICMP error.
@@ -631,32 +666,54 @@ mod tests {
         assert!(check(&cluster(), &probe, addr(node_port), &closed, &refused(), &e).is_empty());
     }
 
+    /// An un-translated, unanswered conntrack entry for source port `port` to the VIP.
+    fn unanswered(port: u16) -> Flow {
+        let client = SocketAddr::new(addr(CLIENT).ip(), port);
+        Flow {
+            ip_protocol: 17,
+            original: Tuple { src: client, dst: addr(VIP) },
+            reply: Tuple { src: addr(VIP), dst: client },
+            state: None,
+            seen_reply: false,
+        }
+    }
+
     #[test]
-    fn a_node_asking_for_the_destination_forwarded_it() {
+    fn a_node_that_let_the_flow_through_forwarded_it() {
         let sent = outgoing(udp(CLIENT, VIP));
-        let asked =
-            at(vec![("pod/client", vec![sent.clone()]), ("node/node-a", vec![arp_request([10, 96, 0, 10])])]);
-        let failures = run(&asked, &Outcome::Dropped, &silent());
+        let arp = ("node/node-a", vec![arp_request([10, 96, 0, 10])]);
+        let passed = Evidence {
+            conntrack: [("node-a".to_string(), vec![unanswered(20000)])].into(),
+            ..at(vec![("pod/client", vec![sent.clone()]), arp.clone()])
+        };
         assert_eq!(
-            failures,
-            [
-                "not dropped: forwarded, unanswered: node node-a sent ARP who-has 10.96.0.10 tell 192.168.50.11 \
-              (seen on node/node-a): it was forwarding the flow toward 10.96.0.10, which nobody holds (1 of 1 attempts)"
-            ]
+            run(&passed, &Outcome::Dropped, &silent()),
+            ["not dropped: forwarded, unanswered: node node-a let it through (its conntrack table holds \
+              udp src=10.244.1.20 dst=10.96.0.10 sport=20000 dport=53 [UNREPLIED] src=10.96.0.10 dst=10.244.1.20 \
+              sport=53 dport=20000), \
+              and sent ARP who-has 10.96.0.10 tell 192.168.50.11 (seen on node/node-a): it forwarded the flow \
+              toward 10.96.0.10 (1 of 1 attempts)"]
         );
-        assert!(run(&asked, &Outcome::Forwarded, &silent()).is_empty());
+        assert!(run(&passed, &Outcome::Forwarded, &silent()).is_empty());
         // Once the node's neighbour resolution gives up, host unreachable comes back: still forwarded.
-        let later = at(vec![
-            ("pod/client", vec![sent.clone(), frame(icmp("host unreachable", "10.244.1.1"))]),
-            ("node/node-a", vec![arp_request([10, 96, 0, 10])]),
-        ]);
+        let later = Evidence {
+            conntrack: passed.conntrack.clone(),
+            ..at(vec![
+                ("pod/client", vec![sent.clone(), frame(icmp("host unreachable", "10.244.1.1"))]),
+                arp.clone(),
+            ])
+        };
         assert!(run(&later, &Outcome::Forwarded, &refused()).is_empty());
         assert_eq!(run(&later, &Outcome::Dropped, &refused()).len(), 1);
-        // Another address's ARP, or the node's own incoming frames, prove nothing.
-        let other = at(vec![
-            ("pod/client", vec![sent.clone()]),
-            ("node/node-a", vec![arp_request([10, 96, 0, 11]), frame(udp(CLIENT, VIP))]),
-        ]);
+        // An ARP request for the address, caused by another flow (another source port), proves
+        // nothing about this one; nor do the node's incoming frames.
+        let other = Evidence {
+            conntrack: [("node-a".to_string(), vec![unanswered(20001)])].into(),
+            ..at(vec![
+                ("pod/client", vec![sent.clone()]),
+                ("node/node-a", vec![arp.1[0].clone(), frame(udp(CLIENT, VIP))]),
+            ])
+        };
         assert!(run(&other, &Outcome::Dropped, &silent()).is_empty());
         assert!(run(&other, &Outcome::Forwarded, &silent())[0].contains("it was dropped"));
         // A frame of the flow leaving a node is forwarding too.
