@@ -31,8 +31,11 @@ fn load(name: &str) -> Scenario {
     scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Each probe's name and whether it passed, with its failures, at `timeout_ms`.
-fn verdicts(s: &Scenario, proxy: &dyn Proxy, timeout_ms: u64) -> Vec<(String, bool, Vec<String>)> {
+/// A probe's name, whether it passed, and its failures.
+type Verdict = (String, bool, Vec<String>);
+
+/// Each probe's verdict at `timeout_ms`.
+fn verdicts(s: &Scenario, proxy: &dyn Proxy, timeout_ms: u64) -> Vec<Verdict> {
     let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
     let report = runner::run(s, proxy, &options).unwrap_or_else(|e| panic!("{}: {e:#}", s.name));
     let Outcome::Judged(verdicts) = report.outcome else { panic!("{} did not run", s.name) };
@@ -49,7 +52,7 @@ fn same_verdicts_at_every_timeout(proxy: &dyn Proxy, scenarios: &[&str], must_pa
     }
     for name in scenarios {
         let s = load(name);
-        let runs: Vec<(u64, Vec<(String, bool, Vec<String>)>)> =
+        let runs: Vec<(u64, Vec<Verdict>)> =
             TIMEOUTS_MS.iter().map(|&t| (t, verdicts(&s, proxy, t))).collect();
         let (first_ms, first) = &runs[0];
         for (ms, run) in &runs[1..] {
