@@ -163,7 +163,7 @@ fn no_fallback_to_terminating_endpoints_is_caught() {
 #[test]
 fn node_ports_outside_node_port_addresses_are_caught() {
     if let Some(table) = failure_table("node-port-addresses", Mutant::NodePortOnAllAddresses) {
-        assert_mentions(&table, &["FAIL", "REJECT"]);
+        assert_mentions(&table, &["FAIL", "CLOSED node-a", "not refused"]);
     }
 }
 
