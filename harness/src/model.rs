@@ -515,8 +515,11 @@ pub struct StatedExpectation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatedVerdict {
     Answered,
+    /// Rejected by a rule, or refused by the addressed host's own stack.
     Rejected,
     Dropped,
+    /// Forwarded un-translated, unanswered.
+    Forwarded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -208,11 +208,21 @@ fn stop_captures(captures: Vec<(String, Capture)>) -> Result<BTreeMap<String, Ve
         .collect()
 }
 
-/// The conntrack table of every node that translated some probe's traffic.
+/// The conntrack table of every node that translated some probe's traffic, and of every node
+/// when some probe must be dropped or forwarded: a node that let a flow through holds a
+/// confirmed entry for it, one that dropped it does not.
 fn dump_conntrack(topology: &Topology, expectations: &[oracle::Expectation]) -> Result<ConntrackTables> {
     let mut tables = BTreeMap::new();
-    for e in expectations {
-        let oracle::Outcome::Answered { translated_by: Some(node), .. } = &e.outcome else { continue };
+    let everywhere = expectations
+        .iter()
+        .any(|e| matches!(e.outcome, oracle::Outcome::Dropped | oracle::Outcome::Forwarded));
+    let all_nodes: Vec<String> =
+        if everywhere { topology.nodes.iter().map(|n| n.name.clone()).collect() } else { Vec::new() };
+    let translating = expectations.iter().filter_map(|e| match &e.outcome {
+        oracle::Outcome::Answered { translated_by: Some(node), .. } => Some(node),
+        _ => None,
+    });
+    for node in translating.chain(&all_nodes) {
         if !tables.contains_key(node) {
             let flows = conntrack::dump(&topology.node(node)?.netns)
                 .with_context(|| format!("reading the conntrack table of node {node}"))?;
@@ -395,7 +405,9 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
         _ => Speech::Plain(probe.protocol),
     };
     let pace = match expected.outcome {
-        oracle::Outcome::Dropped if probe.interval.is_none() && probe.source_port.is_none() => {
+        oracle::Outcome::Dropped | oracle::Outcome::Forwarded
+            if probe.interval.is_none() && probe.source_port.is_none() =>
+        {
             Pace::Concurrent
         }
         _ => Pace::Sequential { interval: probe.interval },

@@ -98,6 +98,24 @@ fn local_policy_not_dropping_without_local_endpoints_is_caught() {
     }
 }
 
+/// A node that forwards what it must drop: outside traffic to an external IP of a Local-policy
+/// Service without local endpoints goes on un-translated toward the external IP. At 300 ms it
+/// is as silent as a drop; the failure must name the frame and the entry that prove it left.
+#[test]
+fn forwarding_instead_of_dropping_is_caught_by_the_frames_that_prove_it() {
+    if let Some(table) = failure_table("external-ips-local", Mutant::EtpLocalNoDrop) {
+        assert_mentions(
+            &table,
+            &[
+                "FAIL",
+                "DROP",
+                "not dropped: forwarded, unanswered: node node-b let it through",
+                "ARP who-has",
+            ],
+        );
+    }
+}
+
 #[test]
 fn internal_local_policy_falling_back_to_remote_endpoints_is_caught() {
     if let Some(table) = failure_table("itp-local", Mutant::ItpLocalFallsBackToRemote) {
@@ -143,7 +161,7 @@ fn no_fallback_to_terminating_endpoints_is_caught() {
 #[test]
 fn node_ports_outside_node_port_addresses_are_caught() {
     if let Some(table) = failure_table("node-port-addresses", Mutant::NodePortOnAllAddresses) {
-        assert_mentions(&table, &["FAIL", "REJECT"]);
+        assert_mentions(&table, &["FAIL", "CLOSED node-a", "not refused"]);
     }
 }
 

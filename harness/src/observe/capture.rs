@@ -26,6 +26,16 @@ pub struct Frame {
     pub data: Vec<u8>,
     /// What the verdict looks at; `None` for ARP, neighbour discovery, non-IP.
     pub packet: Option<Packet>,
+    /// Sent out of the interface by its own namespace, rather than received on it.
+    pub outgoing: bool,
+}
+
+impl Frame {
+    /// The address this frame asks the link address of, if it is an ARP request or an IPv6
+    /// neighbour solicitation: the sender is about to send to it (or forward toward it).
+    pub fn neighbour_request(&self) -> Option<super::packet::NeighbourRequest> {
+        super::packet::NeighbourRequest::from_ethernet(&self.data)
+    }
 }
 
 pub struct Capture {
@@ -144,10 +154,10 @@ impl Shared {
     fn drain(&self) -> io::Result<()> {
         let mut state = self.lock();
         let State { frames, buf } = &mut *state;
-        while let Some((len, timestamp)) = self.socket.recv(buf)? {
-            let data = buf[..len].to_vec();
+        while let Some(r) = self.socket.recv(buf)? {
+            let data = buf[..r.len].to_vec();
             let packet = Packet::from_ethernet(&data);
-            frames.push(Frame { timestamp, data, packet });
+            frames.push(Frame { timestamp: r.timestamp, data, packet, outgoing: r.outgoing });
         }
         Ok(())
     }

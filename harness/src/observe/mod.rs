@@ -10,7 +10,7 @@ pub mod pcap;
 
 pub use capture::{Capture, Frame, flow_frames};
 pub use conntrack::{Flow, Tuple};
-pub use packet::{L4, Packet};
+pub use packet::{L4, NeighbourRequest, Packet};
 pub use pcap::write_pcap;
 
 #[cfg(test)]

@@ -81,6 +81,56 @@ impl Packet {
     }
 }
 
+/// An ARP request or IPv6 neighbour solicitation: `sender` asks for `target`'s link address,
+/// which a host does before it sends (or forwards) a packet to an on-link address it has no
+/// neighbour entry for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeighbourRequest {
+    pub sender: IpAddr,
+    pub target: IpAddr,
+}
+
+impl NeighbourRequest {
+    /// Reads an Ethernet frame carrying an ARP request (IPv4 over Ethernet) or an ICMPv6
+    /// neighbour solicitation (directly after the IPv6 header, as Linux sends it).
+    pub fn from_ethernet(frame: &[u8]) -> Option<NeighbourRequest> {
+        let body = frame.get(14..)?;
+        match be16(frame.get(12..14)?, 0) {
+            0x0806 => {
+                // htype 1, ptype IPv4, hlen 6, plen 4, operation 1 (request).
+                if body.get(..8)? != [0, 1, 0x08, 0, 6, 4, 0, 1] {
+                    return None;
+                }
+                let ip = |at: usize| -> Option<IpAddr> {
+                    let b: [u8; 4] = body.get(at..at + 4)?.try_into().ok()?;
+                    Some(IpAddr::from(b))
+                };
+                Some(NeighbourRequest { sender: ip(14)?, target: ip(24)? })
+            }
+            0x86dd => {
+                let icmp = body.get(40..)?;
+                if body.get(6) != Some(&58) || icmp.first() != Some(&135) {
+                    return None;
+                }
+                let ip = |b: &[u8]| -> Option<IpAddr> {
+                    let b: [u8; 16] = b.try_into().ok()?;
+                    Some(IpAddr::from(b))
+                };
+                Some(NeighbourRequest { sender: ip(body.get(8..24)?)?, target: ip(icmp.get(8..24)?)? })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `ARP who-has 10.96.0.9 tell 192.168.50.11`, `NS who-has fd00::9 tell fd00::11`.
+impl fmt::Display for NeighbourRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.target.is_ipv4() { "ARP" } else { "NS" };
+        write!(f, "{kind} who-has {} tell {}", self.target, self.sender)
+    }
+}
+
 impl L4 {
     /// Source and destination ports of TCP, UDP and SCTP.
     pub fn ports(&self) -> Option<(u16, u16)> {

@@ -11,6 +11,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// reader thread is descheduled; root may exceed `rmem_max` with SO_RCVBUFFORCE.
 const RECEIVE_BUFFER: libc::c_int = 4 << 20;
 
+/// One frame taken from the queue.
+pub(crate) struct Received {
+    pub len: usize,
+    pub timestamp: SystemTime,
+    /// Sent by this namespace out of the interface (`PACKET_OUTGOING`), not received on it.
+    pub outgoing: bool,
+}
+
 pub(crate) struct PacketSocket {
     fd: OwnedFd,
 }
@@ -60,14 +68,19 @@ impl PacketSocket {
         Ok(socket)
     }
 
-    /// Moves one queued frame into `buf` without blocking: its length (cut to `buf`) and the
-    /// kernel's receive time. `None` when the queue is empty.
-    pub(crate) fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SystemTime)>> {
+    /// Moves one queued frame into `buf` without blocking: its length (cut to `buf`), the
+    /// kernel's receive time and whether this host sent it (`PACKET_OUTGOING`) rather than
+    /// received it. `None` when the queue is empty.
+    pub(crate) fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Received>> {
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         // u64 elements keep the control buffer aligned for cmsghdr.
         let mut control = [0u64; 8];
         // SAFETY: msghdr is plain data; all-zero is a valid value.
         let mut msg: libc::msghdr = unsafe { zeroed() };
+        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+        let mut from: libc::sockaddr_ll = unsafe { zeroed() };
+        msg.msg_name = (&mut from as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
@@ -77,7 +90,11 @@ impl PacketSocket {
             let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
             if n >= 0 {
                 let len = (n as usize).min(buf.len());
-                return Ok(Some((len, timestamp(&msg).unwrap_or_else(SystemTime::now))));
+                return Ok(Some(Received {
+                    len,
+                    timestamp: timestamp(&msg).unwrap_or_else(SystemTime::now),
+                    outgoing: from.sll_pkttype == libc::PACKET_OUTGOING,
+                }));
             }
             let err = io::Error::last_os_error();
             match err.raw_os_error() {

@@ -160,6 +160,8 @@ fn arp_and_neighbour_discovery_are_not_packets() {
     .unwrap();
     PacketBuilder::ethernet2(MAC_A, [0xff; 6]).arp(request).write(&mut arp).unwrap();
     assert_eq!(Packet::from_ethernet(&arp), None);
+    let asked = NeighbourRequest::from_ethernet(&arp).unwrap();
+    assert_eq!(asked.to_string(), "ARP who-has 10.96.0.10 tell 10.244.1.5");
 
     let (a, b) = (
         "fe80::1".parse::<std::net::Ipv6Addr>().unwrap(),
@@ -169,9 +171,12 @@ fn arp_and_neighbour_discovery_are_not_packets() {
     PacketBuilder::ethernet2(MAC_A, [0x33, 0x33, 0xff, 0, 0, 2])
         .ipv6(a.octets(), b.octets(), 255)
         .icmpv6(Icmpv6Type::NeighborSolicitation)
-        .write(&mut ns, &[0; 20])
+        .write(&mut ns, &[&"fd00::2".parse::<std::net::Ipv6Addr>().unwrap().octets()[..], &[0; 4]].concat())
         .unwrap();
     assert_eq!(Packet::from_ethernet(&ns), None);
+    assert_eq!(NeighbourRequest::from_ethernet(&ns).unwrap().to_string(), "NS who-has fd00::2 tell fe80::1");
+    // An ARP reply and a plain UDP frame ask for nothing.
+    assert_eq!(NeighbourRequest::from_ethernet(&udp_frame()), None);
 }
 
 #[test]
@@ -216,7 +221,7 @@ fn sctp_ports_are_read() {
 
 fn frame_at(nanos: u64, data: Vec<u8>) -> Frame {
     let packet = Packet::from_ethernet(&data);
-    Frame { timestamp: UNIX_EPOCH + Duration::from_nanos(nanos), data, packet }
+    Frame { timestamp: UNIX_EPOCH + Duration::from_nanos(nanos), data, packet, outgoing: false }
 }
 
 #[test]

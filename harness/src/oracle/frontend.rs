@@ -26,12 +26,22 @@ pub(super) enum Frontend<'a> {
         svc: &'a Service,
         node: &'a Node,
     },
-    /// An address of a node where no Service listens: the node's own stack refuses.
+    /// An address of `node` where no Service listens: the node's own stack refuses.
     NodeItself {
+        node: &'a Node,
         why: String,
     },
-    /// Traffic that reaches nothing and no one answers.
+    /// Traffic a rule on the client's node rejects, though no Service port claims it.
+    RejectedByRule {
+        why: String,
+    },
+    /// Traffic that a rule drops: it goes nowhere and no one answers.
     Nowhere {
+        why: String,
+    },
+    /// Traffic no rule claims: the node forwards it as addressed, un-translated, toward its
+    /// routes, and nothing answers in this topology.
+    PassesThrough {
         why: String,
     },
     Pod(&'a Pod),
@@ -81,8 +91,8 @@ fn chosen<'a>(
     Ok(Frontend::Chosen { frontend: Box::new(frontend), by: profile })
 }
 
-fn refused<'a>(why: &str) -> Frontend<'a> {
-    Frontend::NodeItself { why: why.to_string() }
+fn refused<'a>(node: &'a Node, why: &str) -> Frontend<'a> {
+    Frontend::NodeItself { node, why: why.to_string() }
 }
 
 fn nowhere<'a>(why: &str) -> Frontend<'a> {
@@ -177,7 +187,7 @@ fn node_port<'a>(
     let config = &cluster.proxy;
     let served = Frontend::External { svc, port, kind: ExternalKind::NodePort, node };
     if addr == IpAddr::V6(Ipv6Addr::LOCALHOST) {
-        return Ok(Frontend::NodeItself { why: "kube-proxy serves no node ports on ::1".into() });
+        return Ok(refused(node, "kube-proxy serves no node ports on ::1"));
     }
     // CIDRs of the other family are the other proxier's; none of this family means all.
     let family = IpFamily::of(addr);
@@ -186,6 +196,7 @@ fn node_port<'a>(
     let cidrs_given = cidrs.peek().is_some();
     if cidrs_given && !cidrs.any(|cidr| cidr.contains(&addr)) {
         return Ok(Frontend::NodeItself {
+            node,
             why: format!(
                 "{addr} is outside nodePortAddresses, so node {} serves no node port there",
                 node.name
@@ -194,12 +205,12 @@ fn node_port<'a>(
     }
     if addr.is_loopback() {
         if !config.localhost_node_ports {
-            return Ok(Frontend::NodeItself { why: "localhost node ports are off on this proxy".into() });
+            return Ok(refused(node, "localhost node ports are off on this proxy"));
         }
         return chosen(
             profile,
             served,
-            refused("kube-proxy's nftables mode serves no node ports on 127.0.0.1"),
+            refused(node, "kube-proxy's nftables mode serves no node ports on 127.0.0.1"),
             "node ports on 127.0.0.1 are kube-proxy iptables mode's extension (localhostNodePorts)",
         );
     }
@@ -210,6 +221,7 @@ fn node_port<'a>(
         profile,
         served,
         refused(
+            node,
             "kube-proxy's nftables mode serves node ports on the primary node IP only (--nodeport-addresses primary)",
         ),
         "without nodePortAddresses, whether a node's other addresses serve node ports is the implementation's choice",
@@ -258,28 +270,35 @@ fn raw_address<'a>(
             }
         }
         return Ok(Frontend::NodeItself {
+            node,
             why: format!("nothing listens on node {} port {}", node.name, dst.port()),
         });
     }
     if let Some(pod) = cluster.pod_by_ip(dst.ip()) {
         return Ok(Frontend::Pod(pod));
     }
-    // No proxy rule catches it: iptables mode lets it through to the routes (nothing answers
-    // in this topology); nftables mode rejects a cluster IP's other ports and drops the rest
-    // of the service CIDR.
-    let passes = "iptables mode lets it through to the node's routes, and nothing answers there";
+    // No proxy rule catches it: iptables mode lets it through to the routes un-translated (the
+    // node forwards it toward the service CIDR's route, and nothing answers in this topology);
+    // nftables mode rejects a cluster IP's other ports and drops the rest of the service CIDR.
+    let passes = || Frontend::PassesThrough {
+        why: "iptables mode has no rule for it: the node forwards it un-translated to its routes, \
+              and nothing answers there"
+            .into(),
+    };
     if let Some(svc) = cluster.services.iter().find(|s| s.cluster_ip == dst.ip()) {
         return chosen(
             profile,
-            nowhere(passes),
-            refused("nftables mode rejects a cluster IP's ports that no Service port uses"),
+            passes(),
+            Frontend::RejectedByRule {
+                why: "nftables mode rejects a cluster IP's ports that no Service port uses".into(),
+            },
             &format!("{dst} is a cluster IP of {} on a port it does not serve", svc.namespaced_name()),
         );
     }
     if cluster.service_cidr.contains(&dst.ip()) {
         return chosen(
             profile,
-            nowhere(passes),
+            passes(),
             nowhere("nftables mode drops traffic to service-CIDR addresses no Service has"),
             "an address of the service CIDR that no Service has",
         );

@@ -69,10 +69,19 @@ pub enum Outcome {
     Answered { backends: BTreeMap<String, SeenSource>, spread: Spread, translated_by: Option<String> },
     /// An HTTP answer from the node itself (a health-check node port).
     Http { status: u16, local_endpoints: usize },
-    /// Actively refused (ICMP unreachable or TCP RST).
+    /// Rejected by a rule on a node (kube-proxy's REJECT): an ICMP error comes back from the
+    /// node, and the flow goes no further.
     Rejected,
-    /// Dropped: nothing comes back.
+    /// Refused by `host`'s own stack (a node or a pod): the packet reached it as addressed and
+    /// nothing listens there (a TCP RST, or for UDP an ICMP port unreachable).
+    Closed { host: String },
+    /// Dropped on a node: the flow's packets entered it, nothing of the flow left it (no
+    /// forwarded frame, no ARP or neighbour solicitation for its destination), nothing came back.
     Dropped,
+    /// No rule claims it: the node forwards it un-translated, as addressed, toward its routes,
+    /// and nothing answers (or, once the node's neighbour resolution fails, an ICMP host
+    /// unreachable comes back).
+    Forwarded,
 }
 
 /// How the attempts of one probe spread over the backends.
@@ -118,7 +127,9 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Rejected => f.write_str("REJECT"),
+            Outcome::Closed { host } => write!(f, "CLOSED {host}"),
             Outcome::Dropped => f.write_str("DROP"),
+            Outcome::Forwarded => f.write_str("FORWARD un-translated"),
             Outcome::Http { status, local_endpoints } => {
                 write!(f, "HTTP {status} localEndpoints={local_endpoints}")
             }
@@ -202,7 +213,9 @@ pub fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Re
                 _ => Ok(()),
             };
         }
-        (Outcome::Rejected, StatedVerdict::Rejected) | (Outcome::Dropped, StatedVerdict::Dropped) => {
+        (Outcome::Rejected | Outcome::Closed { .. }, StatedVerdict::Rejected)
+        | (Outcome::Dropped, StatedVerdict::Dropped)
+        | (Outcome::Forwarded, StatedVerdict::Forwarded) => {
             return Ok(());
         }
         (_, verdict) => return mismatch(format!("the scenario expects {verdict:?}").to_lowercase()),

@@ -21,7 +21,11 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
         Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port),
         Frontend::External { svc, port, kind, node } => external(cluster, probe, svc, port, kind, node),
         Frontend::HealthCheck { svc, node } => Ok(health_check(cluster, svc, node)),
-        Frontend::NodeItself { why } => Ok(Expectation::required(Outcome::Rejected, why)),
+        Frontend::NodeItself { node, why } => {
+            Ok(Expectation::required(Outcome::Closed { host: node.name.clone() }, why))
+        }
+        Frontend::RejectedByRule { why } => Ok(rejected(why)),
+        Frontend::PassesThrough { why } => Ok(Expectation::required(Outcome::Forwarded, why)),
         Frontend::Pod(pod) => Ok(direct_to_pod(cluster, probe, pod)),
         Frontend::Martian { node } => Ok(dropped(format!(
             "127.0.0.1 arriving at node {} from outside is martian: dropped by the kernel, or with \
@@ -178,7 +182,10 @@ fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &Pod) -> Expectation {
     let dst = cluster.target_address(&probe.to).expect("classified from this address");
     let serves = pod.ports.iter().any(|p| p.port == dst.port() && p.protocol == probe.protocol);
     if !serves {
-        return rejected(format!("pod {} does not listen on {}/{}", pod.name, dst.port(), probe.protocol));
+        return Expectation::required(
+            Outcome::Closed { host: pod.name.clone() },
+            format!("pod {} does not listen on {}/{}", pod.name, dst.port(), probe.protocol),
+        );
     }
     let backends = BTreeMap::from([(pod.name.clone(), client_source(cluster, &probe.from))]);
     Expectation::required(

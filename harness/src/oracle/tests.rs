@@ -3,6 +3,11 @@
 use super::*;
 use crate::model::*;
 
+/// Refused by `host`'s own stack.
+fn closed(host: &str) -> Outcome {
+    Outcome::Closed { host: host.into() }
+}
+
 fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
     Endpoint {
         ip: ip.parse().unwrap(),
@@ -157,8 +162,8 @@ fn raw_addresses_are_recognised() {
     assert_eq!(backends(&expect(&c, &probe(from(), to("10.96.0.20:80"))).unwrap()).len(), 2);
     assert_eq!(backends(&expect(&c, &probe(from(), to("192.168.50.12:30080"))).unwrap()).len(), 2);
     assert_eq!(backends(&expect(&c, &probe(from(), to("10.244.2.5:8080"))).unwrap()).len(), 1);
-    assert_eq!(expect(&c, &probe(from(), to("10.244.2.5:9999"))).unwrap().outcome, Outcome::Rejected);
-    assert_eq!(expect(&c, &probe(from(), to("10.96.0.99:80"))).unwrap().outcome, Outcome::Dropped);
+    assert_eq!(expect(&c, &probe(from(), to("10.244.2.5:9999"))).unwrap().outcome, closed("web-b"));
+    assert_eq!(expect(&c, &probe(from(), to("10.96.0.99:80"))).unwrap().outcome, Outcome::Forwarded);
     assert!(expect(&c, &probe(from(), to("8.8.8.8:53"))).is_err());
 }
 
@@ -294,15 +299,15 @@ fn node_port_addresses_and_localhost_decide_where_node_ports_answer() {
     let ext = || Source::External("ext".into());
     assert_eq!(backends(&expect(&c, &probe(ext(), at("192.168.50.111"))).unwrap()).len(), 2);
     c.proxy.node_port_addresses = vec!["192.168.50.11/32".parse().unwrap()];
-    assert_eq!(expect(&c, &probe(ext(), at("192.168.50.111"))).unwrap().outcome, Outcome::Rejected);
+    assert_eq!(expect(&c, &probe(ext(), at("192.168.50.111"))).unwrap().outcome, closed("a"));
     assert_eq!(backends(&expect(&c, &probe(ext(), at("192.168.50.11"))).unwrap()).len(), 2);
     // Localhost node ports: from the node itself, only where enabled and allowed.
     let local = || Source::Node("a".into());
-    assert_eq!(expect(&c, &probe(local(), at("127.0.0.1"))).unwrap().outcome, Outcome::Rejected);
+    assert_eq!(expect(&c, &probe(local(), at("127.0.0.1"))).unwrap().outcome, closed("a"));
     c.proxy.node_port_addresses.clear();
     assert_eq!(backends(&expect(&c, &probe(local(), at("127.0.0.1"))).unwrap()).len(), 2);
     c.proxy.localhost_node_ports = false;
-    assert_eq!(expect(&c, &probe(local(), at("127.0.0.1"))).unwrap().outcome, Outcome::Rejected);
+    assert_eq!(expect(&c, &probe(local(), at("127.0.0.1"))).unwrap().outcome, closed("a"));
 }
 
 #[test]
@@ -407,14 +412,14 @@ fn no_node_ports_on_ipv6_loopback_and_ipv6_node_port_addresses() {
     let at = |addr: &str| Target::Address(addr.parse().unwrap());
     // ::1 is the node itself, whose own stack refuses: kube-proxy excludes ::1/128.
     let e = expect(&c, &probe(Source::Node("a".into()), at("[::1]:30080"))).unwrap();
-    assert_eq!(e.outcome, Outcome::Rejected);
+    assert_eq!(e.outcome, closed("a"));
     assert!(e.because.contains("no node ports on ::1"), "{}", e.because);
     // IPv4 CIDRs in nodePortAddresses are the other proxier's: all IPv6 addresses still serve.
     c.proxy.node_port_addresses = vec!["192.168.50.0/24".parse().unwrap()];
     let ext = || Source::External("ext".into());
     assert_eq!(backends(&expect(&c, &probe(ext(), to_node_port("a"))).unwrap()).len(), 2);
     c.proxy.node_port_addresses.push("fd00:192:168:50::12/128".parse().unwrap());
-    assert_eq!(expect(&c, &probe(ext(), to_node_port("a"))).unwrap().outcome, Outcome::Rejected);
+    assert_eq!(expect(&c, &probe(ext(), to_node_port("a"))).unwrap().outcome, closed("a"));
     assert_eq!(backends(&expect(&c, &probe(ext(), to_node_port("b"))).unwrap()).len(), 2);
 }
 
@@ -458,7 +463,7 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
     assert!(
         matches!(outcome(&secondary, iptables), Some((Outcome::Answered { .. }, Basis::Choice(p))) if p == iptables)
     );
-    assert_eq!(outcome(&secondary, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&secondary, nftables), Some((closed("a"), Basis::Choice(nftables))));
     assert_eq!(outcome(&secondary, Profile::Kubernetes), None);
     let primary = probe(Source::External("ext".into()), node_port_at("192.168.50.11"));
     assert!(
@@ -471,15 +476,17 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
     assert!(
         matches!(outcome(&localhost, iptables), Some((Outcome::Answered { .. }, Basis::Choice(p))) if p == iptables)
     );
-    assert_eq!(outcome(&localhost, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
+    assert_eq!(outcome(&localhost, nftables), Some((closed("a"), Basis::Choice(nftables))));
     assert_eq!(outcome(&localhost, Profile::Kubernetes), None);
 
-    // A cluster IP's unused port passes through iptables mode; nftables mode rejects it.
+    // A cluster IP's unused port passes through iptables mode un-translated; nftables mode
+    // rejects it by a rule. An unallocated service address too passes through iptables mode.
     let wrong_port = probe(Source::Pod("client".into()), raw("10.96.0.20", 81));
-    assert_eq!(outcome(&wrong_port, iptables), Some((Outcome::Dropped, Basis::Choice(iptables))));
+    assert_eq!(outcome(&wrong_port, iptables), Some((Outcome::Forwarded, Basis::Choice(iptables))));
     assert_eq!(outcome(&wrong_port, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
     assert_eq!(outcome(&wrong_port, Profile::Kubernetes), None);
     let unallocated = probe(Source::Pod("client".into()), raw("10.96.255.254", 80));
     assert_eq!(outcome(&unallocated, nftables), Some((Outcome::Dropped, Basis::Choice(nftables))));
+    assert_eq!(outcome(&unallocated, iptables), Some((Outcome::Forwarded, Basis::Choice(iptables))));
     assert_eq!(outcome(&unallocated, Profile::Kubernetes), None);
 }

@@ -166,6 +166,7 @@ fn expectation(
         VerdictSpec::Answered => StatedVerdict::Answered,
         VerdictSpec::Rejected => StatedVerdict::Rejected,
         VerdictSpec::Dropped => StatedVerdict::Dropped,
+        VerdictSpec::Forwarded => StatedVerdict::Forwarded,
     };
     let answered = verdict == StatedVerdict::Answered;
     let health_check = target.map(|t| matches!(t, Target::HealthCheck { .. }));

@@ -229,6 +229,7 @@ pub(crate) enum VerdictSpec {
     Answered,
     Rejected,
     Dropped,
+    Forwarded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -76,7 +76,8 @@ impl Martian {
             if !socket.wait_for(left).context("waiting for answers")? {
                 break;
             }
-            while let Some((len, _)) = socket.recv(&mut buf).context("reading a frame")? {
+            while let Some(received) = socket.recv(&mut buf).context("reading a frame")? {
+                let len = received.len;
                 for s in sent.iter_mut().filter(|s| matches!(s.attempt, Attempt::Silent)) {
                     if let Some(answer) = self.answer(&buf[..len], s.source_port, port) {
                         s.attempt = answer;

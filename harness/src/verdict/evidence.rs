@@ -5,10 +5,15 @@
 //!   target port reached the backend's interface; and the node that translated the flow holds
 //!   a conntrack entry whose original tuple is client → frontend and whose reply tuple is
 //!   backend → the source the backend saw.
-//! - Refused: an RST or ICMP error for the flow came back to the client.
-//! - Dropped: nothing for the flow came back to the client, and no pod received it (a proxy
-//!   that forwards what it must drop often looks silent only because the reply takes a path
-//!   the client rejects).
+//! - Rejected (by a rule on a node): an ICMP error for the flow came back from a node (or from
+//!   an address nobody holds), never a TCP RST, which only a host's own stack sends.
+//! - Closed (refused by a host's own stack): an RST or ICMP port unreachable came back.
+//! - Dropped: the client sent it, nothing came back, and nothing of the flow left the node: no
+//!   pod or other host received it, no frame of it left a node's uplink, and no node sent an
+//!   ARP request or neighbour solicitation for its destination.
+//! - Forwarded (un-translated, unanswered): a node sent it on, shown by one of those frames,
+//!   and nothing but an ICMP host unreachable (the node's neighbour resolution giving up)
+//!   came back.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -75,13 +80,21 @@ pub fn check(
     let client_frames: Vec<&Frame> =
         client_capture_points(probe).iter().filter_map(|k| evidence.frames.get(k)).flatten().collect();
     for s in sent {
+        let flow = FlowOf { probe, source_port: s.source_port, dst };
         let fault = match (&s.attempt, outcome) {
             (Attempt::Answered { pod, seen }, Outcome::Answered { translated_by, .. }) => {
                 answered(cluster, probe, dst, s.source_port, pod, *seen, translated_by.as_deref(), evidence)
             }
-            (Attempt::Refused { .. }, Outcome::Rejected) => refused(&client_frames, s.source_port, dst),
-            (Attempt::Silent, Outcome::Dropped) => silent(&client_frames, s.source_port, dst)
-                .or_else(|| reached_a_pod(cluster, probe, s.source_port, evidence)),
+            (Attempt::Refused { .. }, Outcome::Rejected) => {
+                rejected(cluster, &flow, &client_frames, evidence)
+            }
+            (Attempt::Refused { .. }, Outcome::Closed { host }) => closed(&flow, host, &client_frames),
+            (Attempt::Silent | Attempt::Refused { .. }, Outcome::Dropped) => {
+                dropped(cluster, &flow, &s.attempt, &client_frames, evidence)
+            }
+            (Attempt::Silent | Attempt::Refused { .. }, Outcome::Forwarded) => {
+                forwarded_unanswered(cluster, &flow, &client_frames, evidence)
+            }
             // A wrong classification is already a failure of its own; no second opinion needed.
             _ => None,
         };
@@ -90,6 +103,245 @@ pub fn check(
         }
     }
     faults.into_iter().map(|(f, n)| format!("{f} ({n} of {} attempts)", sent.len())).collect()
+}
+
+/// One attempt's flow: the probe's protocol from `source_port` to `dst`. Source ports are
+/// never reused within a scenario, so the port alone names the flow's packets wherever they
+/// are seen, translated or not (masquerade keeps the port unless two flows collide).
+struct FlowOf<'a> {
+    probe: &'a Probe,
+    source_port: u16,
+    dst: SocketAddr,
+}
+
+impl FlowOf<'_> {
+    /// A packet of the flow going forward (not a reply, not an ICMP error about it).
+    fn is_forward(&self, p: &Packet) -> bool {
+        let protocol = matches!(
+            (&p.l4, self.probe.protocol),
+            (L4::Tcp { .. }, crate::model::Protocol::Tcp)
+                | (L4::Udp { .. }, crate::model::Protocol::Udp)
+                | (L4::Sctp { .. }, crate::model::Protocol::Sctp)
+        );
+        protocol && p.l4.ports().is_some_and(|(sp, _)| sp == self.source_port)
+    }
+
+    /// A conntrack entry of the flow: its source port and destination before NAT.
+    fn is_entry(&self, f: &Flow) -> bool {
+        let protocol = match self.probe.protocol {
+            crate::model::Protocol::Tcp => 6,
+            crate::model::Protocol::Udp => 17,
+            crate::model::Protocol::Sctp => 132,
+        };
+        f.ip_protocol == protocol && f.original.src.port() == self.source_port && f.original.dst == self.dst
+    }
+
+    fn describe(&self) -> String {
+        format!(":{} > {}", self.source_port, self.dst)
+    }
+}
+
+/// Who holds `ip` in the cluster: `node NAME`, `pod NAME` or `external host NAME`.
+fn holder(cluster: &Cluster, ip: std::net::IpAddr) -> Option<String> {
+    if let Some(n) = cluster
+        .nodes
+        .iter()
+        .find(|n| n.node_network_ips().any(|a| a == ip) || crate::model::bridge_address(&n.pod_cidr) == ip)
+    {
+        return Some(format!("node {}", n.name));
+    }
+    if let Some(p) = cluster.pod_by_ip(ip) {
+        return Some(format!("pod {}", p.name));
+    }
+    let host = cluster.external_hosts.iter().find(|h| h.ip == ip || h.second_ip == Some(ip))?;
+    Some(format!("external host {}", host.name))
+}
+
+/// Evidence that the flow went on past the node it entered, if there is any: it reached a pod
+/// or another external host, a frame of it left a node, or a node holds a confirmed conntrack
+/// entry for it (named with the ARP request or neighbour solicitation for its destination the
+/// node sent, if it sent one: the next hop it was forwarding toward). Each reads as
+/// "forwarded …: what was seen, and where". An ARP request alone proves nothing about this
+/// flow: a straggling packet of another flow to the same address can cause it.
+fn forwarding(cluster: &Cluster, flow: &FlowOf<'_>, evidence: &Evidence) -> Option<String> {
+    let client_point = client_capture_points(flow.probe);
+    // A node's own process sends the flow out of that node as addressed: that is the client
+    // sending, not forwarding, unless the destination is an address nobody holds, which a
+    // rule had to catch.
+    let held = holder(cluster, flow.dst.ip()).is_some();
+    let seen = |key: &str, f: &Frame| -> Option<String> {
+        let own = client_point.iter().any(|c| c == key);
+        if own && !key.starts_with("node/") {
+            return None;
+        }
+        let as_sent = |p: &&Packet| own && held && p.dst == flow.dst.ip();
+        if let Some(p) = f.packet.as_ref().filter(|p| flow.is_forward(p) && !as_sent(p)) {
+            if let Some(pod) = key.strip_prefix("pod/").filter(|_| !f.outgoing) {
+                return Some(format!("forwarded: pod {pod} received {p} (seen on {key})"));
+            }
+            if let Some(host) = key.strip_prefix("external/").filter(|_| !f.outgoing) {
+                return Some(format!("forwarded: external host {host} received {p} (seen on {key})"));
+            }
+            if let Some(node) = key.strip_prefix("node/").filter(|k| !k.contains('/') && f.outgoing) {
+                let next = holder(cluster, p.dst).unwrap_or_else(|| "nobody in the cluster".into());
+                return Some(format!(
+                    "forwarded: {p} left node {node} toward {} ({next}) (seen on {key}, outgoing)",
+                    p.dst
+                ));
+            }
+        }
+        None
+    };
+    if let Some(found) =
+        evidence.frames.iter().find_map(|(key, frames)| frames.iter().find_map(|f| seen(key, f)))
+    {
+        return Some(found);
+    }
+    // A flow that a node dropped leaves no confirmed conntrack entry there (a dropped packet
+    // never confirms its entry); one the node let through does, keyed by this attempt's own
+    // source port. The client's own node passing traffic on to a held address is the client
+    // sending; the node that holds the address, or any node for an address nobody holds, must
+    // have dropped it.
+    let dst_holder = holder(cluster, flow.dst.ip());
+    let (node, entry) = evidence.conntrack.iter().find_map(|(node, flows)| {
+        let relevant = dst_holder.as_ref().is_none_or(|h| *h == format!("node {node}"));
+        let entry = flows.iter().find(|f| flow.is_entry(f)).filter(|_| relevant)?;
+        Some((node, entry))
+    })?;
+    let asked = evidence.frames.get(&format!("node/{node}")).and_then(|frames| {
+        frames
+            .iter()
+            .filter(|f| f.outgoing)
+            .filter_map(Frame::neighbour_request)
+            .find(|r| r.target == flow.dst.ip())
+    });
+    let next_hop = match asked {
+        Some(r) => format!(", and sent {r} (seen on node/{node}): it forwarded the flow toward {}", r.target),
+        None => String::new(),
+    };
+    Some(format!(
+        "forwarded, unanswered: node {node} let it through (its conntrack table holds {entry}){next_hop}"
+    ))
+}
+
+/// What came back to the client for its flow that refuses it: an RST or an ICMP error.
+fn refusal<'f>(client_frames: &[&'f Frame], flow: &FlowOf<'_>) -> Option<&'f Packet> {
+    client_frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| {
+        answers_flow(p, flow.source_port, flow.dst)
+            && matches!(p.l4, L4::IcmpError { .. } | L4::Tcp { rst: true, .. })
+    })
+}
+
+/// An ICMP error that says a router or the sender's own neighbour resolution gave up on the
+/// destination: the packet was forwarded, not rejected by a rule.
+fn is_unreachable_host(p: &Packet) -> bool {
+    matches!(&p.l4, L4::IcmpError { kind, .. } if kind == "host unreachable" || kind == "address unreachable")
+}
+
+/// Rejected by a rule on a node: an ICMP error (kube-proxy's REJECT never resets) from a node
+/// (or from an address nobody holds), and the flow went no further.
+fn rejected(
+    cluster: &Cluster,
+    flow: &FlowOf<'_>,
+    client_frames: &[&Frame],
+    evidence: &Evidence,
+) -> Option<String> {
+    let Some(p) = refusal(client_frames, flow) else {
+        return Some(format!(
+            "on the wire: refused, but no RST or ICMP error for {} reached the client",
+            flow.describe()
+        ));
+    };
+    let by = holder(cluster, p.src);
+    if matches!(p.l4, L4::Tcp { .. }) {
+        let host = by.unwrap_or_else(|| format!("the host at {}", p.src));
+        return Some(format!(
+            "reset by a host, not rejected by a rule: {p} came back, so {host}'s own stack received \
+             the SYN un-translated (a REJECT rule answers with an ICMP error)"
+        ));
+    }
+    if is_unreachable_host(p) {
+        let by = by.unwrap_or_else(|| p.src.to_string());
+        return Some(format!(
+            "forwarded, not rejected: {p} came back: {by} forwarded the flow and its neighbour \
+             resolution for the destination failed"
+        ));
+    }
+    if let Some(host) = by.as_deref().filter(|h| !h.starts_with("node ")) {
+        return Some(format!(
+            "refused by {host}'s own stack, not rejected by a rule on a node: {p} came back"
+        ));
+    }
+    forwarding(cluster, flow, evidence).map(|f| format!("rejected to the client, yet {f}"))
+}
+
+/// Refused by `host`'s own stack: an RST or ICMP port unreachable came back, not a sign of
+/// forwarding gone wrong.
+fn closed(flow: &FlowOf<'_>, host: &str, client_frames: &[&Frame]) -> Option<String> {
+    match refusal(client_frames, flow) {
+        None => Some(format!(
+            "on the wire: refused, but no RST or ICMP error for {} reached the client",
+            flow.describe()
+        )),
+        Some(p) if is_unreachable_host(p) => {
+            Some(format!("{p} came back: the flow never reached {host}, whose closed port had to refuse it"))
+        }
+        Some(_) => None,
+    }
+}
+
+/// Dropped: the client sent it, nothing came back, and nothing of it left the node.
+fn dropped(
+    cluster: &Cluster,
+    flow: &FlowOf<'_>,
+    attempt: &Attempt,
+    client_frames: &[&Frame],
+    evidence: &Evidence,
+) -> Option<String> {
+    if let Some(f) = forwarding(cluster, flow, evidence) {
+        return Some(format!("not dropped: {f}"));
+    }
+    if matches!(attempt, Attempt::Silent)
+        && let Some(p) = silent(client_frames, flow.source_port, flow.dst)
+    {
+        return Some(p);
+    }
+    let from_node = matches!(flow.probe.from, crate::model::Source::Node(_));
+    let left_client = client_frames
+        .iter()
+        .filter(|f| f.outgoing)
+        .filter_map(|f| f.packet.as_ref())
+        .any(|p| flow.is_forward(p));
+    // A node's own traffic is dropped in OUTPUT, before any interface sees it.
+    (!from_node && !left_client).then(|| {
+        format!(
+            "on the wire: the client's capture shows no packet {} leaving it: nothing to drop",
+            flow.describe()
+        )
+    })
+}
+
+/// Forwarded un-translated and unanswered: a node sent it on (a frame of it left, or the node
+/// asked for its destination's link address), and nothing but the node's own "host
+/// unreachable" came back.
+fn forwarded_unanswered(
+    cluster: &Cluster,
+    flow: &FlowOf<'_>,
+    client_frames: &[&Frame],
+    evidence: &Evidence,
+) -> Option<String> {
+    if let Some(p) = refusal(client_frames, flow).filter(|p| !is_unreachable_host(p)) {
+        return Some(format!("expected forwarded un-translated, but {p} came back: something refused it"));
+    }
+    if forwarding(cluster, flow, evidence).is_none() {
+        return Some(format!(
+            "expected forwarded un-translated, but no frame of {} left any node and no node asked for \
+             {}'s link address: it was dropped",
+            flow.describe(),
+            flow.dst.ip()
+        ));
+    }
+    None
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -178,36 +430,6 @@ fn answers_flow(p: &Packet, source_port: u16, dst: SocketAddr) -> bool {
     p.endpoints().is_some_and(|(s, d)| s == dst && d.port() == source_port)
 }
 
-fn refused(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<String> {
-    let refusal = client_frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| {
-        answers_flow(p, source_port, dst) && matches!(p.l4, L4::IcmpError { .. } | L4::Tcp { rst: true, .. })
-    });
-    (!refusal).then(|| {
-        format!(
-            "on the wire: refused, but no RST or ICMP error for :{source_port} > {dst} reached the client"
-        )
-    })
-}
-
-/// A pod that received the client's flow, if one did: the client's own address and source
-/// port arriving at a pod's interface.
-fn reached_a_pod(cluster: &Cluster, probe: &Probe, source_port: u16, evidence: &Evidence) -> Option<String> {
-    let mut client_ips: Vec<std::net::IpAddr> = cluster.source_ip(&probe.from).into_iter().collect();
-    if let crate::model::Source::Node(n) = &probe.from {
-        client_ips.extend(cluster.node(n).map(|node| crate::model::bridge_address(&node.pod_cidr)));
-    }
-    evidence.frames.iter().find_map(|(key, frames)| {
-        let pod = cluster.pod(key.strip_prefix("pod/")?)?;
-        // Arriving at the pod: the client's own outgoing packets are on its capture too.
-        let leaked = frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| {
-            p.dst == pod.ip
-                && client_ips.contains(&p.src)
-                && p.endpoints().is_some_and(|(s, _)| s.port() == source_port)
-        })?;
-        Some(format!("dropped for the client, yet {} received {leaked}: the proxy forwarded it", pod.name))
-    })
-}
-
 fn silent(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<String> {
     let answer =
         client_frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| answers_flow(p, source_port, dst));
@@ -226,6 +448,7 @@ mod tests {
     const CLIENT: &str = "10.244.1.20:20000";
     const VIP: &str = "10.96.0.10:53";
     const BACKEND: &str = "10.244.2.7:53";
+    const BACKEND_IP: &str = "10.244.2.7";
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
@@ -251,7 +474,7 @@ mod tests {
     }
 
     fn frame(packet: Packet) -> Frame {
-        Frame { timestamp: SystemTime::UNIX_EPOCH, data: Vec::new(), packet: Some(packet) }
+        Frame { timestamp: SystemTime::UNIX_EPOCH, data: Vec::new(), packet: Some(packet), outgoing: false }
     }
 
     fn udp(src: &str, dst: &str) -> Packet {
@@ -327,46 +550,203 @@ mod tests {
         );
     }
 
+    fn outgoing(packet: Packet) -> Frame {
+        Frame { outgoing: true, ..frame(packet) }
+    }
+
+    fn at(points: Vec<(&str, Vec<Frame>)>) -> Evidence {
+        Evidence {
+            frames: points.into_iter().map(|(k, f)| (k.to_string(), f)).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn icmp(kind: &str, from: &str) -> Packet {
+        Packet {
+            src: from.parse().unwrap(),
+            dst: addr(CLIENT).ip(),
+            l4: L4::IcmpError { kind: kind.into(), original: Some(Box::new(udp(CLIENT, VIP))) },
+        }
+    }
+
+    /// `node-a` asking for `target`'s link address on its uplink.
+    fn arp_request(target: [u8; 4]) -> Frame {
+        use etherparse::{ArpHardwareId, ArpOperation, ArpPacket, EtherType, PacketBuilder};
+        let request = ArpPacket::new(
+            ArpHardwareId::ETHERNET,
+            EtherType::IPV4,
+            ArpOperation::REQUEST,
+            &[2, 0, 0, 0, 0, 1],
+            &[192, 168, 50, 11],
+            &[0; 6],
+            &target,
+        )
+        .unwrap();
+        let mut data = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [0xff; 6]).arp(request).write(&mut data).unwrap();
+        Frame { timestamp: SystemTime::UNIX_EPOCH, data, packet: None, outgoing: true }
+    }
+
+    fn silent() -> Vec<Sent> {
+        vec![Sent { source_port: 20000, attempt: Attempt::Silent }]
+    }
+
+    fn refused() -> Vec<Sent> {
+        vec![Sent { source_port: 20000, attempt: Attempt::Refused { reason: "x".into() } }]
+    }
+
     #[test]
     fn refusal_needs_an_rst_or_icmp_error_and_silence_needs_nothing_back() {
-        let refused = vec![Sent { source_port: 20000, attempt: Attempt::Refused { reason: "x".into() } }];
-        let silent = vec![Sent { source_port: 20000, attempt: Attempt::Silent }];
-        let at_client = |frames: Vec<Frame>| Evidence {
-            frames: [("pod/client".to_string(), frames)].into(),
-            ..Default::default()
+        let sent = outgoing(udp(CLIENT, VIP));
+        let port_unreachable = icmp("port unreachable", "10.244.1.1");
+        let e = at(vec![("pod/client", vec![sent.clone(), frame(port_unreachable.clone())])]);
+        assert!(run(&e, &Outcome::Rejected, &refused()).is_empty());
+        assert_eq!(
+            run(&at(vec![("pod/client", vec![sent.clone()])]), &Outcome::Rejected, &refused()).len(),
+            1
+        );
+        assert!(run(&at(vec![("pod/client", vec![sent.clone()])]), &Outcome::Dropped, &silent()).is_empty());
+        assert_eq!(run(&e, &Outcome::Dropped, &silent()).len(), 1);
+        // Silent, but the client never sent anything: there was nothing to drop.
+        assert_eq!(run(&at(vec![("pod/client", vec![])]), &Outcome::Dropped, &silent()).len(), 1);
+    }
+
+    #[test]
+    fn a_rule_rejects_with_an_icmp_error_and_a_host_resets() {
+        let sent = outgoing(udp(CLIENT, VIP));
+        let from_a_pod =
+            at(vec![("pod/client", vec![sent.clone(), frame(icmp("port unreachable", BACKEND_IP))])]);
+        assert_eq!(
+            run(&from_a_pod, &Outcome::Rejected, &refused()),
+            [
+                "refused by pod coredns-b's own stack, not rejected by a rule on a node: ICMP port unreachable \
+              from 10.244.2.7 for 10.244.1.20:20000 > 10.96.0.10:53 UDP came back (1 of 1 attempts)"
+            ]
+        );
+        let unreachable =
+            at(vec![("pod/client", vec![sent.clone(), frame(icmp("host unreachable", "10.244.1.1"))])]);
+        let failures = run(&unreachable, &Outcome::Rejected, &refused());
+        assert!(
+            failures[0].starts_with("forwarded, not rejected: ICMP host unreachable from 10.244.1.1"),
+            "{failures:?}"
+        );
+        // The same host unreachable is what forwarding to an address nobody holds ends in.
+        assert!(
+            run(&unreachable, &Outcome::Closed { host: "node-b".into() }, &refused())[0]
+                .contains("never reached node-b")
+        );
+    }
+
+    #[test]
+    fn a_tcp_reset_is_a_hosts_not_a_rules() {
+        let tcp = |src: &str, dst: &str, syn, rst| {
+            let (s, d) = (addr(src), addr(dst));
+            Packet {
+                src: s.ip(),
+                dst: d.ip(),
+                l4: L4::Tcp { src_port: s.port(), dst_port: d.port(), syn, ack: rst, rst, fin: false },
+            }
         };
-        let icmp = Packet {
-            src: addr(VIP).ip(),
-            dst: addr(CLIENT).ip(),
-            l4: L4::IcmpError { kind: "port unreachable".into(), original: Some(Box::new(udp(CLIENT, VIP))) },
+        let node_port = "192.168.50.12:30053";
+        let probe = Probe { protocol: Protocol::Tcp, ..probe() };
+        let e = at(vec![(
+            "pod/client",
+            vec![outgoing(tcp(CLIENT, node_port, true, false)), frame(tcp(node_port, CLIENT, false, true))],
+        )]);
+        let failures = check(&cluster(), &probe, addr(node_port), &Outcome::Rejected, &refused(), &e);
+        assert_eq!(
+            failures,
+            [
+                "reset by a host, not rejected by a rule: 192.168.50.12:30053 > 10.244.1.20:20000 TCP [R.] came back, \
+              so node node-b's own stack received the SYN un-translated (a REJECT rule answers with an ICMP error) \
+              (1 of 1 attempts)"
+            ]
+        );
+        let closed = Outcome::Closed { host: "node-b".into() };
+        assert!(check(&cluster(), &probe, addr(node_port), &closed, &refused(), &e).is_empty());
+    }
+
+    /// An un-translated, unanswered conntrack entry for source port `port` to the VIP.
+    fn unanswered(port: u16) -> Flow {
+        let client = SocketAddr::new(addr(CLIENT).ip(), port);
+        Flow {
+            ip_protocol: 17,
+            original: Tuple { src: client, dst: addr(VIP) },
+            reply: Tuple { src: addr(VIP), dst: client },
+            state: None,
+            seen_reply: false,
+        }
+    }
+
+    #[test]
+    fn a_node_that_let_the_flow_through_forwarded_it() {
+        let sent = outgoing(udp(CLIENT, VIP));
+        let arp = ("node/node-a", vec![arp_request([10, 96, 0, 10])]);
+        let passed = Evidence {
+            conntrack: [("node-a".to_string(), vec![unanswered(20000)])].into(),
+            ..at(vec![("pod/client", vec![sent.clone()]), arp.clone()])
         };
-        assert!(run(&at_client(vec![frame(icmp.clone())]), &Outcome::Rejected, &refused).is_empty());
-        assert_eq!(run(&at_client(vec![]), &Outcome::Rejected, &refused).len(), 1);
-        assert!(run(&at_client(vec![frame(udp(CLIENT, VIP))]), &Outcome::Dropped, &silent).is_empty());
-        assert_eq!(run(&at_client(vec![frame(icmp)]), &Outcome::Dropped, &silent).len(), 1);
+        assert_eq!(
+            run(&passed, &Outcome::Dropped, &silent()),
+            ["not dropped: forwarded, unanswered: node node-a let it through (its conntrack table holds \
+              udp src=10.244.1.20 dst=10.96.0.10 sport=20000 dport=53 [UNREPLIED] src=10.96.0.10 dst=10.244.1.20 \
+              sport=53 dport=20000), \
+              and sent ARP who-has 10.96.0.10 tell 192.168.50.11 (seen on node/node-a): it forwarded the flow \
+              toward 10.96.0.10 (1 of 1 attempts)"]
+        );
+        assert!(run(&passed, &Outcome::Forwarded, &silent()).is_empty());
+        // Once the node's neighbour resolution gives up, host unreachable comes back: still forwarded.
+        let later = Evidence {
+            conntrack: passed.conntrack.clone(),
+            ..at(vec![
+                ("pod/client", vec![sent.clone(), frame(icmp("host unreachable", "10.244.1.1"))]),
+                arp.clone(),
+            ])
+        };
+        assert!(run(&later, &Outcome::Forwarded, &refused()).is_empty());
+        assert_eq!(run(&later, &Outcome::Dropped, &refused()).len(), 1);
+        // An ARP request for the address, caused by another flow (another source port), proves
+        // nothing about this one; nor do the node's incoming frames.
+        let other = Evidence {
+            conntrack: [("node-a".to_string(), vec![unanswered(20001)])].into(),
+            ..at(vec![
+                ("pod/client", vec![sent.clone()]),
+                ("node/node-a", vec![arp.1[0].clone(), frame(udp(CLIENT, VIP))]),
+            ])
+        };
+        assert!(run(&other, &Outcome::Dropped, &silent()).is_empty());
+        assert!(run(&other, &Outcome::Forwarded, &silent())[0].contains("it was dropped"));
+        // A frame of the flow leaving a node is forwarding too.
+        let left = at(vec![("pod/client", vec![sent]), ("node/node-a", vec![outgoing(udp(CLIENT, VIP))])]);
+        assert!(run(&left, &Outcome::Dropped, &silent())[0].contains("left node node-a toward 10.96.0.10"));
     }
 
     #[test]
     fn another_probes_flow_with_the_same_address_and_port_does_not_count() {
         // A masqueraded flow of an earlier probe reused the client's address and port.
         let earlier = frame(udp(CLIENT, BACKEND));
-        let e = evidence(vec![earlier], vec![]);
-        let silent = vec![Sent { source_port: 20000, attempt: Attempt::Silent }];
-        assert_eq!(run(&e, &Outcome::Dropped, &silent).len(), 1, "without a window it would count");
-        let after_it = e.frames.iter().map(|(k, f)| (k.clone(), f.len()..f.len())).collect();
+        let mut e = evidence(vec![earlier], vec![]);
+        e.frames.insert("pod/client".into(), vec![]);
+        assert_eq!(run(&e, &Outcome::Dropped, &silent()).len(), 1, "without a window it would count");
+        let mut after_it: BTreeMap<String, std::ops::Range<usize>> =
+            e.frames.iter().map(|(k, f)| (k.clone(), f.len()..f.len())).collect();
+        e.frames.get_mut("pod/client").unwrap().push(outgoing(udp(CLIENT, VIP)));
+        after_it.insert("pod/client".into(), 0..1);
         let during = e.during(&Window { frames: after_it });
-        assert!(check(&cluster(), &probe(), addr(VIP), &Outcome::Dropped, &silent, &during).is_empty());
+        assert!(check(&cluster(), &probe(), addr(VIP), &Outcome::Dropped, &silent(), &during).is_empty());
     }
 
     #[test]
     fn a_drop_that_reached_a_pod_fails() {
-        let silent = vec![Sent { source_port: 20000, attempt: Attempt::Silent }];
-        let e = evidence(vec![frame(udp(CLIENT, BACKEND))], vec![]);
-        let failures = run(&e, &Outcome::Dropped, &silent);
-        assert_eq!(failures.len(), 1);
-        assert!(
-            failures[0].contains("yet coredns-b received 10.244.1.20:20000 > 10.244.2.7:53"),
-            "{failures:?}"
+        let mut e = evidence(vec![frame(udp(CLIENT, BACKEND))], vec![]);
+        e.frames.insert("pod/client".into(), vec![outgoing(udp(CLIENT, VIP))]);
+        let failures = run(&e, &Outcome::Dropped, &silent());
+        assert_eq!(
+            failures,
+            [
+                "not dropped: forwarded: pod coredns-b received 10.244.1.20:20000 > 10.244.2.7:53 UDP (seen on pod/coredns-b) \
+              (1 of 1 attempts)"
+            ]
         );
     }
 }

@@ -53,8 +53,15 @@ pub fn judge(
             failures
         }
         Outcome::Http { status, local_endpoints } => check_http(*status, *local_endpoints, &observed),
-        Outcome::Rejected => check_all(&observed, "refused", |a| matches!(a, Attempt::Refused { .. })),
+        Outcome::Rejected | Outcome::Closed { .. } => {
+            check_all(&observed, "refused", |a| matches!(a, Attempt::Refused { .. }))
+        }
         Outcome::Dropped => check_all(&observed, "silent (dropped)", |a| matches!(a, Attempt::Silent)),
+        // Silent until the node's neighbour resolution gives up (about 3 s), then refused with
+        // host unreachable: the evidence tells the two from a rule's refusal.
+        Outcome::Forwarded => check_all(&observed, "silent or unreachable (forwarded, unanswered)", |a| {
+            matches!(a, Attempt::Silent | Attempt::Refused { .. })
+        }),
     };
     ProbeVerdict { probe: probe.clone(), destination, expected: expected.clone(), observed, failures }
 }

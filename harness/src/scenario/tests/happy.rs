@@ -136,7 +136,7 @@ fn targets_and_defaults() {
     assert_eq!(raw.from, Source::Node("node-a".into()));
     assert_eq!(raw.to, Target::Address("10.96.0.99:80".parse().unwrap()));
     assert_eq!(raw.protocol, Protocol::Tcp);
-    assert_eq!(raw.expect.as_ref().unwrap().verdict, StatedVerdict::Dropped);
+    assert_eq!(raw.expect.as_ref().unwrap().verdict, StatedVerdict::Forwarded);
     assert_eq!(s.cluster.external_hosts[0].ip, ip("192.168.50.100"));
 }
 

@@ -58,7 +58,7 @@ spec:
       to: {service: web, port: http, nodePort: node-b}
     - from: {node: node-a}
       to: {address: 10.96.0.99, port: 80}
-      expect: {verdict: dropped}
+      expect: {verdict: forwarded}
 ---
 apiVersion: v1
 kind: Service

@@ -50,7 +50,7 @@ fn wrong_types_are_errors() {
         &errors(&text),
         at(&text, "answerd"),
         "spec.probes[0].expect.verdict",
-        "unknown variant `answerd`, expected one of `answered`, `rejected`, `dropped`",
+        "unknown variant `answerd`, expected one of `answered`, `rejected`, `dropped`, `forwarded`",
     );
 }
 
