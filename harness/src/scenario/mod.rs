@@ -2,8 +2,9 @@
 //!
 //! A file is multi-document YAML: one `kind: Scenario` document (cluster shape, nodes, probes)
 //! plus plain Kubernetes objects (Service, EndpointSlice, Pod) as `kubectl get -o yaml` prints
-//! them. Every error points at a line, column and field, and as many as can be found without
-//! cascading are reported at once.
+//! them, alone or in a `kind: List` (`lists`). Every field a proxy acts on is modelled or
+//! refused (`fields` holds the audit). Every error points at a line, column and field, and as
+//! many as can be found without cascading are reported at once.
 //!
 //! The stages, one file each: `yaml` (text → JSON values + positions), `objects` (kind
 //! dispatch, k8s-openapi parsing), `scenario_doc` (our document) with `proxy_config`, `pods`,
@@ -26,7 +27,9 @@ mod endpoints;
 mod error;
 mod external;
 mod families;
+mod fields;
 mod flows;
+mod lists;
 mod names;
 mod net;
 mod objects;
@@ -79,7 +82,7 @@ type Build = fn(&[yaml::Document], &Path, &mut error::Diagnostics) -> Option<Sce
 fn load_with(text: &str, path: &Path, build: Build) -> Result<Scenario, ScenarioErrors> {
     let mut diag = error::Diagnostics::new(path.to_path_buf());
     let docs = match yaml::parse(text) {
-        Ok(docs) => docs,
+        Ok(docs) => lists::expand(docs, &mut diag),
         Err(e) => {
             let field = if e.field.is_root() { String::new() } else { e.field.to_string() };
             diag.push(e.pos, field, e.message);

@@ -12,10 +12,11 @@ use serde_json::Value;
 
 use super::de;
 use super::error::{Diagnostics, Site};
+use super::fields;
 use super::spec;
 use super::yaml::{Document, FieldPath};
 
-const SUPPORTED: &str = "Scenario, Step, Service, EndpointSlice, Pod";
+const SUPPORTED: &str = "Scenario, Step, Service, EndpointSlice, Pod, and List of them";
 
 /// One parsed Kubernetes object and where it came from.
 pub(crate) struct Parsed<'a, T> {
@@ -118,8 +119,9 @@ impl<'a> Classified<'a> {
             }
             Kind::Pod => parse_as(&site, diag).map(|o| self.pods.push(Parsed::new(o, &site, &namespace))),
         };
-        if parsed.is_none() {
-            self.unparsed.push(Unparsed { kind, name, site });
+        match parsed {
+            Some(()) => fields::refuse_unmodelled(kind, &site, diag),
+            None => self.unparsed.push(Unparsed { kind, name, site }),
         }
     }
 }

@@ -157,6 +157,46 @@ impl Document {
     }
 }
 
+impl Document {
+    /// The items of the sequence at `list`, each a document of its own whose paths start at
+    /// the item and whose positions stay those of the file (one pass over the positions).
+    pub fn items(&self, list: &FieldPath) -> Vec<Document> {
+        let Some(Value::Array(values)) = list.lookup(&self.value) else {
+            return Vec::new();
+        };
+        let depth = list.0.len();
+        let mut items: Vec<Document> = values
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let start = self.value_pos(&list.index(i));
+                let spots = HashMap::from([(FieldPath::root(), Spot { key: None, value: start })]);
+                Document { value: value.clone(), start, spots }
+            })
+            .collect();
+        for (path, spot) in &self.spots {
+            if path.0.len() > depth + 1
+                && path.0[..depth] == list.0[..]
+                && let Segment::Index(i) = path.0[depth]
+                && let Some(item) = items.get_mut(i)
+            {
+                item.spots.insert(FieldPath(path.0[depth + 1..].to_vec()), *spot);
+            }
+        }
+        items
+    }
+
+    /// Sets a missing top-level string field (e.g. the `kind` a typed list's items leave out);
+    /// messages about it point at the document's start.
+    pub fn default_field(&mut self, key: &str, value: &str) {
+        if let Value::Object(map) = &mut self.value
+            && map.get(key).is_none_or(Value::is_null)
+        {
+            map.insert(key.to_string(), Value::String(value.to_string()));
+        }
+    }
+}
+
 /// A problem with the YAML itself, which stops everything else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct YamlError {
@@ -293,6 +333,22 @@ mod tests {
         assert_eq!(doc.value_pos(&FieldPath::parse("spec.probes[0].name")), pos(3, 13));
         // A missing field points at the mapping that lacks it.
         assert_eq!(doc.value_pos(&FieldPath::parse("spec.probes[0].to.service")), pos(3, 7));
+    }
+
+    #[test]
+    fn items_are_documents_with_the_files_positions() {
+        let text = "kind: List\nitems:\n- kind: Service\n  metadata:\n    name: a\n-   kind: Pod\n    spec: {x: 1}\n";
+        let doc = &parse(text).unwrap()[0];
+        let items = doc.items(&FieldPath::parse("items"));
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].value["kind"], "Service");
+        assert_eq!(items[0].start, pos(3, 3));
+        assert_eq!(items[0].value_pos(&FieldPath::parse("metadata.name")), pos(5, 11));
+        assert_eq!(items[0].key_pos(&FieldPath::parse("metadata")), pos(4, 3));
+        assert_eq!(items[1].key_pos(&FieldPath::parse("spec.x")), pos(7, 12));
+        // A missing field points at the item, not at the list.
+        assert_eq!(items[1].value_pos(&FieldPath::parse("status.podIP")), pos(6, 5));
+        assert!(doc.items(&FieldPath::parse("kind")).is_empty());
     }
 
     #[test]

@@ -6,10 +6,12 @@
 mod cluster;
 mod dual_stack;
 mod external;
+mod fields;
 mod flows;
 mod happy;
 mod ipv6;
 mod kubernetes;
+mod lists;
 mod probes;
 mod served;
 mod slices;

@@ -1,0 +1,157 @@
+//! Which fields of a Service, an EndpointSlice and a Pod change what a service proxy does, and
+//! the refusal of those the model does not hold: a proxy that honours such a field would be
+//! failed, and one that ignores it would pass, so `check` says "not modelled" instead.
+//!
+//! The authority is kube-proxy v1.30's source (`pkg/proxy/`: `serviceport.go`
+//! newBaseServiceInfo, `servicechangetracker.go`, `endpointslicecache.go`, `topology.go`,
+//! `util/utils.go`, the iptables and nftables proxiers, and `cmd/kube-proxy/app/server.go`'s
+//! informer label selector), plus the EndpointSlice controller for the fields from which the
+//! harness derives slices (kube-proxy reads no Pod). Fields not listed (metadata such as
+//! `uid`, `resourceVersion`, `creationTimestamp`, `managedFields`, `ownerReferences`,
+//! `generation`, annotations other than those below; Pod status other than its IPs,
+//! conditions and phase; container images, commands, probes, resources) change nothing a
+//! proxy does and are accepted.
+//!
+//! ## Service
+//! | field | outcome | read by |
+//! |---|---|---|
+//! | `metadata.name`, `metadata.namespace` | modelled | servicechangetracker serviceToServiceMap |
+//! | `metadata.labels["service.kubernetes.io/service-proxy-name"]` | **refused** | server.go: the informer skips the Service |
+//! | `metadata.labels["service.kubernetes.io/headless"]` | **refused** | server.go: the informer skips the Service |
+//! | `metadata.annotations["service.kubernetes.io/topology-mode"]`, `…/topology-aware-hints` (not `""`, `disabled`, `Disabled`) | **refused** | serviceport.go hintsAnnotation, topology.go canUseTopology; the EndpointSlice controller hints endpoints |
+//! | `spec.type` | modelled (ExternalName refused) | utils.go ShouldSkipService, ExternallyAccessible |
+//! | `spec.clusterIP`, `spec.clusterIPs`, `spec.ipFamilies` | modelled (None refused) | utils.go GetClusterIPByFamily |
+//! | `spec.ipFamilyPolicy` | modelled (checked against clusterIPs) | — (the API server's allocation) |
+//! | `spec.ports[].name`, `.protocol`, `.port`, `.nodePort` | modelled | serviceport.go |
+//! | `spec.ports[].targetPort`, `spec.selector`, `spec.publishNotReadyAddresses` | modelled (derived slices) | EndpointSlice controller |
+//! | `spec.ports[].appProtocol` | irrelevant | — |
+//! | `spec.externalIPs` | modelled | serviceport.go |
+//! | `spec.externalTrafficPolicy`, `spec.internalTrafficPolicy` | modelled | apiservice ExternalPolicyLocal, InternalPolicyLocal |
+//! | `spec.healthCheckNodePort` | modelled | serviceport.go (NeedsHealthCheck) |
+//! | `spec.sessionAffinity`, `spec.sessionAffinityConfig` | modelled | serviceport.go |
+//! | `spec.loadBalancerSourceRanges` | modelled | serviceport.go |
+//! | `spec.allocateLoadBalancerNodePorts` | modelled through `nodePort` (a LoadBalancer port without one is refused there) | — (the API server's allocation) |
+//! | `spec.trafficDistribution` | **refused** | EndpointSlice controller hints (ServiceTrafficDistribution), topology.go |
+//! | `spec.loadBalancerClass`, `spec.loadBalancerIP` | irrelevant: they choose the load balancer, whose result is `status` | — |
+//! | `spec.externalName` | refused with ExternalName | utils.go ShouldSkipService |
+//! | `status.loadBalancer.ingress[].ip` | modelled | serviceport.go |
+//! | `status.loadBalancer.ingress[].ipMode` | modelled (Proxy refused, `external.rs`) | serviceport.go IsVIPMode |
+//! | `status.loadBalancer.ingress[].hostname` | refused without `ip` (`external.rs`) | serviceport.go (skips entries without ip) |
+//! | `status.loadBalancer.ingress[].ports`, `status.conditions` | irrelevant | — |
+//!
+//! ## EndpointSlice
+//! | field | outcome | read by |
+//! |---|---|---|
+//! | `metadata.labels["kubernetes.io/service-name"]`, `metadata.namespace` | modelled | endpointslicecache.go ServiceNameForEndpointSlice |
+//! | `metadata.labels["service.kubernetes.io/service-proxy-name"]`, `…/headless` | **refused** | server.go: the informer skips the slice |
+//! | `addressType` | modelled (FQDN refused) | the EndpointSlice informer, endpointslicecache.go |
+//! | `ports[].name`, `.protocol`, `.port` | modelled | endpointslicecache.go |
+//! | `ports[].appProtocol` | irrelevant | — |
+//! | `endpoints[].addresses` | modelled (one each) | endpointslicecache.go addEndpoints (the first) |
+//! | `endpoints[].conditions` | modelled | endpointslicecache.go newEndpointSliceInfo |
+//! | `endpoints[].nodeName` | modelled | endpointslicecache.go (isLocal) |
+//! | `endpoints[].hints.forZones`, `.forNodes` | **refused** | endpointslicecache.go ZoneHints, topology.go |
+//! | `endpoints[].zone` | irrelevant: copied into the cache, never used (only hints route) | endpointslicecache.go |
+//! | `endpoints[].hostname`, `.targetRef`, `.deprecatedTopology` | irrelevant | — |
+//!
+//! ## Pod (read by the EndpointSlice controller, for derived slices, and by the harness to place servers)
+//! | field | outcome | read by |
+//! |---|---|---|
+//! | `metadata.labels`, `metadata.deletionTimestamp` | modelled | EndpointSlice controller |
+//! | `spec.nodeName`, `status.podIP`, `status.podIPs` | modelled | EndpointSlice controller |
+//! | `spec.containers[].ports` | modelled | FindPort (pkg/api/v1/pod; v1.30 reads no init container) |
+//! | `spec.hostNetwork` | refused (`pods.rs`) | — (the endpoint is the node's address) |
+//! | `status.conditions[type=Ready]`, `status.phase` | modelled | EndpointSlice controller |
+//! | `spec.hostname`, `spec.subdomain` | irrelevant (endpoint hostname) | — |
+
+use serde_json::Value;
+
+use super::error::{Diagnostics, Site};
+use super::objects::Kind;
+use super::yaml::FieldPath;
+
+/// kube-proxy watches only objects without this label (another proxy serves them).
+const SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+/// kube-proxy watches only objects without this label (the controller marks headless ones).
+const HEADLESS: &str = "service.kubernetes.io/headless";
+const TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
+const TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
+
+/// Reports every field of the object that a proxy acts on and the model does not hold.
+pub(crate) fn refuse_unmodelled(kind: Kind, site: &Site<'_>, diag: &mut Diagnostics) {
+    let value = &site.doc.value;
+    match kind {
+        Kind::Service => {
+            skip_labels(site, diag);
+            let annotations = FieldPath::parse("metadata.annotations");
+            for key in [TOPOLOGY_AWARE_HINTS, TOPOLOGY_MODE] {
+                let path = annotations.key(key);
+                let mode = path.lookup(value).and_then(Value::as_str);
+                if mode.is_some_and(|m| !matches!(m, "" | "disabled" | "Disabled")) {
+                    diag.value(
+                        site,
+                        &path,
+                        "topology-aware routing is not modelled: with this annotation the EndpointSlice \
+                         controller hints endpoints by zone and kube-proxy keeps traffic in the client's zone \
+                         (remove it, or write Disabled)",
+                    );
+                }
+            }
+            let path = FieldPath::parse("spec.trafficDistribution");
+            if set(path.lookup(value)) {
+                diag.key(
+                    site,
+                    &path,
+                    "trafficDistribution is not modelled: with it the EndpointSlice controller hints endpoints \
+                     by zone and kube-proxy prefers the client's zone (remove it)",
+                );
+            }
+        }
+        Kind::EndpointSlice => {
+            skip_labels(site, diag);
+            let endpoints = value.get("endpoints").and_then(Value::as_array).map_or(0, Vec::len);
+            for i in 0..endpoints {
+                let hints = FieldPath::parse("endpoints").index(i).key("hints");
+                for list in ["forZones", "forNodes"] {
+                    let path = hints.key(list);
+                    if set(path.lookup(value)) {
+                        diag.key(
+                            site,
+                            &path,
+                            format!(
+                                "topology hints are not modelled: kube-proxy sends traffic only to endpoints \
+                                 hinted for its node's zone (remove hints.{list})"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        Kind::Pod | Kind::Scenario => {}
+    }
+}
+
+/// kube-proxy's informers select objects without either label (cmd/kube-proxy/app/server.go).
+fn skip_labels(site: &Site<'_>, diag: &mut Diagnostics) {
+    let labels = FieldPath::parse("metadata.labels");
+    for (label, why) in [
+        (SERVICE_PROXY_NAME, "kube-proxy leaves the object to the proxy it names"),
+        (HEADLESS, "kube-proxy ignores objects of headless Services"),
+    ] {
+        let path = labels.key(label);
+        if path.lookup(&site.doc.value).is_some() {
+            diag.key(site, &path, format!("the label {label} is not modelled: {why} (remove it)"));
+        }
+    }
+}
+
+/// Set to something (an empty list or mapping counts as unset, as Go's `len() == 0`).
+fn set(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    }
+}
