@@ -22,6 +22,10 @@ const SYNC_SECONDS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_sum";
 /// moved for this long: kube-proxy's default min-sync-period (1 s) and a sync.
 const UNDECIDED_GRACE: Duration = Duration::from_secs(2);
 
+/// At start-up, how long certain-looking series must stand still: kube-proxy's default
+/// min-sync-period, within which a family's queued sync starts.
+const START_SETTLE: Duration = Duration::from_secs(1);
+
 /// Seconds since the Unix epoch, as the gauges count them.
 pub fn unix_now() -> f64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
@@ -102,7 +106,9 @@ impl Families {
 /// condition catches a change queued while a sync was running, which kube-proxy applies in
 /// a next sync. Where only that order or the count is unproven but a sync ended after the
 /// push and after the last queue (or nothing was queued), the signals are taken as final once
-/// they have stood still for [`UNDECIDED_GRACE`].
+/// they have stood still for [`UNDECIDED_GRACE`]. At start-up every family must have synced
+/// (no grace for a missing count), and even a certain answer must stand still for
+/// [`START_SETTLE`].
 #[derive(Debug, Clone)]
 pub struct SyncJudge {
     pushed: f64,
@@ -159,11 +165,15 @@ impl SyncJudge {
                 }
             }
         }
-        if certain {
+        if certain && !self.starting {
             return true;
         }
+        // At start-up the count cannot be trusted alone: with v1.30's shared series, one
+        // family's initial sync and its Node-triggered resync count as two while the other
+        // family's first sync still runs; its end moves the series, which restarts the wait.
+        let grace = if certain { START_SETTLE } else { UNDECIDED_GRACE };
         match &self.undecided_since {
-            Some((since, seen)) if seen == now => at.duration_since(*since) >= UNDECIDED_GRACE,
+            Some((since, seen)) if seen == now => at.duration_since(*since) >= grace,
             _ => {
                 self.undecided_since = Some((at, now.clone()));
                 false
@@ -184,6 +194,9 @@ impl SyncJudge {
             .is_some_and(|seconds| g.last_synced - seconds >= g.last_queued);
         if syncs >= expected && ended_after_push && began_after_queue {
             State::Certain
+        } else if self.starting && syncs < expected {
+            // Every proxier syncs once at start-up, however long it takes (a loaded machine).
+            State::Pending
         } else if ended_after_push || (!self.starting && syncs == 0.0 && g.last_queued < self.pushed) {
             State::Undecided
         } else {
@@ -258,7 +271,10 @@ mod tests {
         let mut j = SyncJudge::at_start(100.0);
         assert!(!j.synced(&SyncMetrics::default(), at(0.0)), "no metrics yet");
         assert!(!j.synced(&metrics(100.3, 100.1, 1.0, 0.05), at(0.3)), "one family of two");
-        assert!(j.synced(&metrics(100.4, 100.1, 2.0, 0.1), at(0.4)));
+        assert!(!j.synced(&metrics(100.3, 100.1, 1.0, 0.05), at(9.0)), "still one: no grace at start-up");
+        assert!(!j.synced(&metrics(100.4, 100.1, 2.0, 0.1), at(9.1)), "two, but the series must settle");
+        assert!(!j.synced(&metrics(100.5, 100.1, 3.0, 0.15), at(9.5)), "a third sync moved them");
+        assert!(j.synced(&metrics(100.5, 100.1, 3.0, 0.15), at(10.5)), "settled for 1 s");
 
         // A change queued during the sync that ends after it: kube-proxy syncs again.
         let mut j = SyncJudge::after_push(100.0, before.clone(), Families { ipv4: true, ipv6: false });
