@@ -17,7 +17,9 @@
 //! - loadBalancerSourceRanges admit only those sources to the load-balancer IPs (node ports
 //!   bypass them);
 //! - sessionAffinity ClientIP sends a client to one backend until the timeout passes;
-//! - the health-check node port answers 200 with the node's ready local endpoint count, or 503.
+//! - the health-check node port answers 200 with the node's ready local endpoint count, or 503,
+//!   on the node addresses nodePortAddresses selects (all of them when it selects none of the
+//!   family); elsewhere the node's own stack refuses.
 
 mod endpoints;
 mod frontend;

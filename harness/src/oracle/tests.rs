@@ -268,6 +268,29 @@ fn health_check_reports_ready_local_endpoints() {
 }
 
 #[test]
+fn health_checks_listen_only_where_node_port_addresses_select() {
+    let mut c = lb_cluster(TrafficPolicy::Local, &[]);
+    c.services[0].health_check_node_port = Some(32000);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    c.proxy.node_port_addresses = vec!["192.168.50.11/32".parse().unwrap(), "fd00::/64".parse().unwrap()];
+    let ext = || Source::External("ext".into());
+    let raw = |addr: &str| Target::Address(std::net::SocketAddr::new(addr.parse().unwrap(), 32000));
+    let hc = Target::HealthCheck { service: "web".into(), node: "a".into() };
+    let e = expect(&c, &probe(ext(), hc.clone())).unwrap();
+    assert_eq!(e.outcome, Outcome::Http { status: 200, local_endpoints: 1 });
+    let e = expect(&c, &probe(ext(), raw("192.168.50.111"))).unwrap();
+    assert_eq!(e.outcome, closed("a"));
+    assert!(e.because.contains("outside nodePortAddresses"), "{}", e.because);
+    // The case: only loopback selected, and the check asked on the node IP.
+    c.proxy.node_port_addresses = vec!["127.0.0.0/8".parse().unwrap()];
+    assert_eq!(expect(&c, &probe(ext(), hc)).unwrap().outcome, closed("a"));
+    // Without CIDRs of this family, every address.
+    c.proxy.node_port_addresses = vec!["fd00::/64".parse().unwrap()];
+    let e = expect(&c, &probe(ext(), raw("192.168.50.111"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Http { status: 200, local_endpoints: 1 });
+}
+
+#[test]
 fn affinity_is_sticky_until_attempts_outlast_the_timeout() {
     let mut c = cluster(both(), TrafficPolicy::Cluster);
     c.services[0].session_affinity = SessionAffinity::ClientIp { timeout_seconds: 1 };
