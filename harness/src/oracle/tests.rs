@@ -182,6 +182,7 @@ fn stated_expectations_are_checked() {
         backends: backends.map(|b| b.into_iter().map(String::from).collect()),
         source,
         http_status: None,
+        profile: None,
     };
     assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok());
     assert!(check_stated(&e, &stated(StatedVerdict::Rejected, None, None)).is_err());
@@ -512,4 +513,43 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
     assert_eq!(outcome(&unallocated, nftables), Some((Outcome::Dropped, Basis::Choice(nftables))));
     assert_eq!(outcome(&unallocated, iptables), Some((Outcome::Forwarded, Basis::Choice(iptables))));
     assert_eq!(outcome(&unallocated, Profile::Kubernetes), None);
+}
+
+#[test]
+fn stated_expectations_name_the_profile_whose_choice_they_state() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    let at = |addr: &str| Target::NodePort {
+        service: "web".into(),
+        port: "http".into(),
+        node: "a".into(),
+        address: Some(addr.parse().unwrap()),
+    };
+    let stated = |verdict, profile| StatedExpectation {
+        verdict,
+        backends: None,
+        source: None,
+        http_status: None,
+        profile,
+    };
+    let problems = |to: Target, expect: StatedExpectation| {
+        let mut p = probe(Source::External("ext".into()), to);
+        p.expect = Some(expect);
+        scenario_problems(&c, &[p]).into_iter().map(|(_, _, m)| m).collect::<Vec<_>>()
+    };
+    let (iptables, nftables) = (Some(Profile::KubeProxyIptables), Some(Profile::KubeProxyNftables));
+    // A secondary node address is a choice: it must say whose, and agree with that profile.
+    let open = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, None));
+    assert!(open[0].contains("kube-proxy-nftables chooses CLOSED a"), "{open:?}");
+    assert!(problems(at("192.168.50.111"), stated(StatedVerdict::Answered, iptables)).is_empty());
+    assert!(problems(at("192.168.50.111"), stated(StatedVerdict::Rejected, nftables)).is_empty());
+    let wrong = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, nftables));
+    assert!(wrong[0].contains("but kube-proxy-nftables chooses CLOSED a"), "{wrong:?}");
+    let none = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, Some(Profile::Kubernetes)));
+    assert!(none[0].contains("expects nothing here"), "{none:?}");
+    // The primary address is the contract: no profile needed, and any profile agrees.
+    assert!(problems(at("192.168.50.11"), stated(StatedVerdict::Answered, None)).is_empty());
+    assert!(problems(at("192.168.50.11"), stated(StatedVerdict::Answered, nftables)).is_empty());
+    let contract = problems(at("192.168.50.11"), stated(StatedVerdict::Dropped, None));
+    assert!(contract[0].contains("but Kubernetes semantics say"), "{contract:?}");
 }
