@@ -510,6 +510,9 @@ pub struct StatedExpectation {
     pub source: Option<StatedSource>,
     /// For health-check targets: the HTTP status (200 with local endpoints, 503 without).
     pub http_status: Option<u16>,
+    /// The profile whose choice this is, where Kubernetes leaves the outcome open; `None`
+    /// states what Kubernetes requires of every proxy.
+    pub profile: Option<crate::oracle::Profile>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::profile::Profile;
 use crate::model::{
-    Cluster, IpFamily, Node, Pod, Probe, Protocol, Service, ServicePort, Source, Target, bridge_address,
+    Cluster, IpFamily, Node, Pod, Probe, Protocol, ProxyConfig, Service, ServicePort, Source, Target,
+    bridge_address,
 };
 
 #[derive(Clone)]
@@ -152,7 +153,7 @@ pub(super) fn classify<'a>(
         }
         Target::HealthCheck { service, node } => {
             let svc = cluster.service(service).ok_or_else(|| format!("no Service {service}"))?;
-            Ok(Frontend::HealthCheck { svc, node: node_named(node)? })
+            Ok(health_check(cluster, svc, node_named(node)?, dst.ip()))
         }
         Target::Address(_) => raw_address(cluster, probe, dst, profile),
         Target::Localhost { node, .. } => Ok(Frontend::Martian { node: node_named(node)? }),
@@ -189,12 +190,8 @@ fn node_port<'a>(
     if addr == IpAddr::V6(Ipv6Addr::LOCALHOST) {
         return Ok(refused(node, "kube-proxy serves no node ports on ::1"));
     }
-    // CIDRs of the other family are the other proxier's; none of this family means all.
-    let family = IpFamily::of(addr);
-    let mut cidrs =
-        config.node_port_addresses.iter().filter(|cidr| IpFamily::of_net(cidr) == family).peekable();
-    let cidrs_given = cidrs.peek().is_some();
-    if cidrs_given && !cidrs.any(|cidr| cidr.contains(&addr)) {
+    let cidrs_given = node_port_cidrs_given(config, addr);
+    if cidrs_given && outside_node_port_addresses(config, addr) {
         return Ok(Frontend::NodeItself {
             node,
             why: format!(
@@ -226,6 +223,40 @@ fn node_port<'a>(
         ),
         "without nodePortAddresses, whether a node's other addresses serve node ports is the implementation's choice",
     )
+}
+
+/// Whether nodePortAddresses lists CIDRs of `addr`'s family (those of the other family are
+/// the other proxier's; none of this family means every address).
+fn node_port_cidrs_given(config: &ProxyConfig, addr: IpAddr) -> bool {
+    let family = IpFamily::of(addr);
+    config.node_port_addresses.iter().any(|cidr| IpFamily::of_net(cidr) == family)
+}
+
+/// Whether nodePortAddresses leaves `addr` out: CIDRs of its family are given and none holds it.
+fn outside_node_port_addresses(config: &ProxyConfig, addr: IpAddr) -> bool {
+    let family = IpFamily::of(addr);
+    node_port_cidrs_given(config, addr)
+        && !config
+            .node_port_addresses
+            .iter()
+            .any(|cidr| IpFamily::of_net(cidr) == family && cidr.contains(&addr))
+}
+
+/// The health-check node port of `svc` on `addr` of `node`. kube-proxy's health-check server
+/// listens on every address when nodePortAddresses selects all of them, and otherwise only on
+/// the node addresses it selects (`newServiceHealthServer`, pkg/proxy/healthcheck/
+/// service_health.go); elsewhere the node's own stack refuses.
+fn health_check<'a>(cluster: &Cluster, svc: &'a Service, node: &'a Node, addr: IpAddr) -> Frontend<'a> {
+    if outside_node_port_addresses(&cluster.proxy, addr) {
+        return Frontend::NodeItself {
+            node,
+            why: format!(
+                "{addr} is outside nodePortAddresses, so node {}'s health-check server does not listen there",
+                node.name
+            ),
+        };
+    }
+    Frontend::HealthCheck { svc, node }
 }
 
 /// The Service whose external IP or load-balancer IP and port `dst` is, if any.
@@ -266,7 +297,7 @@ fn raw_address<'a>(
                 return node_port(cluster, svc, sp, node, dst.ip(), profile);
             }
             if probe.protocol == Protocol::Tcp && svc.health_check_node_port == Some(dst.port()) {
-                return Ok(Frontend::HealthCheck { svc, node });
+                return Ok(health_check(cluster, svc, node, dst.ip()));
             }
         }
         return Ok(Frontend::NodeItself {

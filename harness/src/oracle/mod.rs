@@ -17,7 +17,9 @@
 //! - loadBalancerSourceRanges admit only those sources to the load-balancer IPs (node ports
 //!   bypass them);
 //! - sessionAffinity ClientIP sends a client to one backend until the timeout passes;
-//! - the health-check node port answers 200 with the node's ready local endpoint count, or 503.
+//! - the health-check node port answers 200 with the node's ready local endpoint count, or 503,
+//!   on the node addresses nodePortAddresses selects (all of them when it selects none of the
+//!   family); elsewhere the node's own stack refuses.
 
 mod endpoints;
 mod frontend;
@@ -202,9 +204,12 @@ fn family_problem(cluster: &Cluster, view: &Cluster, probe: &Probe) -> Option<St
 
 /// Compares what a scenario author wrote under `expect:` with the oracle's expectation.
 pub fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Result<(), String> {
-    let mismatch = |what: String| {
-        Err(format!("{what}, but Kubernetes semantics say {} ({})", expectation.outcome, expectation.because))
+    let says = match expectation.basis {
+        Basis::Contract => "Kubernetes semantics say".to_string(),
+        Basis::Choice(by) => format!("{by} chooses"),
     };
+    let mismatch =
+        |what: String| Err(format!("{what}, but {says} {} ({})", expectation.outcome, expectation.because));
     let backends = match (&expectation.outcome, stated.verdict) {
         (Outcome::Answered { backends, .. }, StatedVerdict::Answered) => backends,
         (Outcome::Http { status, .. }, StatedVerdict::Answered) => {
@@ -246,18 +251,51 @@ pub fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Re
 }
 
 /// Problems with a scenario that only the oracle sees: probes it cannot predict, and stated
-/// expectations that disagree with Kubernetes semantics. `(probe index, field, message)`.
+/// expectations that disagree with Kubernetes semantics or with the profile they name.
+/// `(probe index, field, message)`.
 pub fn scenario_problems(cluster: &Cluster, probes: &[Probe]) -> Vec<(usize, &'static str, String)> {
     let mut problems = Vec::new();
     for (i, probe) in probes.iter().enumerate() {
-        match expect(cluster, probe) {
-            Err(message) => problems.push((i, "to", message)),
-            Ok(expectation) => {
-                if let Some(Err(message)) = probe.expect.as_ref().map(|s| check_stated(&expectation, s)) {
-                    problems.push((i, "expect", message));
-                }
-            }
+        if let Err(message) = expect(cluster, probe) {
+            problems.push((i, "to", message));
+        } else if let Some(Err(message)) =
+            probe.expect.as_ref().map(|s| check_stated_under(cluster, probe, s))
+        {
+            problems.push((i, "expect", message));
         }
     }
     problems
+}
+
+/// A stated expectation against the profile it names; one that names none states what
+/// Kubernetes requires, so it holds for every profile, and an outcome Kubernetes leaves open
+/// must say whose choice it states (`profile: kube-proxy-nftables`).
+fn check_stated_under(cluster: &Cluster, probe: &Probe, stated: &StatedExpectation) -> Result<(), String> {
+    // kube-proxy's iptables mode chooses everywhere Kubernetes leaves an outcome open, so its
+    // expectation tells a required outcome (basis Contract) from a choice.
+    let profile = stated.profile.unwrap_or(Profile::KubeProxyIptables);
+    let expectation = match predict(cluster, probe, profile)? {
+        Prediction::Expected(expectation) => expectation,
+        Prediction::Open(reason) => {
+            return Err(format!(
+                "{reason}, so profile {profile} expects nothing here: name the profile whose choice this is"
+            ));
+        }
+    };
+    if let (None, Basis::Choice(_)) = (stated.profile, expectation.basis) {
+        let choices: Vec<String> = [Profile::KubeProxyIptables, Profile::KubeProxyNftables]
+            .into_iter()
+            .filter_map(|p| match predict(cluster, probe, p) {
+                Ok(Prediction::Expected(e)) => Some(format!("{p} chooses {}", e.outcome)),
+                _ => None,
+            })
+            .collect();
+        return Err(format!(
+            "Kubernetes leaves this outcome open ({}): say whose choice the scenario states, e.g. \
+             `profile: {}`",
+            choices.join(", "),
+            Profile::KubeProxyIptables
+        ));
+    }
+    check_stated(&expectation, stated)
 }

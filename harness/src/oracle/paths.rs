@@ -76,7 +76,7 @@ fn cluster_ip(
         if from_pod && !cluster.proxy.masquerade_all && !is_hairpin(probe, e) {
             client_source(cluster, &probe.from)
         } else {
-            masqueraded_by(client_node)
+            masqueraded_toward(cluster, client_node, e)
         }
     };
     answered(
@@ -127,7 +127,7 @@ fn external(
         if keep_pod_source && !is_hairpin(probe, e) {
             client_source(cluster, &probe.from)
         } else {
-            masqueraded_by(node)
+            masqueraded_toward(cluster, node, e)
         }
     };
     answered(probe, svc, &all, seen, node, format!("{name}, {} usable endpoints", all.len()))
@@ -276,20 +276,34 @@ fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
     }
 }
 
-fn masqueraded_by(node: &Node) -> SeenSource {
-    SeenSource::Masqueraded { node: node.name.clone(), addrs: node_addresses(node) }
+/// Masquerade takes the address of the interface toward the backend: `node`'s pod-bridge
+/// gateway for an endpoint on `node`, its node-network address for one elsewhere. So a node's
+/// own process reaching a local endpoint through a cluster IP arrives from the bridge address
+/// when masqueraded, and from the node IP (the source its route to the cluster IP chose) when not.
+fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSource {
+    let addrs = match super::endpoints::node_of(cluster, e) {
+        Some(n) if n == node.name => vec![bridge_address(&node.pod_cidr)],
+        Some(_) => node_network_addresses(node),
+        None => node_addresses(node),
+    };
+    SeenSource::Masqueraded { node: node.name.clone(), addrs }
 }
 
-/// A node masquerades to the address of the interface toward the backend: its node-network
-/// address, or its pod-bridge gateway for a backend on the same node. IPv4 takes the
-/// interface's primary address; IPv6 chooses by source address selection (RFC 6724: the
-/// longest prefix in common with the destination wins), which may pick any of the node's
-/// addresses on the node network. The same holds for the node's own processes.
+/// Every address a node's own process may send from: its node-network address, or its
+/// pod-bridge gateway toward a pod on the same node. IPv4 takes the interface's primary
+/// address; IPv6 chooses by source address selection (RFC 6724: the longest prefix in common
+/// with the destination wins), which may pick any of the node's addresses on the node network.
 fn node_addresses(node: &Node) -> Vec<std::net::IpAddr> {
+    let mut addrs = node_network_addresses(node);
+    addrs.push(bridge_address(&node.pod_cidr));
+    addrs
+}
+
+/// The node's address on the node network: the primary for IPv4, any of them for IPv6.
+fn node_network_addresses(node: &Node) -> Vec<std::net::IpAddr> {
     let mut addrs = vec![node.ip];
     if node.ip.is_ipv6() {
         addrs.extend(&node.secondary_ips);
     }
-    addrs.push(bridge_address(&node.pod_cidr));
     addrs
 }

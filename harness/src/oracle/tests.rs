@@ -110,6 +110,24 @@ fn node_to_cluster_ip_is_masqueraded() {
 }
 
 #[test]
+fn masquerade_takes_the_address_toward_the_backend() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let masq = |addr: &str| SeenSource::Masqueraded { node: "b".into(), addrs: vec![addr.parse().unwrap()] };
+    // A node's own process: its bridge gateway toward its own endpoint (not masqueraded, that
+    // one would arrive from the node IP), its node IP toward the other node's.
+    let e = expect(&c, &probe(Source::Node("b".into()), to_cluster_ip())).unwrap();
+    let b = backends(&e);
+    assert_eq!(b["web-b"], masq("10.244.2.1"));
+    assert_eq!(b["web-a"], masq("192.168.50.12"));
+    assert!(!b["web-b"].allows("192.168.50.12".parse().unwrap()));
+    // The same for traffic from outside through node b's node port.
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).unwrap();
+    let b = backends(&e);
+    assert_eq!(b["web-b"], masq("10.244.2.1"));
+    assert_eq!(b["web-a"], masq("192.168.50.12"));
+}
+
+#[test]
 fn external_to_node_port_is_masqueraded_by_the_receiving_node() {
     let c = cluster(both(), TrafficPolicy::Cluster);
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
@@ -182,6 +200,7 @@ fn stated_expectations_are_checked() {
         backends: backends.map(|b| b.into_iter().map(String::from).collect()),
         source,
         http_status: None,
+        profile: None,
     };
     assert!(check_stated(&e, &stated(StatedVerdict::Answered, Some(vec!["web-b", "web-a"]), None)).is_ok());
     assert!(check_stated(&e, &stated(StatedVerdict::Rejected, None, None)).is_err());
@@ -265,6 +284,29 @@ fn health_check_reports_ready_local_endpoints() {
     assert_eq!(e.outcome, Outcome::Http { status: 200, local_endpoints: 1 });
     let e = expect(&c, &probe(Source::External("ext".into()), hc("b"))).unwrap();
     assert_eq!(e.outcome, Outcome::Http { status: 503, local_endpoints: 0 });
+}
+
+#[test]
+fn health_checks_listen_only_where_node_port_addresses_select() {
+    let mut c = lb_cluster(TrafficPolicy::Local, &[]);
+    c.services[0].health_check_node_port = Some(32000);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    c.proxy.node_port_addresses = vec!["192.168.50.11/32".parse().unwrap(), "fd00::/64".parse().unwrap()];
+    let ext = || Source::External("ext".into());
+    let raw = |addr: &str| Target::Address(std::net::SocketAddr::new(addr.parse().unwrap(), 32000));
+    let hc = Target::HealthCheck { service: "web".into(), node: "a".into() };
+    let e = expect(&c, &probe(ext(), hc.clone())).unwrap();
+    assert_eq!(e.outcome, Outcome::Http { status: 200, local_endpoints: 1 });
+    let e = expect(&c, &probe(ext(), raw("192.168.50.111"))).unwrap();
+    assert_eq!(e.outcome, closed("a"));
+    assert!(e.because.contains("outside nodePortAddresses"), "{}", e.because);
+    // The case: only loopback selected, and the check asked on the node IP.
+    c.proxy.node_port_addresses = vec!["127.0.0.0/8".parse().unwrap()];
+    assert_eq!(expect(&c, &probe(ext(), hc)).unwrap().outcome, closed("a"));
+    // Without CIDRs of this family, every address.
+    c.proxy.node_port_addresses = vec!["fd00::/64".parse().unwrap()];
+    let e = expect(&c, &probe(ext(), raw("192.168.50.111"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Http { status: 200, local_endpoints: 1 });
 }
 
 #[test]
@@ -378,11 +420,9 @@ fn ipv6_paths_are_the_ipv4_ones() {
         SeenSource::Client { addrs: vec!["fd00:10:244:1::9".parse().unwrap()] }
     );
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
-    let masq = SeenSource::Masqueraded {
-        node: "a".into(),
-        addrs: vec!["fd00:192:168:50::11".parse().unwrap(), "fd00:10:244:1::1".parse().unwrap()],
-    };
-    assert!(backends(&e).values().all(|s| *s == masq), "{e:?}");
+    let masq = |addr: &str| SeenSource::Masqueraded { node: "a".into(), addrs: vec![addr.parse().unwrap()] };
+    assert_eq!(backends(&e)["web-a"], masq("fd00:10:244:1::1"));
+    assert_eq!(backends(&e)["web-b"], masq("fd00:192:168:50::11"));
     let c = v6_cluster(vec![], TrafficPolicy::Cluster);
     assert_eq!(
         expect(&c, &probe(Source::Pod("client".into()), to_cluster_ip())).unwrap().outcome,
@@ -489,4 +529,43 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
     assert_eq!(outcome(&unallocated, nftables), Some((Outcome::Dropped, Basis::Choice(nftables))));
     assert_eq!(outcome(&unallocated, iptables), Some((Outcome::Forwarded, Basis::Choice(iptables))));
     assert_eq!(outcome(&unallocated, Profile::Kubernetes), None);
+}
+
+#[test]
+fn stated_expectations_name_the_profile_whose_choice_they_state() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    let at = |addr: &str| Target::NodePort {
+        service: "web".into(),
+        port: "http".into(),
+        node: "a".into(),
+        address: Some(addr.parse().unwrap()),
+    };
+    let stated = |verdict, profile| StatedExpectation {
+        verdict,
+        backends: None,
+        source: None,
+        http_status: None,
+        profile,
+    };
+    let problems = |to: Target, expect: StatedExpectation| {
+        let mut p = probe(Source::External("ext".into()), to);
+        p.expect = Some(expect);
+        scenario_problems(&c, &[p]).into_iter().map(|(_, _, m)| m).collect::<Vec<_>>()
+    };
+    let (iptables, nftables) = (Some(Profile::KubeProxyIptables), Some(Profile::KubeProxyNftables));
+    // A secondary node address is a choice: it must say whose, and agree with that profile.
+    let open = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, None));
+    assert!(open[0].contains("kube-proxy-nftables chooses CLOSED a"), "{open:?}");
+    assert!(problems(at("192.168.50.111"), stated(StatedVerdict::Answered, iptables)).is_empty());
+    assert!(problems(at("192.168.50.111"), stated(StatedVerdict::Rejected, nftables)).is_empty());
+    let wrong = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, nftables));
+    assert!(wrong[0].contains("but kube-proxy-nftables chooses CLOSED a"), "{wrong:?}");
+    let none = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, Some(Profile::Kubernetes)));
+    assert!(none[0].contains("expects nothing here"), "{none:?}");
+    // The primary address is the contract: no profile needed, and any profile agrees.
+    assert!(problems(at("192.168.50.11"), stated(StatedVerdict::Answered, None)).is_empty());
+    assert!(problems(at("192.168.50.11"), stated(StatedVerdict::Answered, nftables)).is_empty());
+    let contract = problems(at("192.168.50.11"), stated(StatedVerdict::Dropped, None));
+    assert!(contract[0].contains("but Kubernetes semantics say"), "{contract:?}");
 }

@@ -217,5 +217,12 @@ fn expectation(
         SourceKindSpec::Client => StatedSource::Client,
         SourceKindSpec::Masqueraded => StatedSource::Masqueraded,
     });
-    StatedExpectation { verdict, backends, source, http_status: spec.http_status }
+    let profile = spec.profile.as_deref().and_then(|name| match name.parse() {
+        Ok(profile) => Some(profile),
+        Err(message) => {
+            diag.value(site, &path.key("profile"), message);
+            None
+        }
+    });
+    StatedExpectation { verdict, backends, source, http_status: spec.http_status, profile }
 }

@@ -221,6 +221,7 @@ pub(crate) struct ExpectSpec {
     pub backends: Option<Vec<String>>,
     pub source: Option<SourceKindSpec>,
     pub http_status: Option<u16>,
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -60,7 +60,7 @@ spec:
       to: {service: web, port: http, nodePort: node-b}
     - from: {node: node-a}
       to: {address: 10.96.0.99, port: 80}
-      expect: {verdict: forwarded}
+      expect: {verdict: forwarded, profile: kube-proxy-iptables}
 ---
 apiVersion: v1
 kind: Service
