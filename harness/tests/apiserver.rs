@@ -360,13 +360,8 @@ fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
         }
     });
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:6443\n\
-         users:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
-         current-context: x\n",
-    )
-    .unwrap();
+    let server = "127.0.0.1:6443".parse().unwrap();
+    std::fs::write(&kubeconfig, packetproof::proxy::apiserver::kubeconfig(server)).unwrap();
     let (healthz, metrics) = ("127.0.0.1:10256".parse().unwrap(), "127.0.0.1:10249".parse().unwrap());
     let settings = NodeSettings {
         kubeconfig: kubeconfig.to_str().unwrap(),

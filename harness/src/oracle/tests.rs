@@ -328,16 +328,21 @@ fn affinity_is_sticky_until_attempts_outlast_the_timeout() {
     assert!(expect(&c, &p).unwrap_err().contains("too close"));
 }
 
-#[test]
-fn node_port_addresses_and_localhost_decide_where_node_ports_answer() {
-    let mut c = cluster(both(), TrafficPolicy::Cluster);
-    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
-    let at = |addr: &str| Target::NodePort {
+/// Service web's node port on node a, at one of its addresses.
+fn node_port_of_a_at(addr: &str) -> Target {
+    Target::NodePort {
         service: "web".into(),
         port: "http".into(),
         node: "a".into(),
         address: Some(addr.parse().unwrap()),
-    };
+    }
+}
+
+#[test]
+fn node_port_addresses_and_localhost_decide_where_node_ports_answer() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    let at = node_port_of_a_at;
     let ext = || Source::External("ext".into());
     assert_eq!(backends(&expect(&c, &probe(ext(), at("192.168.50.111"))).unwrap()).len(), 2);
     c.proxy.node_port_addresses = vec!["192.168.50.11/32".parse().unwrap()];
@@ -535,12 +540,7 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
 fn stated_expectations_name_the_profile_whose_choice_they_state() {
     let mut c = cluster(both(), TrafficPolicy::Cluster);
     c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
-    let at = |addr: &str| Target::NodePort {
-        service: "web".into(),
-        port: "http".into(),
-        node: "a".into(),
-        address: Some(addr.parse().unwrap()),
-    };
+    let at = node_port_of_a_at;
     let stated = |verdict, profile| StatedExpectation {
         verdict,
         backends: None,

@@ -299,7 +299,8 @@ pub fn proxy_flags(cluster: &Cluster) -> Vec<String> {
     flags
 }
 
-fn kubeconfig(server: SocketAddr) -> String {
+/// A kubeconfig naming the API server at `server` (plain HTTP, no credentials).
+pub fn kubeconfig(server: SocketAddr) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: packetproof\n  cluster:\n    server: http://{server}\n\
          users:\n- name: proxy\n  user: {{}}\ncontexts:\n- name: packetproof\n  context:\n    cluster: packetproof\n\
