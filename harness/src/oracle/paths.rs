@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::endpoints::{cluster_wide, local_to, ready_local_count};
+use super::endpoints::{cluster_wide, cluster_wide_on, local_to, ready_local_count};
 use super::frontend::{ExternalKind, Frontend};
 use super::{Basis, Expectation, Outcome, SeenSource, Spread};
 use crate::model::{
@@ -65,7 +65,7 @@ fn cluster_ip(
         return Ok(rejected(format!("{name} has no endpoints")));
     }
     let (chosen, policy) = match svc.internal_traffic_policy {
-        TrafficPolicy::Cluster => (all, ""),
+        TrafficPolicy::Cluster => (cluster_wide_on(cluster, svc, port, &client_node.name), ""),
         TrafficPolicy::Local => (local_to(cluster, port, &client_node.name), ", internalTrafficPolicy Local"),
     };
     if chosen.is_empty() {
@@ -105,10 +105,11 @@ fn external(
             return Ok(dropped(format!("{name}: source {source} is outside loadBalancerSourceRanges")));
         }
     }
-    let all = cluster_wide(port);
-    if all.is_empty() {
+    if cluster_wide(port).is_empty() {
         return Ok(rejected(format!("{name} has no endpoints")));
     }
+    // Traffic not kept local goes to the Cluster set the receiving node chooses.
+    let all = cluster_wide_on(cluster, svc, port, &node.name);
     undefined_local_node_port(cluster, probe, svc, kind, node, &all)?;
     // With policy Local, only traffic from outside is kept local: pods (anywhere) and the
     // receiving node's own processes are short-circuited to every endpoint.

@@ -17,6 +17,7 @@ fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
         terminating: false,
         node: Some(node.into()),
         pod: pod.into(),
+        zone_hints: Vec::new(),
     }
 }
 

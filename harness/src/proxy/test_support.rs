@@ -17,6 +17,7 @@ pub fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
         terminating: false,
         node: node.map(String::from),
         pod: format!("pod-{ip}"),
+        zone_hints: Vec::new(),
     }
 }
 
