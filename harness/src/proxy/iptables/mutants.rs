@@ -13,6 +13,7 @@ use super::ladder;
 use super::naming;
 use super::ruleset::{Rule, RuleSet, args};
 use crate::model::{Cluster, IpFamily, Service, ServicePort};
+use crate::proxy::kube::topology::Hints;
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The mutants whose bug is not in the finished rules, as a pattern for the `apply` of
@@ -26,6 +27,8 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::TerminatingNeverFallback
             | $crate::proxy::iptables::Mutant::HealthCheckAlwaysOk
             | $crate::proxy::iptables::Mutant::StaleUdpConntrackKept
+            | $crate::proxy::iptables::Mutant::HintsIgnored
+            | $crate::proxy::iptables::Mutant::HintsUsedWhenIncomplete
     };
 }
 pub(crate) use outside_the_rules;
@@ -68,10 +71,14 @@ pub enum Mutant {
     StaleUdpConntrackKept,
     /// CVE-2020-8558: <https://github.com/kubernetes/kubernetes/issues/90259>.
     LocalnetNotFirewalled,
+    /// A proxy that does not implement topology-aware hints.
+    HintsIgnored,
+    /// The `canUseTopology` check that every endpoint is hinted left out.
+    HintsUsedWhenIncomplete,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 22] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -92,6 +99,8 @@ impl Mutant {
         Mutant::NodePortsNotLast,
         Mutant::StaleUdpConntrackKept,
         Mutant::LocalnetNotFirewalled,
+        Mutant::HintsIgnored,
+        Mutant::HintsUsedWhenIncomplete,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -117,6 +126,8 @@ impl Mutant {
             Mutant::NodePortsNotLast => "node-ports-not-last",
             Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
             Mutant::LocalnetNotFirewalled => "localnet-not-firewalled",
+            Mutant::HintsIgnored => "hints-ignored",
+            Mutant::HintsUsedWhenIncomplete => "hints-used-when-incomplete",
         }
     }
 
@@ -182,6 +193,12 @@ impl Mutant {
             Mutant::LocalnetNotFirewalled => {
                 "route_localnet is set for localhost node ports but KUBE-FIREWALL lacks the localnet DROP: adjacent hosts reach services listening on the node's 127.0.0.1"
             }
+            Mutant::HintsIgnored => {
+                "topology hints are ignored: a node whose zone the hints name still sends traffic to endpoints hinted for other zones"
+            }
+            Mutant::HintsUsedWhenIncomplete => {
+                "topology hints are used although some ready endpoint has none: that endpoint never gets traffic, instead of hints being ignored"
+            }
         }
     }
 
@@ -193,6 +210,8 @@ impl Mutant {
             Mutant::ItpLocalFallsBackToRemote => d.itp_local_falls_back = true,
             Mutant::TerminatingUsedWhileReady => d.terminating = Terminating::AlwaysUsed,
             Mutant::TerminatingNeverFallback => d.terminating = Terminating::NeverUsed,
+            Mutant::HintsIgnored => d.hints = Hints::Ignored,
+            Mutant::HintsUsedWhenIncomplete => d.hints = Hints::UsedWhenIncomplete,
             _ => {}
         }
         d
