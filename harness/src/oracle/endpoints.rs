@@ -26,11 +26,21 @@ pub(super) fn cluster_wide_on<'a>(
     port: &'a ServicePort,
     node: &str,
 ) -> Vec<&'a Endpoint> {
-    let all: Vec<&Endpoint> = port.endpoints.iter().collect();
-    match topology::zone_filter(&all, topology::Context::of(cluster, svc, node), Hints::Honoured) {
-        Some(zone) => all.into_iter().filter(|e| e.ready && topology::available(e, zone)).collect(),
+    match hints_zone(cluster, svc, port, node) {
+        Some(zone) => port.endpoints.iter().filter(|e| e.ready && topology::available(e, zone)).collect(),
         None => cluster_wide(port),
     }
+}
+
+/// The zone whose hints narrow the Cluster set on `node`, if they do.
+pub(super) fn hints_zone<'a>(
+    cluster: &'a Cluster,
+    svc: &'a Service,
+    port: &ServicePort,
+    node: &str,
+) -> Option<&'a str> {
+    let all: Vec<&Endpoint> = port.endpoints.iter().collect();
+    topology::zone_filter(&all, topology::Context::of(cluster, svc, node), Hints::Honoured)
 }
 
 /// The usable endpoints among those on `node` (the fallback applies to this set on its own).
