@@ -291,6 +291,7 @@ mod tests {
                 let node = node(&object, c.ip_family()).unwrap();
                 assert_eq!(node.ip, model_node.ip, "{}", file.display());
                 assert_eq!(node.second, model_node.second, "{}", file.display());
+                assert_eq!(node.zone, model_node.zone, "{}", file.display());
                 let mut got =
                     cluster(node, &scenario.objects.services, &scenario.objects.endpoint_slices, &flags)
                         .unwrap();
