@@ -92,7 +92,7 @@ fn the_traffic_distribution_gate_is_the_only_one_modelled() {
         edit(WEB, "  externalHosts:", &format!("  proxyConfig:\n    featureGates: {gates}\n  externalHosts:"))
     };
     assert!(load(&with("{ServiceTrafficDistribution: true}")).cluster.proxy.service_traffic_distribution);
-    assert!(!load(&WEB).cluster.proxy.service_traffic_distribution);
+    assert!(!load(WEB).cluster.proxy.service_traffic_distribution);
     let text = with("{TopologyAwareHints: false}");
     assert_only(
         &errors(&text),
