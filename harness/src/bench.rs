@@ -115,6 +115,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
     let net = |s: &str| s.parse().expect("literal CIDR");
     let nodes = vec![
         Node {
+            zone: None,
             name: "node-a".into(),
             ip: ip("192.168.50.11"),
             secondary_ips: vec![],
@@ -122,6 +123,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
             second: None,
         },
         Node {
+            zone: None,
             name: "node-b".into(),
             ip: ip("192.168.50.12"),
             secondary_ips: vec![],

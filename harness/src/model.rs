@@ -150,6 +150,7 @@ impl Node {
             ip: ip.parse().unwrap(),
             secondary_ips: vec![],
             pod_cidr: pod_cidr.parse().unwrap(),
+            zone: None,
         }
     }
 }
@@ -193,11 +194,19 @@ pub struct ProxyConfig {
     /// Node ports on 127.0.0.1 from the node itself (iptables mode's `route_localnet` feature,
     /// on by default there; nftables mode has none).
     pub localhost_node_ports: bool,
+    /// The feature gate `ServiceTrafficDistribution` (alpha and off in v1.30, on from v1.31):
+    /// kube-proxy then uses topology hints whatever the Service's hints annotation says.
+    pub service_traffic_distribution: bool,
 }
 
 impl Default for ProxyConfig {
     fn default() -> Self {
-        ProxyConfig { masquerade_all: false, node_port_addresses: Vec::new(), localhost_node_ports: true }
+        ProxyConfig {
+            masquerade_all: false,
+            node_port_addresses: Vec::new(),
+            localhost_node_ports: true,
+            service_traffic_distribution: false,
+        }
     }
 }
 
@@ -212,6 +221,8 @@ pub struct Node {
     pub pod_cidr: IpNet,
     /// The node's address and pod CIDR of the cluster's second family (dual-stack clusters).
     pub second: Option<NodeSecond>,
+    /// Its `topology.kubernetes.io/zone` label: the zone topology hints are matched against.
+    pub zone: Option<String>,
 }
 
 /// A node's InternalIP and `spec.podCIDRs` entry of the cluster's second family.
@@ -332,6 +343,9 @@ pub struct Service {
     /// `spec.healthCheckNodePort` (type LoadBalancer with externalTrafficPolicy Local).
     pub health_check_node_port: Option<u16>,
     pub session_affinity: SessionAffinity,
+    /// kube-proxy's hints annotation: `service.kubernetes.io/topology-aware-hints`, or when
+    /// that is absent `service.kubernetes.io/topology-mode` (pkg/proxy/serviceport.go).
+    pub hints_annotation: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -393,6 +407,7 @@ impl Service {
             load_balancer_source_ranges: Vec::new(),
             health_check_node_port: None,
             session_affinity: SessionAffinity::None,
+            hints_annotation: None,
         }
     }
 
@@ -429,6 +444,9 @@ pub struct Endpoint {
     pub node: Option<String>,
     /// The scenario Pod this address belongs to (validation guarantees one exists).
     pub pod: String,
+    /// `hints.forZones[].name`: the zones whose nodes may route to it when topology-aware
+    /// routing is in use (empty: no hint).
+    pub zone_hints: Vec<String>,
 }
 
 impl Endpoint {
@@ -572,7 +590,14 @@ impl Cluster {
                     (s.ip, s.pod_cidr)
                 };
                 let secondary_ips = n.secondary_ips.iter().copied().filter(of).collect();
-                Some(Node { name: n.name.clone(), ip, secondary_ips, pod_cidr, second: None })
+                Some(Node {
+                    name: n.name.clone(),
+                    ip,
+                    secondary_ips,
+                    pod_cidr,
+                    second: None,
+                    zone: n.zone.clone(),
+                })
             })
             .collect();
         let external_hosts = self
@@ -802,6 +827,7 @@ mod tests {
             terminating: false,
             node: Some("node-a".into()),
             pod: "web".into(),
+            zone_hints: vec![],
         };
         let service = |name: &str, first: &str, second: Option<&str>| Service {
             second_cluster_ip: second.map(ip),
@@ -838,6 +864,7 @@ mod tests {
                     ip: ip("fd00:192:168:50::11"),
                     pod_cidr: net("fd00:10:244:1::/64"),
                 }),
+                zone: None,
             }],
             external_hosts: vec![ExternalHost {
                 name: "outside".into(),

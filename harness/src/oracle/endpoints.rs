@@ -1,7 +1,8 @@
 //! Which endpoints receive traffic: kube-proxy's choice, applied to a set of endpoints (the
 //! whole cluster's, or one node's).
 
-use crate::model::{Cluster, Endpoint, ServicePort};
+use crate::model::{Cluster, Endpoint, Service, ServicePort};
+use crate::proxy::kube::topology::{self, Hints};
 
 /// The ready endpoints of `set`, or, when none is ready, its serving terminating ones.
 pub(super) fn usable<'a>(set: impl Iterator<Item = &'a Endpoint> + Clone) -> Vec<&'a Endpoint> {
@@ -14,6 +15,32 @@ pub(super) fn usable<'a>(set: impl Iterator<Item = &'a Endpoint> + Clone) -> Vec
 
 pub(super) fn cluster_wide(port: &ServicePort) -> Vec<&Endpoint> {
     usable(port.endpoints.iter())
+}
+
+/// The Cluster-policy endpoints as the proxy on `node` chooses them: topology hints, where
+/// they apply (`proxy::kube::topology`, kube-proxy's `canUseTopology`), keep the ready
+/// endpoints hinted for the node's zone; otherwise [`cluster_wide`].
+pub(super) fn cluster_wide_on<'a>(
+    cluster: &Cluster,
+    svc: &Service,
+    port: &'a ServicePort,
+    node: &str,
+) -> Vec<&'a Endpoint> {
+    match hints_zone(cluster, svc, port, node) {
+        Some(zone) => port.endpoints.iter().filter(|e| e.ready && topology::available(e, zone)).collect(),
+        None => cluster_wide(port),
+    }
+}
+
+/// The zone whose hints narrow the Cluster set on `node`, if they do.
+pub(super) fn hints_zone<'a>(
+    cluster: &'a Cluster,
+    svc: &'a Service,
+    port: &ServicePort,
+    node: &str,
+) -> Option<&'a str> {
+    let all: Vec<&Endpoint> = port.endpoints.iter().collect();
+    topology::zone_filter(&all, topology::Context::of(cluster, svc, node), Hints::Honoured)
 }
 
 /// The usable endpoints among those on `node` (the fallback applies to this set on its own).

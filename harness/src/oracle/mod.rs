@@ -14,6 +14,10 @@
 //!   receiving node itself are sent to any endpoint;
 //! - internalTrafficPolicy Local sends cluster-IP traffic only to endpoints on the client's
 //!   node (none: dropped);
+//! - topology hints narrow the Cluster-policy set (never the Local one) to the endpoints
+//!   hinted for the zone of the node that translates, when kube-proxy v1.30's rules let them
+//!   (`proxy::kube::topology`: the hints annotation or the ServiceTrafficDistribution gate, a
+//!   zoned node, every ready endpoint hinted, one for this zone);
 //! - loadBalancerSourceRanges admit only those sources to the load-balancer IPs (node ports
 //!   bypass them);
 //! - sessionAffinity ClientIP sends a client to one backend until the timeout passes;

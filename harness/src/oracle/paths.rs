@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::endpoints::{cluster_wide, local_to, ready_local_count};
+use super::endpoints::{cluster_wide, cluster_wide_on, hints_zone, local_to, ready_local_count};
 use super::frontend::{ExternalKind, Frontend};
 use super::{Basis, Expectation, Outcome, SeenSource, Spread};
 use crate::model::{
@@ -64,8 +64,11 @@ fn cluster_ip(
     if all.is_empty() {
         return Ok(rejected(format!("{name} has no endpoints")));
     }
+    let zone_note = hints_note(cluster, svc, port, &client_node.name);
     let (chosen, policy) = match svc.internal_traffic_policy {
-        TrafficPolicy::Cluster => (all, ""),
+        TrafficPolicy::Cluster => {
+            (cluster_wide_on(cluster, svc, port, &client_node.name), zone_note.as_str())
+        }
         TrafficPolicy::Local => (local_to(cluster, port, &client_node.name), ", internalTrafficPolicy Local"),
     };
     if chosen.is_empty() {
@@ -105,10 +108,11 @@ fn external(
             return Ok(dropped(format!("{name}: source {source} is outside loadBalancerSourceRanges")));
         }
     }
-    let all = cluster_wide(port);
-    if all.is_empty() {
+    if cluster_wide(port).is_empty() {
         return Ok(rejected(format!("{name} has no endpoints")));
     }
+    // Traffic not kept local goes to the Cluster set the receiving node chooses.
+    let all = cluster_wide_on(cluster, svc, port, &node.name);
     undefined_local_node_port(cluster, probe, svc, kind, node, &all)?;
     // With policy Local, only traffic from outside is kept local: pods (anywhere) and the
     // receiving node's own processes are short-circuited to every endpoint.
@@ -130,7 +134,13 @@ fn external(
             masqueraded_toward(cluster, node, e)
         }
     };
-    answered(probe, svc, &all, seen, node, format!("{name}, {} usable endpoints", all.len()))
+    let zone_note = hints_note(cluster, svc, port, &node.name);
+    answered(probe, svc, &all, seen, node, format!("{name}, {} usable endpoints{zone_note}", all.len()))
+}
+
+/// `, topology hints for zone Z` when hints narrow the Cluster set on `node`.
+fn hints_note(cluster: &Cluster, svc: &Service, port: &ServicePort, node: &str) -> String {
+    hints_zone(cluster, svc, port, node).map(|z| format!(", topology hints for zone {z}")).unwrap_or_default()
 }
 
 /// A pod reaching another node's node port of a Local-policy Service is short-circuited there

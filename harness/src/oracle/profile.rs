@@ -10,9 +10,11 @@ use std::str::FromStr;
 pub enum Profile {
     /// What the Kubernetes Service contract requires, and nothing more.
     Kubernetes,
-    /// kube-proxy's iptables mode (v1.30+).
+    /// kube-proxy's iptables mode (v1.30+). Topology-aware routing follows v1.30's rules in
+    /// every profile (`proxy::kube::topology`): zone hints only, the hints annotation unless the
+    /// `ServiceTrafficDistribution` gate is on; v1.33+'s node hints are refused at `check`.
     KubeProxyIptables,
-    /// kube-proxy's nftables mode (v1.30+).
+    /// kube-proxy's nftables mode (v1.30+), with the same topology rules.
     KubeProxyNftables,
 }
 

@@ -17,6 +17,7 @@ fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
         terminating: false,
         node: Some(node.into()),
         pod: pod.into(),
+        zone_hints: Vec::new(),
     }
 }
 
@@ -568,4 +569,113 @@ fn stated_expectations_name_the_profile_whose_choice_they_state() {
     assert!(problems(at("192.168.50.11"), stated(StatedVerdict::Answered, nftables)).is_empty());
     let contract = problems(at("192.168.50.11"), stated(StatedVerdict::Dropped, None));
     assert!(contract[0].contains("but Kubernetes semantics say"), "{contract:?}");
+}
+
+/// Topology hints as flows: (case, policies, client, target) → backends. Node a is in zone-a
+/// and b in zone-b; web-a (on a) is hinted for zone-b and web-b (on b) for zone-a, crossed so
+/// that a node's own endpoint is never its zone's.
+#[test]
+fn topology_hints_narrow_only_the_cluster_set_of_the_translating_node() {
+    let crossed = || {
+        let mut eps = both();
+        eps[0].zone_hints = vec!["zone-b".into()];
+        eps[1].zone_hints = vec!["zone-a".into()];
+        eps
+    };
+    let zoned = |eps: Vec<Endpoint>, etp: TrafficPolicy, itp: TrafficPolicy, annotation: Option<&str>| {
+        let mut c = cluster(eps, etp);
+        c.nodes[0].zone = Some("zone-a".into());
+        c.nodes[1].zone = Some("zone-b".into());
+        c.services[0].internal_traffic_policy = itp;
+        c.services[0].hints_annotation = annotation.map(String::from);
+        c
+    };
+    let (cluster_p, local_p) = (TrafficPolicy::Cluster, TrafficPolicy::Local);
+    let client = || Source::Pod("client".into());
+    let ext = || Source::External("ext".into());
+    type Flow = (&'static str, Cluster, Source, Target, &'static [&'static str]);
+    let flows: Vec<Flow> = vec![
+        (
+            "pod on a, hints used",
+            zoned(crossed(), cluster_p, cluster_p, Some("Auto")),
+            client(),
+            to_cluster_ip(),
+            &["web-b"],
+        ),
+        (
+            "node b's host",
+            zoned(crossed(), cluster_p, cluster_p, Some("Auto")),
+            Source::Node("b".into()),
+            to_cluster_ip(),
+            &["web-a"],
+        ),
+        (
+            "outside through b's node port",
+            zoned(crossed(), cluster_p, cluster_p, Some("Auto")),
+            ext(),
+            to_node_port("b"),
+            &["web-a"],
+        ),
+        (
+            "pod on a through b's node port: b translates",
+            zoned(crossed(), cluster_p, cluster_p, Some("Auto")),
+            client(),
+            to_node_port("b"),
+            &["web-a"],
+        ),
+        (
+            "no annotation (gate off)",
+            zoned(crossed(), cluster_p, cluster_p, None),
+            client(),
+            to_cluster_ip(),
+            &["web-a", "web-b"],
+        ),
+        (
+            "annotation Disabled",
+            zoned(crossed(), cluster_p, cluster_p, Some("Disabled")),
+            client(),
+            to_cluster_ip(),
+            &["web-a", "web-b"],
+        ),
+        (
+            "internalTrafficPolicy Local",
+            zoned(crossed(), cluster_p, local_p, Some("Auto")),
+            client(),
+            to_cluster_ip(),
+            &["web-a"],
+        ),
+        (
+            "externalTrafficPolicy Local from outside",
+            zoned(crossed(), local_p, cluster_p, Some("Auto")),
+            ext(),
+            to_node_port("a"),
+            &["web-a"],
+        ),
+        (
+            "externalTrafficPolicy Local, pod to cluster IP",
+            zoned(crossed(), local_p, cluster_p, Some("Auto")),
+            client(),
+            to_cluster_ip(),
+            &["web-b"],
+        ),
+    ];
+    for (case, c, from, to, want) in flows {
+        let e = expect(&c, &probe(from, to)).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(backends(&e).keys().collect::<Vec<_>>(), want.to_vec(), "{case}");
+    }
+    // An unhinted endpoint, or a zone no hint names, turns hints off.
+    let mut partial = crossed();
+    partial[0].zone_hints.clear();
+    let c = zoned(partial, cluster_p, cluster_p, Some("Auto"));
+    assert_eq!(backends(&expect(&c, &probe(client(), to_cluster_ip())).unwrap()).len(), 2);
+    let mut c = zoned(crossed(), cluster_p, cluster_p, Some("Auto"));
+    c.nodes[0].zone = Some("zone-c".into());
+    assert_eq!(backends(&expect(&c, &probe(client(), to_cluster_ip())).unwrap()).len(), 2);
+    // With the ServiceTrafficDistribution gate the annotation is not needed.
+    let mut c = zoned(crossed(), cluster_p, cluster_p, None);
+    c.proxy.service_traffic_distribution = true;
+    assert_eq!(
+        backends(&expect(&c, &probe(client(), to_cluster_ip())).unwrap()).keys().collect::<Vec<_>>(),
+        ["web-b"]
+    );
 }

@@ -151,6 +151,7 @@ mod tests {
             terminating: false,
             node: Some("node-a".into()),
             pod: format!("pod-{ip}"),
+            zone_hints: Vec::new(),
         }
     }
 

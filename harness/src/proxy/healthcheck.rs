@@ -277,6 +277,7 @@ mod tests {
             terminating: !ready,
             node: Some(node.into()),
             pod: format!("pod-{ip}"),
+            zone_hints: Vec::new(),
         }
     }
 

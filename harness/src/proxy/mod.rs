@@ -10,6 +10,7 @@ pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
+pub mod kube;
 mod loader;
 pub mod nftables;
 pub mod node_ports;

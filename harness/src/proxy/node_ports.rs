@@ -117,12 +117,14 @@ mod tests {
             masquerade_all: false,
             node_port_addresses: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
             localhost_node_ports: localhost,
+            service_traffic_distribution: false,
         }
     }
 
     fn node() -> Node {
         Node {
             second: None,
+            zone: None,
             name: "node-a".into(),
             ip: "192.168.50.2".parse().unwrap(),
             secondary_ips: vec!["192.168.50.102".parse().unwrap()],
@@ -166,6 +168,7 @@ mod tests {
     fn v6_node() -> Node {
         Node {
             second: None,
+            zone: None,
             name: "node-a".into(),
             ip: "fd00:192:168:50::2".parse().unwrap(),
             secondary_ips: vec!["fd00:192:168:50::102".parse().unwrap()],

@@ -17,6 +17,7 @@ pub fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
         terminating: false,
         node: node.map(String::from),
         pod: format!("pod-{ip}"),
+        zone_hints: Vec::new(),
     }
 }
 
@@ -96,4 +97,36 @@ impl Drop for Scratch {
 /// node, and create it after the [`Scratch`] so that it (and its servers) go first.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+}
+
+/// Puts node-a in zone-a and node-b in zone-b, and adds two Services with the topology
+/// annotation: `zoned`, one endpoint on each node hinted for its node's zone, and
+/// `zoned-partial`, the same with node-b's endpoint unhinted (so kube-proxy ignores hints).
+pub fn add_zoned_services(cluster: &mut crate::model::Cluster) {
+    for (node, zone) in [("node-a", "zone-a"), ("node-b", "zone-b")] {
+        if let Some(n) = cluster.nodes.iter_mut().find(|n| n.name == node) {
+            n.zone = Some(zone.into());
+        }
+    }
+    let hinted = |ip: &str, node: &str, zone: Option<&str>| Endpoint {
+        zone_hints: zone.into_iter().map(String::from).collect(),
+        ..ep(ip, 80, Some(node))
+    };
+    for (name, vip, last, b_zone) in
+        [("zoned", "10.96.0.90", 90, Some("zone-b")), ("zoned-partial", "10.96.0.91", 91, None)]
+    {
+        let eps = vec![
+            hinted(&format!("10.244.0.{last}"), "node-a", Some("zone-a")),
+            hinted(&format!("10.244.1.{last}"), "node-b", b_zone),
+        ];
+        let mut svc = service(
+            "default",
+            name,
+            ServiceType::ClusterIp,
+            vip,
+            vec![port("", Protocol::Tcp, 80, None, eps)],
+        );
+        svc.hints_annotation = Some("Auto".into());
+        cluster.services.push(svc);
+    }
 }

@@ -28,8 +28,13 @@ const METRICS_PORT: u16 = 10249;
 /// The feature gates the reference proxy knows, with their v1.30 defaults
 /// (pkg/features/kube_features.go). `NFTablesProxyMode` only unlocks nftables mode (its other
 /// effect, cleaning up nftables leftovers in iptables mode, has nothing to clean in a fresh
-/// namespace); `KubeProxyDrainingTerminatingNodes` makes `/healthz` follow the Node.
-const GATES: &[(&str, bool)] = &[("NFTablesProxyMode", false), ("KubeProxyDrainingTerminatingNodes", true)];
+/// namespace); `KubeProxyDrainingTerminatingNodes` makes `/healthz` follow the Node;
+/// `ServiceTrafficDistribution` makes topology hints count without the hints annotation.
+const GATES: &[(&str, bool)] = &[
+    ("NFTablesProxyMode", false),
+    ("KubeProxyDrainingTerminatingNodes", true),
+    ("ServiceTrafficDistribution", false),
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -73,6 +78,8 @@ pub struct Config {
     pub health_timeout: Duration,
     /// Feature gate `KubeProxyDrainingTerminatingNodes`.
     pub draining_terminating_nodes: bool,
+    /// Feature gate `ServiceTrafficDistribution`.
+    pub service_traffic_distribution: bool,
 }
 
 // The file's shape: exactly the fields modelled, every other one an error.
@@ -308,6 +315,7 @@ pub fn parse(text: &str, hostname_override: Option<&str>) -> Result<Config> {
         min_sync_period,
         health_timeout: 2 * ipt_periods.0,
         draining_terminating_nodes: gates["KubeProxyDrainingTerminatingNodes"],
+        service_traffic_distribution: gates["ServiceTrafficDistribution"],
     })
 }
 
@@ -467,6 +475,7 @@ mod tests {
                 min_sync_period: Duration::from_secs(1),
                 health_timeout: Duration::from_secs(60),
                 draining_terminating_nodes: true,
+                service_traffic_distribution: false,
             }
         );
     }

@@ -19,6 +19,7 @@ use crate::model::{
 
 /// The EndpointSlice label naming its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// `sessionAffinityConfig.clientIP.timeoutSeconds` when absent.
 const DEFAULT_AFFINITY_SECONDS: u32 = 10_800;
 
@@ -70,7 +71,9 @@ pub fn node(object: &K8sNode, primary: IpFamily) -> Result<Node> {
         (Some(ip), Some(pod_cidr)) => Some(NodeSecond { ip, pod_cidr }),
         _ => None,
     };
-    Ok(Node { name, ip, secondary_ips: Vec::new(), pod_cidr, second })
+    // v1.LabelTopologyZone, which canUseTopology reads from the node's labels.
+    let zone = object.metadata.labels.as_ref().and_then(|l| l.get(ZONE_LABEL)).cloned();
+    Ok(Node { name, ip, secondary_ips: Vec::new(), pod_cidr, second, zone })
 }
 
 /// The cluster as one node's proxy sees it: itself, and every Service with its endpoints,
@@ -201,7 +204,17 @@ pub fn service(object: &K8sService) -> Option<Service> {
         load_balancer_source_ranges,
         health_check_node_port,
         session_affinity,
+        hints_annotation: hints_annotation(object),
     })
+}
+
+/// The topology-aware-hints annotation, or when absent topology-mode (serviceport.go).
+fn hints_annotation(object: &K8sService) -> Option<String> {
+    let annotations = object.metadata.annotations.as_ref()?;
+    annotations
+        .get("service.kubernetes.io/topology-aware-hints")
+        .or_else(|| annotations.get("service.kubernetes.io/topology-mode"))
+        .cloned()
 }
 
 /// Fills each port's endpoints from the Service's slices (same namespace, service-name
@@ -240,6 +253,13 @@ fn attach_endpoints(service: &mut Service, slices: &[EndpointSlice]) {
                     terminating: c.and_then(|c| c.terminating).unwrap_or(false),
                     node: ep.node_name.clone(),
                     pod: ep.target_ref.as_ref().and_then(|r| r.name.clone()).unwrap_or_default(),
+                    // endpointslicecache.go: the forZones names (TopologyAwareHints, on in v1.30).
+                    zone_hints: ep
+                        .hints
+                        .iter()
+                        .flat_map(|h| h.for_zones.iter().flatten())
+                        .map(|z| z.name.clone())
+                        .collect(),
                 });
             }
         }
@@ -271,6 +291,7 @@ mod tests {
                 let node = node(&object, c.ip_family()).unwrap();
                 assert_eq!(node.ip, model_node.ip, "{}", file.display());
                 assert_eq!(node.second, model_node.second, "{}", file.display());
+                assert_eq!(node.zone, model_node.zone, "{}", file.display());
                 let mut got =
                     cluster(node, &scenario.objects.services, &scenario.objects.endpoint_slices, &flags)
                         .unwrap();

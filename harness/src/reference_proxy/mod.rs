@@ -119,6 +119,7 @@ async fn run(args: Args, config: Config) -> Result<()> {
                 masquerade_all: config.masquerade_all,
                 node_port_addresses: config.node_port_addresses.clone(),
                 localhost_node_ports: config.localhost_node_ports,
+                service_traffic_distribution: config.service_traffic_distribution,
             },
         },
         conntrack_cleanup: !args.no_conntrack_cleanup,

@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::IpFamily;
+use crate::model::{IpFamily, Node};
 
 use super::endpoints::{SERVICE_NAME_LABEL, SliceData, SliceEndpoint, SlicePort, undeclared_port};
 use super::error::Diagnostics;
+use super::hints;
 use super::pods::PodEntry;
 use super::registry::Registry;
 use super::services::{ServiceEntry, TargetPort};
@@ -22,9 +23,13 @@ use super::yaml::FieldPath;
 pub(crate) fn derive(
     entry: &ServiceEntry<'_>,
     pods: &Registry<PodEntry>,
+    nodes: &Registry<Node>,
     diag: &mut Diagnostics,
 ) -> Vec<(SliceData, EndpointSlice)> {
     let Some(selector) = &entry.selector else { return Vec::new() };
+    if hints::refuse_annotated(entry, diag) {
+        return Vec::new();
+    }
     let service = &entry.service;
     // Slices group pods by the ports they resolve to, in pod (file) order.
     let mut groups: Vec<(Vec<SlicePort>, Vec<&PodEntry>)> = Vec::new();
@@ -44,7 +49,9 @@ pub(crate) fn derive(
         for (i, (ports, members)) in groups.iter().enumerate() {
             let members: Vec<&PodEntry> =
                 members.iter().copied().filter(|p| address_of(p, family).is_some()).collect();
-            let endpoints = members.iter().filter_map(|p| endpoint(entry, p, family)).collect();
+            let mut endpoints: Vec<SliceEndpoint> =
+                members.iter().filter_map(|p| endpoint(entry, p, family)).collect();
+            hints::add(entry, &mut endpoints, nodes);
             let data = SliceData { service: service.name.clone(), ports: ports.clone(), endpoints };
             let mut name = if many {
                 format!("{}-derived-{}", service.name, i + 1)
@@ -120,6 +127,7 @@ fn endpoint(entry: &ServiceEntry<'_>, pod: &PodEntry, family: IpFamily) -> Optio
         terminating,
         node: pod.pod.node.clone(),
         pod: pod.pod.name.clone(),
+        zone_hints: Vec::new(),
     })
 }
 
@@ -146,6 +154,7 @@ fn to_k8s(
                 terminating: Some(ep.terminating),
             }),
             node_name: Some(ep.node.clone()),
+            hints: hints::object(&ep.zone_hints),
             target_ref: Some(ObjectReference {
                 kind: Some("Pod".to_string()),
                 namespace: Some(pod.pod.namespace.clone()),

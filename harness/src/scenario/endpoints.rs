@@ -48,6 +48,8 @@ pub(crate) struct SliceEndpoint {
     pub terminating: bool,
     pub node: String,
     pub pod: String,
+    /// `hints.forZones[].name`.
+    pub zone_hints: Vec<String>,
 }
 
 impl SliceEndpoint {
@@ -292,7 +294,10 @@ fn read_endpoint(
         c.and_then(|c| c.serving),
         c.and_then(|c| c.terminating),
     );
-    Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: pod.name.clone() })
+    // endpointslicecache.go reads the zone names of forZones (TopologyAwareHints, on in v1.30).
+    let zone_hints =
+        ep.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.clone()).collect();
+    Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: pod.name.clone(), zone_hints })
 }
 
 pub(crate) fn undeclared_port(pod: &str, port: u16, protocol: Protocol) -> String {
@@ -355,6 +360,7 @@ pub(crate) fn endpoints_for(service: &Service, slices: &[&SliceData]) -> Vec<Vec
                         terminating: ep.terminating,
                         node: Some(ep.node.clone()),
                         pod: ep.pod.clone(),
+                        zone_hints: ep.zone_hints.clone(),
                     });
                 }
             }

@@ -18,7 +18,7 @@
 //! | `metadata.name`, `metadata.namespace` | modelled | servicechangetracker serviceToServiceMap |
 //! | `metadata.labels["service.kubernetes.io/service-proxy-name"]` | **refused** | server.go: the informer skips the Service |
 //! | `metadata.labels["service.kubernetes.io/headless"]` | **refused** | server.go: the informer skips the Service |
-//! | `metadata.annotations["service.kubernetes.io/topology-mode"]`, `…/topology-aware-hints` (not `""`, `disabled`, `Disabled`) | **refused** | serviceport.go hintsAnnotation, topology.go canUseTopology; the EndpointSlice controller hints endpoints |
+//! | `metadata.annotations["service.kubernetes.io/topology-mode"]`, `…/topology-aware-hints` | modelled (`hints.rs`; derived slices of an annotated Service refused) | serviceport.go hintsAnnotation, topology.go canUseTopology |
 //! | `spec.type` | modelled (ExternalName refused) | utils.go ShouldSkipService, ExternallyAccessible |
 //! | `spec.clusterIP`, `spec.clusterIPs`, `spec.ipFamilies` | modelled (None refused) | utils.go GetClusterIPByFamily |
 //! | `spec.ipFamilyPolicy` | modelled (checked against clusterIPs) | — (the API server's allocation) |
@@ -31,7 +31,7 @@
 //! | `spec.sessionAffinity`, `spec.sessionAffinityConfig` | modelled | serviceport.go |
 //! | `spec.loadBalancerSourceRanges` | modelled | serviceport.go |
 //! | `spec.allocateLoadBalancerNodePorts` | modelled through `nodePort` (a LoadBalancer port without one is refused there) | — (the API server's allocation) |
-//! | `spec.trafficDistribution` | **refused** | EndpointSlice controller hints (ServiceTrafficDistribution), topology.go |
+//! | `spec.trafficDistribution` | modelled: `PreferClose` hints derived slices (`hints.rs`); `PreferSameZone`, `PreferSameNode` (v1.33+) **refused** | EndpointSlice controller (trafficdist) |
 //! | `spec.loadBalancerClass`, `spec.loadBalancerIP` | irrelevant: they choose the load balancer, whose result is `status` | — |
 //! | `spec.externalName` | refused with ExternalName | utils.go ShouldSkipService |
 //! | `status.loadBalancer.ingress[].ip` | modelled | serviceport.go |
@@ -50,7 +50,8 @@
 //! | `endpoints[].addresses` | modelled (one each) | endpointslicecache.go addEndpoints (the first) |
 //! | `endpoints[].conditions` | modelled | endpointslicecache.go newEndpointSliceInfo |
 //! | `endpoints[].nodeName` | modelled | endpointslicecache.go (isLocal) |
-//! | `endpoints[].hints.forZones`, `.forNodes` | **refused** | endpointslicecache.go ZoneHints, topology.go |
+//! | `endpoints[].hints.forZones` | modelled (`proxy::kube::topology`) | endpointslicecache.go ZoneHints, topology.go |
+//! | `endpoints[].hints.forNodes` | **refused** (v1.33+ PreferSameNode; v1.30 reads none) | newer topology.go |
 //! | `endpoints[].zone` | irrelevant: copied into the cache, never used (only hints route) | endpointslicecache.go |
 //! | `endpoints[].hostname`, `.targetRef`, `.deprecatedTopology` | irrelevant | — |
 //!
@@ -74,8 +75,6 @@ use super::yaml::FieldPath;
 const SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
 /// kube-proxy watches only objects without this label (the controller marks headless ones).
 const HEADLESS: &str = "service.kubernetes.io/headless";
-const TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
-const TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
 
 /// Reports every field of the object that a proxy acts on and the model does not hold.
 pub(crate) fn refuse_unmodelled(kind: Kind, site: &Site<'_>, diag: &mut Diagnostics) {
@@ -83,27 +82,16 @@ pub(crate) fn refuse_unmodelled(kind: Kind, site: &Site<'_>, diag: &mut Diagnost
     match kind {
         Kind::Service => {
             skip_labels(site, diag);
-            let annotations = FieldPath::parse("metadata.annotations");
-            for key in [TOPOLOGY_AWARE_HINTS, TOPOLOGY_MODE] {
-                let path = annotations.key(key);
-                let mode = path.lookup(value).and_then(Value::as_str);
-                if mode.is_some_and(|m| !matches!(m, "" | "disabled" | "Disabled")) {
-                    diag.value(
-                        site,
-                        &path,
-                        "topology-aware routing is not modelled: with this annotation the EndpointSlice \
-                         controller hints endpoints by zone and kube-proxy keeps traffic in the client's zone \
-                         (remove it, or write Disabled)",
-                    );
-                }
-            }
             let path = FieldPath::parse("spec.trafficDistribution");
-            if set(path.lookup(value)) {
-                diag.key(
+            let distribution = path.lookup(value).and_then(Value::as_str).unwrap_or("");
+            if !matches!(distribution, "" | "PreferClose") {
+                diag.value(
                     site,
                     &path,
-                    "trafficDistribution is not modelled: with it the EndpointSlice controller hints endpoints \
-                     by zone and kube-proxy prefers the client's zone (remove it)",
+                    format!(
+                        "trafficDistribution {distribution:?} is not modelled: the model follows kube-proxy \
+                         v1.30's rules, which know PreferClose only (PreferSameZone and PreferSameNode are v1.33+)"
+                    ),
                 );
             }
         }
@@ -112,18 +100,14 @@ pub(crate) fn refuse_unmodelled(kind: Kind, site: &Site<'_>, diag: &mut Diagnost
             let endpoints = value.get("endpoints").and_then(Value::as_array).map_or(0, Vec::len);
             for i in 0..endpoints {
                 let hints = FieldPath::parse("endpoints").index(i).key("hints");
-                for list in ["forZones", "forNodes"] {
-                    let path = hints.key(list);
-                    if set(path.lookup(value)) {
-                        diag.key(
-                            site,
-                            &path,
-                            format!(
-                                "topology hints are not modelled: kube-proxy sends traffic only to endpoints \
-                                 hinted for its node's zone (remove hints.{list})"
-                            ),
-                        );
-                    }
+                let path = hints.key("forNodes");
+                if set(path.lookup(value)) {
+                    diag.key(
+                        site,
+                        &path,
+                        "node hints are not modelled: the model follows kube-proxy v1.30's rules, which read \
+                         forZones only (forNodes is v1.33+'s PreferSameNode; remove it)",
+                    );
                 }
             }
         }

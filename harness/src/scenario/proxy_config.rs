@@ -9,6 +9,10 @@ use super::net::parse_cidr;
 use super::spec::ProxyConfigSpec;
 use super::yaml::FieldPath;
 
+/// Off in v1.30 (alpha), on from v1.31: kube-proxy then uses topology hints without the
+/// Service's hints annotation (pkg/proxy/topology.go canUseTopology).
+const TRAFFIC_DISTRIBUTION_GATE: &str = "ServiceTrafficDistribution";
+
 pub(crate) fn read(site: &Site<'_>, diag: &mut Diagnostics) -> ProxyConfig {
     let path = FieldPath::parse("spec.proxyConfig");
     let defaults = ProxyConfig::default();
@@ -33,7 +37,20 @@ pub(crate) fn read(site: &Site<'_>, diag: &mut Diagnostics) -> ProxyConfig {
             Err(e) => diag.value(site, &list.index(k), e),
         }
     }
+    let gates = path.key("featureGates");
+    for name in spec.feature_gates.keys().filter(|g| *g != TRAFFIC_DISTRIBUTION_GATE) {
+        diag.key(
+            site,
+            &gates.key(name),
+            format!("the feature gate {name} is not modelled (only {TRAFFIC_DISTRIBUTION_GATE} is)"),
+        );
+    }
     ProxyConfig {
+        service_traffic_distribution: spec
+            .feature_gates
+            .get(TRAFFIC_DISTRIBUTION_GATE)
+            .copied()
+            .unwrap_or(defaults.service_traffic_distribution),
         masquerade_all: spec.masquerade_all.unwrap_or(defaults.masquerade_all),
         node_port_addresses,
         localhost_node_ports: spec.localhost_node_ports.unwrap_or(defaults.localhost_node_ports),

@@ -357,6 +357,7 @@ fn read_nodes(
                 secondary_ips,
                 pod_cidr: *pod_cidr,
                 second: None,
+                zone: spec.zone.clone(),
             }),
             ([Some(ip), Some(ip2)], [Some(pod_cidr), Some(cidr2)], Some(secondary_ips))
                 if networks.is_dual() =>
@@ -367,6 +368,7 @@ fn read_nodes(
                     secondary_ips,
                     pod_cidr: *pod_cidr,
                     second: Some(NodeSecond { ip: *ip2, pod_cidr: *cidr2 }),
+                    zone: spec.zone.clone(),
                 })
             }
             _ => None,

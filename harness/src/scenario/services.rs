@@ -40,6 +40,8 @@ pub(crate) struct ServiceEntry<'a> {
     /// `None` when the Service selects no pods (its endpoints are managed by hand).
     pub selector: Option<BTreeMap<String, String>>,
     pub publish_not_ready: bool,
+    /// `spec.trafficDistribution` (read by the EndpointSlice controller, not by kube-proxy).
+    pub traffic_distribution: Option<String>,
     pub site: Site<'a>,
 }
 
@@ -143,12 +145,14 @@ fn read_one<'a>(
         load_balancer_source_ranges: external.source_ranges,
         health_check_node_port: external.health_check_node_port,
         session_affinity: session_affinity?,
+        hints_annotation: super::hints::annotation(&p.object.metadata),
     };
     Some(ServiceEntry {
         service,
         target_ports,
         selector: spec.selector.clone().filter(|s| !s.is_empty()),
         publish_not_ready: spec.publish_not_ready_addresses == Some(true),
+        traffic_distribution: spec.traffic_distribution.clone(),
         site: site.clone(),
     })
 }

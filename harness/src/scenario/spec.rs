@@ -103,6 +103,8 @@ pub(crate) struct NodeSpec {
     pub pod_cidr: Option<String>,
     #[serde(rename = "podCIDRs")]
     pub pod_cidrs: Option<Vec<String>>,
+    /// Its `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
 }
 
 /// `spec.proxy`: a proxy's name (`builtin-iptables`), or its name with the adapter's options
@@ -122,6 +124,9 @@ pub(crate) struct ProxyConfigSpec {
     #[serde(default)]
     pub node_port_addresses: Vec<String>,
     pub localhost_node_ports: Option<bool>,
+    /// kube-proxy's `featureGates`; only `ServiceTrafficDistribution` is modelled.
+    #[serde(default)]
+    pub feature_gates: std::collections::BTreeMap<String, bool>,
 }
 
 /// `spec.flows: {all: true, count: N}`: generate a probe for every path.

@@ -116,7 +116,7 @@ fn assemble<'a>(
     let derived: Vec<_> = services
         .values()
         .filter(|e| !given.services_with_slices.contains(&e.service.name))
-        .flat_map(|e| derive::derive(e, &pods.registry, diag))
+        .flat_map(|e| derive::derive(e, &pods.registry, &doc.nodes, diag))
         .collect();
     let names = probes::Names {
         nodes: &doc.nodes,

@@ -44,6 +44,19 @@ pub struct NodeSettings<'a> {
     pub metrics: Option<SocketAddr>,
 }
 
+/// The adapter's gates, plus `ServiceTrafficDistribution` when the scenario's proxyConfig
+/// turns it on (its v1.30 default is off).
+fn with_scenario_gates(
+    feature_gates: &Map<String, Value>,
+    proxy: &crate::model::ProxyConfig,
+) -> Map<String, Value> {
+    let mut gates = feature_gates.clone();
+    if proxy.service_traffic_distribution {
+        gates.insert("ServiceTrafficDistribution".into(), Value::Bool(true));
+    }
+    gates
+}
+
 /// The configuration file's content (JSON, which kube-proxy's YAML loader reads).
 ///
 /// `featureGates` are passed as given (e.g. `NFTablesProxyMode: true` for nftables mode in
@@ -65,7 +78,7 @@ pub fn kube_proxy_configuration(
         "clientConnection": {"kubeconfig": node.kubeconfig},
         "hostnameOverride": node.node,
         "mode": mode.name(),
-        "featureGates": feature_gates,
+        "featureGates": with_scenario_gates(feature_gates, proxy),
         "clusterCIDR": node.cluster_cidr,
         "healthzBindAddress": address(node.healthz),
         "metricsBindAddress": address(node.metrics),
@@ -94,6 +107,7 @@ mod tests {
             masquerade_all: true,
             node_port_addresses: vec!["192.168.50.0/24".parse().unwrap()],
             localhost_node_ports: false,
+            service_traffic_distribution: false,
         };
         let gates = Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]);
         let node = NodeSettings {

@@ -22,10 +22,14 @@ pub fn node_object(node: &Node) -> Value {
         pod_cidrs.push(second.pod_cidr.to_string());
     }
     addresses.push(json!({"type": "Hostname", "address": node.name}));
+    let mut labels = json!({"kubernetes.io/hostname": node.name});
+    if let Some(zone) = &node.zone {
+        labels["topology.kubernetes.io/zone"] = json!(zone);
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name}},
+        "metadata": {"name": node.name, "labels": labels},
         "spec": {"podCIDR": pod_cidrs[0], "podCIDRs": pod_cidrs},
         "status": {"addresses": addresses},
     })
@@ -131,6 +135,7 @@ mod tests {
     #[test]
     fn a_node_object_carries_its_internal_ips_and_pod_cidrs() {
         let node = Node {
+            zone: None,
             name: "node-a".into(),
             ip: "192.168.50.11".parse().unwrap(),
             secondary_ips: vec![],

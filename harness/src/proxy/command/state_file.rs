@@ -46,7 +46,11 @@ pub fn node_object(node: &Node) -> K8sNode {
     K8sNode {
         metadata: ObjectMeta {
             name: Some(node.name.clone()),
-            labels: Some([("kubernetes.io/hostname".to_string(), node.name.clone())].into()),
+            labels: Some(
+                std::iter::once(("kubernetes.io/hostname".to_string(), node.name.clone()))
+                    .chain(node.zone.iter().map(|z| ("topology.kubernetes.io/zone".to_string(), z.clone())))
+                    .collect(),
+            ),
             ..ObjectMeta::default()
         },
         spec: Some(NodeSpec {
@@ -83,6 +87,7 @@ mod tests {
 
     fn node() -> Node {
         Node {
+            zone: None,
             name: "node-a".into(),
             ip: "192.168.50.11".parse().unwrap(),
             secondary_ips: vec!["192.168.50.21".parse().unwrap()],

@@ -1,6 +1,6 @@
 //! Which endpoints a service port uses on one node, as kube-proxy decides it
-//! (`CategorizeEndpoints` in pkg/proxy/topology.go, without topology hints, which the model
-//! does not carry).
+//! (`CategorizeEndpoints` in pkg/proxy/topology.go; the topology-hint part is
+//! `proxy::kube::topology`).
 //!
 //! Usable means ready; when no endpoint is ready, serving-and-terminating ones are used
 //! instead, separately for the Cluster set and for this node's Local set.
@@ -8,6 +8,7 @@
 use std::net::IpAddr;
 
 use crate::model::{Endpoint, IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
+use crate::proxy::kube::topology::{self, Hints};
 
 /// When serving-and-terminating endpoints are used. kube-proxy falls back to them; the other
 /// two are bugs that mutants switch on.
@@ -137,23 +138,33 @@ fn usable<'a>(
 
 /// kube-proxy's choice of endpoints for `port` on `node` (endpoints of the policy's family only).
 pub fn select<'a>(port: &'a ServicePort, policy: PortPolicy, node: &str) -> Selection<'a> {
-    select_with(port, policy, node, Terminating::FallBack)
+    select_with(port, policy, node, Terminating::FallBack, topology::Context::default(), Hints::Honoured)
 }
 
-/// [`select`], with terminating endpoints used as `terminating` says.
+/// [`select`], with terminating endpoints used as `terminating` says, and the Cluster set
+/// narrowed by topology hints as `hints` says (`topo`: the node's zone and the Service's
+/// hints annotation).
 pub fn select_with<'a>(
     port: &'a ServicePort,
     policy: PortPolicy,
     node: &str,
     terminating: Terminating,
+    topo: topology::Context<'_>,
+    hints: Hints,
 ) -> Selection<'a> {
     let mut all: Vec<&Endpoint> =
         port.endpoints.iter().filter(|ep| IpFamily::of(ep.ip) == policy.family).collect();
     all.sort_by_key(|ep| ep.address().to_string());
     let is_local = |ep: &Endpoint| ep.node.as_deref() == Some(node);
 
-    let cluster =
-        if policy.uses_cluster_endpoints() { usable(&all, |_| true, terminating) } else { Vec::new() };
+    // Only the Cluster set is narrowed by hints; when they apply, some ready endpoint is
+    // hinted for this zone, so the fallback to terminating endpoints never sees the filter.
+    let cluster = if policy.uses_cluster_endpoints() {
+        let zone = topology::zone_filter(&all, topo, hints);
+        usable(&all, |ep| zone.is_none_or(|z| topology::available(ep, z)), terminating)
+    } else {
+        Vec::new()
+    };
     let local = if policy.uses_local_endpoints() { usable(&all, is_local, terminating) } else { Vec::new() };
     // Every policy combination uses one of the two sets, and both see the same candidates.
     let has_any = !usable(&all, |_| true, terminating).is_empty();
@@ -183,6 +194,7 @@ mod tests {
             terminating,
             node: Some(node.into()),
             pod: format!("pod-{ip}"),
+            zone_hints: Vec::new(),
         }
     }
 
@@ -240,10 +252,18 @@ mod tests {
     #[test]
     fn terminating_modes_of_the_mutants() {
         let p = port(vec![ep("10.0.0.1", "a", true, true, false), ep("10.0.0.2", "a", false, true, true)]);
-        let always = select_with(&p, CLUSTER, "a", Terminating::AlwaysUsed);
+        let always =
+            select_with(&p, CLUSTER, "a", Terminating::AlwaysUsed, Default::default(), Hints::Honoured);
         assert_eq!(ips(&always.cluster), ["10.0.0.1", "10.0.0.2"]);
         let only_terminating = port(vec![ep("10.0.0.2", "a", false, true, true)]);
-        let never = select_with(&only_terminating, CLUSTER, "a", Terminating::NeverUsed);
+        let never = select_with(
+            &only_terminating,
+            CLUSTER,
+            "a",
+            Terminating::NeverUsed,
+            Default::default(),
+            Hints::Honoured,
+        );
         assert!(never.cluster.is_empty());
         assert!(!never.has_any, "with no usable endpoint the port rejects");
     }

@@ -33,6 +33,7 @@ use super::ruleset::{RuleSet, Table, args};
 use crate::model::{
     Cluster, Endpoint, IpFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
 };
+use crate::proxy::kube::topology::{self, Hints};
 use crate::proxy::node_ports::{NodePortAddresses, localhost_node_ports};
 
 /// The mark that asks `KUBE-POSTROUTING` to masquerade (kube-proxy's default bit 14).
@@ -61,18 +62,27 @@ pub struct Deviations {
     /// externalTrafficPolicy Local sends outside traffic to the Cluster set (and so never
     /// drops it), keeping the client address.
     pub etp_local_uses_cluster: bool,
+    /// How topology hints narrow the Cluster set.
+    pub hints: Hints,
 }
 
 impl Deviations {
     /// The policy and endpoints of `port` on `node` (either mode's generator), with the
     /// endpoint-choice bugs these deviations switch on.
-    pub fn choose<'a>(self, svc: &Service, port: &'a ServicePort, node: &str) -> Choice<'a> {
+    pub fn choose<'a>(
+        self,
+        cluster: &Cluster,
+        svc: &Service,
+        port: &'a ServicePort,
+        node: &str,
+    ) -> Choice<'a> {
         let mut policy = PortPolicy::of(svc, port);
-        let mut eps = select_with(port, policy, node, self.terminating);
+        let topo = topology::Context::of(cluster, svc, node);
+        let mut eps = select_with(port, policy, node, self.terminating, topo, self.hints);
         if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
             // The bug: on this node the port behaves as if its internal policy were Cluster.
             policy.internal_local = false;
-            eps = select_with(port, policy, node, self.terminating);
+            eps = select_with(port, policy, node, self.terminating, topo, self.hints);
         }
         Choice { policy, eps, etp_local_uses_cluster: self.etp_local_uses_cluster }
     }
@@ -318,7 +328,7 @@ fn host(ip: IpAddr) -> String {
 impl<'a> Port<'a> {
     fn new(cluster: &Cluster, svc: &Service, port: &'a ServicePort, node: &str, dev: Deviations) -> Port<'a> {
         let name = naming::service_port_name(svc, port);
-        let choice = dev.choose(svc, port, node);
+        let choice = dev.choose(cluster, svc, port, node);
         // Each proxier sees only the addresses of its own family.
         let family = IpFamily::of(svc.cluster_ip);
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;

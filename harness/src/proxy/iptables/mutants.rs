@@ -13,6 +13,7 @@ use super::ladder;
 use super::naming;
 use super::ruleset::{Rule, RuleSet, args};
 use crate::model::{Cluster, IpFamily, Service, ServicePort};
+use crate::proxy::kube::topology::Hints;
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The mutants whose bug is not in the finished rules, as a pattern for the `apply` of
@@ -26,6 +27,8 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::TerminatingNeverFallback
             | $crate::proxy::iptables::Mutant::HealthCheckAlwaysOk
             | $crate::proxy::iptables::Mutant::StaleUdpConntrackKept
+            | $crate::proxy::iptables::Mutant::HintsIgnored
+            | $crate::proxy::iptables::Mutant::HintsUsedWhenIncomplete
     };
 }
 pub(crate) use outside_the_rules;
@@ -71,10 +74,14 @@ pub enum Mutant {
     /// kube-proxy before <https://github.com/kubernetes/kubernetes/pull/43415>
     /// (<https://github.com/kubernetes/kubernetes/issues/43212>): the node's own stack answers.
     NodePortWithoutEndpointsNotRejected,
+    /// A proxy that does not implement topology-aware hints.
+    HintsIgnored,
+    /// The `canUseTopology` check that every endpoint is hinted left out.
+    HintsUsedWhenIncomplete,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -96,6 +103,8 @@ impl Mutant {
         Mutant::StaleUdpConntrackKept,
         Mutant::LocalnetNotFirewalled,
         Mutant::NodePortWithoutEndpointsNotRejected,
+        Mutant::HintsIgnored,
+        Mutant::HintsUsedWhenIncomplete,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -122,6 +131,8 @@ impl Mutant {
             Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
             Mutant::LocalnetNotFirewalled => "localnet-not-firewalled",
             Mutant::NodePortWithoutEndpointsNotRejected => "node-port-without-endpoints-not-rejected",
+            Mutant::HintsIgnored => "hints-ignored",
+            Mutant::HintsUsedWhenIncomplete => "hints-used-when-incomplete",
         }
     }
 
@@ -190,6 +201,12 @@ impl Mutant {
             Mutant::NodePortWithoutEndpointsNotRejected => {
                 "a node port of a service without endpoints is not rejected: the packet goes on to the node's own stack, whose TCP reset (or a listener on that port) answers instead"
             }
+            Mutant::HintsIgnored => {
+                "topology hints are ignored: a node whose zone the hints name still sends traffic to endpoints hinted for other zones"
+            }
+            Mutant::HintsUsedWhenIncomplete => {
+                "topology hints are used although some ready endpoint has none: that endpoint never gets traffic, instead of hints being ignored"
+            }
         }
     }
 
@@ -201,6 +218,8 @@ impl Mutant {
             Mutant::ItpLocalFallsBackToRemote => d.itp_local_falls_back = true,
             Mutant::TerminatingUsedWhileReady => d.terminating = Terminating::AlwaysUsed,
             Mutant::TerminatingNeverFallback => d.terminating = Terminating::NeverUsed,
+            Mutant::HintsIgnored => d.hints = Hints::Ignored,
+            Mutant::HintsUsedWhenIncomplete => d.hints = Hints::UsedWhenIncomplete,
             _ => {}
         }
         d

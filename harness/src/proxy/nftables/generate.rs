@@ -308,7 +308,7 @@ impl<'a> Port<'a> {
         dev: Deviations,
         layout: Layout,
     ) -> Port<'a> {
-        let choice = dev.choose(svc, port, node);
+        let choice = dev.choose(cluster, svc, port, node);
         let family = IpFamily::of(svc.cluster_ip);
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
         let texts = |ips: &[IpAddr]| ips.iter().filter(ours).map(|ip| ip.to_string()).collect();

@@ -147,14 +147,14 @@ fn a_broken_node_does_not_cascade_into_its_pods() {
     let text = edit(
         KUBE_DNS,
         "    - name: node-b\n      ip: 192.168.50.12\n",
-        "    - name: node-b\n      ip: 192.168.50.12\n      zone: z\n",
+        "    - name: node-b\n      ip: 192.168.50.12\n      region: z\n",
     );
     let errs = errors(&text);
     assert_only(
         &errs,
-        at(&text, "zone"),
-        "spec.nodes[1].zone",
-        "unknown field `zone`, expected one of `name`, `ip`, `ips`, `secondaryIPs`, `podCIDR`, `podCIDRs`",
+        at(&text, "region"),
+        "spec.nodes[1].region",
+        "unknown field `region`, expected one of `name`, `ip`, `ips`, `secondaryIPs`, `podCIDR`, `podCIDRs`, `zone`",
     );
 }
 
@@ -343,6 +343,6 @@ fn proxy_config_errors() {
         &parse_errors(&text),
         at(&text, "masqueradAll"),
         "spec.proxyConfig.masqueradAll",
-        "unknown field `masqueradAll`, expected one of `masqueradeAll`, `nodePortAddresses`, `localhostNodePorts`",
+        "unknown field `masqueradAll`, expected one of `masqueradeAll`, `nodePortAddresses`, `localhostNodePorts`, `featureGates`",
     );
 }

@@ -21,21 +21,9 @@ const SLICE_ENDPOINT: &str = "  nodeName: node-a\n  targetRef:";
 const REFUSED: &[Refused] = &[
     Refused {
         old: "  sessionAffinity: None\n",
-        new: "  sessionAffinity: None\n  trafficDistribution: PreferClose\n",
-        needle: "trafficDistribution",
+        new: "  sessionAffinity: None\n  trafficDistribution: PreferSameZone\n",
+        needle: "PreferSameZone",
         field: "Service default/web: spec.trafficDistribution",
-    },
-    Refused {
-        old: "  creationTimestamp: \"2024-05-01T10:00:00Z\"\n  labels:\n    app: web\n",
-        new: "    service.kubernetes.io/topology-mode: Auto\n  creationTimestamp: \"2024-05-01T10:00:00Z\"\n  labels:\n    app: web\n",
-        needle: "Auto",
-        field: "Service default/web: metadata.annotations[\"service.kubernetes.io/topology-mode\"]",
-    },
-    Refused {
-        old: "  creationTimestamp: \"2024-05-01T10:00:00Z\"\n  labels:\n    app: web\n",
-        new: "    service.kubernetes.io/topology-aware-hints: auto\n  creationTimestamp: \"2024-05-01T10:00:00Z\"\n  labels:\n    app: web\n",
-        needle: "auto\n",
-        field: "Service default/web: metadata.annotations[\"service.kubernetes.io/topology-aware-hints\"]",
     },
     Refused {
         old: SERVICE_LABELS,
@@ -60,12 +48,6 @@ const REFUSED: &[Refused] = &[
         new: "    kubernetes.io/service-name: web\n    service.kubernetes.io/headless: \"\"\n",
         needle: "service.kubernetes.io/headless",
         field: "EndpointSlice default/web-x9k2q: metadata.labels[\"service.kubernetes.io/headless\"]",
-    },
-    Refused {
-        old: SLICE_ENDPOINT,
-        new: "  nodeName: node-a\n  hints:\n    forZones:\n    - name: zone-a\n  targetRef:",
-        needle: "forZones",
-        field: "EndpointSlice default/web-x9k2q: endpoints[0].hints.forZones",
     },
     Refused {
         old: SLICE_ENDPOINT,

@@ -37,14 +37,14 @@ fn errors_in_items_point_at_the_items_own_lines() {
         &edit(
             KUBECTL,
             "  sessionAffinity: None\n",
-            "  sessionAffinity: None\n  trafficDistribution: PreferClose\n",
+            "  sessionAffinity: None\n  trafficDistribution: PreferSameNode\n",
         ),
         "List",
     );
     let errs = errors(&text);
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].field, "Service default/web: spec.trafficDistribution");
-    assert_eq!((errs[0].line, errs[0].column), at(&text, "trafficDistribution"));
+    assert_eq!((errs[0].line, errs[0].column), at(&text, "PreferSameNode"));
     // A missing field points at its item.
     let text = as_list(
         &edit(

@@ -18,6 +18,7 @@ mod slices;
 mod steps;
 mod syntax;
 mod targets;
+mod topology;
 
 use std::path::Path;
 

@@ -436,6 +436,7 @@ fn everything() -> Cluster {
         terminating_only,
     ]);
     c.nodes[0].secondary_ips = vec!["192.168.50.102".parse().unwrap()];
+    crate::proxy::test_support::add_zoned_services(&mut c);
     c
 }
 

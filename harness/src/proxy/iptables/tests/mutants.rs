@@ -368,3 +368,21 @@ fn the_mutants_outside_the_rules_are_the_generators_the_health_servers_and_the_c
         assert_eq!(matches!(m, outside_the_rules!()), elsewhere, "{m}");
     }
 }
+
+/// The endpoints `KUBE-SVC-…` of `name` jumps to on `node` (their `KUBE-SEP-…` chains).
+fn svc_targets(rules: &RuleSet, name: &str) -> Vec<String> {
+    let (svc, ..) = chains_of(name);
+    lines(&rules.nat, &svc).into_iter().filter(|l| l.contains("-j KUBE-SEP-")).collect()
+}
+
+#[test]
+fn hint_mutants_change_only_which_endpoints_the_cluster_set_keeps() {
+    // kube-proxy: node-a keeps zone-a's endpoint of `zoned`, both of `zoned-partial`.
+    let (right, ignored) = broken(Mutant::HintsIgnored, "node-a");
+    assert_eq!(svc_targets(&right, "default/zoned").len(), 1);
+    assert_eq!(svc_targets(&ignored, "default/zoned").len(), 2);
+    assert_eq!(svc_targets(&right, "default/zoned-partial").len(), 2);
+    let (_, incomplete) = broken(Mutant::HintsUsedWhenIncomplete, "node-a");
+    assert_eq!(svc_targets(&incomplete, "default/zoned-partial").len(), 1);
+    assert_eq!(svc_targets(&incomplete, "default/zoned"), svc_targets(&right, "default/zoned"));
+}

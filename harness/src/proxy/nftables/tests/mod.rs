@@ -90,6 +90,7 @@ fn everything() -> Cluster {
     );
     let mut c = cluster(vec![web, local, lb, itp, empty, leaving]);
     c.nodes[0].secondary_ips = vec!["192.168.50.102".parse().unwrap()];
+    crate::proxy::test_support::add_zoned_services(&mut c);
     c
 }
 

@@ -1,0 +1,170 @@
+//! Topology-aware routing: which endpoints a node's Cluster-policy set keeps, given the
+//! EndpointSlice zone hints, the node's zone and the Service's hints annotation.
+//!
+//! The rules are kube-proxy v1.30's (pkg/proxy/topology.go `canUseTopology` and
+//! `availableForTopology`, with the `TopologyAwareHints` gate on, its v1.30 default):
+//! - with the `ServiceTrafficDistribution` gate off (v1.30's default) hints count only when the
+//!   Service's hints annotation is set to something other than `""`, `disabled`, `Disabled`;
+//!   with it on (v1.31+'s default) the annotation is ignored;
+//! - the node must have a non-empty zone;
+//! - every ready endpoint must carry a zone hint, and at least one ready endpoint must be
+//!   hinted for the node's zone.
+//!
+//! Otherwise every ready endpoint is used. Topology never applies to the Local-policy set,
+//! nor to the fallback to serving-terminating endpoints. Node hints (`forNodes`,
+//! `PreferSameNode`, v1.33+) are not part of these rules: the scenario reader refuses them.
+
+use crate::model::{Cluster, Endpoint, Service};
+
+/// How a generator treats hints: kube-proxy's way, or one of the bugs mutants switch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hints {
+    /// kube-proxy's rules (above).
+    #[default]
+    Honoured,
+    /// Hints never filter endpoints.
+    Ignored,
+    /// Hints filter endpoints even when some ready endpoint has none (such an endpoint is
+    /// then never used).
+    UsedWhenIncomplete,
+}
+
+/// What topology filtering sees of one service port on one node (the default: nothing that
+/// enables it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Context<'a> {
+    /// The Service's hints annotation (`Service::hints_annotation`).
+    pub annotation: Option<&'a str>,
+    /// The node's `topology.kubernetes.io/zone`.
+    pub zone: Option<&'a str>,
+    /// The `ServiceTrafficDistribution` feature gate.
+    pub traffic_distribution_gate: bool,
+}
+
+impl<'a> Context<'a> {
+    /// The context of `svc`'s ports on `node` of `cluster`.
+    pub fn of(cluster: &'a Cluster, svc: &'a Service, node: &str) -> Context<'a> {
+        Context {
+            annotation: svc.hints_annotation.as_deref(),
+            zone: cluster.node(node).and_then(|n| n.zone.as_deref()),
+            traffic_distribution_gate: cluster.proxy.service_traffic_distribution,
+        }
+    }
+}
+
+/// The zone whose hints filter the Cluster set on this node, or `None` when every ready
+/// endpoint is used (`canUseTopology` is false).
+pub fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: Hints) -> Option<&'a str> {
+    if hints == Hints::Ignored {
+        return None;
+    }
+    if !cx.traffic_distribution_gate && !annotation_enabled(cx.annotation) {
+        return None;
+    }
+    let zone = cx.zone.filter(|z| !z.is_empty())?;
+    let ready = endpoints.iter().filter(|e| e.ready);
+    let complete = hints == Hints::UsedWhenIncomplete || ready.clone().all(|e| !e.zone_hints.is_empty());
+    let hinted_here = ready.clone().any(|e| available(e, zone));
+    (complete && hinted_here).then_some(zone)
+}
+
+/// `availableForTopology`: the endpoint is hinted for `zone`.
+pub fn available(endpoint: &Endpoint, zone: &str) -> bool {
+    endpoint.zone_hints.iter().any(|z| z == zone)
+}
+
+/// The annotation asks for topology-aware routing (`Auto`, or any value but the disabled ones).
+pub fn annotation_enabled(annotation: Option<&str>) -> bool {
+    !matches!(annotation, None | Some("" | "disabled" | "Disabled"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::test_support::ep;
+
+    fn hinted(ip: &str, ready: bool, zones: &[&str]) -> Endpoint {
+        Endpoint { ready, zone_hints: zones.iter().map(|z| z.to_string()).collect(), ..ep(ip, 80, Some("n")) }
+    }
+
+    /// The cases of kube-proxy's topology_test.go `TestCategorizeEndpoints` that concern
+    /// hints, as a table: annotation, gate, node zone, endpoints → the filtering zone.
+    #[test]
+    fn kube_proxy_v1_30_rules() {
+        let a_b = || {
+            vec![
+                hinted("10.1.2.3", true, &["zone-a"]),
+                hinted("10.1.2.4", true, &["zone-b"]),
+                hinted("10.1.2.5", true, &["zone-c"]),
+            ]
+        };
+        let one_unhinted = || vec![hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", true, &[])];
+        let unready_unhinted = || vec![hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", false, &[])];
+        let multi =
+            || vec![hinted("10.1.2.3", true, &["zone-a", "zone-b"]), hinted("10.1.2.4", true, &["zone-c"])];
+        let unready_here =
+            || vec![hinted("10.1.2.3", false, &["zone-a"]), hinted("10.1.2.4", true, &["zone-b"])];
+        type Case = (
+            &'static str,
+            Option<&'static str>,
+            bool,
+            Option<&'static str>,
+            fn() -> Vec<Endpoint>,
+            Option<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            ("hints used with Auto", Some("Auto"), false, Some("zone-a"), a_b, Some("zone-a")),
+            (
+                "hints used with the legacy annotation's other values",
+                Some("enabled"),
+                false,
+                Some("zone-a"),
+                a_b,
+                Some("zone-a"),
+            ),
+            ("no annotation, gate off: ignored", None, false, Some("zone-a"), a_b, None),
+            ("annotation disabled", Some("disabled"), false, Some("zone-a"), a_b, None),
+            ("annotation Disabled", Some("Disabled"), false, Some("zone-a"), a_b, None),
+            ("annotation empty", Some(""), false, Some("zone-a"), a_b, None),
+            ("gate on: annotation not needed", None, true, Some("zone-a"), a_b, Some("zone-a")),
+            ("gate on: Disabled ignored too", Some("Disabled"), true, Some("zone-a"), a_b, Some("zone-a")),
+            ("node without zone", Some("Auto"), false, None, a_b, None),
+            ("node with empty zone", Some("Auto"), false, Some(""), a_b, None),
+            ("no hint for the node's zone", Some("Auto"), false, Some("zone-d"), a_b, None),
+            ("a ready endpoint without hints", Some("Auto"), false, Some("zone-a"), one_unhinted, None),
+            (
+                "an unready endpoint without hints does not count",
+                Some("Auto"),
+                false,
+                Some("zone-a"),
+                unready_unhinted,
+                Some("zone-a"),
+            ),
+            (
+                "an endpoint hinted for several zones",
+                Some("Auto"),
+                false,
+                Some("zone-b"),
+                multi,
+                Some("zone-b"),
+            ),
+            ("only an unready endpoint hinted here", Some("Auto"), false, Some("zone-a"), unready_here, None),
+        ];
+        for (name, annotation, gate, zone, endpoints, want) in cases {
+            let eps = endpoints();
+            let refs: Vec<&Endpoint> = eps.iter().collect();
+            let cx = Context { annotation, zone, traffic_distribution_gate: gate };
+            assert_eq!(zone_filter(&refs, cx, Hints::Honoured), want, "{name}");
+            assert_eq!(zone_filter(&refs, cx, Hints::Ignored), None, "{name} (hints ignored)");
+        }
+    }
+
+    #[test]
+    fn the_incomplete_hints_mutant_filters_anyway() {
+        let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", true, &[])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        let cx = Context { annotation: Some("Auto"), zone: Some("zone-a"), traffic_distribution_gate: false };
+        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
+        assert_eq!(zone_filter(&refs, cx, Hints::UsedWhenIncomplete), Some("zone-a"));
+    }
+}
