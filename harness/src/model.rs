@@ -325,8 +325,12 @@ pub struct Service {
     pub ports: Vec<ServicePort>,
     /// `spec.externalIPs`.
     pub external_ips: Vec<IpAddr>,
-    /// `status.loadBalancer.ingress[].ip` (type LoadBalancer only).
+    /// `status.loadBalancer.ingress[].ip` (type LoadBalancer only) whose `ipMode` is VIP: the
+    /// nodes intercept traffic to them.
     pub load_balancer_ips: Vec<IpAddr>,
+    /// Ingress IPs with `ipMode: Proxy`: the load balancer proxies, so kube-proxy leaves them
+    /// alone and traffic to them goes out to the balancer (pkg/proxy/serviceport.go).
+    pub proxied_load_balancer_ips: Vec<IpAddr>,
     /// `spec.loadBalancerSourceRanges`, whitespace trimmed; empty allows every source.
     pub load_balancer_source_ranges: Vec<IpNet>,
     /// `spec.healthCheckNodePort` (type LoadBalancer with externalTrafficPolicy Local).
@@ -366,6 +370,7 @@ impl Service {
             ports,
             external_ips: self.external_ips.iter().copied().filter(of).collect(),
             load_balancer_ips: self.load_balancer_ips.iter().copied().filter(of).collect(),
+            proxied_load_balancer_ips: self.proxied_load_balancer_ips.iter().copied().filter(of).collect(),
             load_balancer_source_ranges: self
                 .load_balancer_source_ranges
                 .iter()
@@ -390,6 +395,7 @@ impl Service {
             ports: Vec::new(),
             external_ips: Vec::new(),
             load_balancer_ips: Vec::new(),
+            proxied_load_balancer_ips: Vec::new(),
             load_balancer_source_ranges: Vec::new(),
             health_check_node_port: None,
             session_affinity: SessionAffinity::None,

@@ -569,3 +569,21 @@ fn stated_expectations_name_the_profile_whose_choice_they_state() {
     let contract = problems(at("192.168.50.11"), stated(StatedVerdict::Dropped, None));
     assert!(contract[0].contains("but Kubernetes semantics say"), "{contract:?}");
 }
+
+#[test]
+fn a_proxy_mode_load_balancer_ip_is_left_to_the_balancer() {
+    let mut c = lb_cluster(TrafficPolicy::Cluster, &[]);
+    let svc = &mut c.services[0];
+    svc.proxied_load_balancer_ips = std::mem::take(&mut svc.load_balancer_ips);
+    for (from, via) in [
+        (Source::Pod("client".into()), None),
+        (Source::Node("a".into()), None),
+        (Source::External("ext".into()), Some("b")),
+    ] {
+        let e = expect(&c, &probe(from.clone(), to_lb(via))).unwrap();
+        assert_eq!(e.outcome, Outcome::Forwarded, "{from}: {}", e.because);
+        assert!(e.because.contains("ipMode Proxy"), "{}", e.because);
+    }
+    let raw = probe(Source::Pod("client".into()), Target::Address("203.0.113.10:80".parse().unwrap()));
+    assert_eq!(expect(&c, &raw).unwrap().outcome, Outcome::Forwarded);
+}

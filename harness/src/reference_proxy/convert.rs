@@ -154,7 +154,7 @@ pub fn service(object: &K8sService) -> Option<Service> {
         });
     }
     let load_balancer = service_type == ServiceType::LoadBalancer;
-    let load_balancer_ips = if load_balancer {
+    let ingress: Vec<(IpAddr, bool)> = if load_balancer {
         object
             .status
             .as_ref()
@@ -162,11 +162,16 @@ pub fn service(object: &K8sService) -> Option<Service> {
             .and_then(|lb| lb.ingress.as_ref())
             .into_iter()
             .flatten()
-            .filter_map(|i| i.ip.as_deref()?.parse().ok())
+            .filter_map(|i| {
+                // A proxy-mode balancer is left alone (pkg/proxy/serviceport.go, util.IsVIPMode).
+                let vip = matches!(i.ip_mode.as_deref(), None | Some("VIP"));
+                Some((i.ip.as_deref()?.parse().ok()?, vip))
+            })
             .collect()
     } else {
         Vec::new()
     };
+    let of_mode = |vip: bool| ingress.iter().filter(|i| i.1 == vip).map(|i| i.0).collect::<Vec<_>>();
     let load_balancer_source_ranges = if load_balancer {
         spec.load_balancer_source_ranges.iter().flatten().filter_map(|r| r.trim().parse().ok()).collect()
     } else {
@@ -197,7 +202,8 @@ pub fn service(object: &K8sService) -> Option<Service> {
         internal_traffic_policy: policy(spec.internal_traffic_policy.as_deref()),
         ports,
         external_ips: spec.external_ips.iter().flatten().filter_map(|ip| ip.parse().ok()).collect(),
-        load_balancer_ips,
+        load_balancer_ips: of_mode(true),
+        proxied_load_balancer_ips: of_mode(false),
         load_balancer_source_ranges,
         health_check_node_port,
         session_affinity,

@@ -30,12 +30,12 @@
 //! | `spec.healthCheckNodePort` | modelled | serviceport.go (NeedsHealthCheck) |
 //! | `spec.sessionAffinity`, `spec.sessionAffinityConfig` | modelled | serviceport.go |
 //! | `spec.loadBalancerSourceRanges` | modelled | serviceport.go |
-//! | `spec.allocateLoadBalancerNodePorts` | modelled through `nodePort` (a LoadBalancer port without one is refused there) | — (the API server's allocation) |
+//! | `spec.allocateLoadBalancerNodePorts` | modelled: false lets a LoadBalancer port go without `nodePort` (`services.rs`) | — (the API server's allocation) |
 //! | `spec.trafficDistribution` | **refused** | EndpointSlice controller hints (ServiceTrafficDistribution), topology.go |
 //! | `spec.loadBalancerClass`, `spec.loadBalancerIP` | irrelevant: they choose the load balancer, whose result is `status` | — |
 //! | `spec.externalName` | refused with ExternalName | utils.go ShouldSkipService |
 //! | `status.loadBalancer.ingress[].ip` | modelled | serviceport.go |
-//! | `status.loadBalancer.ingress[].ipMode` | modelled (Proxy refused, `external.rs`) | serviceport.go IsVIPMode |
+//! | `status.loadBalancer.ingress[].ipMode` | modelled (`external.rs`: Proxy IPs are left to the balancer) | serviceport.go IsVIPMode |
 //! | `status.loadBalancer.ingress[].hostname` | refused without `ip` (`external.rs`) | serviceport.go (skips entries without ip) |
 //! | `status.loadBalancer.ingress[].ports`, `status.conditions` | irrelevant | — |
 //!

@@ -126,7 +126,7 @@ impl Paths<'_> {
             let target = |via| Target::ExternalIp { service: name.clone(), port: port_name.clone(), ip, via };
             self.external(&dest, &format!("externalIP {ip}"), target, out);
         }
-        for &ip in &service.load_balancer_ips {
+        for &ip in service.load_balancer_ips.iter().chain(&service.proxied_load_balancer_ips) {
             let target =
                 |via| Target::LoadBalancer { service: name.clone(), port: port_name.clone(), ip, via };
             self.external(&dest, &format!("loadBalancer {ip}"), target, out);

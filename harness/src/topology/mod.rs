@@ -248,12 +248,16 @@ fn on_node<'a>(views: &'a [Cluster], name: &'a str) -> impl Iterator<Item = (&'a
     views.iter().filter_map(move |v| Some((v, v.node(name)?)))
 }
 
-/// Every external IP and load-balancer IP of the cluster's Services, once each.
+/// Every external IP and load-balancer IP (ipMode Proxy too: traffic to it leaves through
+/// the uplink) of the cluster's Services, once each.
 fn external_destinations(cluster: &Cluster) -> Vec<IpAddr> {
     let mut ips: Vec<IpAddr> = cluster
         .services
         .iter()
-        .flat_map(|s| s.external_ips.iter().chain(&s.load_balancer_ips).copied())
+        .flat_map(|s| {
+            let load_balancer = s.load_balancer_ips.iter().chain(&s.proxied_load_balancer_ips);
+            s.external_ips.iter().chain(load_balancer).copied()
+        })
         .collect();
     ips.sort();
     ips.dedup();

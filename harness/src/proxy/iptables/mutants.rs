@@ -26,6 +26,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::TerminatingNeverFallback
             | $crate::proxy::iptables::Mutant::HealthCheckAlwaysOk
             | $crate::proxy::iptables::Mutant::StaleUdpConntrackKept
+            | $crate::proxy::iptables::Mutant::IpModeProxyIgnored
     };
 }
 pub(crate) use outside_the_rules;
@@ -68,10 +69,13 @@ pub enum Mutant {
     StaleUdpConntrackKept,
     /// CVE-2020-8558: <https://github.com/kubernetes/kubernetes/issues/90259>.
     LocalnetNotFirewalled,
+    /// kube-proxy before v1.29 (KEP-1860, gate LoadBalancerIPMode), and every proxy that reads
+    /// `status.loadBalancer.ingress[].ip` alone.
+    IpModeProxyIgnored,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -92,6 +96,7 @@ impl Mutant {
         Mutant::NodePortsNotLast,
         Mutant::StaleUdpConntrackKept,
         Mutant::LocalnetNotFirewalled,
+        Mutant::IpModeProxyIgnored,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -117,6 +122,7 @@ impl Mutant {
             Mutant::NodePortsNotLast => "node-ports-not-last",
             Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
             Mutant::LocalnetNotFirewalled => "localnet-not-firewalled",
+            Mutant::IpModeProxyIgnored => "ip-mode-proxy-ignored",
         }
     }
 
@@ -182,6 +188,9 @@ impl Mutant {
             Mutant::LocalnetNotFirewalled => {
                 "route_localnet is set for localhost node ports but KUBE-FIREWALL lacks the localnet DROP: adjacent hosts reach services listening on the node's 127.0.0.1"
             }
+            Mutant::IpModeProxyIgnored => {
+                "ipMode is ignored: load-balancer IPs with ipMode Proxy are intercepted on the nodes like VIP ones, so traffic from inside the cluster never reaches the proxying balancer"
+            }
         }
     }
 
@@ -200,6 +209,22 @@ impl Mutant {
 
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
     /// guard to leave out.
+    /// The cluster as the broken proxy reads it: the same, except for the mutants whose bug
+    /// is in reading the Service objects.
+    pub fn misread(self, cluster: &Cluster) -> Option<Cluster> {
+        match self {
+            Mutant::IpModeProxyIgnored => {
+                let mut misread = cluster.clone();
+                for svc in &mut misread.services {
+                    let proxied = std::mem::take(&mut svc.proxied_load_balancer_ips);
+                    svc.load_balancer_ips.extend(proxied);
+                }
+                Some(misread)
+            }
+            _ => None,
+        }
+    }
+
     pub fn exists_in_nftables(self) -> bool {
         self != Mutant::LocalnetNotFirewalled
     }
