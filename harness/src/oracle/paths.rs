@@ -54,9 +54,13 @@ fn cluster_ip(
     port: &ServicePort,
 ) -> Result<Expectation, String> {
     let name = format!("ClusterIP {}", describe(svc, port));
-    let Some(client_node) = cluster.source_node(&probe.from) else {
+    // An external host reaches a cluster IP only through a node its routes name, which
+    // handles it as any traffic from outside the pod CIDR.
+    let routed = cluster.routed_through(&probe.from, svc.cluster_ip);
+    let Some(client_node) = cluster.source_node(&probe.from).or(routed) else {
         return Err(format!(
-            "{} has no route to cluster IPs: only pods and nodes can reach {name}",
+            "{} has no route to cluster IPs: only pods, nodes and external hosts with a route \
+             through a node (routes: [{{to: SERVICE_CIDR, via: NODE}}]) can reach {name}",
             probe.from
         ));
     };

@@ -182,6 +182,13 @@ impl Topology {
                 }
             }
             links.up(eth0).await?;
+            // Its own routes through nodes (e.g. cluster IPs advertised over BGP).
+            for view in &views {
+                for route in view.external_host(&host.name).map(|h| h.routes.as_slice()).unwrap_or_default() {
+                    let via = view.node(&route.via).with_context(|| format!("no node {}", route.via))?;
+                    links.route_via(route.to, via.ip, eth0).await?;
+                }
+            }
         }
         Ok(())
     }

@@ -347,3 +347,28 @@ fn a_load_balancer_goes_without_node_ports_only_when_it_allocates_none() {
     let text = edit(EXPOSED, "  type: LoadBalancer\n", "  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n");
     assert_eq!(parse(&text).cluster.services[0].ports[0].node_port, Some(30080));
 }
+
+#[test]
+fn external_host_routes_go_through_nodes_outside_the_node_network() {
+    let host = "    - {name: outside, ip: 192.168.50.100}\n";
+    let routed = |routes: &str| edit(EXPOSED, host, &format!("    - {{name: outside, ip: 192.168.50.100, routes: {routes}}}\n"));
+    let s = parse(&routed("[{to: 10.96.0.0/12, via: node-b}, {to: 10.96.0.0/16, via: node-a}]"));
+    let outside = s.cluster.external_host("outside").unwrap();
+    // The longest prefix wins, as in the host's routing table.
+    let via = |ip: &str| outside.route_to(ip.parse().unwrap()).map(|r| r.via.as_str());
+    assert_eq!((via("10.96.0.20"), via("10.100.0.1"), via("10.244.1.1")), (Some("node-a"), Some("node-b"), None));
+    for (routes, needle, field, message) in [
+        ("[{to: 10.96.0.0/12, via: node-z}]", "node-z", "via", "no node named \"node-z\""),
+        ("[{to: 10.96.0.1/12, via: node-a}]", "10.96.0.1/12", "to", "has host bits set"),
+        ("[{to: 192.168.0.0/16, via: node-a}]", "192.168.0.0/16", "to", "overlaps the node network 192.168.50.0/24"),
+        ("[{to: fd00::/64, via: node-a}]", "fd00::/64", "to", "this host has no IPv6 address"),
+    ] {
+        let text = routed(routes);
+        assert_has(
+            &parse_errors(&text),
+            at(&text, needle),
+            &format!("spec.externalHosts[0].routes[0].{field}"),
+            message,
+        );
+    }
+}
