@@ -20,7 +20,7 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
     match front {
         Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port),
         Frontend::External { svc, port, kind, node } => external(cluster, probe, svc, port, kind, node),
-        Frontend::HealthCheck { svc, node } => Ok(health_check(cluster, svc, node)),
+        Frontend::HealthCheck { svc, node } => Ok(health_check(svc, node)),
         Frontend::NodeItself { node, why } => {
             Ok(Expectation::required(Outcome::Closed { host: node.name.clone() }, why))
         }
@@ -70,7 +70,7 @@ fn cluster_ip(
     }
     let (chosen, policy) = match svc.internal_traffic_policy {
         TrafficPolicy::Cluster => (all, ""),
-        TrafficPolicy::Local => (local_to(cluster, port, &client_node.name), ", internalTrafficPolicy Local"),
+        TrafficPolicy::Local => (local_to(port, &client_node.name), ", internalTrafficPolicy Local"),
     };
     if chosen.is_empty() {
         return Ok(dropped(format!("{name}{policy}, no endpoint on {}", client_node.name)));
@@ -119,7 +119,7 @@ fn external(
     let from_pod = matches!(probe.from, Source::Pod(_));
     let from_receiving_node = matches!(&probe.from, Source::Node(n) if *n == node.name);
     if svc.external_traffic_policy == TrafficPolicy::Local && !from_pod && !from_receiving_node {
-        let local = local_to(cluster, port, &node.name);
+        let local = local_to(port, &node.name);
         if local.is_empty() {
             return Ok(dropped(format!("{name}, externalTrafficPolicy Local, no endpoint on {}", node.name)));
         }
@@ -173,8 +173,8 @@ fn undefined_local_node_port(
     Ok(())
 }
 
-fn health_check(cluster: &Cluster, svc: &Service, node: &Node) -> Expectation {
-    let local = ready_local_count(cluster, &svc.ports, &node.name);
+fn health_check(svc: &Service, node: &Node) -> Expectation {
+    let local = ready_local_count(&svc.ports, &node.name);
     let status = if local > 0 { 200 } else { 503 };
     Expectation::required(
         Outcome::Http { status, local_endpoints: local },

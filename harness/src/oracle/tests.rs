@@ -602,3 +602,13 @@ fn a_host_routed_through_a_node_reaches_cluster_ips_masqueraded_by_that_node() {
     c.external_hosts[0].routes[0].to = "10.200.0.0/16".parse().unwrap();
     assert!(expect(&c, &probe(Source::External("ext".into()), to_cluster_ip())).is_err());
 }
+
+#[test]
+fn locality_is_the_endpoints_node_name_alone() {
+    // web-a runs on node a, but its endpoint names no node: kube-proxy counts it local nowhere.
+    let mut unnamed = endpoint("web-a", "10.244.1.5", "a");
+    unnamed.node = None;
+    let c = cluster(vec![unnamed], TrafficPolicy::Local);
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Dropped, "{}", e.because);
+}

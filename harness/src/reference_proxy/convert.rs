@@ -280,14 +280,14 @@ mod tests {
                 let mut got =
                     cluster(node, &scenario.objects.services, &scenario.objects.endpoint_slices, &flags)
                         .unwrap();
-                // The API does not say which scenario pod an address is, nor always its node:
-                // the parser infers both from its pods. Fill them the same way to compare.
+                // The API does not say which scenario pod (or external host) an address is: the
+                // parser infers it. Fill it the same way to compare.
                 for ep in got.services.iter_mut().flat_map(|s| &mut s.ports).flat_map(|p| &mut p.endpoints) {
-                    let pod = c.pods.iter().find(|p| p.ip == ep.ip || p.second_ip == Some(ep.ip)).unwrap();
+                    let pod = c.pods.iter().find(|p| p.ip == ep.ip || p.second_ip == Some(ep.ip)).map(|p| &p.name);
+                    let host = c.external_hosts.iter().find(|h| h.ip == ep.ip || h.second_ip == Some(ep.ip));
                     if ep.pod.is_empty() {
-                        ep.pod = pod.name.clone();
+                        ep.pod = pod.or(host.map(|h| &h.name)).unwrap().clone();
                     }
-                    ep.node.get_or_insert_with(|| pod.node.clone());
                 }
                 assert_eq!(got.services, c.services, "{}", file.display());
                 assert_eq!(got.pod_cidr, c.pod_cidr);

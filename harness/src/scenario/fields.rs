@@ -47,9 +47,9 @@
 //! | `addressType` | modelled (FQDN refused) | the EndpointSlice informer, endpointslicecache.go |
 //! | `ports[].name`, `.protocol`, `.port` | modelled | endpointslicecache.go |
 //! | `ports[].appProtocol` | irrelevant | — |
-//! | `endpoints[].addresses` | modelled (one each) | endpointslicecache.go addEndpoints (the first) |
+//! | `endpoints[].addresses` | modelled (one each: a pod's or an external host's; a node's or nobody's refused) | endpointslicecache.go addEndpoints (the first) |
 //! | `endpoints[].conditions` | modelled | endpointslicecache.go newEndpointSliceInfo |
-//! | `endpoints[].nodeName` | modelled | endpointslicecache.go (isLocal) |
+//! | `endpoints[].nodeName` | modelled: locality is it alone (absent: local nowhere) | endpointslicecache.go (isLocal) |
 //! | `endpoints[].hints.forZones`, `.forNodes` | **refused** | endpointslicecache.go ZoneHints, topology.go |
 //! | `endpoints[].zone` | irrelevant: copied into the cache, never used (only hints route) | endpointslicecache.go |
 //! | `endpoints[].hostname`, `.targetRef`, `.deprecatedTopology` | irrelevant | — |

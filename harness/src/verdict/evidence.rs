@@ -359,7 +359,9 @@ fn answered(
     let Some(backend) = backend_address(cluster, probe, dst, pod) else {
         return Some(format!("{pod} answered, but it backs no endpoint of this destination"));
     };
-    let Some(frames) = evidence.frames.get(&format!("pod/{pod}")) else {
+    // A backend is a pod, or an external host that is an endpoint.
+    let point = if cluster.pod(pod).is_some() { format!("pod/{pod}") } else { format!("external/{pod}") };
+    let Some(frames) = evidence.frames.get(&point) else {
         return Some(format!("on the wire: nothing was captured at {pod}"));
     };
     let arrived = frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, backend));
