@@ -27,10 +27,17 @@ pub(super) fn is_local(e: &Endpoint, node: &str) -> bool {
     e.node.as_deref() == Some(node)
 }
 
-/// The node an endpoint's address really is on, for where its traffic goes: its pod's node;
-/// none for an address outside the cluster, whatever its `nodeName` says.
+/// The node an endpoint's address really is on, for where its traffic goes: its pod's node,
+/// or the node itself for a host-network endpoint; none for an address outside the cluster,
+/// whatever its `nodeName` says.
 pub(super) fn node_of<'a>(cluster: &'a Cluster, e: &'a Endpoint) -> Option<&'a str> {
-    cluster.pod(&e.pod).map(|p| p.node.as_str())
+    cluster.pod(&e.pod).map(|p| p.node.as_str()).or_else(|| host_network_node(cluster, e))
+}
+
+/// The node whose own address `e` is (a host-network endpoint).
+pub(super) fn host_network_node<'a>(cluster: &'a Cluster, e: &Endpoint) -> Option<&'a str> {
+    let node = cluster.node(&e.pod)?;
+    node.node_network_ips().any(|ip| ip == e.ip).then_some(node.name.as_str())
 }
 
 /// Ready endpoints on `node` across all ports of a Service, counted once per address: what a

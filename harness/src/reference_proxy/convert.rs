@@ -285,8 +285,9 @@ mod tests {
                 for ep in got.services.iter_mut().flat_map(|s| &mut s.ports).flat_map(|p| &mut p.endpoints) {
                     let pod = c.pods.iter().find(|p| p.ip == ep.ip || p.second_ip == Some(ep.ip)).map(|p| &p.name);
                     let host = c.external_hosts.iter().find(|h| h.ip == ep.ip || h.second_ip == Some(ep.ip));
+                    let node = c.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ep.ip)).map(|n| &n.name);
                     if ep.pod.is_empty() {
-                        ep.pod = pod.or(host.map(|h| &h.name)).unwrap().clone();
+                        ep.pod = pod.or(host.map(|h| &h.name)).or(node).unwrap().clone();
                     }
                 }
                 assert_eq!(got.services, c.services, "{}", file.display());

@@ -274,7 +274,11 @@ fn read_endpoint(
     let node_name = ep.node_name.as_ref().filter(|n| cx.nodes.resolve(n, site, &node_path, diag).is_some());
     // An endpoint that is no pod: a machine outside the cluster (a selectorless Service in
     // front of an external database). The harness serves every port the slice names there.
-    if let Some(host) = cx.external_hosts.values().find(|h| h.ip == ip || h.second_ip == Some(ip)) {
+    // Or a node's own address: a host-network endpoint, such as the API servers behind
+    // `kubernetes.default`. The harness serves the slice's ports in the node's namespace.
+    let node_owner = cx.nodes.values().find(|n| n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).any(|a| a == ip));
+    let host = cx.external_hosts.values().find(|h| h.ip == ip || h.second_ip == Some(ip)).map(|h| &h.name);
+    if let Some(owner) = host.or(node_owner.map(|n| &n.name)) {
         let c = ep.conditions.as_ref();
         let (ready, serving, terminating) = SliceEndpoint::conditions(
             c.and_then(|c| c.ready),
@@ -282,7 +286,7 @@ fn read_endpoint(
             c.and_then(|c| c.terminating),
         );
         let node = node_name.cloned();
-        return Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: host.name.clone() });
+        return Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: owner.clone() });
     }
     let pod = pod_at(site, &addr_path, ip, cx.pods, diag)?;
     // Locality is nodeName alone, as kube-proxy reads it (pkg/proxy/endpointslicecache.go:

@@ -47,7 +47,7 @@
 //! | `addressType` | modelled (FQDN refused) | the EndpointSlice informer, endpointslicecache.go |
 //! | `ports[].name`, `.protocol`, `.port` | modelled | endpointslicecache.go |
 //! | `ports[].appProtocol` | irrelevant | — |
-//! | `endpoints[].addresses` | modelled (one each: a pod's or an external host's; a node's or nobody's refused) | endpointslicecache.go addEndpoints (the first) |
+//! | `endpoints[].addresses` | modelled (one each: a pod's, an external host's or a node's (host network); nobody's refused) | endpointslicecache.go addEndpoints (the first) |
 //! | `endpoints[].conditions` | modelled | endpointslicecache.go newEndpointSliceInfo |
 //! | `endpoints[].nodeName` | modelled: locality is it alone (absent: local nowhere) | endpointslicecache.go (isLocal) |
 //! | `endpoints[].hints.forZones`, `.forNodes` | **refused** | endpointslicecache.go ZoneHints, topology.go |

@@ -209,8 +209,9 @@ fn expectation(
     }
     let backends = spec.backends.as_ref().map(|backend_names| {
         for (k, name) in backend_names.iter().enumerate() {
-            // A backend is a pod, or an external host that is an endpoint (no pod).
-            if !matches!(names.external_hosts.get(name), Lookup::Found(_)) {
+            // A backend is a pod, or an external host or node that is an endpoint (no pod).
+            let host = matches!(names.external_hosts.get(name), Lookup::Found(_));
+            if !host && !matches!(names.nodes.get(name), Lookup::Found(_)) {
                 names.pods.resolve(name, site, &path.key("backends").index(k), diag);
             }
         }

@@ -1,11 +1,11 @@
 //! A small server on every declared container port of every pod, inside the pod's namespace,
-//! and on every endpoint port of an external host that backs a Service.
+//! and on every endpoint port of an external host or node that backs a Service.
 //! TCP: on accept, write the reply line and close. UDP: answer each datagram with the line.
 //! Each binds the unspecified address of each of the pod's families (a dual-stack pod serves
 //! every port on both, with separate sockets; the IPv6 one IPv6-only, so that IPv4 peers are
 //! seen as themselves, never as `::ffff:` mapped addresses).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, Result};
 use socket2::{Domain, Socket, Type};
@@ -38,15 +38,24 @@ impl Servers {
                 servers.serve(ns, SocketAddr::new(unspecified, port.port), port.protocol, &pod.name, "pod")?;
             }
         }
-        // External hosts that are endpoints (no pod: e.g. a database outside the cluster)
-        // serve the endpoint ports the slices name for them.
-        for host in &cluster.external_hosts {
+        // External hosts and nodes that are endpoints (no pod: a database outside the cluster,
+        // host-network API servers) serve the endpoint ports the slices name for them.
+        let hosts = cluster.external_hosts.iter().map(|h| {
+            let ips: Vec<IpAddr> = std::iter::once(h.ip).chain(h.second_ip).collect();
+            (h.name.as_str(), ips, topology.external_hosts.get(&h.name), "external host")
+        });
+        let nodes = cluster.nodes.iter().map(|n| {
+            let ips: Vec<IpAddr> = n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).collect();
+            let ns = topology.nodes.iter().find(|h| h.name == n.name).map(|h| &h.netns);
+            (n.name.as_str(), ips, ns, "node")
+        });
+        for (name, ips, ns, what) in hosts.chain(nodes) {
             let mut ports: Vec<(SocketAddr, Protocol)> = cluster
                 .services
                 .iter()
                 .flat_map(|s| &s.ports)
                 .flat_map(|p| p.endpoints.iter().map(move |e| (e, p.protocol)))
-                .filter(|(e, _)| e.pod == host.name && (e.ip == host.ip || Some(e.ip) == host.second_ip))
+                .filter(|(e, _)| e.pod == name && ips.contains(&e.ip))
                 .map(|(e, protocol)| (SocketAddr::new(IpFamily::of(e.ip).unspecified(), e.port), protocol))
                 .collect();
             ports.sort();
@@ -54,12 +63,9 @@ impl Servers {
             if ports.is_empty() {
                 continue;
             }
-            let ns = topology
-                .external_hosts
-                .get(&host.name)
-                .with_context(|| format!("no namespace for external host {}", host.name))?;
+            let ns = ns.with_context(|| format!("no namespace for {what} {name}"))?;
             for (bind, protocol) in ports {
-                servers.serve(ns, bind, protocol, &host.name, "external host")?;
+                servers.serve(ns, bind, protocol, name, what)?;
             }
         }
         Ok(servers)

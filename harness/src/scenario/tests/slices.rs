@@ -205,3 +205,12 @@ fn an_endpoint_may_be_an_external_host_local_to_no_node() {
     let db = dns.endpoints.iter().find(|e| e.pod == "db").unwrap();
     assert_eq!((db.ip.to_string(), db.node.as_deref()), ("192.168.50.200".into(), None));
 }
+
+#[test]
+fn an_endpoint_may_be_a_nodes_own_address() {
+    let text = with_slice(&[("  - addresses: [10.244.2.7]", "  - addresses: [192.168.50.12]")]);
+    let s = load(&text);
+    let (_, dns) = s.cluster.service_port("kube-dns", "dns").unwrap();
+    let ep = dns.endpoints.iter().find(|e| e.ip.to_string() == "192.168.50.12").unwrap();
+    assert_eq!(ep.pod, s.cluster.nodes.iter().find(|n| n.ip == ep.ip).unwrap().name);
+}
