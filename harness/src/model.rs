@@ -603,7 +603,12 @@ impl Cluster {
             .iter()
             .filter_map(|h| {
                 let routes = h.routes.iter().filter(|r| IpFamily::of_net(&r.to) == family).cloned().collect();
-                Some(ExternalHost { name: h.name.clone(), ip: pick(h.ip, h.second_ip)?, second_ip: None, routes })
+                Some(ExternalHost {
+                    name: h.name.clone(),
+                    ip: pick(h.ip, h.second_ip)?,
+                    second_ip: None,
+                    routes,
+                })
             })
             .collect();
         let pods = self

@@ -287,7 +287,9 @@ fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
 fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSource {
     let addrs = match super::endpoints::node_of(cluster, e) {
         // The node's own address: masquerade on `lo` takes any of the node's addresses.
-        _ if super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) => node_addresses(node),
+        _ if super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) => {
+            node_addresses(node)
+        }
         Some(n) if n == node.name => vec![bridge_address(&node.pod_cidr)],
         Some(_) => node_network_addresses(node),
         None => node_addresses(node),

@@ -276,7 +276,10 @@ fn read_endpoint(
     // front of an external database). The harness serves every port the slice names there.
     // Or a node's own address: a host-network endpoint, such as the API servers behind
     // `kubernetes.default`. The harness serves the slice's ports in the node's namespace.
-    let node_owner = cx.nodes.values().find(|n| n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).any(|a| a == ip));
+    let node_owner = cx
+        .nodes
+        .values()
+        .find(|n| n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).any(|a| a == ip));
     let host = cx.external_hosts.values().find(|h| h.ip == ip || h.second_ip == Some(ip)).map(|h| &h.name);
     if let Some(owner) = host.or(node_owner.map(|n| &n.name)) {
         let c = ep.conditions.as_ref();
@@ -294,7 +297,11 @@ fn read_endpoint(
     if let Some(name) = node_name
         && *name != pod.node
     {
-        diag.value(site, &node_path, format!("Pod {} at {ip} runs on node {}, not {name}", pod.name, pod.node));
+        diag.value(
+            site,
+            &node_path,
+            format!("Pod {} at {ip} runs on node {}, not {name}", pod.name, pod.node),
+        );
     }
     let node = node_name.cloned();
     for port in ports.iter().flatten() {

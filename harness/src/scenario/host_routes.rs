@@ -38,7 +38,11 @@ pub(crate) fn read(
         };
         let family = IpFamily::of_net(&to);
         if !host_ips.iter().any(|ip| IpFamily::of(*ip) == family) {
-            diag.value(site, &at.key("to"), format!("{to} is {family}, and this host has no {family} address"));
+            diag.value(
+                site,
+                &at.key("to"),
+                format!("{to} is {family}, and this host has no {family} address"),
+            );
             continue;
         }
         if let Some(own) = networks.of(family).node_network
@@ -58,7 +62,11 @@ pub(crate) fn read(
         let Some(node) = nodes.resolve(&spec.via, site, &at.key("via"), diag) else { continue };
         let has_family = std::iter::once(node.ip).chain(node.second.as_ref().map(|s| s.ip));
         if !has_family.into_iter().any(|ip| IpFamily::of(ip) == family) {
-            diag.value(site, &at.key("via"), format!("node {} has no {family} address to route {to} through", node.name));
+            diag.value(
+                site,
+                &at.key("via"),
+                format!("node {} has no {family} address to route {to} through", node.name),
+            );
             continue;
         }
         routes.push(HostRoute { to, via: node.name.clone() });

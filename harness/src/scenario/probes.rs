@@ -99,8 +99,7 @@ fn resolve_one(
         fixed
     });
     let target = to.as_ref().map(|(t, _)| t);
-    let expect =
-        spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names, diag));
+    let expect = spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
     Some(Probe { family, name, from: from?, to, protocol, count, interval, source_port, expect })

@@ -11,11 +11,11 @@ use crate::model::{
     ExternalHost, IpFamily, Node, NodeSecond, ProxyChoice, ProxyConfig, SecondFamily, bridge_address,
 };
 
-use super::host_routes;
 use super::addresses::Addresses;
 use super::de::typed;
 use super::error::{Diagnostics, Site};
 use super::flows::{self, Flows};
+use super::host_routes;
 use super::names::check_name;
 use super::net::{cidr_at, ip_at, not_a_host_of, overlaps, parse_cidr};
 use super::proxy_config;
@@ -468,8 +468,7 @@ fn read_external_hosts(
             diag.value(site, &path.key("ips").index(1), message);
         }
         let own: Vec<IpAddr> = read_ips.iter().flatten().copied().collect();
-        let routes =
-            host_routes::read(site, &path.key("routes"), &spec.routes, &own, networks, nodes, diag);
+        let routes = host_routes::read(site, &path.key("routes"), &spec.routes, &own, networks, nodes, diag);
         let host = |ip: IpAddr, second_ip| ExternalHost { name: spec.name.clone(), ip, second_ip, routes };
         let host = match read_ips.as_slice() {
             [Some(ip)] => Some(host(*ip, None)),

@@ -35,7 +35,13 @@ impl Servers {
             for (unspecified, port) in
                 families.flat_map(|f| pod.ports.iter().map(move |p| (f.unspecified(), p)))
             {
-                servers.serve(ns, SocketAddr::new(unspecified, port.port), port.protocol, &pod.name, "pod")?;
+                servers.serve(
+                    ns,
+                    SocketAddr::new(unspecified, port.port),
+                    port.protocol,
+                    &pod.name,
+                    "pod",
+                )?;
             }
         }
         // External hosts and nodes that are endpoints (no pod: a database outside the cluster,
@@ -72,7 +78,14 @@ impl Servers {
     }
 
     /// Serves `bind` over `protocol` inside `ns`, answering as `name` (a `what`, for errors).
-    fn serve(&mut self, ns: &Netns, bind: SocketAddr, protocol: Protocol, name: &str, what: &str) -> Result<()> {
+    fn serve(
+        &mut self,
+        ns: &Netns,
+        bind: SocketAddr,
+        protocol: Protocol,
+        name: &str,
+        what: &str,
+    ) -> Result<()> {
         let context = || format!("serving {}/{protocol} on {bind} in {what} {name}", bind.port());
         let name = name.to_string();
         match protocol {

@@ -184,7 +184,8 @@ fn ingress_ip_mode_proxy_is_left_to_the_load_balancer() {
     let web = &s.cluster.services[0];
     assert_eq!(web.load_balancer_ips, [ip("198.51.100.8")]);
     assert_eq!(web.proxied_load_balancer_ips, [ip("198.51.100.7")]);
-    let text = edit(EXPOSED, "ingress: [{ip: 198.51.100.7}]", "ingress: [{ip: 198.51.100.7, ipMode: Tunnel}]");
+    let text =
+        edit(EXPOSED, "ingress: [{ip: 198.51.100.7}]", "ingress: [{ip: 198.51.100.7, ipMode: Tunnel}]");
     assert_only(
         &parse_errors(&text),
         at(&text, "Tunnel}"),
@@ -327,7 +328,11 @@ fn a_load_balancer_goes_without_node_ports_only_when_it_allocates_none() {
         "required for type LoadBalancer: the harness does not allocate node ports \
          (or set allocateLoadBalancerNodePorts: false for a load balancer without them)",
     );
-    let text = edit(&text, "  type: LoadBalancer\n", "  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n");
+    let text = edit(
+        &text,
+        "  type: LoadBalancer\n",
+        "  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n",
+    );
     // Probes of its node port now have nothing to reach.
     assert_has(
         &parse_errors(&text),
@@ -336,7 +341,8 @@ fn a_load_balancer_goes_without_node_ports_only_when_it_allocates_none() {
         "port http of Service web has no nodePort (the Service is not of type NodePort or LoadBalancer, \
          or it sets allocateLoadBalancerNodePorts: false)",
     );
-    let probes = |to: &str| format!("      to: {{service: web, port: http, nodePort: node-a, address: {to}}}\n");
+    let probes =
+        |to: &str| format!("      to: {{service: web, port: http, nodePort: node-a, address: {to}}}\n");
     let text = edit(&text, &probes("192.168.50.21"), "      to: {service: web, port: http}\n");
     let text = edit(&text, &probes("127.0.0.1"), "      to: {service: web, port: http}\n");
     let s = parse(&text);
@@ -344,23 +350,37 @@ fn a_load_balancer_goes_without_node_ports_only_when_it_allocates_none() {
     // The health-check node port is allocated regardless (the test fixture gives it).
     assert_eq!(s.cluster.services[0].health_check_node_port, Some(32000));
     // Node ports a client gives are kept.
-    let text = edit(EXPOSED, "  type: LoadBalancer\n", "  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n");
+    let text = edit(
+        EXPOSED,
+        "  type: LoadBalancer\n",
+        "  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n",
+    );
     assert_eq!(parse(&text).cluster.services[0].ports[0].node_port, Some(30080));
 }
 
 #[test]
 fn external_host_routes_go_through_nodes_outside_the_node_network() {
     let host = "    - {name: outside, ip: 192.168.50.100}\n";
-    let routed = |routes: &str| edit(EXPOSED, host, &format!("    - {{name: outside, ip: 192.168.50.100, routes: {routes}}}\n"));
+    let routed = |routes: &str| {
+        edit(EXPOSED, host, &format!("    - {{name: outside, ip: 192.168.50.100, routes: {routes}}}\n"))
+    };
     let s = parse(&routed("[{to: 10.96.0.0/12, via: node-b}, {to: 10.96.0.0/16, via: node-a}]"));
     let outside = s.cluster.external_host("outside").unwrap();
     // The longest prefix wins, as in the host's routing table.
     let via = |ip: &str| outside.route_to(ip.parse().unwrap()).map(|r| r.via.as_str());
-    assert_eq!((via("10.96.0.20"), via("10.100.0.1"), via("10.244.1.1")), (Some("node-a"), Some("node-b"), None));
+    assert_eq!(
+        (via("10.96.0.20"), via("10.100.0.1"), via("10.244.1.1")),
+        (Some("node-a"), Some("node-b"), None)
+    );
     for (routes, needle, field, message) in [
         ("[{to: 10.96.0.0/12, via: node-z}]", "node-z", "via", "no node named \"node-z\""),
         ("[{to: 10.96.0.1/12, via: node-a}]", "10.96.0.1/12", "to", "has host bits set"),
-        ("[{to: 192.168.0.0/16, via: node-a}]", "192.168.0.0/16", "to", "overlaps the node network 192.168.50.0/24"),
+        (
+            "[{to: 192.168.0.0/16, via: node-a}]",
+            "192.168.0.0/16",
+            "to",
+            "overlaps the node network 192.168.50.0/24",
+        ),
         ("[{to: fd00::/64, via: node-a}]", "fd00::/64", "to", "this host has no IPv6 address"),
     ] {
         let text = routed(routes);
