@@ -155,6 +155,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
             name: "outside".into(),
             ip: ip("192.168.50.100"),
             second_ip: None,
+            routes: vec![],
         }],
         pods,
         services: Vec::new(),

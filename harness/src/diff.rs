@@ -296,6 +296,7 @@ mod tests {
             name: "outside".into(),
             ip: "192.168.50.100".parse().unwrap(),
             second_ip: None,
+            routes: vec![],
         });
         let b = |attempts: Vec<Attempt>| behaviour(&c, &verdict(attempts));
         let kept = b(vec![answered("web-0", "192.168.50.100"), answered("web-1", "192.168.50.100")]);

@@ -245,6 +245,23 @@ pub struct ExternalHost {
     pub ip: IpAddr,
     /// Its address of the cluster's second family, if it has one.
     pub second_ip: Option<IpAddr>,
+    /// Its routes through nodes, e.g. the service CIDR via a node, as a router that learned
+    /// the cluster IPs over BGP has them.
+    pub routes: Vec<HostRoute>,
+}
+
+/// A route of an external host: `to` through node `via`'s address of that family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRoute {
+    pub to: IpNet,
+    pub via: String,
+}
+
+impl ExternalHost {
+    /// The node this host's traffic to `ip` goes through, by the longest matching route.
+    pub fn route_to(&self, ip: IpAddr) -> Option<&HostRoute> {
+        self.routes.iter().filter(|r| r.to.contains(&ip)).max_by_key(|r| r.to.prefix_len())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,8 +353,12 @@ pub struct Service {
     pub ports: Vec<ServicePort>,
     /// `spec.externalIPs`.
     pub external_ips: Vec<IpAddr>,
-    /// `status.loadBalancer.ingress[].ip` (type LoadBalancer only).
+    /// `status.loadBalancer.ingress[].ip` (type LoadBalancer only) whose `ipMode` is VIP: the
+    /// nodes intercept traffic to them.
     pub load_balancer_ips: Vec<IpAddr>,
+    /// Ingress IPs with `ipMode: Proxy`: the load balancer proxies, so kube-proxy leaves them
+    /// alone and traffic to them goes out to the balancer (pkg/proxy/serviceport.go).
+    pub proxied_load_balancer_ips: Vec<IpAddr>,
     /// `spec.loadBalancerSourceRanges`, whitespace trimmed; empty allows every source.
     pub load_balancer_source_ranges: Vec<IpNet>,
     /// `spec.healthCheckNodePort` (type LoadBalancer with externalTrafficPolicy Local).
@@ -380,6 +401,7 @@ impl Service {
             ports,
             external_ips: self.external_ips.iter().copied().filter(of).collect(),
             load_balancer_ips: self.load_balancer_ips.iter().copied().filter(of).collect(),
+            proxied_load_balancer_ips: self.proxied_load_balancer_ips.iter().copied().filter(of).collect(),
             load_balancer_source_ranges: self
                 .load_balancer_source_ranges
                 .iter()
@@ -404,6 +426,7 @@ impl Service {
             ports: Vec::new(),
             external_ips: Vec::new(),
             load_balancer_ips: Vec::new(),
+            proxied_load_balancer_ips: Vec::new(),
             load_balancer_source_ranges: Vec::new(),
             health_check_node_port: None,
             session_affinity: SessionAffinity::None,
@@ -604,7 +627,13 @@ impl Cluster {
             .external_hosts
             .iter()
             .filter_map(|h| {
-                Some(ExternalHost { name: h.name.clone(), ip: pick(h.ip, h.second_ip)?, second_ip: None })
+                let routes = h.routes.iter().filter(|r| IpFamily::of_net(&r.to) == family).cloned().collect();
+                Some(ExternalHost {
+                    name: h.name.clone(),
+                    ip: pick(h.ip, h.second_ip)?,
+                    second_ip: None,
+                    routes,
+                })
             })
             .collect();
         let pods = self
@@ -688,6 +717,15 @@ impl Cluster {
             Source::Pod(n) => self.pod(n).and_then(|p| self.node(&p.node)),
             Source::Node(n) => self.node(n),
             Source::External(_) => None,
+        }
+    }
+
+    /// The node an external host's traffic to `ip` enters the cluster through, when one of
+    /// its routes sends it there.
+    pub fn routed_through(&self, source: &Source, ip: IpAddr) -> Option<&Node> {
+        match source {
+            Source::External(h) => self.node(&self.external_host(h)?.route_to(ip)?.via),
+            _ => None,
         }
     }
 
@@ -870,6 +908,7 @@ mod tests {
                 name: "outside".into(),
                 ip: ip("192.168.50.100"),
                 second_ip: Some(ip("fd00:192:168:50::100")),
+                routes: vec![],
             }],
             pods: vec![
                 pod("web", "10.244.1.10", Some("fd00:10:244:1::10")),

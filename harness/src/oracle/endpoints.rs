@@ -44,21 +44,36 @@ pub(super) fn hints_zone<'a>(
 }
 
 /// The usable endpoints among those on `node` (the fallback applies to this set on its own).
-pub(super) fn local_to<'a>(cluster: &'a Cluster, port: &'a ServicePort, node: &str) -> Vec<&'a Endpoint> {
-    usable(port.endpoints.iter().filter(move |e| node_of(cluster, e) == Some(node)))
+pub(super) fn local_to<'a>(port: &'a ServicePort, node: &str) -> Vec<&'a Endpoint> {
+    usable(port.endpoints.iter().filter(move |e| is_local(e, node)))
 }
 
+/// Whether kube-proxy on `node` counts `e` as local: by its `nodeName` alone
+/// (pkg/proxy/endpointslicecache.go, `isLocal`), wherever the address really is.
+pub(super) fn is_local(e: &Endpoint, node: &str) -> bool {
+    e.node.as_deref() == Some(node)
+}
+
+/// The node an endpoint's address really is on, for where its traffic goes: its pod's node,
+/// or the node itself for a host-network endpoint; none for an address outside the cluster,
+/// whatever its `nodeName` says.
 pub(super) fn node_of<'a>(cluster: &'a Cluster, e: &'a Endpoint) -> Option<&'a str> {
-    e.node.as_deref().or_else(|| cluster.pod(&e.pod).map(|p| p.node.as_str()))
+    cluster.pod(&e.pod).map(|p| p.node.as_str()).or_else(|| host_network_node(cluster, e))
+}
+
+/// The node whose own address `e` is (a host-network endpoint).
+pub(super) fn host_network_node<'a>(cluster: &'a Cluster, e: &Endpoint) -> Option<&'a str> {
+    let node = cluster.node(&e.pod)?;
+    node.node_network_ips().any(|ip| ip == e.ip).then_some(node.name.as_str())
 }
 
 /// Ready endpoints on `node` across all ports of a Service, counted once per address: what a
 /// health-check node port reports.
-pub(super) fn ready_local_count(cluster: &Cluster, ports: &[ServicePort], node: &str) -> usize {
+pub(super) fn ready_local_count(ports: &[ServicePort], node: &str) -> usize {
     let mut addresses: Vec<_> = ports
         .iter()
         .flat_map(|p| p.endpoints.iter())
-        .filter(|e| e.ready && node_of(cluster, e) == Some(node))
+        .filter(|e| e.ready && is_local(e, node))
         .map(|e| e.ip)
         .collect();
     addresses.sort();

@@ -144,6 +144,9 @@ pub(super) fn classify<'a>(
         }
         Target::ExternalIp { service, port, .. } | Target::LoadBalancer { service, port, .. } => {
             let (svc, port) = port_of(service, port)?;
+            if svc.proxied_load_balancer_ips.contains(&dst.ip()) {
+                return Ok(proxied_load_balancer(dst.ip()));
+            }
             let kind = match probe.to {
                 Target::ExternalIp { .. } => ExternalKind::ExternalIp,
                 _ => ExternalKind::LoadBalancer,
@@ -157,6 +160,18 @@ pub(super) fn classify<'a>(
         }
         Target::Address(_) => raw_address(cluster, probe, dst, profile),
         Target::Localhost { node, .. } => Ok(Frontend::Martian { node: node_named(node)? }),
+    }
+}
+
+/// A load-balancer IP with `ipMode: Proxy`: the balancer proxies, so no node intercepts it and
+/// traffic to it leaves for the balancer as addressed (pkg/proxy/serviceport.go skips it when
+/// IsVIPMode is false; KEP-1860).
+fn proxied_load_balancer<'a>(ip: IpAddr) -> Frontend<'a> {
+    Frontend::PassesThrough {
+        why: format!(
+            "{ip} is a load-balancer IP with ipMode Proxy: no node intercepts it, so the node forwards it \
+             un-translated toward the load balancer"
+        ),
     }
 }
 
@@ -288,6 +303,9 @@ fn raw_address<'a>(
                 )));
             }
         }
+    }
+    if cluster.services.iter().any(|s| s.proxied_load_balancer_ips.contains(&dst.ip())) {
+        return Ok(proxied_load_balancer(dst.ip()));
     }
     if let Some(node) = node_owning(cluster, &probe.from, dst.ip()) {
         for svc in &cluster.services {

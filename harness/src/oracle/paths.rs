@@ -20,7 +20,7 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
     match front {
         Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port),
         Frontend::External { svc, port, kind, node } => external(cluster, probe, svc, port, kind, node),
-        Frontend::HealthCheck { svc, node } => Ok(health_check(cluster, svc, node)),
+        Frontend::HealthCheck { svc, node } => Ok(health_check(svc, node)),
         Frontend::NodeItself { node, why } => {
             Ok(Expectation::required(Outcome::Closed { host: node.name.clone() }, why))
         }
@@ -54,9 +54,13 @@ fn cluster_ip(
     port: &ServicePort,
 ) -> Result<Expectation, String> {
     let name = format!("ClusterIP {}", describe(svc, port));
-    let Some(client_node) = cluster.source_node(&probe.from) else {
+    // An external host reaches a cluster IP only through a node its routes name, which
+    // handles it as any traffic from outside the pod CIDR.
+    let routed = cluster.routed_through(&probe.from, svc.cluster_ip);
+    let Some(client_node) = cluster.source_node(&probe.from).or(routed) else {
         return Err(format!(
-            "{} has no route to cluster IPs: only pods and nodes can reach {name}",
+            "{} has no route to cluster IPs: only pods, nodes and external hosts with a route \
+             through a node (routes: [{{to: SERVICE_CIDR, via: NODE}}]) can reach {name}",
             probe.from
         ));
     };
@@ -69,7 +73,7 @@ fn cluster_ip(
         TrafficPolicy::Cluster => {
             (cluster_wide_on(cluster, svc, port, &client_node.name), zone_note.as_str())
         }
-        TrafficPolicy::Local => (local_to(cluster, port, &client_node.name), ", internalTrafficPolicy Local"),
+        TrafficPolicy::Local => (local_to(port, &client_node.name), ", internalTrafficPolicy Local"),
     };
     if chosen.is_empty() {
         return Ok(dropped(format!("{name}{policy}, no endpoint on {}", client_node.name)));
@@ -119,7 +123,7 @@ fn external(
     let from_pod = matches!(probe.from, Source::Pod(_));
     let from_receiving_node = matches!(&probe.from, Source::Node(n) if *n == node.name);
     if svc.external_traffic_policy == TrafficPolicy::Local && !from_pod && !from_receiving_node {
-        let local = local_to(cluster, port, &node.name);
+        let local = local_to(port, &node.name);
         if local.is_empty() {
             return Ok(dropped(format!("{name}, externalTrafficPolicy Local, no endpoint on {}", node.name)));
         }
@@ -179,8 +183,8 @@ fn undefined_local_node_port(
     Ok(())
 }
 
-fn health_check(cluster: &Cluster, svc: &Service, node: &Node) -> Expectation {
-    let local = ready_local_count(cluster, &svc.ports, &node.name);
+fn health_check(svc: &Service, node: &Node) -> Expectation {
+    let local = ready_local_count(&svc.ports, &node.name);
     let status = if local > 0 { 200 } else { 503 };
     Expectation::required(
         Outcome::Http { status, local_endpoints: local },
@@ -292,6 +296,10 @@ fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
 /// when masqueraded, and from the node IP (the source its route to the cluster IP chose) when not.
 fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSource {
     let addrs = match super::endpoints::node_of(cluster, e) {
+        // The node's own address: masquerade on `lo` takes any of the node's addresses.
+        _ if super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) => {
+            node_addresses(node)
+        }
         Some(n) if n == node.name => vec![bridge_address(&node.pod_cidr)],
         Some(_) => node_network_addresses(node),
         None => node_addresses(node),

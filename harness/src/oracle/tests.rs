@@ -51,6 +51,7 @@ fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
             name: "ext".into(),
             ip: "192.168.50.100".parse().unwrap(),
             second_ip: None,
+            routes: vec![],
         }],
         pods: vec![
             pod("web-a", "10.244.1.5", "a"),
@@ -223,6 +224,7 @@ fn lb_cluster(etp: TrafficPolicy, ranges: &[&str]) -> Cluster {
         name: "blocked".into(),
         ip: "192.168.50.200".parse().unwrap(),
         second_ip: None,
+        routes: vec![],
     });
     c
 }
@@ -678,4 +680,45 @@ fn topology_hints_narrow_only_the_cluster_set_of_the_translating_node() {
         backends(&expect(&c, &probe(client(), to_cluster_ip())).unwrap()).keys().collect::<Vec<_>>(),
         ["web-b"]
     );
+}
+
+#[test]
+fn a_proxy_mode_load_balancer_ip_is_left_to_the_balancer() {
+    let mut c = lb_cluster(TrafficPolicy::Cluster, &[]);
+    let svc = &mut c.services[0];
+    svc.proxied_load_balancer_ips = std::mem::take(&mut svc.load_balancer_ips);
+    for (from, via) in [
+        (Source::Pod("client".into()), None),
+        (Source::Node("a".into()), None),
+        (Source::External("ext".into()), Some("b")),
+    ] {
+        let e = expect(&c, &probe(from.clone(), to_lb(via))).unwrap();
+        assert_eq!(e.outcome, Outcome::Forwarded, "{from}: {}", e.because);
+        assert!(e.because.contains("ipMode Proxy"), "{}", e.because);
+    }
+    let raw = probe(Source::Pod("client".into()), Target::Address("203.0.113.10:80".parse().unwrap()));
+    assert_eq!(expect(&c, &raw).unwrap().outcome, Outcome::Forwarded);
+}
+
+#[test]
+fn a_host_routed_through_a_node_reaches_cluster_ips_masqueraded_by_that_node() {
+    let mut c = cluster(both(), TrafficPolicy::Cluster);
+    c.external_hosts[0].routes = vec![HostRoute { to: "10.96.0.0/12".parse().unwrap(), via: "b".into() }];
+    let e = expect(&c, &probe(Source::External("ext".into()), to_cluster_ip())).unwrap();
+    assert_eq!(backends(&e).len(), 2);
+    assert!(backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { node, .. } if node == "b")));
+    assert!(matches!(&e.outcome, Outcome::Answered { translated_by: Some(n), .. } if n == "b"));
+    // A route elsewhere is no route to the cluster IP.
+    c.external_hosts[0].routes[0].to = "10.200.0.0/16".parse().unwrap();
+    assert!(expect(&c, &probe(Source::External("ext".into()), to_cluster_ip())).is_err());
+}
+
+#[test]
+fn locality_is_the_endpoints_node_name_alone() {
+    // web-a runs on node a, but its endpoint names no node: kube-proxy counts it local nowhere.
+    let mut unnamed = endpoint("web-a", "10.244.1.5", "a");
+    unnamed.node = None;
+    let c = cluster(vec![unnamed], TrafficPolicy::Local);
+    let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
+    assert_eq!(e.outcome, Outcome::Dropped, "{}", e.because);
 }

@@ -157,7 +157,7 @@ pub fn service(object: &K8sService) -> Option<Service> {
         });
     }
     let load_balancer = service_type == ServiceType::LoadBalancer;
-    let load_balancer_ips = if load_balancer {
+    let ingress: Vec<(IpAddr, bool)> = if load_balancer {
         object
             .status
             .as_ref()
@@ -165,11 +165,16 @@ pub fn service(object: &K8sService) -> Option<Service> {
             .and_then(|lb| lb.ingress.as_ref())
             .into_iter()
             .flatten()
-            .filter_map(|i| i.ip.as_deref()?.parse().ok())
+            .filter_map(|i| {
+                // A proxy-mode balancer is left alone (pkg/proxy/serviceport.go, util.IsVIPMode).
+                let vip = matches!(i.ip_mode.as_deref(), None | Some("VIP"));
+                Some((i.ip.as_deref()?.parse().ok()?, vip))
+            })
             .collect()
     } else {
         Vec::new()
     };
+    let of_mode = |vip: bool| ingress.iter().filter(|i| i.1 == vip).map(|i| i.0).collect::<Vec<_>>();
     let load_balancer_source_ranges = if load_balancer {
         spec.load_balancer_source_ranges.iter().flatten().filter_map(|r| r.trim().parse().ok()).collect()
     } else {
@@ -200,7 +205,8 @@ pub fn service(object: &K8sService) -> Option<Service> {
         internal_traffic_policy: policy(spec.internal_traffic_policy.as_deref()),
         ports,
         external_ips: spec.external_ips.iter().flatten().filter_map(|ip| ip.parse().ok()).collect(),
-        load_balancer_ips,
+        load_balancer_ips: of_mode(true),
+        proxied_load_balancer_ips: of_mode(false),
         load_balancer_source_ranges,
         health_check_node_port,
         session_affinity,
@@ -295,14 +301,17 @@ mod tests {
                 let mut got =
                     cluster(node, &scenario.objects.services, &scenario.objects.endpoint_slices, &flags)
                         .unwrap();
-                // The API does not say which scenario pod an address is, nor always its node:
-                // the parser infers both from its pods. Fill them the same way to compare.
+                // The API does not say which scenario pod (or external host) an address is: the
+                // parser infers it. Fill it the same way to compare.
                 for ep in got.services.iter_mut().flat_map(|s| &mut s.ports).flat_map(|p| &mut p.endpoints) {
-                    let pod = c.pods.iter().find(|p| p.ip == ep.ip || p.second_ip == Some(ep.ip)).unwrap();
+                    let pod =
+                        c.pods.iter().find(|p| p.ip == ep.ip || p.second_ip == Some(ep.ip)).map(|p| &p.name);
+                    let host = c.external_hosts.iter().find(|h| h.ip == ep.ip || h.second_ip == Some(ep.ip));
+                    let node =
+                        c.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ep.ip)).map(|n| &n.name);
                     if ep.pod.is_empty() {
-                        ep.pod = pod.name.clone();
+                        ep.pod = pod.or(host.map(|h| &h.name)).or(node).unwrap().clone();
                     }
-                    ep.node.get_or_insert_with(|| pod.node.clone());
                 }
                 assert_eq!(got.services, c.services, "{}", file.display());
                 assert_eq!(got.pod_cidr, c.pod_cidr);

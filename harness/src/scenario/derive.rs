@@ -125,7 +125,7 @@ fn endpoint(entry: &ServiceEntry<'_>, pod: &PodEntry, family: IpFamily) -> Optio
         ready: entry.publish_not_ready || (serving && !terminating),
         serving,
         terminating,
-        node: pod.pod.node.clone(),
+        node: Some(pod.pod.node.clone()),
         pod: pod.pod.name.clone(),
         zone_hints: Vec::new(),
     })
@@ -153,7 +153,7 @@ fn to_k8s(
                 serving: Some(ep.serving),
                 terminating: Some(ep.terminating),
             }),
-            node_name: Some(ep.node.clone()),
+            node_name: ep.node.clone(),
             hints: hints::object(&ep.zone_hints),
             target_ref: Some(ObjectReference {
                 kind: Some("Pod".to_string()),

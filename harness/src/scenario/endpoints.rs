@@ -1,7 +1,8 @@
 //! EndpointSlices → the endpoints of each service port.
 //!
 //! Given slices are checked against the scenario (every address must be a pod's, every port
-//! one the pod declares, since the harness serves declared container ports only); derived
+//! one the pod declares, since the harness serves declared container ports only; or an
+//! external host's, which serves whatever the slice names); derived
 //! slices (`derive.rs`) are built valid. Both become `SliceData`, which `endpoints_for` joins
 //! to service ports as kube-proxy does: by port name and protocol, deduplicated by address.
 
@@ -11,7 +12,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 
-use crate::model::{Endpoint, IpFamily, Node, Protocol, Service};
+use crate::model::{Endpoint, ExternalHost, IpFamily, Node, Protocol, Service};
 
 use super::error::{Diagnostics, Site};
 use super::net::{ip_at, port_number, protocol};
@@ -46,7 +47,9 @@ pub(crate) struct SliceEndpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    pub node: String,
+    /// `nodeName`: what kube-proxy decides locality by (none: local to no node).
+    pub node: Option<String>,
+    /// The pod, or external host, that answers at this address.
     pub pod: String,
     /// `hints.forZones[].name`.
     pub zone_hints: Vec<String>,
@@ -76,6 +79,7 @@ pub(crate) struct Context<'r, 'a> {
     pub services: &'r Registry<ServiceEntry<'a>>,
     pub pods: &'r Pods,
     pub nodes: &'r Registry<Node>,
+    pub external_hosts: &'r Registry<ExternalHost>,
 }
 
 pub(crate) fn read_given(
@@ -268,21 +272,43 @@ fn read_endpoint(
         }
     };
     let ip = ip_at(site, &addr_path, text, diag)?;
+    let node_path = path.key("nodeName");
+    let node_name = ep.node_name.as_ref().filter(|n| cx.nodes.resolve(n, site, &node_path, diag).is_some());
+    // An endpoint that is no pod: a machine outside the cluster (a selectorless Service in
+    // front of an external database). The harness serves every port the slice names there.
+    // Or a node's own address: a host-network endpoint, such as the API servers behind
+    // `kubernetes.default`. The harness serves the slice's ports in the node's namespace.
+    let node_owner = cx
+        .nodes
+        .values()
+        .find(|n| n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).any(|a| a == ip));
+    // endpointslicecache.go reads the zone names of forZones (TopologyAwareHints, on in v1.30).
+    let zone_hints: Vec<String> =
+        ep.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.clone()).collect();
+    let host = cx.external_hosts.values().find(|h| h.ip == ip || h.second_ip == Some(ip)).map(|h| &h.name);
+    if let Some(owner) = host.or(node_owner.map(|n| &n.name)) {
+        let c = ep.conditions.as_ref();
+        let (ready, serving, terminating) = SliceEndpoint::conditions(
+            c.and_then(|c| c.ready),
+            c.and_then(|c| c.serving),
+            c.and_then(|c| c.terminating),
+        );
+        let node = node_name.cloned();
+        return Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: owner.clone(), zone_hints });
+    }
     let pod = pod_at(site, &addr_path, ip, cx.pods, diag)?;
-    let node = match &ep.node_name {
-        None => pod.node.clone(),
-        Some(name) => {
-            let node_path = path.key("nodeName");
-            if cx.nodes.resolve(name, site, &node_path, diag).is_some() && *name != pod.node {
-                diag.value(
-                    site,
-                    &node_path,
-                    format!("Pod {} at {ip} runs on node {}, not {name}", pod.name, pod.node),
-                );
-            }
-            name.clone()
-        }
-    };
+    // Locality is nodeName alone, as kube-proxy reads it (pkg/proxy/endpointslicecache.go:
+    // `isLocal` compares it with the proxy's hostname): a slice without it is local nowhere.
+    if let Some(name) = node_name
+        && *name != pod.node
+    {
+        diag.value(
+            site,
+            &node_path,
+            format!("Pod {} at {ip} runs on node {}, not {name}", pod.name, pod.node),
+        );
+    }
+    let node = node_name.cloned();
     for port in ports.iter().flatten() {
         if !pod.ports.iter().any(|p| p.port == port.port && p.protocol == port.protocol) {
             diag.value(site, &addr_path, undeclared_port(&pod.name, port.port, port.protocol));
@@ -294,9 +320,6 @@ fn read_endpoint(
         c.and_then(|c| c.serving),
         c.and_then(|c| c.terminating),
     );
-    // endpointslicecache.go reads the zone names of forZones (TopologyAwareHints, on in v1.30).
-    let zone_hints =
-        ep.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.clone()).collect();
     Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: pod.name.clone(), zone_hints })
 }
 
@@ -327,7 +350,8 @@ fn pod_at<'p>(
                 site,
                 path,
                 format!(
-                    "{ip} is not the address of any Pod in the scenario (the harness needs a pod to answer; pods: {})",
+                    "{ip} is not the address of any Pod or external host in the scenario (the harness needs one to \
+                     answer; pods: {})",
                     known(addresses.iter().map(String::as_str))
                 ),
             );
@@ -358,7 +382,7 @@ pub(crate) fn endpoints_for(service: &Service, slices: &[&SliceData]) -> Vec<Vec
                         ready: ep.ready,
                         serving: ep.serving,
                         terminating: ep.terminating,
-                        node: Some(ep.node.clone()),
+                        node: ep.node.clone(),
                         pod: ep.pod.clone(),
                         zone_hints: ep.zone_hints.clone(),
                     });

@@ -24,6 +24,8 @@ use super::yaml::FieldPath;
 pub(crate) struct External {
     pub external_ips: Vec<IpAddr>,
     pub load_balancer_ips: Vec<IpAddr>,
+    /// Ingress IPs with `ipMode: Proxy`.
+    pub proxied_load_balancer_ips: Vec<IpAddr>,
     pub source_ranges: Vec<IpNet>,
     pub health_check_node_port: Option<u16>,
 }
@@ -55,13 +57,16 @@ pub(crate) fn read(
     let service = format!("Service {}/{}", p.namespace, p.name);
     let mut seen = HashMap::new();
     let external_ips = external_ips(site, spec, env, &mut seen, diag);
-    let load_balancer_ips = ingress_ips(site, &p.object, shape.service_type, env, &mut seen, diag);
+    let ingress = ingress_ips(site, &p.object, shape.service_type, env, &mut seen, diag);
+    let (proxied, load_balancer_ips): (Vec<_>, Vec<_>) = ingress.into_iter().partition(|i| i.proxied);
+    let load_balancer_ips: Vec<_> = load_balancer_ips.into_iter().map(|i| (i.ip, i.path)).collect();
     for (ips, what) in [(&external_ips, "an external IP"), (&load_balancer_ips, "a load-balancer IP")] {
         claim(site, ips, &format!("{what} of {service}"), ports, env.claims, diag);
     }
     External {
         external_ips: external_ips.into_iter().map(|(ip, _)| ip).collect(),
         load_balancer_ips: load_balancer_ips.into_iter().map(|(ip, _)| ip).collect(),
+        proxied_load_balancer_ips: proxied.into_iter().map(|i| i.ip).collect(),
         source_ranges: source_ranges(site, spec, shape.service_type, diag),
         health_check_node_port: health_check_node_port(site, spec, shape, &service, env.claims, diag),
     }
@@ -88,6 +93,13 @@ fn external_ips(
     out
 }
 
+/// One load-balancer ingress IP, and whether the balancer proxies (`ipMode: Proxy`).
+struct Ingress {
+    ip: IpAddr,
+    path: FieldPath,
+    proxied: bool,
+}
+
 fn ingress_ips(
     site: &Site<'_>,
     object: &K8sService,
@@ -95,7 +107,7 @@ fn ingress_ips(
     env: &Env<'_>,
     seen: &mut Seen,
     diag: &mut Diagnostics,
-) -> Vec<(IpAddr, FieldPath)> {
+) -> Vec<Ingress> {
     let list = FieldPath::parse("status.loadBalancer.ingress");
     let ingress = object
         .status
@@ -112,25 +124,24 @@ fn ingress_ips(
     let mut out = Vec::new();
     for (k, entry) in ingress.iter().enumerate() {
         let path = list.index(k);
-        match entry.ip_mode.as_deref() {
-            None | Some("VIP") => {}
-            Some("Proxy") => diag.value(
-                site,
-                &path.key("ipMode"),
-                "ipMode Proxy is not supported: kube-proxy then leaves the address to the load balancer, \
-                 which the harness does not model (write VIP or leave ipMode out)",
-            ),
-            Some(other) => diag.value(
-                site,
-                &path.key("ipMode"),
-                format!("unknown ipMode {other:?} (expected VIP or Proxy)"),
-            ),
-        }
+        // The API server accepts only these two (validation.go ValidateLoadBalancerStatus).
+        let proxied = match entry.ip_mode.as_deref() {
+            None | Some("VIP") => false,
+            Some("Proxy") => true,
+            Some(other) => {
+                diag.value(
+                    site,
+                    &path.key("ipMode"),
+                    format!("unknown ipMode {other:?} (expected VIP or Proxy)"),
+                );
+                false
+            }
+        };
         match (&entry.ip, &entry.hostname) {
             (Some(text), _) => {
                 let ip_path = path.key("ip");
                 if let Some(ip) = frontend_ip(site, &ip_path, text, "a load-balancer IP", env, seen, diag) {
-                    out.push((ip, ip_path));
+                    out.push(Ingress { ip, path: ip_path, proxied });
                 }
             }
             (None, Some(_)) => {

@@ -30,12 +30,12 @@
 //! | `spec.healthCheckNodePort` | modelled | serviceport.go (NeedsHealthCheck) |
 //! | `spec.sessionAffinity`, `spec.sessionAffinityConfig` | modelled | serviceport.go |
 //! | `spec.loadBalancerSourceRanges` | modelled | serviceport.go |
-//! | `spec.allocateLoadBalancerNodePorts` | modelled through `nodePort` (a LoadBalancer port without one is refused there) | — (the API server's allocation) |
+//! | `spec.allocateLoadBalancerNodePorts` | modelled: false lets a LoadBalancer port go without `nodePort` (`services.rs`) | — (the API server's allocation) |
 //! | `spec.trafficDistribution` | modelled: `PreferClose` hints derived slices (`hints.rs`); `PreferSameZone`, `PreferSameNode` (v1.33+) **refused** | EndpointSlice controller (trafficdist) |
 //! | `spec.loadBalancerClass`, `spec.loadBalancerIP` | irrelevant: they choose the load balancer, whose result is `status` | — |
 //! | `spec.externalName` | refused with ExternalName | utils.go ShouldSkipService |
 //! | `status.loadBalancer.ingress[].ip` | modelled | serviceport.go |
-//! | `status.loadBalancer.ingress[].ipMode` | modelled (Proxy refused, `external.rs`) | serviceport.go IsVIPMode |
+//! | `status.loadBalancer.ingress[].ipMode` | modelled (`external.rs`: Proxy IPs are left to the balancer) | serviceport.go IsVIPMode |
 //! | `status.loadBalancer.ingress[].hostname` | refused without `ip` (`external.rs`) | serviceport.go (skips entries without ip) |
 //! | `status.loadBalancer.ingress[].ports`, `status.conditions` | irrelevant | — |
 //!
@@ -47,9 +47,9 @@
 //! | `addressType` | modelled (FQDN refused) | the EndpointSlice informer, endpointslicecache.go |
 //! | `ports[].name`, `.protocol`, `.port` | modelled | endpointslicecache.go |
 //! | `ports[].appProtocol` | irrelevant | — |
-//! | `endpoints[].addresses` | modelled (one each) | endpointslicecache.go addEndpoints (the first) |
+//! | `endpoints[].addresses` | modelled (one each: a pod's, an external host's or a node's (host network); nobody's refused) | endpointslicecache.go addEndpoints (the first) |
 //! | `endpoints[].conditions` | modelled | endpointslicecache.go newEndpointSliceInfo |
-//! | `endpoints[].nodeName` | modelled | endpointslicecache.go (isLocal) |
+//! | `endpoints[].nodeName` | modelled: locality is it alone (absent: local nowhere) | endpointslicecache.go (isLocal) |
 //! | `endpoints[].hints.forZones` | modelled (`proxy::kube::topology`) | endpointslicecache.go ZoneHints, topology.go |
 //! | `endpoints[].hints.forNodes` | **refused** (v1.33+ PreferSameNode; v1.30 reads none) | newer topology.go |
 //! | `endpoints[].zone` | irrelevant: copied into the cache, never used (only hints route) | endpointslicecache.go |

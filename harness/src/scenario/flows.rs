@@ -4,7 +4,8 @@
 //!
 //! Sources are every pod, every node (its host network) and every external host. Frontends,
 //! for each Service port:
-//! - the cluster IP, from pods and nodes (external hosts have no route to cluster IPs);
+//! - the cluster IP, from pods and nodes, and from external hosts whose routes send it
+//!   through a node (`externalHosts[].routes`; the others have no route to cluster IPs);
 //! - the node port on every node (NodePort and LoadBalancer Services), from every source;
 //! - every external IP and load-balancer ingress IP: from pods and nodes as is, from external
 //!   hosts once per node the router may send the traffic to (`via`);
@@ -14,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use crate::model::{Node, Probe, Protocol, Service, ServicePort, Source, Target};
+use crate::model::{ExternalHost, Node, Probe, Protocol, Service, ServicePort, Source, Target};
 
 use super::de::typed;
 use super::error::{Diagnostics, Site};
@@ -53,6 +54,7 @@ pub(crate) fn generate(flows: &Flows, names: &Names<'_, '_>) -> Vec<Probe> {
             .collect(),
         node_sources,
         externals: names.external_hosts.values().map(|h| Source::External(h.name.clone())).collect(),
+        external_hosts: names.external_hosts.values().collect(),
         nodes,
     };
     let mut out = Vec::new();
@@ -93,6 +95,7 @@ struct Paths<'n> {
     inside: Vec<Source>,
     node_sources: Vec<Source>,
     externals: Vec<Source>,
+    external_hosts: Vec<&'n ExternalHost>,
     nodes: Vec<&'n Node>,
 }
 
@@ -109,6 +112,11 @@ impl Paths<'_> {
         let dest = Destination { name: format!("{name}:{port_name}"), protocol: port.protocol };
         let cluster_ip = Target::ClusterIp { service: name.clone(), port: port_name.clone() };
         self.push(&self.inside, &dest, "clusterIP", &cluster_ip, out);
+        let routed: Vec<Source> = (self.external_hosts.iter())
+            .filter(|h| h.route_to(service.cluster_ip).is_some())
+            .map(|h| Source::External(h.name.clone()))
+            .collect();
+        self.push(&routed, &dest, "clusterIP", &cluster_ip, out);
         if port.node_port.is_some() {
             for node in &self.nodes {
                 let target = Target::NodePort {
@@ -126,7 +134,7 @@ impl Paths<'_> {
             let target = |via| Target::ExternalIp { service: name.clone(), port: port_name.clone(), ip, via };
             self.external(&dest, &format!("externalIP {ip}"), target, out);
         }
-        for &ip in &service.load_balancer_ips {
+        for &ip in service.load_balancer_ips.iter().chain(&service.proxied_load_balancer_ips) {
             let target =
                 |via| Target::LoadBalancer { service: name.clone(), port: port_name.clone(), ip, via };
             self.external(&dest, &format!("loadBalancer {ip}"), target, out);

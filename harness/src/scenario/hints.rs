@@ -47,7 +47,8 @@ pub(crate) fn add(entry: &ServiceEntry<'_>, endpoints: &mut [SliceEndpoint], nod
         return;
     }
     for ep in endpoints.iter_mut().filter(|e| e.ready) {
-        if let Lookup::Found(node) = nodes.get(&ep.node)
+        if let Some(name) = &ep.node
+            && let Lookup::Found(node) = nodes.get(name)
             && let Some(zone) = node.zone.as_ref().filter(|z| !z.is_empty())
         {
             ep.zone_hints = vec![zone.clone()];

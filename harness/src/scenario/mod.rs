@@ -30,6 +30,7 @@ mod families;
 mod fields;
 mod flows;
 mod hints;
+mod host_routes;
 mod lists;
 mod names;
 mod net;

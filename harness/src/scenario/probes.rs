@@ -11,7 +11,7 @@ use crate::model::{
 use super::duration::parse_interval;
 use super::error::{Diagnostics, Site};
 use super::pods::PodEntry;
-use super::registry::Registry;
+use super::registry::{Lookup, Registry};
 use super::services::ServiceEntry;
 use super::spec::{ExpectSpec, ProbeSpec, ProtocolSpec, SourceKindSpec, SourceSpec, VerdictSpec};
 use super::targets;
@@ -99,8 +99,7 @@ fn resolve_one(
         fixed
     });
     let target = to.as_ref().map(|(t, _)| t);
-    let expect =
-        spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names.pods, diag));
+    let expect = spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
     Some(Probe { family, name, from: from?, to, protocol, count, interval, source_port, expect })
@@ -159,7 +158,7 @@ fn expectation(
     path: &FieldPath,
     spec: &ExpectSpec,
     target: Option<&Target>,
-    pods: &Registry<PodEntry>,
+    names: &Names<'_, '_>,
     diag: &mut Diagnostics,
 ) -> StatedExpectation {
     let verdict = match spec.verdict {
@@ -207,11 +206,15 @@ fn expectation(
             diag.value(site, &at, "httpStatus only goes with verdict: answered");
         }
     }
-    let backends = spec.backends.as_ref().map(|names| {
-        for (k, name) in names.iter().enumerate() {
-            pods.resolve(name, site, &path.key("backends").index(k), diag);
+    let backends = spec.backends.as_ref().map(|backend_names| {
+        for (k, name) in backend_names.iter().enumerate() {
+            // A backend is a pod, or an external host or node that is an endpoint (no pod).
+            let host = matches!(names.external_hosts.get(name), Lookup::Found(_));
+            if !host && !matches!(names.nodes.get(name), Lookup::Found(_)) {
+                names.pods.resolve(name, site, &path.key("backends").index(k), diag);
+            }
         }
-        names.clone()
+        backend_names.clone()
     });
     let source = spec.source.map(|s| match s {
         SourceKindSpec::Client => StatedSource::Client,

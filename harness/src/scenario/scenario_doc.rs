@@ -15,6 +15,7 @@ use super::addresses::Addresses;
 use super::de::typed;
 use super::error::{Diagnostics, Site};
 use super::flows::{self, Flows};
+use super::host_routes;
 use super::names::check_name;
 use super::net::{cidr_at, ip_at, not_a_host_of, overlaps, parse_cidr};
 use super::proxy_config;
@@ -122,7 +123,7 @@ pub(crate) fn read<'a>(
     let networks = read_networks(&site, diag);
     let nodes = read_nodes(&site, &networks, sections.nodes.len(), addresses, diag);
     let external_hosts =
-        read_external_hosts(&site, &networks, sections.external_hosts.len(), addresses, diag);
+        read_external_hosts(&site, &networks, sections.external_hosts.len(), &nodes, addresses, diag);
 
     let proxy_config = proxy_config::read(&site, diag);
     let before = diag.count();
@@ -433,6 +434,7 @@ fn read_external_hosts(
     site: &Site<'_>,
     networks: &Networks,
     count: usize,
+    nodes: &Registry<Node>,
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
 ) -> Registry<ExternalHost> {
@@ -467,11 +469,12 @@ fn read_external_hosts(
             let message = format!("{b} is {} like {a}: list one address per family", IpFamily::of(*b));
             diag.value(site, &path.key("ips").index(1), message);
         }
+        let own: Vec<IpAddr> = read_ips.iter().flatten().copied().collect();
+        let routes = host_routes::read(site, &path.key("routes"), &spec.routes, &own, networks, nodes, diag);
+        let host = |ip: IpAddr, second_ip| ExternalHost { name: spec.name.clone(), ip, second_ip, routes };
         let host = match read_ips.as_slice() {
-            [Some(ip)] => Some(ExternalHost { name: spec.name.clone(), ip: *ip, second_ip: None }),
-            [Some(ip), Some(second)] => {
-                Some(ExternalHost { name: spec.name.clone(), ip: *ip, second_ip: Some(*second) })
-            }
+            [Some(ip)] => Some(host(*ip, None)),
+            [Some(ip), Some(second)] => Some(host(*ip, Some(*second))),
             _ => None,
         };
         hosts.define(&spec.name, host, site, &path.key("name"), diag);

@@ -107,6 +107,9 @@ fn read_one<'a>(
         );
     }
     let session_affinity = affinity::read(site, spec, diag);
+    // Defaulted to true for LoadBalancer (SetDefaults_Service); false: the API server
+    // allocates no node port, though it keeps those a client gives.
+    let allocates = spec.allocate_load_balancer_node_ports != Some(false);
 
     let ports = spec.ports.as_deref().unwrap_or_default();
     if ports.is_empty() {
@@ -117,7 +120,7 @@ fn read_one<'a>(
     let mut target_ports = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         let path = at("spec.ports").index(i);
-        if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, diag) {
+        if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, allocates, diag) {
             if let Some(np) = sp.node_port
                 && let Err(e) = claims.node_port(np, sp.protocol, &owner)
             {
@@ -142,6 +145,7 @@ fn read_one<'a>(
         ports: model_ports,
         external_ips: external.external_ips,
         load_balancer_ips: external.load_balancer_ips,
+        proxied_load_balancer_ips: external.proxied_load_balancer_ips,
         load_balancer_source_ranges: external.source_ranges,
         health_check_node_port: external.health_check_node_port,
         session_affinity: session_affinity?,
@@ -410,6 +414,7 @@ fn read_port(
     port: &K8sServicePort,
     all: &[K8sServicePort],
     service_type: Option<ServiceType>,
+    allocates: bool,
     diag: &mut Diagnostics,
 ) -> Option<(ServicePort, TargetPort)> {
     let number = port_number(port.port).map_err(|e| diag.value(site, &path.key("port"), e)).ok();
@@ -428,7 +433,7 @@ fn read_port(
             format!("{n}/{pr} is already a port of this Service (spec.ports[{first}])"),
         );
     }
-    let node_port = read_node_port(site, path, port, service_type, diag);
+    let node_port = read_node_port(site, path, port, service_type, allocates, diag);
     let target = match &port.target_port {
         // Unset: the port itself (pkg/apis/core/v1/defaults.go SetDefaults_Service).
         None | Some(IntOrString::Int(0)) => number.map(TargetPort::Number),
@@ -494,6 +499,7 @@ fn read_node_port(
     path: &FieldPath,
     port: &K8sServicePort,
     service_type: Option<ServiceType>,
+    allocates: bool,
     diag: &mut Diagnostics,
 ) -> Option<Option<u16>> {
     let path = path.key("nodePort");
@@ -506,12 +512,20 @@ fn read_node_port(
             diag.value(site, &path, "nodePort is only allowed when type is NodePort or LoadBalancer");
             None
         }
-        (Some(ServiceType::NodePort | ServiceType::LoadBalancer), None) => {
-            let kind = if service_type == Some(ServiceType::NodePort) { "NodePort" } else { "LoadBalancer" };
+        // A load balancer that sends straight to pods needs no node port
+        // (pkg/registry/core/service/storage/alloc.go: nothing allocated when
+        // allocateLoadBalancerNodePorts is false).
+        (Some(ServiceType::LoadBalancer), None) if !allocates => Some(None),
+        (Some(ServiceType::NodePort), None) => {
+            diag.value(site, &path, "required for type NodePort: the harness does not allocate node ports");
+            None
+        }
+        (Some(ServiceType::LoadBalancer), None) => {
             diag.value(
                 site,
                 &path,
-                format!("required for type {kind}: the harness does not allocate node ports"),
+                "required for type LoadBalancer: the harness does not allocate node ports \
+                 (or set allocateLoadBalancerNodePorts: false for a load balancer without them)",
             );
             None
         }

@@ -144,6 +144,17 @@ pub(crate) struct ExternalHostSpec {
     pub ip: Option<String>,
     /// One address per family (dual-stack), instead of `ip`.
     pub ips: Option<Vec<String>>,
+    /// Routes through nodes (e.g. the service CIDR via a node).
+    #[serde(default)]
+    pub routes: Vec<HostRouteSpec>,
+}
+
+/// `{to: CIDR, via: NODE}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct HostRouteSpec {
+    pub to: String,
+    pub via: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

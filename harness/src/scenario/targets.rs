@@ -205,7 +205,8 @@ fn service_target(
                     cx.site,
                     &cx.at("nodePort"),
                     format!(
-                        "port {} of Service {} has no nodePort (the Service is not of type NodePort or LoadBalancer)",
+                        "port {} of Service {} has no nodePort (the Service is not of type NodePort or LoadBalancer, \
+                         or it sets allocateLoadBalancerNodePorts: false)",
                         port_name,
                         service.name
                     ),
@@ -298,7 +299,7 @@ fn external_ip(cx: &Cx<'_, '_, '_, '_>, service: &Service, diag: &mut Diagnostic
 fn load_balancer_ip(cx: &Cx<'_, '_, '_, '_>, service: &Service, diag: &mut Diagnostics) -> Option<IpAddr> {
     let path = cx.at("loadBalancer");
     let ip = ip_at(cx.site, &path, cx.spec.load_balancer.as_deref()?, diag)?;
-    if service.load_balancer_ips.contains(&ip) {
+    if service.load_balancer_ips.contains(&ip) || service.proxied_load_balancer_ips.contains(&ip) {
         return Some(ip);
     }
     let known = match service.load_balancer_ips.as_slice() {

@@ -111,7 +111,8 @@ fn assemble<'a>(
         pods.ips_incomplete = true;
         services.tolerate(name.as_deref());
     }
-    let cx = Context { services: &services, pods: &pods, nodes: &doc.nodes };
+    let cx =
+        Context { services: &services, pods: &pods, nodes: &doc.nodes, external_hosts: &doc.external_hosts };
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
     let derived: Vec<_> = services
         .values()

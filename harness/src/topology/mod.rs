@@ -182,6 +182,13 @@ impl Topology {
                 }
             }
             links.up(eth0).await?;
+            // Its own routes through nodes (e.g. cluster IPs advertised over BGP).
+            for view in &views {
+                for route in view.external_host(&host.name).map(|h| h.routes.as_slice()).unwrap_or_default() {
+                    let via = view.node(&route.via).with_context(|| format!("no node {}", route.via))?;
+                    links.route_via(route.to, via.ip, eth0).await?;
+                }
+            }
         }
         Ok(())
     }
@@ -248,12 +255,16 @@ fn on_node<'a>(views: &'a [Cluster], name: &'a str) -> impl Iterator<Item = (&'a
     views.iter().filter_map(move |v| Some((v, v.node(name)?)))
 }
 
-/// Every external IP and load-balancer IP of the cluster's Services, once each.
+/// Every external IP and load-balancer IP (ipMode Proxy too: traffic to it leaves through
+/// the uplink) of the cluster's Services, once each.
 fn external_destinations(cluster: &Cluster) -> Vec<IpAddr> {
     let mut ips: Vec<IpAddr> = cluster
         .services
         .iter()
-        .flat_map(|s| s.external_ips.iter().chain(&s.load_balancer_ips).copied())
+        .flat_map(|s| {
+            let load_balancer = s.load_balancer_ips.iter().chain(&s.proxied_load_balancer_ips);
+            s.external_ips.iter().chain(load_balancer).copied()
+        })
         .collect();
     ips.sort();
     ips.dedup();

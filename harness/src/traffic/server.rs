@@ -1,10 +1,11 @@
-//! A small server on every declared container port of every pod, inside the pod's namespace.
+//! A small server on every declared container port of every pod, inside the pod's namespace,
+//! and on every endpoint port of an external host or node that backs a Service.
 //! TCP: on accept, write the reply line and close. UDP: answer each datagram with the line.
 //! Each binds the unspecified address of each of the pod's families (a dual-stack pod serves
 //! every port on both, with separate sockets; the IPv6 one IPv6-only, so that IPv4 peers are
 //! seen as themselves, never as `::ffff:` mapped addresses).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, Result};
 use socket2::{Domain, Socket, Type};
@@ -34,34 +35,82 @@ impl Servers {
             for (unspecified, port) in
                 families.flat_map(|f| pod.ports.iter().map(move |p| (f.unspecified(), p)))
             {
-                let bind = SocketAddr::new(unspecified, port.port);
-                let what =
-                    || format!("serving {}/{} on {bind} in pod {}", port.port, port.protocol, pod.name);
-                let name = pod.name.clone();
-                match port.protocol {
-                    Protocol::Tcp => {
-                        let listener = ns.run(move || socket(bind, Type::STREAM))?.with_context(what)?;
-                        let listener = std::net::TcpListener::from(listener);
-                        listener.set_nonblocking(true).with_context(what)?;
-                        let listener = tokio::net::TcpListener::from_std(listener).with_context(what)?;
-                        servers.tasks.spawn(serve_tcp(listener, name));
-                    }
-                    Protocol::Udp => {
-                        let socket = ns.run(move || socket(bind, Type::DGRAM))?.with_context(what)?;
-                        let socket = std::net::UdpSocket::from(socket);
-                        socket.set_nonblocking(true).with_context(what)?;
-                        let socket = tokio::net::UdpSocket::from_std(socket).with_context(what)?;
-                        servers.tasks.spawn(serve_udp(socket, name));
-                    }
-                    Protocol::Sctp => {
-                        if !servers.unserved.contains(&(pod.name.clone(), port.port, port.protocol)) {
-                            servers.unserved.push((pod.name.clone(), port.port, port.protocol));
-                        }
-                    }
-                }
+                servers.serve(
+                    ns,
+                    SocketAddr::new(unspecified, port.port),
+                    port.protocol,
+                    &pod.name,
+                    "pod",
+                )?;
+            }
+        }
+        // External hosts and nodes that are endpoints (no pod: a database outside the cluster,
+        // host-network API servers) serve the endpoint ports the slices name for them.
+        let hosts = cluster.external_hosts.iter().map(|h| {
+            let ips: Vec<IpAddr> = std::iter::once(h.ip).chain(h.second_ip).collect();
+            (h.name.as_str(), ips, topology.external_hosts.get(&h.name), "external host")
+        });
+        let nodes = cluster.nodes.iter().map(|n| {
+            let ips: Vec<IpAddr> = n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).collect();
+            let ns = topology.nodes.iter().find(|h| h.name == n.name).map(|h| &h.netns);
+            (n.name.as_str(), ips, ns, "node")
+        });
+        for (name, ips, ns, what) in hosts.chain(nodes) {
+            let mut ports: Vec<(SocketAddr, Protocol)> = cluster
+                .services
+                .iter()
+                .flat_map(|s| &s.ports)
+                .flat_map(|p| p.endpoints.iter().map(move |e| (e, p.protocol)))
+                .filter(|(e, _)| e.pod == name && ips.contains(&e.ip))
+                .map(|(e, protocol)| (SocketAddr::new(IpFamily::of(e.ip).unspecified(), e.port), protocol))
+                .collect();
+            ports.sort();
+            ports.dedup();
+            if ports.is_empty() {
+                continue;
+            }
+            let ns = ns.with_context(|| format!("no namespace for {what} {name}"))?;
+            for (bind, protocol) in ports {
+                servers.serve(ns, bind, protocol, name, what)?;
             }
         }
         Ok(servers)
+    }
+
+    /// Serves `bind` over `protocol` inside `ns`, answering as `name` (a `what`, for errors).
+    fn serve(
+        &mut self,
+        ns: &Netns,
+        bind: SocketAddr,
+        protocol: Protocol,
+        name: &str,
+        what: &str,
+    ) -> Result<()> {
+        let context = || format!("serving {}/{protocol} on {bind} in {what} {name}", bind.port());
+        let name = name.to_string();
+        match protocol {
+            Protocol::Tcp => {
+                let listener = ns.run(move || socket(bind, Type::STREAM))?.with_context(context)?;
+                let listener = std::net::TcpListener::from(listener);
+                listener.set_nonblocking(true).with_context(context)?;
+                let listener = tokio::net::TcpListener::from_std(listener).with_context(context)?;
+                self.tasks.spawn(serve_tcp(listener, name));
+            }
+            Protocol::Udp => {
+                let socket = ns.run(move || socket(bind, Type::DGRAM))?.with_context(context)?;
+                let socket = std::net::UdpSocket::from(socket);
+                socket.set_nonblocking(true).with_context(context)?;
+                let socket = tokio::net::UdpSocket::from_std(socket).with_context(context)?;
+                self.tasks.spawn(serve_udp(socket, name));
+            }
+            Protocol::Sctp => {
+                let unserved = (name, bind.port(), protocol);
+                if !self.unserved.contains(&unserved) {
+                    self.unserved.push(unserved);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A TCP listener on 127.0.0.1:`port` in a node's own namespace, as node-local services

@@ -374,9 +374,18 @@ fn answered(
     let Some(backend) = backend_address(cluster, probe, dst, pod) else {
         return Some(format!("{pod} answered, but it backs no endpoint of this destination"));
     };
-    let Some(frames) = evidence.frames.get(&format!("pod/{pod}")) else {
-        return Some(format!("on the wire: nothing was captured at {pod}"));
+    // A backend is a pod, an external host or a node (host-network) that is an endpoint.
+    let points = if cluster.pod(pod).is_some() {
+        vec![format!("pod/{pod}")]
+    } else if cluster.node(pod).is_some() {
+        vec![format!("node/{pod}"), format!("node/{pod}/lo"), format!("bridge/{pod}")]
+    } else {
+        vec![format!("external/{pod}")]
     };
+    let frames: Vec<&Frame> = points.iter().filter_map(|p| evidence.frames.get(p)).flatten().collect();
+    if points.iter().all(|p| !evidence.frames.contains_key(p)) {
+        return Some(format!("on the wire: nothing was captured at {pod}"));
+    }
     let arrived = frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, backend));
     if !arrived {
         return Some(format!("on the wire: no packet {seen} > {backend} reached {pod}'s interface"));

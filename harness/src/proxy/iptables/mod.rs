@@ -39,6 +39,8 @@ pub struct BuiltinIptables {
 
 /// The rules for `node`, with `mutant` applied.
 pub fn node_ruleset(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> RuleSet {
+    let misread = mutant.and_then(|m| m.misread(cluster));
+    let cluster = misread.as_ref().unwrap_or(cluster);
     let deviations = mutant.map(Mutant::deviations).unwrap_or_default();
     let mut rules = generate::node_rules_with(cluster, node, deviations);
     if let Some(m) = mutant {

@@ -29,6 +29,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::StaleUdpConntrackKept
             | $crate::proxy::iptables::Mutant::HintsIgnored
             | $crate::proxy::iptables::Mutant::HintsUsedWhenIncomplete
+            | $crate::proxy::iptables::Mutant::IpModeProxyIgnored
     };
 }
 pub(crate) use outside_the_rules;
@@ -78,10 +79,13 @@ pub enum Mutant {
     HintsIgnored,
     /// The `canUseTopology` check that every endpoint is hinted left out.
     HintsUsedWhenIncomplete,
+    /// kube-proxy before v1.29 (KEP-1860, gate LoadBalancerIPMode), and every proxy that reads
+    /// `status.loadBalancer.ingress[].ip` alone.
+    IpModeProxyIgnored,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 24] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -105,6 +109,7 @@ impl Mutant {
         Mutant::NodePortWithoutEndpointsNotRejected,
         Mutant::HintsIgnored,
         Mutant::HintsUsedWhenIncomplete,
+        Mutant::IpModeProxyIgnored,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -133,6 +138,7 @@ impl Mutant {
             Mutant::NodePortWithoutEndpointsNotRejected => "node-port-without-endpoints-not-rejected",
             Mutant::HintsIgnored => "hints-ignored",
             Mutant::HintsUsedWhenIncomplete => "hints-used-when-incomplete",
+            Mutant::IpModeProxyIgnored => "ip-mode-proxy-ignored",
         }
     }
 
@@ -207,6 +213,9 @@ impl Mutant {
             Mutant::HintsUsedWhenIncomplete => {
                 "topology hints are used although some ready endpoint has none: that endpoint never gets traffic, instead of hints being ignored"
             }
+            Mutant::IpModeProxyIgnored => {
+                "ipMode is ignored: load-balancer IPs with ipMode Proxy are intercepted on the nodes like VIP ones, so traffic from inside the cluster never reaches the proxying balancer"
+            }
         }
     }
 
@@ -227,6 +236,22 @@ impl Mutant {
 
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
     /// guard to leave out.
+    /// The cluster as the broken proxy reads it: the same, except for the mutants whose bug
+    /// is in reading the Service objects.
+    pub fn misread(self, cluster: &Cluster) -> Option<Cluster> {
+        match self {
+            Mutant::IpModeProxyIgnored => {
+                let mut misread = cluster.clone();
+                for svc in &mut misread.services {
+                    let proxied = std::mem::take(&mut svc.proxied_load_balancer_ips);
+                    svc.load_balancer_ips.extend(proxied);
+                }
+                Some(misread)
+            }
+            _ => None,
+        }
+    }
+
     pub fn exists_in_nftables(self) -> bool {
         self != Mutant::LocalnetNotFirewalled
     }

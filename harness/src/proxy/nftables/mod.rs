@@ -76,6 +76,8 @@ fn family_views(cluster: &Cluster, node: &str) -> Vec<Cluster> {
 
 /// The table of one family view in `layout`, with `mutant` applied.
 pub fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> RuleSet {
+    let misread = mutant.and_then(|m| m.misread(view));
+    let view = misread.as_ref().unwrap_or(view);
     let deviations = mutant.map(Mutant::deviations).unwrap_or_default();
     let mut rules = generate::node_rules_with(view, node, deviations, layout);
     if let Some(m) = mutant {

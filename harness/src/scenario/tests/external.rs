@@ -173,17 +173,25 @@ fn load_balancer_ingress_needs_type_load_balancer_and_an_ip() {
 }
 
 #[test]
-fn ingress_ip_mode_proxy_cannot_be_expressed() {
-    let text = edit(EXPOSED, "ingress: [{ip: 198.51.100.7}]", "ingress: [{ip: 198.51.100.7, ipMode: Proxy}]");
+fn ingress_ip_mode_proxy_is_left_to_the_load_balancer() {
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let text = edit(
+        EXPOSED,
+        "ingress: [{ip: 198.51.100.7}]",
+        "ingress: [{ip: 198.51.100.7, ipMode: Proxy}, {ip: 198.51.100.8, ipMode: VIP}]",
+    );
+    let s = parse(&text);
+    let web = &s.cluster.services[0];
+    assert_eq!(web.load_balancer_ips, [ip("198.51.100.8")]);
+    assert_eq!(web.proxied_load_balancer_ips, [ip("198.51.100.7")]);
+    let text =
+        edit(EXPOSED, "ingress: [{ip: 198.51.100.7}]", "ingress: [{ip: 198.51.100.7, ipMode: Tunnel}]");
     assert_only(
         &parse_errors(&text),
-        at(&text, "Proxy}"),
+        at(&text, "Tunnel}"),
         &field("status.loadBalancer.ingress[0].ipMode"),
-        "ipMode Proxy is not supported: kube-proxy then leaves the address to the load balancer, which the \
-         harness does not model (write VIP or leave ipMode out)",
+        "unknown ipMode \"Tunnel\" (expected VIP or Proxy)",
     );
-    let text = edit(EXPOSED, "ingress: [{ip: 198.51.100.7}]", "ingress: [{ip: 198.51.100.7, ipMode: VIP}]");
-    parse(&text);
 }
 
 #[test]
@@ -308,4 +316,79 @@ fn session_affinity_with_kubernetes_defaults_and_limits() {
         &field("spec.sessionAffinity"),
         "unknown sessionAffinity \"Cookie\" (expected None or ClientIP)",
     );
+}
+
+#[test]
+fn a_load_balancer_goes_without_node_ports_only_when_it_allocates_none() {
+    let text = edit(EXPOSED, ", nodePort: 30080}", "}");
+    assert_only(
+        &parse_errors(&text),
+        at(&text, "{name: http"),
+        &field("spec.ports[0].nodePort"),
+        "required for type LoadBalancer: the harness does not allocate node ports \
+         (or set allocateLoadBalancerNodePorts: false for a load balancer without them)",
+    );
+    let text = edit(
+        &text,
+        "  type: LoadBalancer\n",
+        "  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n",
+    );
+    // Probes of its node port now have nothing to reach.
+    assert_has(
+        &parse_errors(&text),
+        at_in(&text, "nodePort: node-a, address: 192.168.50.21", "node-a"),
+        "spec.probes[3].to.nodePort",
+        "port http of Service web has no nodePort (the Service is not of type NodePort or LoadBalancer, \
+         or it sets allocateLoadBalancerNodePorts: false)",
+    );
+    let probes =
+        |to: &str| format!("      to: {{service: web, port: http, nodePort: node-a, address: {to}}}\n");
+    let text = edit(&text, &probes("192.168.50.21"), "      to: {service: web, port: http}\n");
+    let text = edit(&text, &probes("127.0.0.1"), "      to: {service: web, port: http}\n");
+    let s = parse(&text);
+    assert_eq!(s.cluster.services[0].ports[0].node_port, None);
+    // The health-check node port is allocated regardless (the test fixture gives it).
+    assert_eq!(s.cluster.services[0].health_check_node_port, Some(32000));
+    // Node ports a client gives are kept.
+    let text = edit(
+        EXPOSED,
+        "  type: LoadBalancer\n",
+        "  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n",
+    );
+    assert_eq!(parse(&text).cluster.services[0].ports[0].node_port, Some(30080));
+}
+
+#[test]
+fn external_host_routes_go_through_nodes_outside_the_node_network() {
+    let host = "    - {name: outside, ip: 192.168.50.100}\n";
+    let routed = |routes: &str| {
+        edit(EXPOSED, host, &format!("    - {{name: outside, ip: 192.168.50.100, routes: {routes}}}\n"))
+    };
+    let s = parse(&routed("[{to: 10.96.0.0/12, via: node-b}, {to: 10.96.0.0/16, via: node-a}]"));
+    let outside = s.cluster.external_host("outside").unwrap();
+    // The longest prefix wins, as in the host's routing table.
+    let via = |ip: &str| outside.route_to(ip.parse().unwrap()).map(|r| r.via.as_str());
+    assert_eq!(
+        (via("10.96.0.20"), via("10.100.0.1"), via("10.244.1.1")),
+        (Some("node-a"), Some("node-b"), None)
+    );
+    for (routes, needle, field, message) in [
+        ("[{to: 10.96.0.0/12, via: node-z}]", "node-z", "via", "no node named \"node-z\""),
+        ("[{to: 10.96.0.1/12, via: node-a}]", "10.96.0.1/12", "to", "has host bits set"),
+        (
+            "[{to: 192.168.0.0/16, via: node-a}]",
+            "192.168.0.0/16",
+            "to",
+            "overlaps the node network 192.168.50.0/24",
+        ),
+        ("[{to: fd00::/64, via: node-a}]", "fd00::/64", "to", "this host has no IPv6 address"),
+    ] {
+        let text = routed(routes);
+        assert_has(
+            &parse_errors(&text),
+            at(&text, needle),
+            &format!("spec.externalHosts[0].routes[0].{field}"),
+            message,
+        );
+    }
 }

@@ -166,3 +166,16 @@ fn flows_need_a_service() {
         "flows found nothing to probe: the scenario has no Service",
     );
 }
+
+#[test]
+fn a_host_routed_to_the_service_cidr_reaches_cluster_ips() {
+    let text = edit(
+        EXPOSED,
+        "    - {name: outside, ip: 192.168.50.100}\n",
+        "    - {name: outside, ip: 192.168.50.100, routes: [{to: 10.96.0.0/12, via: node-b}]}\n    - {name: far, ip: 192.168.50.101}\n",
+    );
+    let s = parse(&flows_only(&text, "{all: true}"));
+    let all = names(&s);
+    assert!(all.contains(&"flow: external outside -> web:http clusterIP"), "{all:#?}");
+    assert!(!all.contains(&"flow: external far -> web:http clusterIP"), "{all:#?}");
+}

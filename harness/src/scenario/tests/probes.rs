@@ -129,7 +129,8 @@ fn node_port_targets() {
         &errors(&text),
         at(&text, "node-a}"),
         "spec.probes[0].to.nodePort",
-        "port dns of Service kube-dns has no nodePort (the Service is not of type NodePort or LoadBalancer)",
+        "port dns of Service kube-dns has no nodePort (the Service is not of type NodePort or LoadBalancer, \
+         or it sets allocateLoadBalancerNodePorts: false)",
     );
 }
 

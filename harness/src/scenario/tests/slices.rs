@@ -39,12 +39,13 @@ fn given_slices_replace_derivation() {
         .iter()
         .map(|e| (e.address().to_string(), e.ready, e.serving, e.terminating, e.node.as_deref()))
         .collect();
-    // Deduplicated by address (the first wins); serving defaults to ready; node to the pod's.
+    // Deduplicated by address (the first wins); serving defaults to ready; without nodeName an
+    // endpoint is local to no node, as kube-proxy reads it.
     assert_eq!(
         endpoints,
         [
-            ("10.244.1.5:53".to_string(), true, true, false, Some("node-a")),
-            ("10.244.2.7:53".to_string(), false, false, false, Some("node-b")),
+            ("10.244.1.5:53".to_string(), true, true, false, None),
+            ("10.244.2.7:53".to_string(), false, false, false, None),
         ]
     );
     // The slice has no dns-tcp port, and nothing is derived for a Service that has slices.
@@ -99,8 +100,8 @@ fn endpoint_addresses_must_be_pods() {
         &errs,
         at(&text, "10.244.2.8"),
         "EndpointSlice kube-system/kube-dns-abc: endpoints[1].addresses[0]",
-        "10.244.2.8 is not the address of any Pod in the scenario (the harness needs a pod to answer; \
-         pods: 10.244.1.20 client, 10.244.1.5 coredns-a, 10.244.2.7 coredns-b)",
+        "10.244.2.8 is not the address of any Pod or external host in the scenario (the harness needs one to \
+         answer; pods: 10.244.1.20 client, 10.244.1.5 coredns-a, 10.244.2.7 coredns-b)",
     );
     let text = with_slice(&[("  - addresses: [10.244.2.7]", "  - addresses: [10.244.2.7, 10.244.1.20]")]);
     assert_only(
@@ -192,4 +193,24 @@ fn endpoint_node_names_must_agree_with_the_pod() {
         "EndpointSlice kube-system/kube-dns-abc: endpoints[1].nodeName",
         "no node named \"node-q\" in the scenario (known: node-a, node-b)",
     );
+}
+
+#[test]
+fn an_endpoint_may_be_an_external_host_local_to_no_node() {
+    let host = "  externalHosts:\n    - {name: db, ip: 192.168.50.200}\n";
+    let text = with_slice(&[("  - addresses: [10.244.2.7]", "  - addresses: [192.168.50.200]")]);
+    let text = edit(&text, "  probes:\n", &format!("{host}  probes:\n"));
+    let s = load(&text);
+    let (_, dns) = s.cluster.service_port("kube-dns", "dns").unwrap();
+    let db = dns.endpoints.iter().find(|e| e.pod == "db").unwrap();
+    assert_eq!((db.ip.to_string(), db.node.as_deref()), ("192.168.50.200".into(), None));
+}
+
+#[test]
+fn an_endpoint_may_be_a_nodes_own_address() {
+    let text = with_slice(&[("  - addresses: [10.244.2.7]", "  - addresses: [192.168.50.12]")]);
+    let s = load(&text);
+    let (_, dns) = s.cluster.service_port("kube-dns", "dns").unwrap();
+    let ep = dns.endpoints.iter().find(|e| e.ip.to_string() == "192.168.50.12").unwrap();
+    assert_eq!(ep.pod, s.cluster.nodes.iter().find(|n| n.ip == ep.ip).unwrap().name);
 }

@@ -424,12 +424,14 @@ fn everything() -> Cluster {
         "10.96.0.74",
         vec![port("", Protocol::Tcp, 80, None, vec![only_leaving])],
     );
+    let mut lb = lb_service();
+    lb.proxied_load_balancer_ips = vec!["203.0.113.11".parse().unwrap()];
     let mut c = cluster(vec![
         kube_dns(),
         nginx(TrafficPolicy::Cluster),
         nginx_local,
         no_endpoints(),
-        lb_service(),
+        lb,
         web_ext,
         itp,
         draining,

@@ -363,8 +363,11 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
 #[test]
 fn the_mutants_outside_the_rules_are_the_generators_the_health_servers_and_the_conntrack_cleanups() {
     for m in Mutant::ALL {
-        let elsewhere =
-            m.deviations() != Deviations::default() || m.breaks_health_checks() || m.keeps_stale_conntrack();
+        let misreads = m.misread(&everything()).is_some();
+        let elsewhere = m.deviations() != Deviations::default()
+            || m.breaks_health_checks()
+            || m.keeps_stale_conntrack()
+            || misreads;
         assert_eq!(matches!(m, outside_the_rules!()), elsewhere, "{m}");
     }
 }
@@ -385,4 +388,17 @@ fn hint_mutants_change_only_which_endpoints_the_cluster_set_keeps() {
     let (_, incomplete) = broken(Mutant::HintsUsedWhenIncomplete, "node-a");
     assert_eq!(svc_targets(&incomplete, "default/zoned-partial").len(), 1);
     assert_eq!(svc_targets(&incomplete, "default/zoned"), svc_targets(&right, "default/zoned"));
+}
+
+#[test]
+fn ip_mode_proxy_ignored_intercepts_the_proxied_ip() {
+    let mut svc = lb_service();
+    svc.proxied_load_balancer_ips = vec!["203.0.113.11".parse().unwrap()];
+    let c = cluster(vec![svc]);
+    let (before, after) =
+        (node_rules(&c, "node-a"), node_ruleset(&c, "node-a", Some(Mutant::IpModeProxyIgnored)));
+    assert!(!before.render().contains("203.0.113.11"));
+    let (gone, new) = diff(&before, &after);
+    assert!(gone.is_empty(), "{gone:?}");
+    assert!(!new.is_empty() && new.iter().all(|l| l.contains("203.0.113.11")), "{new:?}");
 }

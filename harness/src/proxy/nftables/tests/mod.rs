@@ -59,6 +59,7 @@ fn everything() -> Cluster {
     lb.external_traffic_policy = TrafficPolicy::Local;
     lb.external_ips = vec!["192.168.99.10".parse().unwrap()];
     lb.load_balancer_ips = vec!["203.0.113.10".parse().unwrap()];
+    lb.proxied_load_balancer_ips = vec!["203.0.113.11".parse().unwrap()];
     lb.load_balancer_source_ranges =
         vec!["198.51.100.0/24".parse().unwrap(), "192.168.50.0/24".parse().unwrap()];
     lb.health_check_node_port = Some(32100);
