@@ -61,7 +61,10 @@ fn best_nodes() -> Nodes {
 
 /// Runs the scenario against a stand-in cluster whose nodes run the reference proxy with
 /// `flags`: the report, and each node before and after.
-fn run_against(kind: Nodes, flags: &[&str]) -> (ScenarioReport, BTreeMap<String, String>, BTreeMap<String, String>) {
+fn run_against(
+    kind: Nodes,
+    flags: &[&str],
+) -> (ScenarioReport, BTreeMap<String, String>, BTreeMap<String, String>) {
     let scenario = scenario();
     let rt = runtime();
     let stand_ins = StandIns::start(&scenario.cluster, kind, &node_proxy(flags), rt.handle()).unwrap();
@@ -158,14 +161,16 @@ fn ctrl_c_during_a_run_leaves_the_nodes_and_the_api_as_found() {
     // Interrupted once it has wired its pods and written every object (two Services, two
     // slices): it then waits for the nodes' proxies or sends probes.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while stand_ins.store.list(Kind::Service).1.len() + stand_ins.store.list(Kind::EndpointSlice).1.len() < 4 {
+    while stand_ins.store.list(Kind::Service).1.len() + stand_ins.store.list(Kind::EndpointSlice).1.len() < 4
+    {
         assert!(child.try_wait().unwrap().is_none(), "the run ended before it was interrupted");
         assert!(Instant::now() < deadline, "the run never wrote its objects");
         std::thread::sleep(Duration::from_millis(20));
     }
     let metrics = stand_ins.metrics();
     let interrupted = unix_now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT)
+        .unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{status}");
     assert_eq!(stand_ins.store.list(Kind::Service).1.len(), 0, "packetproof's Services left in the API");

@@ -6,9 +6,9 @@
 //! The harness changes the [`Store`]; every change becomes watch events.
 
 mod http;
-mod writes;
 pub mod selector;
 pub mod store;
+mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -20,9 +20,9 @@ pub fn routes(router: Router<Arc<Store>>) -> Router<Arc<Store>> {
     router
         .route(
             "/api/v1/namespaces/{ns}/services/{name}",
-            get(|s, p| one(s, p, Kind::Service)).patch(|s, p, b| apply(s, p, b, Kind::Service)).delete(
-                |s, p| delete(s, p, Kind::Service),
-            ),
+            get(|s, p| one(s, p, Kind::Service))
+                .patch(|s, p, b| apply(s, p, b, Kind::Service))
+                .delete(|s, p| delete(s, p, Kind::Service)),
         )
         .route("/api/v1/namespaces/{ns}/services/{name}/status", patch(apply_status))
         .route(
@@ -38,7 +38,11 @@ fn not_found(kind: Kind, name: &str) -> Response {
     status(StatusCode::NOT_FOUND, "NotFound", &format!("{what} \"{name}\" not found"))
 }
 
-async fn one(State(store): State<Arc<Store>>, Path((ns, name)): Path<(String, String)>, kind: Kind) -> Response {
+async fn one(
+    State(store): State<Arc<Store>>,
+    Path((ns, name)): Path<(String, String)>,
+    kind: Kind,
+) -> Response {
     match store.get(kind, &format!("{ns}/{name}")) {
         Some(object) => json_response(StatusCode::OK, &object),
         None => not_found(kind, &name),
@@ -94,7 +98,11 @@ async fn apply_status(
     json_response(StatusCode::OK, &store.get(Kind::Service, &key).unwrap_or(json!({})))
 }
 
-async fn delete(State(store): State<Arc<Store>>, Path((ns, name)): Path<(String, String)>, kind: Kind) -> Response {
+async fn delete(
+    State(store): State<Arc<Store>>,
+    Path((ns, name)): Path<(String, String)>,
+    kind: Kind,
+) -> Response {
     let key = format!("{ns}/{name}");
     match store.get(kind, &key) {
         Some(object) => {

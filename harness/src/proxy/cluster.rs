@@ -68,15 +68,17 @@ impl ClusterProxy {
     /// proxy is judged by; default `kubernetes`), `metricsPort` (a number, or null for
     /// none; default 10249), `syncTimeoutSeconds`.
     pub fn from_options(options: &Value) -> Result<ClusterProxy> {
-        if let Some(unknown) = options.as_object().into_iter().flatten().map(|(k, _)| k).find(|k| !OPTIONS.contains(&k.as_str())) {
+        if let Some(unknown) =
+            options.as_object().into_iter().flatten().map(|(k, _)| k).find(|k| !OPTIONS.contains(&k.as_str()))
+        {
             bail!("proxy {NAME} has no option {unknown:?} (options: {})", OPTIONS.join(", "));
         }
         let kubeconfig = match options.get("kubeconfig") {
             Some(Value::String(path)) => PathBuf::from(path),
             Some(other) => bail!("option `kubeconfig` must be a path, not {other}"),
-            None => std::env::var_os("KUBECONFIG")
-                .map(PathBuf::from)
-                .with_context(|| format!("proxy {NAME} needs the cluster's kubeconfig: option `kubeconfig` or env KUBECONFIG"))?,
+            None => std::env::var_os("KUBECONFIG").map(PathBuf::from).with_context(|| {
+                format!("proxy {NAME} needs the cluster's kubeconfig: option `kubeconfig` or env KUBECONFIG")
+            })?,
         };
         let profile = match options.get("profile") {
             None => Profile::Kubernetes,
@@ -99,7 +101,8 @@ impl ClusterProxy {
             }
         }
         if let Some(v) = options.get("syncTimeoutSeconds") {
-            proxy.sync_timeout = Duration::from_secs(v.as_u64().context("option `syncTimeoutSeconds` must be a number")?);
+            proxy.sync_timeout =
+                Duration::from_secs(v.as_u64().context("option `syncTimeoutSeconds` must be a number")?);
         }
         Ok(proxy)
     }
@@ -131,9 +134,11 @@ impl Proxy for ClusterProxy {
         let written: Arc<Mutex<BTreeMap<Key, Value>>> = Arc::default();
         // On Ctrl-C (or a drop without stop) the objects go; the nodes' proxies then clean up.
         let additions = Additions::default();
-        let (hook_client, hook_runtime, hook_written) = (client.clone(), env.runtime.clone(), Arc::clone(&written));
+        let (hook_client, hook_runtime, hook_written) =
+            (client.clone(), env.runtime.clone(), Arc::clone(&written));
         additions.push(Undo::Hook(Box::new(move || {
-            let keys: Vec<Key> = hook_written.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+            let keys: Vec<Key> =
+                hook_written.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
             hook_runtime.block_on(async move {
                 for key in keys.iter().rev() {
                     delete(&hook_client, key).await?;
@@ -173,13 +178,19 @@ impl std::fmt::Display for Key {
 fn desired(state: &State<'_>) -> Result<BTreeMap<Key, Value>> {
     let mut out = BTreeMap::new();
     let services = state.objects.services.iter().map(|s| serde_json::to_value(s).map(|v| (Kind::Service, v)));
-    let slices = state.objects.endpoint_slices.iter().map(|s| serde_json::to_value(s).map(|v| (Kind::EndpointSlice, v)));
+    let slices = state
+        .objects
+        .endpoint_slices
+        .iter()
+        .map(|s| serde_json::to_value(s).map(|v| (Kind::EndpointSlice, v)));
     for item in services.chain(slices) {
         let (kind, mut object) = item.context("encoding the scenario's objects")?;
         object["apiVersion"] = kind.api_version().into();
         object["kind"] = kind.kind().into();
         let meta = object["metadata"].as_object_mut().context("an object without metadata")?;
-        for server_set in ["resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "selfLink"] {
+        for server_set in
+            ["resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "selfLink"]
+        {
             meta.remove(server_set);
         }
         let namespace = meta.get("namespace").and_then(Value::as_str).unwrap_or("default").to_string();
@@ -215,7 +226,8 @@ fn families<'v>(objects: impl Iterator<Item = &'v Value>) -> Families {
             Some("IPv6") => add("::"),
             _ => {
                 let spec = &object["spec"];
-                let ips = spec["clusterIPs"].as_array().cloned().unwrap_or_else(|| vec![spec["clusterIP"].clone()]);
+                let ips =
+                    spec["clusterIPs"].as_array().cloned().unwrap_or_else(|| vec![spec["clusterIP"].clone()]);
                 ips.iter().filter_map(Value::as_str).for_each(add);
             }
         }
@@ -234,7 +246,10 @@ async fn apply(client: &Client, key: &Key, object: &Value, new: bool) -> Result<
     match key.kind {
         Kind::Service => {
             let api: Api<Service> = Api::namespaced(client.clone(), &key.namespace);
-            if new && let Some(found) = api.get_opt(&key.name).await.with_context(what)? && !is_ours(found.metadata.labels.as_ref()) {
+            if new
+                && let Some(found) = api.get_opt(&key.name).await.with_context(what)?
+                && !is_ours(found.metadata.labels.as_ref())
+            {
                 bail!("{key} exists in the cluster and is not packetproof's: refusing to change it");
             }
             let mut body = object.clone();
@@ -247,7 +262,10 @@ async fn apply(client: &Client, key: &Key, object: &Value, new: bool) -> Result<
         }
         Kind::EndpointSlice => {
             let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &key.namespace);
-            if new && let Some(found) = api.get_opt(&key.name).await.with_context(what)? && !is_ours(found.metadata.labels.as_ref()) {
+            if new
+                && let Some(found) = api.get_opt(&key.name).await.with_context(what)?
+                && !is_ours(found.metadata.labels.as_ref())
+            {
                 bail!("{key} exists in the cluster and is not packetproof's: refusing to change it");
             }
             api.patch(&key.name, &params, &Patch::Apply(object)).await.with_context(what)?;
@@ -261,10 +279,14 @@ async fn apply(client: &Client, key: &Key, object: &Value, new: bool) -> Result<
 async fn delete(client: &Client, key: &Key) -> Result<()> {
     let params = DeleteParams::default();
     let result = match key.kind {
-        Kind::Service => Api::<Service>::namespaced(client.clone(), &key.namespace).delete(&key.name, &params).await.map(|_| ()),
-        Kind::EndpointSlice => {
-            Api::<EndpointSlice>::namespaced(client.clone(), &key.namespace).delete(&key.name, &params).await.map(|_| ())
-        }
+        Kind::Service => Api::<Service>::namespaced(client.clone(), &key.namespace)
+            .delete(&key.name, &params)
+            .await
+            .map(|_| ()),
+        Kind::EndpointSlice => Api::<EndpointSlice>::namespaced(client.clone(), &key.namespace)
+            .delete(&key.name, &params)
+            .await
+            .map(|_| ()),
         Kind::Node => Ok(()),
     };
     match result {
@@ -297,10 +319,16 @@ impl ClusterRunning<'_> {
     /// every node's proxy applied the change.
     fn push(&mut self, wanted: BTreeMap<Key, Value>) -> Result<()> {
         let current = self.written().clone();
-        let removed: Vec<(Key, Value)> =
-            current.iter().filter(|(k, _)| !wanted.contains_key(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        let changed: Vec<(Key, Value)> =
-            wanted.iter().filter(|(k, v)| current.get(k) != Some(v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let removed: Vec<(Key, Value)> = current
+            .iter()
+            .filter(|(k, _)| !wanted.contains_key(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let changed: Vec<(Key, Value)> = wanted
+            .iter()
+            .filter(|(k, v)| current.get(k) != Some(v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         if removed.is_empty() && changed.is_empty() {
             return Ok(());
         }
@@ -309,7 +337,11 @@ impl ClusterRunning<'_> {
             Some(addr) => self
                 .nodes
                 .iter()
-                .map(|n| sync::http_get(&n.netns, addr, "/metrics").map(|b| SyncMetrics::parse(&b)).unwrap_or_default())
+                .map(|n| {
+                    sync::http_get(&n.netns, addr, "/metrics")
+                        .map(|b| SyncMetrics::parse(&b))
+                        .unwrap_or_default()
+                })
                 .collect(),
             None => Vec::new(),
         };
@@ -328,7 +360,11 @@ impl ClusterRunning<'_> {
             }
             for (key, object) in &changed {
                 // Recorded first: an interrupt during the write still removes it.
-                let new = written.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), object.clone()).is_none();
+                let new = written
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key.clone(), object.clone())
+                    .is_none();
                 if let Err(e) = apply(&client, key, object, new).await {
                     if new {
                         written.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
@@ -345,9 +381,21 @@ impl ClusterRunning<'_> {
                     let judge = SyncJudge::after_push(pushed, before[i].clone(), families);
                     sync::wait_metrics(&node.netns, addr, judge, deadline, || Ok(()))
                 }
-                None => sync::wait_stable(&baselines[i], QUIET, Some(UNCHANGED_AFTER), deadline, || rules(node), || Ok(())),
+                None => sync::wait_stable(
+                    &baselines[i],
+                    QUIET,
+                    Some(UNCHANGED_AFTER),
+                    deadline,
+                    || rules(node),
+                    || Ok(()),
+                ),
             };
-            waited.with_context(|| format!("waiting for the cluster's proxy on node {} to apply packetproof's objects", node.name))?;
+            waited.with_context(|| {
+                format!(
+                    "waiting for the cluster's proxy on node {} to apply packetproof's objects",
+                    node.name
+                )
+            })?;
         }
         Ok(())
     }
@@ -385,7 +433,8 @@ mod tests {
 
     #[test]
     fn objects_are_written_selectorless_labelled_and_without_server_fields() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/hairpin.yaml")).unwrap();
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/hairpin.yaml"))
+            .unwrap();
         let scenario = crate::scenario::load_str(&text, Path::new("hairpin.yaml")).unwrap();
         let state = State { cluster: &scenario.cluster, objects: &scenario.objects };
         let objects = desired(&state).unwrap();
@@ -402,8 +451,14 @@ mod tests {
 
     #[test]
     fn options_name_the_kubeconfig_and_the_profile() {
-        let p = ClusterProxy::from_options(&json!({"kubeconfig": "/k", "profile": "kube-proxy-nftables", "metricsPort": null})).unwrap();
-        assert_eq!((p.kubeconfig.as_path(), p.profile, p.metrics_port), (Path::new("/k"), Profile::KubeProxyNftables, None));
+        let p = ClusterProxy::from_options(
+            &json!({"kubeconfig": "/k", "profile": "kube-proxy-nftables", "metricsPort": null}),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.kubeconfig.as_path(), p.profile, p.metrics_port),
+            (Path::new("/k"), Profile::KubeProxyNftables, None)
+        );
         assert!(ClusterProxy::from_options(&json!({"kubeconfig": "/k", "command": "x"})).is_err());
         assert!(ClusterProxy::from_options(&json!({"kubeconfig": 3})).is_err());
     }

@@ -63,8 +63,9 @@ pub type NodeMap = BTreeMap<String, NodeRef>;
 
 /// `NAME=REF`, as `--node` takes it.
 pub fn parse_assignment(text: &str) -> Result<(String, NodeRef)> {
-    let (name, reference) =
-        text.split_once('=').with_context(|| format!("{text:?}: expected NODE=REF, e.g. kind-worker=docker:kind-worker"))?;
+    let (name, reference) = text
+        .split_once('=')
+        .with_context(|| format!("{text:?}: expected NODE=REF, e.g. kind-worker=docker:kind-worker"))?;
     Ok((name.to_string(), reference.parse()?))
 }
 
@@ -119,7 +120,9 @@ fn parse_addresses(json: &str) -> Result<Vec<Address>> {
     for link in links.as_array().into_iter().flatten() {
         let interface = link["ifname"].as_str().unwrap_or_default().to_string();
         for info in link["addr_info"].as_array().into_iter().flatten() {
-            let (Some(ip), Some(prefix)) = (info["local"].as_str(), info["prefixlen"].as_u64()) else { continue };
+            let (Some(ip), Some(prefix)) = (info["local"].as_str(), info["prefixlen"].as_u64()) else {
+                continue;
+            };
             let Ok(ip) = ip.parse() else { continue };
             found.push(Address { interface: interface.clone(), ip, prefix: prefix as u8 });
         }
@@ -133,8 +136,11 @@ fn check_addresses(node: &Node, reference: &NodeRef, found: &[Address]) -> Resul
     let want = node.node_network_ips().chain(node.second.as_ref().map(|s| s.ip));
     for ip in want {
         if !found.iter().any(|a| a.interface == NODE_UPLINK && a.ip == ip) {
-            let held: Vec<String> =
-                found.iter().filter(|a| !a.ip.is_loopback()).map(|a| format!("{} {}/{}", a.interface, a.ip, a.prefix)).collect();
+            let held: Vec<String> = found
+                .iter()
+                .filter(|a| !a.ip.is_loopback())
+                .map(|a| format!("{} {}/{}", a.interface, a.ip, a.prefix))
+                .collect();
             bail!(
                 "node {} ({reference}) does not hold the scenario's address {ip} on {NODE_UPLINK}; it holds: {} \
                  (write the node's real addresses into the scenario)",
@@ -176,7 +182,11 @@ impl Undo {
 /// A link or route that is already gone (a pod's veth goes with its namespace) is undone.
 fn tolerate_gone(result: Result<std::process::Output>) -> Result<()> {
     match result {
-        Err(e) if ["Cannot find device", "No such process", "No such device"].iter().any(|m| format!("{e:#}").contains(m)) => {
+        Err(e)
+            if ["Cannot find device", "No such process", "No such device"]
+                .iter()
+                .any(|m| format!("{e:#}").contains(m)) =>
+        {
             Ok(())
         }
         other => other.map(|_| ()),
@@ -298,7 +308,10 @@ pub(super) async fn build(cluster: &Cluster, nodes: &NodeMap, prefix: &str, inde
     topo.created.push(topo.node_network.clone());
     for node in &cluster.nodes {
         let reference = nodes.get(&node.name).with_context(|| {
-            format!("node {} of the scenario is not given an existing node (--node {}=REF)", node.name, node.name)
+            format!(
+                "node {} of the scenario is not given an existing node (--node {}=REF)",
+                node.name, node.name
+            )
         })?;
         let ns = reference.open()?;
         check_addresses(node, reference, &addresses(&ns)?)?;
@@ -340,7 +353,13 @@ async fn wire(topo: &Topology, cluster: &Cluster, tag: &str) -> Result<()> {
         for (view, node) in on_node(&views, &node.name) {
             // The other nodes' scenario pod CIDRs, as a routed CNI adds them.
             for other in view.nodes.iter().filter(|o| o.name != node.name) {
-                let args = vec![other.pod_cidr.to_string(), "via".into(), other.ip.to_string(), "dev".into(), NODE_UPLINK.into()];
+                let args = vec![
+                    other.pod_cidr.to_string(),
+                    "via".into(),
+                    other.ip.to_string(),
+                    "dev".into(),
+                    NODE_UPLINK.into(),
+                ];
                 additions.push(Undo::Route { netns: ns.clone(), args });
                 links.route_via(other.pod_cidr, other.ip, uplink).await?;
             }

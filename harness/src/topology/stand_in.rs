@@ -49,7 +49,9 @@ pub enum Nodes {
 pub fn podman_unavailable() -> Option<String> {
     match Command::new(ENGINE).args(["image", "exists", IMAGE]).output() {
         Err(e) => Some(format!("no container engine: running `{ENGINE}`: {e}")),
-        Ok(o) if !o.status.success() => Some(format!("{ENGINE} has no image {IMAGE} (ci/build-image.sh builds it)")),
+        Ok(o) if !o.status.success() => {
+            Some(format!("{ENGINE} has no image {IMAGE} (ci/build-image.sh builds it)"))
+        }
         Ok(_) => None,
     }
 }
@@ -83,7 +85,12 @@ pub struct StandIns {
 
 impl StandIns {
     /// Makes the cluster for `cluster`'s nodes and waits until every node's proxy synced.
-    pub fn start(cluster: &Cluster, kind: Nodes, proxy: &NodeProxy, runtime: &tokio::runtime::Handle) -> Result<StandIns> {
+    pub fn start(
+        cluster: &Cluster,
+        kind: Nodes,
+        proxy: &NodeProxy,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<StandIns> {
         let prefix = format!("{}si{}-", process_prefix(), NEXT.fetch_add(1, Ordering::Relaxed));
         let dir = std::env::temp_dir().join(format!("packetproof-{prefix}stand-in"));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -121,14 +128,16 @@ impl StandIns {
             s.nodes.insert(node.name.clone(), reference);
             s.node_netns.push((node.name.clone(), ns));
         }
-        let cp_ip = crate::topology::control_plane::unused_address(cluster).context("no free node-network address for the API server")?;
+        let cp_ip = crate::topology::control_plane::unused_address(cluster)
+            .context("no free node-network address for the API server")?;
         let cp = Netns::create(&format!("{prefix}cp"))?;
         s.made.push(cp.clone());
         runtime.block_on(wire(cluster, &net, &s.node_netns, &cp, cp_ip))?;
 
         s.store.replace(Kind::Node, cluster.nodes.iter().map(node_object).collect())?;
         let inside = SocketAddr::new(cp_ip, 6443);
-        let listener = cp.run(move || TcpListener::bind(inside))?.with_context(|| format!("binding {inside}"))?;
+        let listener =
+            cp.run(move || TcpListener::bind(inside))?.with_context(|| format!("binding {inside}"))?;
         s.servers.push(ApiServer::serve_store(listener, runtime, Arc::clone(&s.store))?);
         let outside = TcpListener::bind("127.0.0.1:0").context("binding the API server to 127.0.0.1")?;
         let outside_addr = outside.local_addr()?;
@@ -146,7 +155,10 @@ impl StandIns {
             let (_, child, log) = &mut s.proxies[i];
             let alive = || -> Result<()> {
                 if let Some(status) = child.try_wait()? {
-                    bail!("the stand-in proxy on {node} exited ({status}): {}", std::fs::read_to_string(&*log).unwrap_or_default());
+                    bail!(
+                        "the stand-in proxy on {node} exited ({status}): {}",
+                        std::fs::read_to_string(&*log).unwrap_or_default()
+                    );
                 }
                 Ok(())
             };
@@ -156,7 +168,12 @@ impl StandIns {
         Ok(s)
     }
 
-    fn start_proxies(&mut self, cluster: &Cluster, proxy: &NodeProxy, kubeconfig: &std::path::Path) -> Result<()> {
+    fn start_proxies(
+        &mut self,
+        cluster: &Cluster,
+        proxy: &NodeProxy,
+        kubeconfig: &std::path::Path,
+    ) -> Result<()> {
         let (cluster_cidr, service_cidr) = cidrs(cluster);
         let gates: Map<String, Value> = match proxy.mode {
             Mode::Nftables => Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]),
@@ -173,7 +190,8 @@ impl StandIns {
             };
             let config = kube_proxy_configuration(cluster, proxy.mode, &gates, &settings);
             let path = self.dir.join(format!("config-{node}.json"));
-            std::fs::write(&path, serde_json::to_string_pretty(&config)?).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(&path, serde_json::to_string_pretty(&config)?)
+                .with_context(|| format!("writing {}", path.display()))?;
             let log = self.dir.join(format!("proxy-{node}.log"));
             let out = std::fs::File::create(&log)?;
             let mut cmd = ns.command(&proxy.bin.to_string_lossy());
@@ -203,7 +221,11 @@ impl StandIns {
     pub fn metrics(&self) -> Vec<SyncMetrics> {
         self.node_netns
             .iter()
-            .map(|(_, ns)| sync::http_get(ns, metrics_addr(), "/metrics").map(|b| SyncMetrics::parse(&b)).unwrap_or_default())
+            .map(|(_, ns)| {
+                sync::http_get(ns, metrics_addr(), "/metrics")
+                    .map(|b| SyncMetrics::parse(&b))
+                    .unwrap_or_default()
+            })
             .collect()
     }
 
@@ -256,7 +278,10 @@ impl StandIns {
     fn remove_all(&mut self) -> Result<()> {
         let mut first_error: Option<anyhow::Error> = None;
         for (_, mut child, _) in self.proxies.drain(..) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = child.wait();
         }
         for server in self.servers.drain(..) {
@@ -269,7 +294,11 @@ impl StandIns {
         for name in self.containers.drain(..) {
             let out = Command::new(ENGINE).args(["rm", "-f", "-t", "0", &name]).output();
             if let Err(e) = out.map_err(anyhow::Error::from).and_then(|o| {
-                if o.status.success() { Ok(()) } else { bail!("{}", String::from_utf8_lossy(&o.stderr).trim()) }
+                if o.status.success() {
+                    Ok(())
+                } else {
+                    bail!("{}", String::from_utf8_lossy(&o.stderr).trim())
+                }
             }) {
                 first_error.get_or_insert(e.context(format!("removing container {name}")));
             }
@@ -318,7 +347,13 @@ fn run_container(name: &str) -> Result<()> {
 /// The node network: each node's `eth0` on one bridge with the scenario's addresses, the
 /// settings a node boots with (not the ones only packetproof needs: those it sets and puts
 /// back itself), and the control-plane host.
-async fn wire(cluster: &Cluster, net: &Netns, nodes: &[(String, Netns)], cp: &Netns, cp_ip: IpAddr) -> Result<()> {
+async fn wire(
+    cluster: &Cluster,
+    net: &Netns,
+    nodes: &[(String, Netns)],
+    cp: &Netns,
+    cp_ip: IpAddr,
+) -> Result<()> {
     let prefix = cluster.node_network.prefix_len();
     let bridge = Links::connect(net).await?;
     bridge.loopback_up().await?;
