@@ -23,8 +23,16 @@ use packetproof::topology::stand_in::{NodeProxy, Nodes, StandIns, podman_unavail
 
 const SCENARIO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/existing-nodes.yaml");
 
+/// A scenario with a step: the EndpointSlice changes while a UDP client keeps its source port.
+const STEP_SCENARIO: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/live-stale-udp-conntrack.yaml");
+
 fn scenario() -> Scenario {
-    packetproof::scenario::load(Path::new(SCENARIO)).unwrap()
+    load(SCENARIO)
+}
+
+fn load(path: &str) -> Scenario {
+    packetproof::scenario::load(Path::new(path)).unwrap()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -65,14 +73,21 @@ fn run_against(
     kind: Nodes,
     flags: &[&str],
 ) -> (ScenarioReport, BTreeMap<String, String>, BTreeMap<String, String>) {
-    let scenario = scenario();
+    run_scenario(&scenario(), kind, flags)
+}
+
+fn run_scenario(
+    scenario: &Scenario,
+    kind: Nodes,
+    flags: &[&str],
+) -> (ScenarioReport, BTreeMap<String, String>, BTreeMap<String, String>) {
     let rt = runtime();
     let stand_ins = StandIns::start(&scenario.cluster, kind, &node_proxy(flags), rt.handle()).unwrap();
     let before = stand_ins.snapshot().unwrap();
     let proxy = ClusterProxy::new(stand_ins.kubeconfig.clone(), Profile::KubeProxyIptables);
     let options = RunOptions { nodes: stand_ins.nodes.clone(), ..RunOptions::default() };
     let started = Instant::now();
-    let report = runner::run(&scenario, &proxy, &options)
+    let report = runner::run(scenario, &proxy, &options)
         .unwrap_or_else(|e| panic!("{e:#}\nstand-in proxies:\n{}", stand_ins.logs()));
     eprintln!("{kind:?}: the run took {:?}", started.elapsed());
     let after = stand_ins.snapshot().unwrap();
@@ -180,5 +195,23 @@ fn ctrl_c_during_a_run_leaves_the_nodes_and_the_api_as_found() {
     let after = stand_ins.snapshot().unwrap();
     stand_ins.stop().unwrap();
     let _ = std::fs::remove_dir_all(&artifacts);
+    assert_same(&before, &after);
+}
+
+#[test]
+fn a_step_reaches_the_nodes_through_the_clusters_api_and_a_proxy_that_keeps_stale_entries_is_caught() {
+    let kind = best_nodes();
+    if !can_run(kind) {
+        return;
+    }
+    let scenario = load(STEP_SCENARIO);
+    let (report, before, after) = run_scenario(&scenario, kind, &[]);
+    assert!(report.passed(), "{:?}", judged(&report));
+    assert_same(&before, &after);
+    let (report, before, after) = run_scenario(&scenario, kind, &["--no-conntrack-cleanup"]);
+    assert_eq!(
+        judged(&report),
+        [("before".to_string(), true), ("endpoint-replaced: after".to_string(), false)]
+    );
     assert_same(&before, &after);
 }

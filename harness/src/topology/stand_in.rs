@@ -133,6 +133,17 @@ impl StandIns {
         let cp = Netns::create(&format!("{prefix}cp"))?;
         s.made.push(cp.clone());
         runtime.block_on(wire(cluster, &net, &s.node_netns, &cp, cp_ip))?;
+        // A node has long finished duplicate address detection when a run meets it; so must
+        // these, or a snapshot sees an address leave `tentative` during the run.
+        let deadline = Instant::now() + SYNC_TIMEOUT;
+        for (node, ns) in &s.node_netns {
+            while !ns.exec("ip", &["-6", "address", "show", "tentative"], None)?.stdout.is_empty() {
+                if Instant::now() >= deadline {
+                    bail!("stand-in node {node} keeps a tentative IPv6 address");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
 
         s.store.replace(Kind::Node, cluster.nodes.iter().map(node_object).collect())?;
         let inside = SocketAddr::new(cp_ip, 6443);
