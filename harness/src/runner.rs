@@ -131,6 +131,14 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         return Ok(ScenarioReport { unjudged, ..ScenarioReport::skipped(scenario, proxy.name(), reason) });
     }
 
+    // On nodes packetproof did not make, a proxy it starts would rewrite the node's own rules.
+    if !options.nodes.is_empty() && proxy.name() != crate::proxy::cluster::NAME {
+        anyhow::bail!(
+            "against existing nodes the proxy is the cluster's own: run with --proxy {} (not {})",
+            crate::proxy::cluster::NAME,
+            proxy.name()
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

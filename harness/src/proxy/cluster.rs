@@ -31,10 +31,10 @@ use crate::topology::existing::{Additions, Undo};
 
 pub const NAME: &str = "cluster";
 /// The label every object packetproof writes carries; objects without it are never changed.
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const OWNER: &str = "packetproof";
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+const OWNER: &str = "packetproof";
 /// Which run wrote an object (the process id), for finding leftovers of a killed run.
-pub const RUN_LABEL: &str = "packetproof.dev/run";
+const RUN_LABEL: &str = "packetproof.dev/run";
 /// The field manager of packetproof's server-side applies.
 const FIELD_MANAGER: &str = "packetproof";
 const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);

@@ -84,7 +84,7 @@ impl NodeRef {
 }
 
 /// The PID of a running container, as `docker inspect` and `podman inspect` report it.
-pub fn container_pid(engine: &str, name: &str) -> Result<u32> {
+fn container_pid(engine: &str, name: &str) -> Result<u32> {
     let out = std::process::Command::new(engine)
         .args(["inspect", "--format", "{{.State.Pid}}", name])
         .output()
@@ -102,14 +102,14 @@ pub fn container_pid(engine: &str, name: &str) -> Result<u32> {
 
 /// One interface address as `ip -j address` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Address {
-    pub interface: String,
-    pub ip: IpAddr,
-    pub prefix: u8,
+struct Address {
+    interface: String,
+    ip: IpAddr,
+    prefix: u8,
 }
 
 /// The addresses of every interface of the namespace (read, never changed).
-pub fn addresses(ns: &Netns) -> Result<Vec<Address>> {
+fn addresses(ns: &Netns) -> Result<Vec<Address>> {
     let out = ns.exec("ip", &["-j", "address", "show"], None)?;
     parse_addresses(&String::from_utf8_lossy(&out.stdout))
 }

@@ -83,7 +83,7 @@ impl Netns {
     }
 
     pub fn path(&self) -> PathBuf {
-        // A namespace opened by path is named by it (`open_path`).
+        // One opened by path is named by its absolute path, which `join` returns as it is.
         Path::new(NETNS_DIR).join(&self.name)
     }
 

@@ -32,7 +32,7 @@ use crate::proxy::apiserver::sync::{self, SyncJudge, SyncMetrics};
 use crate::proxy::apiserver::{DEFAULT_HEALTHZ_PORT, DEFAULT_METRICS_PORT, kubeconfig};
 
 /// The image whose containers stand in for nodes (the CI image: it has the tools).
-pub const IMAGE: &str = "localhost/packetproof-ci:latest";
+const IMAGE: &str = "localhost/packetproof-ci:latest";
 const ENGINE: &str = "podman";
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -133,11 +133,18 @@ impl StandIns {
         let cp = Netns::create(&format!("{prefix}cp"))?;
         s.made.push(cp.clone());
         runtime.block_on(wire(cluster, &net, &s.node_netns, &cp, cp_ip))?;
-        // A node has long finished duplicate address detection when a run meets it; so must
-        // these, or a snapshot sees an address leave `tentative` during the run.
+        // A node has long had its IPv6 link-local address, past duplicate address detection,
+        // when a run meets it; so must these, or a snapshot sees the address arrive (the
+        // kernel adds it a while after the carrier) or leave `tentative` during the run.
         let deadline = Instant::now() + SYNC_TIMEOUT;
         for (node, ns) in &s.node_netns {
-            while !ns.exec("ip", &["-6", "address", "show", "tentative"], None)?.stdout.is_empty() {
+            let settled = || -> Result<bool> {
+                let link_local =
+                    ns.exec("ip", &["-6", "address", "show", "dev", NODE_UPLINK, "scope", "link"], None)?;
+                let tentative = ns.exec("ip", &["-6", "address", "show", "tentative"], None)?;
+                Ok(!link_local.stdout.is_empty() && tentative.stdout.is_empty())
+            };
+            while !settled()? {
                 if Instant::now() >= deadline {
                     bail!("stand-in node {node} keeps a tentative IPv6 address");
                 }
