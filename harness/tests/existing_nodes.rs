@@ -112,6 +112,14 @@ fn assert_same(before: &BTreeMap<String, String>, after: &BTreeMap<String, Strin
     }
 }
 
+/// Every failure of the report, for an assertion message.
+fn failures(report: &ScenarioReport) -> String {
+    match &report.outcome {
+        Outcome::Judged(v) => v.iter().map(|p| format!("{}: {:?}\n", p.probe.name, p.failures)).collect(),
+        Outcome::Skipped(reason) => format!("skipped: {reason}"),
+    }
+}
+
 fn judged(report: &ScenarioReport) -> Vec<(String, bool)> {
     match &report.outcome {
         Outcome::Judged(v) => v.iter().map(|p| (p.probe.name.clone(), p.passed())).collect(),
@@ -125,18 +133,57 @@ fn a_scenario_passes_on_stand_in_containers_and_leaves_them_as_found() {
         return;
     }
     let (report, before, after) = run_against(Nodes::Podman, &[]);
-    assert!(report.passed(), "{:?}", judged(&report));
+    assert!(report.passed(), "{}", failures(&report));
     assert_same(&before, &after);
 }
 
+/// `packetproof run` of the scenario against the stand-ins, as a user types it.
+fn run_command(stand_ins: &StandIns, artifacts: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_packetproof"));
+    cmd.args(["run", SCENARIO, "--proxy", "cluster", "--profile", "kube-proxy-iptables", "--color", "never"])
+        .arg("--proxy-option")
+        .arg(format!("kubeconfig={}", stand_ins.kubeconfig.display()))
+        .arg("--artifacts")
+        .arg(artifacts);
+    for (node, reference) in &stand_ins.nodes {
+        cmd.arg("--node").arg(format!("{node}={reference}"));
+    }
+    cmd
+}
+
+/// Through the command line this time: `--node node-a=netns:/run/netns/…`.
 #[test]
 fn a_scenario_passes_on_stand_in_namespaces_and_leaves_them_as_found() {
     if !can_run(Nodes::Namespaces) {
         return;
     }
-    let (report, before, after) = run_against(Nodes::Namespaces, &[]);
-    assert!(report.passed(), "{:?}", judged(&report));
+    let rt = runtime();
+    let stand_ins =
+        StandIns::start(&scenario().cluster, Nodes::Namespaces, &node_proxy(&[]), rt.handle()).unwrap();
+    let before = stand_ins.snapshot().unwrap();
+    let artifacts = std::env::temp_dir().join(format!("pp-existing-cli-{}", std::process::id()));
+    let out = run_command(&stand_ins, &artifacts).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1 passed, 0 failed"), "{stdout}");
+    assert_eq!(stand_ins.store.list(Kind::Service).1.len(), 0, "packetproof's Services left in the API");
+    let after = stand_ins.snapshot().unwrap();
+    stand_ins.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&artifacts);
     assert_same(&before, &after);
+}
+
+/// A proxy packetproof would start itself is refused on nodes it did not make.
+#[test]
+fn only_the_clusters_own_proxy_runs_on_existing_nodes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_packetproof"))
+        .args(["run", SCENARIO, "--proxy", "builtin-iptables", "--color", "never"])
+        .args(["--node", "node-a=netns:/nonexistent", "--node", "node-b=netns:/nonexistent"])
+        .output()
+        .unwrap();
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("against existing nodes the proxy is the cluster's own"), "{all}");
 }
 
 #[test]
@@ -163,16 +210,7 @@ fn ctrl_c_during_a_run_leaves_the_nodes_and_the_api_as_found() {
     let stand_ins = StandIns::start(&scenario.cluster, kind, &node_proxy(&[]), rt.handle()).unwrap();
     let before = stand_ins.snapshot().unwrap();
     let artifacts = std::env::temp_dir().join(format!("pp-existing-ctrl-c-{}", std::process::id()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_packetproof"));
-    cmd.args(["run", SCENARIO, "--proxy", "cluster", "--profile", "kube-proxy-iptables", "--color", "never"])
-        .arg("--proxy-option")
-        .arg(format!("kubeconfig={}", stand_ins.kubeconfig.display()))
-        .arg("--artifacts")
-        .arg(&artifacts);
-    for (node, reference) in &stand_ins.nodes {
-        cmd.arg("--node").arg(format!("{node}={reference}"));
-    }
-    let mut child = cmd.spawn().unwrap();
+    let mut child = run_command(&stand_ins, &artifacts).spawn().unwrap();
     // Interrupted once it has wired its pods and written every object (two Services, two
     // slices): it then waits for the nodes' proxies or sends probes.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -206,7 +244,7 @@ fn a_step_reaches_the_nodes_through_the_clusters_api_and_a_proxy_that_keeps_stal
     }
     let scenario = load(STEP_SCENARIO);
     let (report, before, after) = run_scenario(&scenario, kind, &[]);
-    assert!(report.passed(), "{:?}", judged(&report));
+    assert!(report.passed(), "{}", failures(&report));
     assert_same(&before, &after);
     let (report, before, after) = run_scenario(&scenario, kind, &["--no-conntrack-cleanup"]);
     assert_eq!(
