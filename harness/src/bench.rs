@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::engine::{Engine, Run};
 use crate::model::{Cluster, ContainerPort, ExternalHost, Node, Pod, Protocol};
 use crate::runner::RunOptions;
 use crate::topology::Topology;
@@ -63,14 +64,14 @@ pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
     Ok(())
 }
 
-/// Runs every scenario, one per core at a time as `cargo test` does; returns how many failed.
+/// Runs every scenario as `packetproof run` does; returns how many failed.
 fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
-    let results =
-        crate::cli::run_suite(scenarios, None, &RunOptions::default(), None, |_| {}, |_, _, _, _| {});
+    let engine = Engine { options: RunOptions::default(), jobs: Engine::default_jobs() };
+    let results = engine.execute(&Run::each(scenarios, None), &mut [])?;
     let fine = |r: &crate::runner::ScenarioReport| {
         r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_))
     };
-    Ok(results.iter().filter(|r| !r.as_ref().is_ok_and(fine)).count())
+    Ok(results.iter().filter(|(_, r)| !r.as_ref().is_ok_and(fine)).count())
 }
 
 fn round_trips_between_nodes(

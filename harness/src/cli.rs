@@ -3,18 +3,18 @@
 //! Exit codes: 0 everything passed; 1 a probe failed; 2 bad input or a setup error.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
+use crate::engine::{self, Engine, MachineReports, Run, RunProgress, RunProxy, TerminalReport};
 use crate::model::{ProxyChoice, Scenario};
 use crate::report::Paint;
 use crate::report::terminal::Progress;
-use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
+use crate::runner::{self, RunOptions, ScenarioReport};
 use crate::topology::netns;
-use crate::{oracle, proxy, report, scenario};
+use crate::{oracle, proxy, scenario};
 
 pub const EXIT_PASS: i32 = 0;
 pub const EXIT_FAIL: i32 = 1;
@@ -184,8 +184,8 @@ pub fn main() -> i32 {
                 nodes: nodes.into_iter().collect(),
             };
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
-                let outputs = Outputs { junit, json };
-                run(&default_paths(paths), proxy.as_ref(), &options, jobs, &outputs, Paint::for_stdout(color))
+                let outputs = MachineReports { junit, json };
+                run(&default_paths(paths), proxy.as_ref(), &options, jobs, outputs, Paint::for_stdout(color))
             })
         }
         Command::Check { paths } => check(&default_paths(paths)),
@@ -295,10 +295,9 @@ fn diff(
     for stale in netns::cleanup(false)? {
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
-    let skip = runner::preflight();
-    let diffs = crate::diff::diff(&scenarios, left, right, options, jobs, |s, choice, options| {
-        run_one(s, Some(choice), options, skip.as_deref())
-    });
+    let engine = Engine { options: options.clone(), jobs };
+    let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
+    let diffs = crate::diff::diff(&scenarios, left, right, &engine, &mut [&mut progress])?;
     print!("{}", crate::diff::table(&column_name(left), &column_name(right), &diffs));
     Ok(if diffs.is_empty() { EXIT_PASS } else { EXIT_FAIL })
 }
@@ -308,7 +307,7 @@ fn run(
     proxy_override: Option<&ProxyChoice>,
     options: &RunOptions,
     jobs: Option<usize>,
-    outputs: &Outputs,
+    outputs: MachineReports,
     paint: Paint,
 ) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
@@ -318,122 +317,28 @@ fn run(
     for stale in netns::cleanup(false)? {
         eprintln!("packetproof: removed namespace {stale} left by an earlier run");
     }
-    let started = Instant::now();
-    // A bar on stderr only when it is a terminal; results go to stdout above it either way.
-    let progress = Progress::new(scenarios.len(), paint);
-    let results = run_suite(
-        &scenarios,
-        proxy_override,
-        options,
-        jobs,
-        |s| progress.started(&s.name),
-        |s, result, done, total| {
-            let text = match result {
-                Ok(report) => scenario_text(report, s, done, total, paint),
-                Err(e) => {
-                    format!(
-                        "[{done}/{total}] {} {} ({}): {e:#}\n",
-                        paint.fail("ERROR"),
-                        s.name,
-                        s.source.display()
-                    )
-                }
-            };
-            progress.finished(&s.name, &text);
-        },
-    );
-    progress.finish();
-    let finished: Vec<report::Finished> = scenarios
-        .iter()
-        .zip(&results)
-        .map(|(scenario, result)| match result {
-            Ok(report) => report::Finished::Ran { scenario, report },
-            Err(e) => report::Finished::Error { scenario, error: format!("{e:#}") },
-        })
-        .collect();
-    outputs.write(&finished)?;
-    let errors = results.iter().filter(|r| r.is_err()).count();
-    let reports: Vec<&ScenarioReport> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
-    let judged_something = reports.iter().any(|r| matches!(r.outcome, Outcome::Judged(_)));
-    let code = if errors > 0 {
+    let engine = Engine { options: options.clone(), jobs: jobs.unwrap_or_else(Engine::default_jobs) };
+    let mut terminal = TerminalReport::new(paint);
+    let mut outputs = outputs;
+    engine.execute(&Run::each(&scenarios, proxy_override), &mut [&mut terminal, &mut outputs])?;
+    let summary = terminal.summary.context("the suite never finished")?;
+    let code = if summary.errors > 0 {
         EXIT_ERROR
-    } else if !reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))) {
+    } else if summary.failed {
         EXIT_FAIL
-    } else if judged_something {
+    } else if summary.judged_something {
         EXIT_PASS
     } else {
         // Every scenario skipped (no root, no SCTP, …): a CI job that lost its privileges
         // must not go green.
+        println!("nothing was judged: every scenario was skipped (exit {EXIT_ERROR})");
         EXIT_ERROR
     };
-    let summary = report::summary_line(&reports, errors);
-    let summary = if code == EXIT_PASS { paint.pass(&summary) } else { paint.fail(&summary) };
-    println!("\n{summary} in {:.2}s", started.elapsed().as_secs_f64());
-    if !judged_something && errors == 0 {
-        println!("nothing was judged: every scenario was skipped (exit {EXIT_ERROR})");
-    }
     Ok(code)
 }
 
-/// Machine-readable reports a run writes, if asked.
-#[derive(Debug, Default)]
-pub struct Outputs {
-    pub junit: Option<PathBuf>,
-    pub json: Option<PathBuf>,
-}
-
-impl Outputs {
-    pub fn write(&self, finished: &[report::Finished<'_>]) -> Result<()> {
-        if let Some(path) = &self.junit {
-            std::fs::write(path, report::junit_report(finished)?)
-                .with_context(|| format!("writing the JUnit report {}", path.display()))?;
-        }
-        if let Some(path) = &self.json {
-            std::fs::write(path, report::json_report(finished)?)
-                .with_context(|| format!("writing the JSON report {}", path.display()))?;
-        }
-        Ok(())
-    }
-}
-
-/// Runs scenarios `jobs` at a time (default: one per core), calling `on_start` as each begins
-/// and `on_done` as each ends; returns their results in the order given.
-pub fn run_suite(
-    scenarios: &[Scenario],
-    proxy_override: Option<&ProxyChoice>,
-    options: &RunOptions,
-    jobs: Option<usize>,
-    on_start: impl Fn(&Scenario) + Sync,
-    on_done: impl Fn(&Scenario, &Result<ScenarioReport>, usize, usize) + Sync,
-) -> Vec<Result<ScenarioReport>> {
-    // Two per core: a scenario mostly waits (on timeouts, affinity expiry), and the suite
-    // measured 15 s with four jobs against 20 s with two on 2 cores.
-    let jobs = jobs.unwrap_or_else(|| 2 * std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let total = scenarios.len();
-    let results: Mutex<Vec<Option<Result<ScenarioReport>>>> = Mutex::new((0..total).map(|_| None).collect());
-    let finished = std::sync::atomic::AtomicUsize::new(0);
-    let next = Mutex::new(scenarios.iter().enumerate());
-    let skip_all = runner::preflight();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.min(total.max(1)) {
-            scope.spawn(|| {
-                while let Some((i, s)) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
-                    on_start(s);
-                    let result = run_one(s, proxy_override, options, skip_all.as_deref());
-                    let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    on_done(s, &result, done, total);
-                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
-                }
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("the scenario never ran"))))
-        .collect()
-}
+/// Machine-readable reports a run writes, if asked (the engine's reporter).
+pub type Outputs = MachineReports;
 
 /// Runs one scenario with the proxy it names (or the override).
 pub fn run_one(
@@ -442,26 +347,8 @@ pub fn run_one(
     options: &RunOptions,
     skip_reason: Option<&str>,
 ) -> Result<ScenarioReport> {
-    let scenario_dir = s.source.parent().unwrap_or(Path::new("."));
-    let proxy = proxy::build(proxy_override.unwrap_or(&s.proxy), scenario_dir)?;
-    if let Some(reason) = skip_reason {
-        return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
-    }
-    runner::run(s, proxy.as_ref(), options)
-}
-
-/// What `run` prints for a scenario that ran: its line, flows not judged, the flow table of a
-/// failure and where its evidence is (printed in one write, so scenarios do not interleave).
-fn scenario_text(report: &ScenarioReport, s: &Scenario, done: usize, total: usize, paint: Paint) -> String {
-    let mut text = format!("[{done}/{total}] {}\n", report::scenario_line_painted(report, paint));
-    text.push_str(&report::unjudged_lines(report));
-    if let (Outcome::Judged(verdicts), false) = (&report.outcome, report.passed()) {
-        text.push_str(&report::flow_table_painted(&s.cluster, verdicts, paint));
-    }
-    if let Some(dir) = &report.artifacts {
-        text.push_str(&format!("  evidence: {}\n", dir.display()));
-    }
-    text
+    let proxy = proxy_override.map_or(RunProxy::Own, RunProxy::Choice);
+    engine::run_one(&Run { scenario: s, proxy }, options, skip_reason)
 }
 
 fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result<i32> {

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
+use crate::engine::{Engine, Reporter, Run, RunProxy};
 use crate::model::{Cluster, ProxyChoice, Scenario, Source, bridge_address};
 use crate::oracle::Profile;
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
@@ -77,47 +78,32 @@ pub struct FlowDiff {
     pub right: String,
 }
 
-/// Runs every scenario with both proxies, `jobs` runs at a time (a run is one scenario with
-/// one proxy), and returns the flows that behave differently. `run` runs one scenario with
-/// one proxy (the CLI's runner, or a test's).
+/// Runs every scenario with both proxies through `engine` (a run is one scenario with one
+/// proxy; `reporters` hear of each) and returns the flows that behave differently.
 pub fn diff(
     scenarios: &[Scenario],
     left: &ProxyChoice,
     right: &ProxyChoice,
-    options: &RunOptions,
-    jobs: usize,
-    run: impl Fn(&Scenario, &ProxyChoice, &RunOptions) -> anyhow::Result<ScenarioReport> + Sync,
-) -> Vec<FlowDiff> {
-    let options = RunOptions { profile: Some(Profile::KubeProxyIptables), ..options.clone() };
-    let runs: Vec<(&Scenario, &ProxyChoice)> =
-        scenarios.iter().flat_map(|s| [(s, left), (s, right)]).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<anyhow::Result<ScenarioReport>>>> =
-        runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, runs.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some((s, choice)) = runs.get(i) else { break };
-                    // A run that panics leaves its slot empty; the others go on.
-                    let report =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(s, choice, &options)))
-                            .ok();
-                    *results[i].lock().unwrap_or_else(|e| e.into_inner()) = report;
-                }
-            });
-        }
-    });
-    let mut results = results.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()));
+    engine: &Engine,
+    reporters: &mut [&mut dyn Reporter],
+) -> anyhow::Result<Vec<FlowDiff>> {
+    let engine = Engine {
+        options: RunOptions { profile: Some(Profile::KubeProxyIptables), ..engine.options.clone() },
+        ..engine.clone()
+    };
+    let runs: Vec<Run> = scenarios
+        .iter()
+        .flat_map(|s| [Run { scenario: s, proxy: RunProxy::Choice(left) }, Run { scenario: s, proxy: RunProxy::Choice(right) }])
+        .collect();
+    let mut results = engine.execute(&runs, reporters)?.into_iter().map(|(_, result)| result);
     let mut out = Vec::new();
     for s in scenarios {
-        match (results.next().flatten(), results.next().flatten()) {
+        match (results.next(), results.next()) {
             (Some(l), Some(r)) => out.extend(compare(s, l, r)),
-            _ => out.push(whole(s, "a run panicked".into(), String::new())),
+            _ => out.push(whole(s, "never ran".into(), String::new())),
         }
     }
-    out
+    Ok(out)
 }
 
 fn whole(s: &Scenario, left: String, right: String) -> FlowDiff {

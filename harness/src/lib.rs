@@ -9,6 +9,7 @@ pub mod apiserver;
 pub mod bench;
 pub mod cli;
 pub mod diff;
+pub mod engine;
 pub mod model;
 pub mod mutants;
 pub mod observe;

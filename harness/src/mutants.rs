@@ -2,13 +2,13 @@
 //! that no scenario kills is a hole in the suite.
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
 use crate::model::Scenario;
 use crate::proxy::Proxy;
 use crate::proxy::iptables::Mutant;
-use crate::runner::{self, Outcome, RunOptions, ScenarioReport};
+use crate::runner::{Outcome, RunOptions, ScenarioReport};
 
 pub use crate::proxy::{Breakable, breakable, catalog};
 
@@ -40,20 +40,17 @@ pub const MUTANT_TIMEOUT: Duration = Duration::from_millis(300);
 /// that cannot be set up is an error).
 pub fn baseline(scenarios: &[Scenario], breakable: Breakable) -> anyhow::Result<Baseline> {
     let proxy = breakable(None);
-    let failing = Mutex::new(Baseline::new());
-    let errors = Mutex::new(Vec::new());
-    run_each(
-        scenarios,
-        proxy.as_ref(),
-        || false,
-        |s, result| match result {
-            Ok(report) => lock(&failing).extend(failing_probes(&report).map(|p| (s.name.clone(), p))),
-            Err(e) => lock(&errors).push(format!("{}: {e:#}", s.name)),
-        },
-    );
-    let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut failing = Baseline::new();
+    let mut errors = Vec::new();
+    run_each(scenarios, proxy.as_ref(), |s, result| {
+        match result {
+            Ok(report) => failing.extend(failing_probes(report).map(|p| (s.name.clone(), p))),
+            Err(e) => errors.push(format!("{}: {e:#}", s.name)),
+        }
+        Control::Continue
+    })?;
     anyhow::ensure!(errors.is_empty(), "the unbroken proxy could not run: {}", errors.join("; "));
-    Ok(failing.into_inner().unwrap_or_else(|e| e.into_inner()))
+    Ok(failing)
 }
 
 /// Runs `scenarios` against each mutant of the proxy `breakable` builds, one scenario per
@@ -85,17 +82,23 @@ fn hunt_one(
     baseline: &Baseline,
 ) -> Hunt {
     let proxy = breakable(Some(mutant));
-    let result = Mutex::new(Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() });
-    let stop = || first_kill && lock(&result).killed();
-    run_each(scenarios, proxy.as_ref(), stop, |s, outcome| match outcome {
-        Ok(report) => {
-            if failing_probes(&report).any(|p| !baseline.contains(&(s.name.clone(), p))) {
-                lock(&result).killed_by.push(s.name.clone())
+    let mut result = Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() };
+    let ran = run_each(scenarios, proxy.as_ref(), |s, outcome| {
+        match outcome {
+            Ok(report) => {
+                if failing_probes(report).any(|p| !baseline.contains(&(s.name.clone(), p))) {
+                    result.killed_by.push(s.name.clone())
+                }
             }
+            // Runs a first kill cancelled are not errors.
+            Err(_) if first_kill && result.killed() => {}
+            Err(e) => result.errors.push(format!("{}: {e:#}", s.name)),
         }
-        Err(e) => lock(&result).errors.push(format!("{}: {e:#}", s.name)),
+        if first_kill && result.killed() { Control::Stop } else { Control::Continue }
     });
-    let mut result = result.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = ran {
+        result.errors.push(format!("{e:#}"));
+    }
     result.killed_by.sort();
     result
 }
@@ -109,30 +112,32 @@ fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ 
     verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone())
 }
 
-/// Runs every scenario against `proxy`, one per core at a time, until `stop` says so.
+/// Runs every scenario against `proxy`, one per core at a time, handing each result to
+/// `on_result` on this thread; its [`Control::Stop`] starts no further scenario.
 fn run_each(
     scenarios: &[Scenario],
     proxy: &dyn Proxy,
-    stop: impl Fn() -> bool + Sync,
-    on_result: impl Fn(&Scenario, anyhow::Result<ScenarioReport>) + Sync,
-) {
-    let options = RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() };
-    let next = Mutex::new(scenarios.iter());
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                while !stop() {
-                    let Some(s) = lock(&next).next() else { break };
-                    on_result(s, runner::run(s, proxy, &options));
-                }
-            });
-        }
-    });
+    on_result: impl FnMut(&Scenario, &anyhow::Result<ScenarioReport>) -> Control,
+) -> anyhow::Result<()> {
+    let engine = Engine {
+        options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() },
+        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let runs: Vec<Run> = scenarios.iter().map(|scenario| Run { scenario, proxy: RunProxy::Built(proxy) }).collect();
+    engine.execute(&runs, &mut [&mut EachResult(on_result)])?;
+    Ok(())
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// A reporter that hands each finished scenario to a closure.
+struct EachResult<F>(F);
+
+impl<F: FnMut(&Scenario, &anyhow::Result<ScenarioReport>) -> Control> Reporter for EachResult<F> {
+    fn event(&mut self, event: &Event<'_>) -> anyhow::Result<Control> {
+        Ok(match event {
+            Event::ScenarioFinished { scenario, result, .. } => (self.0)(scenario, result),
+            _ => Control::Continue,
+        })
+    }
 }
 
 /// The first few killing scenarios, and how many more there are.

@@ -116,6 +116,24 @@ fn forwarding_instead_of_dropping_is_caught_by_the_frames_that_prove_it() {
     }
 }
 
+/// A node that lets through what it must reject: a node port of a Service without endpoints
+/// reaches the node's own stack, whose TCP reset looks like a refusal to the client. The
+/// failure must name the reset and where it was captured, not just "refused".
+#[test]
+fn letting_a_node_port_through_instead_of_rejecting_is_caught_by_the_reset_that_proves_it() {
+    if let Some(table) = failure_table("no-endpoints-reject", Mutant::NodePortWithoutEndpointsNotRejected) {
+        assert_mentions(
+            &table,
+            &[
+                "FAIL",
+                "external-to-node-port",
+                "reset by a host, not rejected by a rule: 192.168.50.11:30080 > 192.168.50.100:",
+                "TCP [R.] came back (seen on external/outside), so node node-a's own stack received the SYN",
+            ],
+        );
+    }
+}
+
 #[test]
 fn internal_local_policy_falling_back_to_remote_endpoints_is_caught() {
     if let Some(table) = failure_table("itp-local", Mutant::ItpLocalFallsBackToRemote) {

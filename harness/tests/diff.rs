@@ -8,7 +8,8 @@ use std::path::Path;
 use packetproof::diff::{FlowDiff, diff};
 use packetproof::model::{ProxyChoice, Scenario};
 use packetproof::runner::RunOptions;
-use packetproof::{cli, scenario};
+use packetproof::engine::Engine;
+use packetproof::scenario;
 
 /// The named scenarios, or `None` (with the reason printed) where scenarios cannot run.
 fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
@@ -22,10 +23,8 @@ fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
 }
 
 fn differing(scenarios: &[Scenario], left: &ProxyChoice, right: &ProxyChoice) -> BTreeSet<(String, String)> {
-    let diffs: Vec<FlowDiff> =
-        diff(scenarios, left, right, &RunOptions::default(), 2, |s, choice, options| {
-            cli::run_one(s, Some(choice), options, None)
-        });
+    let engine = Engine { options: RunOptions::default(), jobs: 2 };
+    let diffs: Vec<FlowDiff> = diff(scenarios, left, right, &engine, &mut []).expect("the runs end");
     eprint!("{}", packetproof::diff::table(&left.name, &right.name, &diffs));
     diffs.into_iter().map(|d| (d.scenario, d.probe)).collect()
 }

@@ -50,6 +50,10 @@ pub fn router(store: Arc<Store>) -> Router {
         )
         // Events are written by proxies (often as protobuf) and never read back: accept them
         // without decoding.
+        .route(
+            "/apis/networking.k8s.io/v1alpha1/servicecidrs",
+            get(|s, q| collection(s, q, Kind::ServiceCidr, None)),
+        )
         .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", any(event_written))
         .route("/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}", any(event_written))
         .route("/api/v1/namespaces/{ns}/events", any(event_written))
@@ -98,14 +102,16 @@ async fn api_versions() -> Response {
 }
 
 async fn api_groups() -> Response {
-    let group = |name: &str| {
-        let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
-        json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+    let version = |name: &str, v: &str| json!({"groupVersion": format!("{name}/{v}"), "version": v});
+    let group = |name: &str, versions: &[&str]| {
+        let all: Vec<Value> = versions.iter().map(|v| version(name, v)).collect();
+        json!({"name": name, "versions": all, "preferredVersion": version(name, versions[0])})
     };
     json_response(
         StatusCode::OK,
         &json!({"kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [group("discovery.k8s.io"), group("events.k8s.io")]}),
+                "groups": [group("discovery.k8s.io", &["v1"]), group("events.k8s.io", &["v1"]),
+                           group("networking.k8s.io", &["v1", "v1alpha1"])]}),
     )
 }
 

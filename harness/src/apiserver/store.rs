@@ -14,6 +14,9 @@ pub enum Kind {
     Node,
     Service,
     EndpointSlice,
+    /// networking.k8s.io/v1alpha1, served as a v1.30 kube-apiserver with the
+    /// MultiCIDRServiceAllocator gate serves it; kube-proxy reads it behind the same gate.
+    ServiceCidr,
 }
 
 impl Kind {
@@ -22,6 +25,7 @@ impl Kind {
             Kind::Node => "Node",
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::ServiceCidr => "ServiceCIDR",
         }
     }
 
@@ -29,6 +33,7 @@ impl Kind {
         match self {
             Kind::Node | Kind::Service => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::ServiceCidr => "networking.k8s.io/v1alpha1",
         }
     }
 }

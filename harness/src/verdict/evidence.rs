@@ -88,7 +88,7 @@ pub fn check(
             (Attempt::Refused { .. }, Outcome::Rejected) => {
                 rejected(cluster, &flow, &client_frames, evidence)
             }
-            (Attempt::Refused { .. }, Outcome::Closed { host }) => closed(&flow, host, &client_frames),
+            (Attempt::Refused { .. }, Outcome::Closed { host }) => closed(&flow, host, &client_frames, evidence),
             (Attempt::Silent | Attempt::Refused { .. }, Outcome::Dropped) => {
                 dropped(cluster, &flow, &s.attempt, &client_frames, evidence)
             }
@@ -232,6 +232,16 @@ fn refusal<'f>(client_frames: &[&'f Frame], flow: &FlowOf<'_>) -> Option<&'f Pac
     })
 }
 
+/// Where the client's capture took `p`, for messages: `external/outside`.
+fn seen_at(evidence: &Evidence, flow: &FlowOf<'_>, p: &Packet) -> String {
+    client_capture_points(flow.probe)
+        .into_iter()
+        .find(|k| {
+            evidence.frames.get(k).is_some_and(|fs| fs.iter().any(|f| f.packet.as_ref().is_some_and(|q| std::ptr::eq(q, p))))
+        })
+        .unwrap_or_else(|| "the client".into())
+}
+
 /// An ICMP error that says a router or the sender's own neighbour resolution gave up on the
 /// destination: the packet was forwarded, not rejected by a rule.
 fn is_unreachable_host(p: &Packet) -> bool {
@@ -253,23 +263,24 @@ fn rejected(
         ));
     };
     let by = holder(cluster, p.src);
+    let at = seen_at(evidence, flow, p);
     if matches!(p.l4, L4::Tcp { .. }) {
         let host = by.unwrap_or_else(|| format!("the host at {}", p.src));
         return Some(format!(
-            "reset by a host, not rejected by a rule: {p} came back, so {host}'s own stack received \
-             the SYN un-translated (a REJECT rule answers with an ICMP error)"
+            "reset by a host, not rejected by a rule: {p} came back (seen on {at}), so {host}'s own \
+             stack received the SYN un-translated (a REJECT rule answers with an ICMP error)"
         ));
     }
     if is_unreachable_host(p) {
         let by = by.unwrap_or_else(|| p.src.to_string());
         return Some(format!(
-            "forwarded, not rejected: {p} came back: {by} forwarded the flow and its neighbour \
-             resolution for the destination failed"
+            "forwarded, not rejected: {p} came back (seen on {at}): {by} forwarded the flow and its \
+             neighbour resolution for the destination failed"
         ));
     }
     if let Some(host) = by.as_deref().filter(|h| !h.starts_with("node ")) {
         return Some(format!(
-            "refused by {host}'s own stack, not rejected by a rule on a node: {p} came back"
+            "refused by {host}'s own stack, not rejected by a rule on a node: {p} came back (seen on {at})"
         ));
     }
     forwarding(cluster, flow, evidence).map(|f| format!("rejected to the client, yet {f}"))
@@ -277,15 +288,16 @@ fn rejected(
 
 /// Refused by `host`'s own stack: an RST or ICMP port unreachable came back, not a sign of
 /// forwarding gone wrong.
-fn closed(flow: &FlowOf<'_>, host: &str, client_frames: &[&Frame]) -> Option<String> {
+fn closed(flow: &FlowOf<'_>, host: &str, client_frames: &[&Frame], evidence: &Evidence) -> Option<String> {
     match refusal(client_frames, flow) {
         None => Some(format!(
             "on the wire: refused, but no RST or ICMP error for {} reached the client",
             flow.describe()
         )),
-        Some(p) if is_unreachable_host(p) => {
-            Some(format!("{p} came back: the flow never reached {host}, whose closed port had to refuse it"))
-        }
+        Some(p) if is_unreachable_host(p) => Some(format!(
+            "{p} came back (seen on {}): the flow never reached {host}, whose closed port had to refuse it",
+            seen_at(evidence, flow, p)
+        )),
         Some(_) => None,
     }
 }
@@ -331,7 +343,10 @@ fn forwarded_unanswered(
     evidence: &Evidence,
 ) -> Option<String> {
     if let Some(p) = refusal(client_frames, flow).filter(|p| !is_unreachable_host(p)) {
-        return Some(format!("expected forwarded un-translated, but {p} came back: something refused it"));
+        return Some(format!(
+            "expected forwarded un-translated, but {p} came back (seen on {}): something refused it",
+            seen_at(evidence, flow, p)
+        ));
     }
     if forwarding(cluster, flow, evidence).is_none() {
         return Some(format!(
@@ -433,7 +448,7 @@ fn answers_flow(p: &Packet, source_port: u16, dst: SocketAddr) -> bool {
 fn silent(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<String> {
     let answer =
         client_frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| answers_flow(p, source_port, dst));
-    answer.map(|p| format!("on the wire: silent to the client's socket, yet the client received {p}"))
+    answer.map(|p| format!("on the wire: silent to the client's socket, yet the client's capture took {p}"))
 }
 
 #[cfg(test)]
@@ -620,7 +635,7 @@ mod tests {
             run(&from_a_pod, &Outcome::Rejected, &refused()),
             [
                 "refused by pod coredns-b's own stack, not rejected by a rule on a node: ICMP port unreachable \
-              from 10.244.2.7 for 10.244.1.20:20000 > 10.96.0.10:53 UDP came back (1 of 1 attempts)"
+              from 10.244.2.7 for 10.244.1.20:20000 > 10.96.0.10:53 UDP came back (seen on pod/client) (1 of 1 attempts)"
             ]
         );
         let unreachable =
@@ -657,7 +672,7 @@ mod tests {
         assert_eq!(
             failures,
             [
-                "reset by a host, not rejected by a rule: 192.168.50.12:30053 > 10.244.1.20:20000 TCP [R.] came back, \
+                "reset by a host, not rejected by a rule: 192.168.50.12:30053 > 10.244.1.20:20000 TCP [R.] came back (seen on pod/client), \
               so node node-b's own stack received the SYN un-translated (a REJECT rule answers with an ICMP error) \
               (1 of 1 attempts)"
             ]

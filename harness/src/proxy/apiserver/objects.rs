@@ -31,13 +31,38 @@ pub fn node_object(node: &Node) -> Value {
     })
 }
 
+/// The ServiceCIDR kube-apiserver makes from `--service-cluster-ip-range` when the
+/// MultiCIDRServiceAllocator gate is on (v1.30 pkg/controlplane/controller/defaultservicecidr:
+/// named `kubernetes`, the range's CIDRs, condition Ready). kube-proxy's nftables mode drops
+/// traffic to unallocated addresses inside these (pkg/proxy/nftables/proxier.go
+/// OnServiceCIDRsChanged), and reads them only behind the same gate.
+pub fn service_cidr_object(cluster: &Cluster) -> Value {
+    let mut cidrs = vec![cluster.service_cidr.to_string()];
+    if let Some(second) = &cluster.second_family {
+        cidrs.push(second.service_cidr.to_string());
+    }
+    json!({
+        "apiVersion": "networking.k8s.io/v1alpha1",
+        "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes"},
+        "spec": {"cidrs": cidrs},
+        "status": {"conditions": [{
+            "type": "Ready", "status": "True", "reason": "",
+            "message": "Kubernetes Service CIDR is ready", "lastTransitionTime": "2024-01-01T00:00:00Z",
+        }]},
+    })
+}
+
 /// Makes the store hold exactly `state`; returns how many watch events that made.
 pub fn push(store: &Store, state: &State<'_>) -> Result<usize> {
+    let mut events = store
+        .replace(Kind::ServiceCidr, vec![service_cidr_object(state.cluster)])
+        .context("storing the ServiceCIDR")?;
     let nodes = state.cluster.nodes.iter().map(node_object).collect();
     let services = state.objects.services.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>();
     let slices =
         state.objects.endpoint_slices.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>();
-    let mut events = store.replace(Kind::Node, nodes).context("storing Nodes")?;
+    events += store.replace(Kind::Node, nodes).context("storing Nodes")?;
     events +=
         store.replace(Kind::Service, services.context("encoding Services")?).context("storing Services")?;
     events += store
@@ -80,6 +105,7 @@ pub fn families_reached(store: &Store, resource_version: u64) -> Result<Families
                     add("0.0.0.0");
                     add("::");
                 }
+                Kind::ServiceCidr => {}
             }
         }
     }
@@ -122,5 +148,22 @@ mod tests {
             .collect();
         assert_eq!(internal, ["192.168.50.11"]);
         assert_eq!(object.spec.unwrap().pod_cidrs.unwrap(), ["10.244.1.0/24"]);
+    }
+
+    #[test]
+    fn the_service_cidr_object_holds_every_family_of_the_service_range() {
+        let mut cluster = crate::bench::two_nodes_eight_pods();
+        cluster.service_cidr = "10.96.0.0/12".parse().unwrap();
+        let single = service_cidr_object(&cluster);
+        assert_eq!(single["metadata"]["name"], "kubernetes");
+        assert_eq!(single["spec"]["cidrs"], serde_json::json!(["10.96.0.0/12"]));
+        assert_eq!(single["status"]["conditions"][0]["type"], "Ready");
+        cluster.second_family = Some(crate::model::SecondFamily {
+            pod_cidr: "fd00:10:244::/56".parse().unwrap(),
+            service_cidr: "fd00:10:96::/112".parse().unwrap(),
+            node_network: "fd00:192:168:50::/64".parse().unwrap(),
+        });
+        let dual = service_cidr_object(&cluster);
+        assert_eq!(dual["spec"]["cidrs"], serde_json::json!(["10.96.0.0/12", "fd00:10:96::/112"]));
     }
 }

@@ -68,10 +68,13 @@ pub enum Mutant {
     StaleUdpConntrackKept,
     /// CVE-2020-8558: <https://github.com/kubernetes/kubernetes/issues/90259>.
     LocalnetNotFirewalled,
+    /// kube-proxy before <https://github.com/kubernetes/kubernetes/pull/43415>
+    /// (<https://github.com/kubernetes/kubernetes/issues/43212>): the node's own stack answers.
+    NodePortWithoutEndpointsNotRejected,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -92,6 +95,7 @@ impl Mutant {
         Mutant::NodePortsNotLast,
         Mutant::StaleUdpConntrackKept,
         Mutant::LocalnetNotFirewalled,
+        Mutant::NodePortWithoutEndpointsNotRejected,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -117,6 +121,7 @@ impl Mutant {
             Mutant::NodePortsNotLast => "node-ports-not-last",
             Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
             Mutant::LocalnetNotFirewalled => "localnet-not-firewalled",
+            Mutant::NodePortWithoutEndpointsNotRejected => "node-port-without-endpoints-not-rejected",
         }
     }
 
@@ -182,6 +187,9 @@ impl Mutant {
             Mutant::LocalnetNotFirewalled => {
                 "route_localnet is set for localhost node ports but KUBE-FIREWALL lacks the localnet DROP: adjacent hosts reach services listening on the node's 127.0.0.1"
             }
+            Mutant::NodePortWithoutEndpointsNotRejected => {
+                "a node port of a service without endpoints is not rejected: the packet goes on to the node's own stack, whose TCP reset (or a listener on that port) answers instead"
+            }
         }
     }
 
@@ -245,6 +253,11 @@ impl Mutant {
             Mutant::LocalnetNotFirewalled => {
                 rules.filter.rules.retain(|r| r.comment() != Some("block incoming localnet connections"))
             }
+            Mutant::NodePortWithoutEndpointsNotRejected => rules.filter.rules.retain(|r| {
+                !(r.chain == "KUBE-EXTERNAL-SERVICES"
+                    && r.target() == Some("REJECT")
+                    && r.args.iter().any(|a| a == "addrtype"))
+            }),
             outside_the_rules!() => {}
         }
     }

@@ -14,7 +14,9 @@
 //!   form (so `--nodeport-addresses`, and nftables mode's default of the primary node IP, are
 //!   ignored);
 //! - `node-ports-not-last`: the `service-nodeports` vmap rule comes before the `service-ips`
-//!   one in chain `services`.
+//!   one in chain `services`;
+//! - `node-port-without-endpoints-not-rejected`: no `no-endpoint-nodeports` entries that
+//!   reject (the DROPs of Local policy stay).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -76,6 +78,9 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
         }
         Mutant::NodePortOnAllAddresses => node_ports_everywhere(rules),
         Mutant::NodePortsNotLast => node_ports_first(rules),
+        Mutant::NodePortWithoutEndpointsNotRejected => rules
+            .elements
+            .retain(|e| !(e.set == NO_ENDPOINT_NODEPORTS && e.value.as_deref().is_some_and(|v| v.ends_with(REJECT_CHAIN)))),
         outside_the_rules!() => {}
         // No route_localnet, so no localnet guard to leave out (`Mutant::exists_in_nftables`).
         Mutant::LocalnetNotFirewalled => {}

@@ -1,0 +1,241 @@
+//! The suite engine: schedules runs (one scenario with one proxy) on worker threads and turns
+//! what happens into a stream of [`Event`]s that [`Reporter`]s consume. `run`, `diff`,
+//! `mutants` and `bench` all schedule through it; what each prints or writes is a reporter.
+//!
+//! Shaped after vmtest's engine/UI split (workers send events over a channel; one thread, the
+//! caller's, hands them to the reporters in order) and nextest's `Reporter::write_event`
+//! fanning one event out to every output. Reporters therefore need not be `Send` or `Sync`,
+//! and never see two events at once.
+
+mod reporters;
+
+pub use reporters::{MachineReports, RunProgress, TerminalReport};
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::model::{ProxyChoice, Scenario};
+use crate::proxy::{self, Proxy};
+use crate::runner::{self, RunOptions, ScenarioReport};
+use crate::verdict::ProbeVerdict;
+
+/// Which proxy programs a run's nodes.
+#[derive(Clone, Copy)]
+pub enum RunProxy<'a> {
+    /// The one the scenario names.
+    Own,
+    /// A choice (name and options), built for the run.
+    Choice(&'a ProxyChoice),
+    /// One already built, shared by every run that names it (the mutants' broken proxies).
+    Built(&'a dyn Proxy),
+}
+
+/// One scenario with one proxy.
+#[derive(Clone, Copy)]
+pub struct Run<'a> {
+    pub scenario: &'a Scenario,
+    pub proxy: RunProxy<'a>,
+}
+
+impl<'a> Run<'a> {
+    /// Every scenario with its own proxy, or with `proxy` instead where given.
+    pub fn each(scenarios: &'a [Scenario], proxy: Option<&'a ProxyChoice>) -> Vec<Run<'a>> {
+        let proxy = proxy.map_or(RunProxy::Own, RunProxy::Choice);
+        scenarios.iter().map(|scenario| Run { scenario, proxy }).collect()
+    }
+}
+
+/// What happened, in the order the reporters see it. `index` is the run's position in the
+/// list given to [`execute`].
+pub enum Event<'e> {
+    SuiteStarted { total: usize },
+    ScenarioStarted { index: usize, scenario: &'e Scenario },
+    /// One probe's verdict, for each probe of a judged scenario, just before its
+    /// `ScenarioFinished`.
+    ProbeJudged { index: usize, scenario: &'e Scenario, verdict: &'e ProbeVerdict },
+    ScenarioFinished { index: usize, scenario: &'e Scenario, result: &'e Result<ScenarioReport>, done: usize, total: usize },
+    /// Every run ended (or the rest were cancelled by a reporter's [`Control::Stop`]).
+    SuiteFinished { results: &'e [(&'e Scenario, Result<ScenarioReport>)], elapsed: Duration },
+}
+
+/// A reporter's answer to an event: go on, or start no further runs (a mutant already killed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    Stop,
+}
+
+/// Something that consumes the event stream: the terminal, JUnit and JSON writers, a
+/// mutant's kill counter, the `cargo test` runner.
+pub trait Reporter {
+    fn event(&mut self, event: &Event<'_>) -> Result<Control>;
+}
+
+/// The engine's settings.
+#[derive(Clone)]
+pub struct Engine {
+    pub options: RunOptions,
+    /// Runs at once.
+    pub jobs: usize,
+}
+
+impl Engine {
+    /// Two runs per core: a scenario mostly waits (on timeouts, affinity expiry), and the suite
+    /// measured 15 s with four jobs against 20 s with two on 2 cores.
+    pub fn default_jobs() -> usize {
+        2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
+    /// Runs `runs`, `jobs` at a time, feeding every event to every reporter in turn; returns
+    /// each run's result in the order given (runs a reporter cancelled end as errors saying so).
+    /// A reporter's error ends nothing early: it is returned after the runs, first one wins.
+    pub fn execute<'a>(
+        &self,
+        runs: &[Run<'a>],
+        reporters: &mut [&mut dyn Reporter],
+    ) -> Result<Vec<(&'a Scenario, Result<ScenarioReport>)>> {
+        let total = runs.len();
+        let started = Instant::now();
+        let mut results: Vec<Option<Result<ScenarioReport>>> = (0..total).map(|_| None).collect();
+        let mut failure: Option<anyhow::Error> = None;
+        let mut stopped = false;
+        let mut tell = |event: &Event<'_>, failure: &mut Option<anyhow::Error>| {
+            let mut control = Control::Continue;
+            for r in reporters.iter_mut() {
+                match r.event(event) {
+                    Ok(Control::Stop) => control = Control::Stop,
+                    Ok(Control::Continue) => {}
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
+                }
+            }
+            control
+        };
+        tell(&Event::SuiteStarted { total }, &mut failure);
+        // Once per suite: a host that cannot run scenarios skips every one with the reason.
+        let skip_all = runner::preflight();
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel::<Message>();
+        std::thread::scope(|scope| {
+            for _ in 0..self.jobs.clamp(1, total.max(1)) {
+                let tx = tx.clone();
+                let (next, stop, skip_all) = (&next, &stop, skip_all.as_deref());
+                scope.spawn(move || {
+                    // The reporters' answer to each finished run: a worker waits for it, so
+                    // that once a reporter says stop, no worker starts another run.
+                    let (answer, answered) = mpsc::channel::<Control>();
+                    while !stop.load(Ordering::Relaxed) {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(run) = runs.get(index) else { break };
+                        let _ = tx.send(Message::Started(index));
+                        let result = run_caught(run, &self.options, skip_all);
+                        let _ = tx.send(Message::Finished(index, result, answer.clone()));
+                        if answered.recv() != Ok(Control::Continue) {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            let mut done = 0;
+            for message in rx {
+                match message {
+                    Message::Started(index) => {
+                        let scenario = runs[index].scenario;
+                        if tell(&Event::ScenarioStarted { index, scenario }, &mut failure) == Control::Stop {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    Message::Finished(index, result, answer) => {
+                        done += 1;
+                        let scenario = runs[index].scenario;
+                        let mut control = Control::Continue;
+                        if let Ok(report) = &result
+                            && let runner::Outcome::Judged(verdicts) = &report.outcome
+                        {
+                            for verdict in verdicts {
+                                let event = Event::ProbeJudged { index, scenario, verdict };
+                                if tell(&event, &mut failure) == Control::Stop {
+                                    control = Control::Stop;
+                                }
+                            }
+                        }
+                        let event = Event::ScenarioFinished { index, scenario, result: &result, done, total };
+                        if tell(&event, &mut failure) == Control::Stop {
+                            control = Control::Stop;
+                        }
+                        if control == Control::Stop {
+                            stopped = true;
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                        results[index] = Some(result);
+                        let _ = answer.send(control);
+                    }
+                }
+            }
+        });
+        let results: Vec<(&Scenario, Result<ScenarioReport>)> = runs
+            .iter()
+            .zip(results)
+            .map(|(run, result)| {
+                let result = result.unwrap_or_else(|| {
+                    Err(anyhow::anyhow!(if stopped { "not run: the suite was stopped" } else { "the scenario never ran" }))
+                });
+                (run.scenario, result)
+            })
+            .collect();
+        tell(&Event::SuiteFinished { results: &results, elapsed: started.elapsed() }, &mut failure);
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(results),
+        }
+    }
+}
+
+enum Message {
+    Started(usize),
+    /// A run's result, and where to send the reporters' [`Control`] for it.
+    Finished(usize, Result<ScenarioReport>, mpsc::Sender<Control>),
+}
+
+/// One run; a panic becomes its error, so the other runs go on and reporters hear of it.
+fn run_caught(run: &Run<'_>, options: &RunOptions, skip_all: Option<&str>) -> Result<ScenarioReport> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(run, options, skip_all)))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            Err(anyhow::anyhow!("the run panicked: {what}"))
+        })
+}
+
+/// Runs one scenario with its proxy; skipped with `skip_reason` when the host cannot run it.
+pub fn run_one(run: &Run<'_>, options: &RunOptions, skip_reason: Option<&str>) -> Result<ScenarioReport> {
+    let s = run.scenario;
+    let built;
+    let proxy: &dyn Proxy = match run.proxy {
+        RunProxy::Built(p) => p,
+        RunProxy::Own | RunProxy::Choice(_) => {
+            let choice = match run.proxy {
+                RunProxy::Choice(c) => c,
+                _ => &s.proxy,
+            };
+            built = proxy::build(choice, s.source.parent().unwrap_or(std::path::Path::new(".")))?;
+            built.as_ref()
+        }
+    };
+    if let Some(reason) = skip_reason {
+        return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
+    }
+    runner::run(s, proxy, options)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,171 @@
+//! The reporters `packetproof run` uses: the terminal (progress bar, a line per scenario, the
+//! flow table of a failure, the closing summary) and the machine-readable files (JUnit, JSON).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use super::{Control, Event, Reporter};
+use crate::model::Scenario;
+use crate::report::terminal::Progress;
+use crate::report::{self, Finished, Paint};
+use crate::runner::{Outcome, ScenarioReport};
+
+/// What a person watching `packetproof run` reads.
+pub struct TerminalReport {
+    paint: Paint,
+    progress: Option<Progress>,
+    /// The closing line, once the suite finished: `N passed, N failed, N skipped in Ts`.
+    pub summary: Option<Summary>,
+}
+
+/// The suite's totals, which also decide `run`'s exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub errors: usize,
+    /// Some scenario failed (errors aside).
+    pub failed: bool,
+    /// Some scenario was judged (not every one skipped).
+    pub judged_something: bool,
+}
+
+impl TerminalReport {
+    pub fn new(paint: Paint) -> TerminalReport {
+        TerminalReport { paint, progress: None, summary: None }
+    }
+}
+
+impl Reporter for TerminalReport {
+    fn event(&mut self, event: &Event<'_>) -> Result<Control> {
+        match event {
+            Event::SuiteStarted { total } => self.progress = Some(Progress::new(*total, self.paint)),
+            Event::ScenarioStarted { scenario, .. } => {
+                if let Some(p) = &self.progress {
+                    p.started(&scenario.name);
+                }
+            }
+            Event::ProbeJudged { .. } => {}
+            Event::ScenarioFinished { scenario, result, done, total, .. } => {
+                let text = match result {
+                    Ok(report) => scenario_text(report, scenario, *done, *total, self.paint),
+                    Err(e) => format!(
+                        "[{done}/{total}] {} {} ({}): {e:#}\n",
+                        self.paint.fail("ERROR"),
+                        scenario.name,
+                        scenario.source.display()
+                    ),
+                };
+                if let Some(p) = &self.progress {
+                    p.finished(&scenario.name, &text);
+                }
+            }
+            Event::SuiteFinished { results, elapsed } => {
+                if let Some(p) = self.progress.take() {
+                    p.finish();
+                }
+                let errors = results.iter().filter(|(_, r)| r.is_err()).count();
+                let reports: Vec<&ScenarioReport> = results.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
+                let summary = Summary {
+                    errors,
+                    failed: !reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))),
+                    judged_something: reports.iter().any(|r| matches!(r.outcome, Outcome::Judged(_))),
+                };
+                let line = report::summary_line(&reports, errors);
+                let clean = errors == 0 && !summary.failed && summary.judged_something;
+                let line = if clean { self.paint.pass(&line) } else { self.paint.fail(&line) };
+                println!("\n{line} in {:.2}s", elapsed.as_secs_f64());
+                self.summary = Some(summary);
+            }
+        }
+        Ok(Control::Continue)
+    }
+}
+
+/// What `run` prints for a scenario that ran: its line, flows not judged, the flow table of a
+/// failure and where its evidence is (printed in one write, so scenarios do not interleave).
+fn scenario_text(report: &ScenarioReport, s: &Scenario, done: usize, total: usize, paint: Paint) -> String {
+    let mut text = format!("[{done}/{total}] {}\n", report::scenario_line_painted(report, paint));
+    text.push_str(&report::unjudged_lines(report));
+    if let (Outcome::Judged(verdicts), false) = (&report.outcome, report.passed()) {
+        text.push_str(&report::flow_table_painted(&s.cluster, verdicts, paint));
+    }
+    if let Some(dir) = &report.artifacts {
+        text.push_str(&format!("  evidence: {}\n", dir.display()));
+    }
+    text
+}
+
+/// The JUnit and JSON files a run writes when the suite ends, if asked.
+#[derive(Debug, Default)]
+pub struct MachineReports {
+    pub junit: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+}
+
+impl MachineReports {
+    /// Writes the reports of `finished` scenarios.
+    pub fn write(&self, finished: &[Finished<'_>]) -> Result<()> {
+        if let Some(path) = &self.junit {
+            std::fs::write(path, report::junit_report(finished)?)
+                .with_context(|| format!("writing the JUnit report {}", path.display()))?;
+        }
+        if let Some(path) = &self.json {
+            std::fs::write(path, report::json_report(finished)?)
+                .with_context(|| format!("writing the JSON report {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Reporter for MachineReports {
+    fn event(&mut self, event: &Event<'_>) -> Result<Control> {
+        if let Event::SuiteFinished { results, .. } = event {
+            let finished: Vec<Finished> = results
+                .iter()
+                .map(|(scenario, result)| match result {
+                    Ok(report) => Finished::Ran { scenario, report },
+                    Err(e) => Finished::Error { scenario, error: format!("{e:#}") },
+                })
+                .collect();
+            self.write(&finished)?;
+        }
+        Ok(Control::Continue)
+    }
+}
+
+/// Only the progress bar (for commands that print their own result at the end, like `diff`).
+pub struct RunProgress {
+    paint: Paint,
+    progress: Option<Progress>,
+}
+
+impl RunProgress {
+    pub fn new(paint: Paint) -> RunProgress {
+        RunProgress { paint, progress: None }
+    }
+}
+
+impl Reporter for RunProgress {
+    fn event(&mut self, event: &Event<'_>) -> Result<Control> {
+        match event {
+            Event::SuiteStarted { total } => self.progress = Some(Progress::new(*total, self.paint)),
+            Event::ScenarioStarted { scenario, .. } => {
+                if let Some(p) = &self.progress {
+                    p.started(&scenario.name);
+                }
+            }
+            Event::ScenarioFinished { scenario, .. } => {
+                if let Some(p) = &self.progress {
+                    p.finished(&scenario.name, "");
+                }
+            }
+            Event::SuiteFinished { .. } => {
+                if let Some(p) = self.progress.take() {
+                    p.finish();
+                }
+            }
+            Event::ProbeJudged { .. } => {}
+        }
+        Ok(Control::Continue)
+    }
+}
