@@ -270,7 +270,9 @@ async fn apply(client: &Client, key: &Key, object: &Value, new: bool) -> Result<
             }
             api.patch(&key.name, &params, &Patch::Apply(object)).await.with_context(what)?;
         }
-        Kind::Node => bail!("packetproof never writes Nodes into a cluster"),
+        Kind::Node | Kind::ServiceCidr => {
+            bail!("packetproof writes only Services and EndpointSlices into a cluster")
+        }
     }
     Ok(())
 }
@@ -287,7 +289,7 @@ async fn delete(client: &Client, key: &Key) -> Result<()> {
             .delete(&key.name, &params)
             .await
             .map(|_| ()),
-        Kind::Node => Ok(()),
+        Kind::Node | Kind::ServiceCidr => Ok(()),
     };
     match result {
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
