@@ -69,6 +69,11 @@ enum Command {
         /// Colour the report: auto (a terminal, unless NO_COLOR is set), always or never.
         #[arg(long, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
         color: clap::ColorChoice,
+        /// A node that already exists, for the scenario node NAME: `docker:CONTAINER`,
+        /// `podman:CONTAINER` (a kind node) or `netns:/PATH`; repeatable, one per scenario
+        /// node. Scenarios then run one at a time (usually with `--proxy cluster`).
+        #[arg(long = "node", value_name = "NAME=REF", value_parser = crate::topology::existing::parse_assignment)]
+        nodes: Vec<(String, crate::topology::existing::NodeRef)>,
     },
     /// Validate scenario files without running anything.
     Check { paths: Vec<PathBuf> },
@@ -167,12 +172,16 @@ pub fn main() -> i32 {
             junit,
             json,
             color,
+            nodes,
         } => {
+            // Scenarios on the same existing nodes would meet each other's rules and objects.
+            let jobs = if nodes.is_empty() { jobs } else { Some(1) };
             let options = RunOptions {
                 timeout: Duration::from_millis(timeout_ms),
                 artifacts: Some(artifacts),
                 keep_passing: keep_evidence,
                 profile,
+                nodes: nodes.into_iter().collect(),
             };
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
                 let outputs = MachineReports { junit, json };

@@ -29,12 +29,21 @@ pub struct RunOptions {
     pub keep_passing: bool,
     /// The profile to judge by; none takes the proxy's own.
     pub profile: Option<oracle::Profile>,
+    /// Nodes that already exist (kind nodes, containers, namespaces), by scenario node name;
+    /// empty: packetproof makes the nodes.
+    pub nodes: crate::topology::existing::NodeMap,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         // Answers take well under a millisecond here; a second is three orders of margin.
-        RunOptions { timeout: Duration::from_secs(1), artifacts: None, keep_passing: false, profile: None }
+        RunOptions {
+            timeout: Duration::from_secs(1),
+            artifacts: None,
+            keep_passing: false,
+            profile: None,
+            nodes: Default::default(),
+        }
     }
 }
 
@@ -122,13 +131,27 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         return Ok(ScenarioReport { unjudged, ..ScenarioReport::skipped(scenario, proxy.name(), reason) });
     }
 
+    // On nodes packetproof did not make, a proxy it starts would rewrite the node's own rules.
+    if !options.nodes.is_empty() && proxy.name() != crate::proxy::cluster::NAME {
+        anyhow::bail!(
+            "against existing nodes the proxy is the cluster's own: run with --proxy {} (not {})",
+            crate::proxy::cluster::NAME,
+            proxy.name()
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let topology = runtime
-        .block_on(Topology::build(&scenario.cluster))
+        .block_on(async {
+            if options.nodes.is_empty() {
+                Topology::build(&scenario.cluster).await
+            } else {
+                Topology::build_on_existing(&scenario.cluster, &options.nodes).await
+            }
+        })
         .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
     // From here, dropping `topology` (on error or panic) removes every namespace.
     let env = Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };

@@ -29,7 +29,7 @@ const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 type Params = Query<HashMap<String, String>>;
 
 pub fn router(store: Arc<Store>) -> Router {
-    Router::new()
+    super::writes::routes(Router::new())
         .route("/version", get(version))
         .route("/api", get(api_versions))
         .route("/apis", get(api_groups))
@@ -74,12 +74,12 @@ async fn log_request(State(store): State<Arc<Store>>, request: HttpRequest, next
     response
 }
 
-fn json_response(code: StatusCode, body: &Value) -> Response {
+pub(super) fn json_response(code: StatusCode, body: &Value) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 /// A `Status` document, as the real server answers errors.
-fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+pub(super) fn status(code: StatusCode, reason: &str, message: &str) -> Response {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code.as_u16(),

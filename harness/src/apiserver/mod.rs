@@ -8,6 +8,7 @@
 mod http;
 pub mod selector;
 pub mod store;
+mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,9 +31,18 @@ pub struct ApiServer {
 impl ApiServer {
     /// Serves on `listener` (already bound, in whatever namespace it was made) on `runtime`.
     pub fn serve(listener: std::net::TcpListener, runtime: &tokio::runtime::Handle) -> Result<ApiServer> {
+        Self::serve_store(listener, runtime, Arc::new(Store::default()))
+    }
+
+    /// Serves `store` on `listener`: one store can be served on several listeners (in
+    /// different namespaces).
+    pub fn serve_store(
+        listener: std::net::TcpListener,
+        runtime: &tokio::runtime::Handle,
+        store: Arc<Store>,
+    ) -> Result<ApiServer> {
         let addr = listener.local_addr().context("reading the API server's address")?;
         listener.set_nonblocking(true).context("making the API server's socket non-blocking")?;
-        let store = Arc::new(Store::default());
         let (shutdown, stopped) = oneshot::channel::<()>();
         let app = http::router(Arc::clone(&store));
         let closing = Arc::clone(&store);

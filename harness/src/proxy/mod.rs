@@ -6,6 +6,7 @@
 //! stops it before the namespaces go.
 
 pub mod apiserver;
+pub mod cluster;
 pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
@@ -92,6 +93,7 @@ pub const KNOWN_PROXIES: &[&str] = &[
     apiserver::NAME,
     apiserver::REFERENCE_IPTABLES,
     apiserver::REFERENCE_NFTABLES,
+    cluster::NAME,
 ];
 
 /// Builds a built-in proxy, broken by a mutant or (`None`) as it should be.
@@ -160,6 +162,7 @@ pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>
         apiserver::REFERENCE_NFTABLES => {
             Ok(Box::new(apiserver::ApiServerProxy::reference_from_options("nftables", &options)?))
         }
+        cluster::NAME => Ok(Box::new(cluster::ClusterProxy::from_options(&options)?)),
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
     }
 }

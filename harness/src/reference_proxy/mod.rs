@@ -59,7 +59,8 @@ pub struct Args {
     /// The Node to follow, over the file's `hostnameOverride` (as kube-proxy's flag).
     #[arg(long)]
     pub hostname_override: Option<String>,
-    /// The network namespace (under /run/netns) to program.
+    /// The network namespace to program: a name under /run/netns, or a path
+    /// (`/proc/self/ns/net`: the one it was started in).
     #[arg(long)]
     pub netns: String,
     /// The service CIDR, or one per family comma-separated (the model needs it; kube-proxy
@@ -69,6 +70,10 @@ pub struct Args {
     /// Leave stale UDP conntrack entries alone (a deliberately broken proxy, for a mutant test).
     #[arg(long)]
     pub no_conntrack_cleanup: bool,
+    /// Program the node with a catalogued mutant of the built-in generator (a deliberately
+    /// broken proxy, e.g. installed as a cluster's proxy to show a run catches it).
+    #[arg(long, value_parser = |s: &str| s.parse::<crate::proxy::iptables::Mutant>())]
+    pub mutant: Option<crate::proxy::iptables::Mutant>,
 }
 
 /// Runs the proxy until it is killed.
@@ -84,15 +89,19 @@ pub fn main(args: Args) -> Result<()> {
 }
 
 /// The built-in generator of a mode, which writes what kube-proxy's mode writes.
-fn programmer(mode: Mode) -> Box<dyn NodeProgrammer> {
+fn programmer(mode: Mode, mutant: Option<crate::proxy::iptables::Mutant>) -> Box<dyn NodeProgrammer> {
     match mode {
-        Mode::Iptables => Box::new(crate::proxy::iptables::BuiltinIptables::default()),
-        Mode::Nftables => Box::new(crate::proxy::nftables::BuiltinNftables::default()),
+        Mode::Iptables => Box::new(crate::proxy::iptables::BuiltinIptables { mutant }),
+        Mode::Nftables => Box::new(crate::proxy::nftables::BuiltinNftables { mutant, ..Default::default() }),
     }
 }
 
 async fn run(args: Args, config: Config) -> Result<()> {
-    let netns = Netns::open(&args.netns)?;
+    let netns = if args.netns.starts_with('/') {
+        Netns::open_path(std::path::Path::new(&args.netns))?
+    } else {
+        Netns::open(&args.netns)?
+    };
     let kubeconfig = kube::config::Kubeconfig::read_from(&config.kubeconfig)
         .with_context(|| format!("reading {}", config.kubeconfig.display()))?;
     let client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -109,7 +118,7 @@ async fn run(args: Args, config: Config) -> Result<()> {
     serve(&netns, config.metrics_bind_address, metrics::router(Arc::clone(&metrics)), "metrics")?;
 
     let settings = Arc::new(Settings {
-        programmer: programmer(config.mode),
+        programmer: programmer(config.mode, args.mutant),
         node: NodeHandle { name: config.hostname.clone(), netns },
         model_node,
         flags: convert::Flags {

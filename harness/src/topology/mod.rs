@@ -10,8 +10,10 @@
 //! peer placed straight into the other), so the machine's own namespace never changes.
 
 pub mod control_plane;
+pub mod existing;
 mod links;
 pub mod netns;
+pub mod stand_in;
 mod sysctl;
 
 use std::collections::BTreeMap;
@@ -51,6 +53,8 @@ pub struct Topology {
     pub external_hosts: BTreeMap<String, Netns>,
     /// Every namespace made, in creation order, for teardown.
     created: Vec<Netns>,
+    /// On existing nodes: what was added to them, undone after the namespaces go.
+    additions: Option<existing::Additions>,
 }
 
 impl Topology {
@@ -63,6 +67,7 @@ impl Topology {
             pods: BTreeMap::new(),
             external_hosts: BTreeMap::new(),
             created: Vec::new(),
+            additions: None,
         };
         topo.created.push(topo.node_network.clone());
         // From here on, an error drops `topo`, which removes what exists so far.
@@ -80,6 +85,14 @@ impl Topology {
         }
         topo.wire(cluster).await?;
         Ok(topo)
+    }
+
+    /// Wires the cluster's pods into nodes that already exist (`nodes`: every scenario node
+    /// by name); see [`existing`]. On failure undoes whatever it added.
+    pub async fn build_on_existing(cluster: &Cluster, nodes: &existing::NodeMap) -> Result<Topology> {
+        let index = NEXT_TOPOLOGY.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("{}{index}-", netns::process_prefix());
+        existing::build(cluster, nodes, &prefix, index).await
     }
 
     fn create(&mut self, name: &str) -> Result<Netns> {
@@ -237,6 +250,11 @@ impl Topology {
             if let Err(e) = ns.remove() {
                 first_error.get_or_insert(e);
             }
+        }
+        if let Some(additions) = self.additions.take()
+            && let Err(e) = additions.undo()
+        {
+            first_error.get_or_insert(e.context("undoing what was added to existing nodes"));
         }
         first_error.map_or(Ok(()), Err)
     }

@@ -70,11 +70,20 @@ impl Netns {
         Ok(Netns { name: name.to_string(), file: Arc::new(file) })
     }
 
+    /// A namespace this harness did not make, by path (`/proc/PID/ns/net`, a bind mount):
+    /// an existing node. Never registered, never removed: its name is its path.
+    pub fn open_path(path: &Path) -> Result<Netns> {
+        let file =
+            File::open(path).with_context(|| format!("opening network namespace {}", path.display()))?;
+        Ok(Netns { name: path.to_string_lossy().into_owned(), file: Arc::new(file) })
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
 
     pub fn path(&self) -> PathBuf {
+        // One opened by path is named by its absolute path, which `join` returns as it is.
         Path::new(NETNS_DIR).join(&self.name)
     }
 
@@ -135,6 +144,9 @@ impl Netns {
 
     /// Unmounts and deletes the namespace; the kernel frees it once no socket holds it.
     pub fn remove(&self) -> Result<()> {
+        if self.name.starts_with('/') {
+            bail!("refusing to remove namespace {}: packetproof did not make it", self.name);
+        }
         remove_by_name(&self.name)
     }
 }
@@ -222,6 +234,7 @@ pub fn install_interrupt_handler() {
     // Fails only if a handler is already set, which is fine: it was ours.
     let _ = ctrlc::set_handler(|| {
         eprintln!("\npacketproof: interrupted, removing this run's namespaces");
+        super::existing::undo_all();
         remove_all_live();
         std::process::exit(130);
     });

@@ -8,7 +8,7 @@ use super::netns::Netns;
 /// What a real node has on: forwarding (both families), and bridged pod traffic passing
 /// through iptables and ip6tables (so replies between pods on one bridge are un-NATed by
 /// conntrack).
-const NODE_SETTINGS: &[(&str, &str)] = &[
+pub(super) const NODE_SETTINGS: &[(&str, &str)] = &[
     ("net/ipv4/ip_forward", "1"),
     ("net/ipv6/conf/all/forwarding", "1"),
     ("net/bridge/bridge-nf-call-iptables", "1"),
@@ -24,7 +24,7 @@ const NODE_SETTINGS: &[(&str, &str)] = &[
 /// fail. Every address here is assigned by the scenario, which validation keeps unique. A link
 /// takes `default` when it is made (or moved into the namespace) and DAD runs unless both
 /// `all` and the link's own value are 0: written before any link exists in the namespace.
-const EVERY_NAMESPACE: &[(&str, &str)] = &[
+pub(super) const EVERY_NAMESPACE: &[(&str, &str)] = &[
     ("net/ipv4/icmp_ratelimit", "0"),
     ("net/ipv6/icmp/ratelimit", "0"),
     ("net/ipv6/conf/all/accept_dad", "0"),
@@ -51,4 +51,13 @@ pub fn write(ns: &Netns, key: &str, value: &str) -> Result<()> {
     let path = format!("/proc/sys/{key}");
     ns.run(|| std::fs::write(&path, value))?
         .with_context(|| format!("setting {key}={value} in namespace {}", ns.name()))
+}
+
+/// A setting's value inside `ns`, without the trailing newline.
+pub fn read(ns: &Netns, key: &str) -> Result<String> {
+    let path = format!("/proc/sys/{key}");
+    let value = ns
+        .run(|| std::fs::read_to_string(&path))?
+        .with_context(|| format!("reading {key} in namespace {}", ns.name()))?;
+    Ok(value.trim().to_string())
 }
