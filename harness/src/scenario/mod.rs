@@ -29,6 +29,7 @@ mod external;
 mod families;
 mod fields;
 mod flows;
+mod held;
 mod lists;
 mod names;
 mod net;

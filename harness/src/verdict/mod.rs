@@ -4,6 +4,7 @@
 //! [`FALSE_FAILURE_RATE`].
 
 pub mod evidence;
+pub mod held;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
