@@ -454,10 +454,18 @@ fn send_probes(
                     let sent = h.connection.check();
                     if let (Some(segment), false) = (&poked, matches!(sent.attempt, Attempt::Answered { .. }))
                     {
+                        let points = evidence::client_capture_points(probe);
+                        let client: Vec<crate::observe::Frame> = captures
+                            .iter()
+                            .zip(&before)
+                            .filter(|((key, _), _)| points.contains(key))
+                            .flat_map(|((_, capture), (_, from))| capture.frames().split_off(*from))
+                            .collect();
                         faults.push(format!(
-                            "after the hand-made out-of-window segment {segment} from pod {} (a proxy that drops \
-                             conntrack-invalid packets stops it on the node)",
-                            h.pod
+                            "after the hand-made out-of-window segment {segment} from pod {}: {} (a proxy that \
+                             drops conntrack-invalid packets stops it on the node)",
+                            h.pod,
+                            segment.witnessed(&client, h.connection.source_port)
                         ));
                     }
                     if let Attempt::Answered { pod, seen } = &sent.attempt

@@ -97,6 +97,31 @@ impl OutOfWindow {
     }
 }
 
+impl OutOfWindow {
+    /// What a client's capture (`frames`, taken since the segment was sent) says of it: the
+    /// segment arriving from the pod's own address (un-translated), and the RST the client's
+    /// stack sent back.
+    pub fn witnessed(&self, frames: &[Frame], client_port: u16) -> String {
+        let from = SocketAddr::V4(self.from);
+        let packets = || frames.iter().filter_map(|f| f.packet.as_ref().map(|p| (f, p)));
+        let arrived = packets().any(|(f, p)| {
+            !f.outgoing && p.endpoints().is_some_and(|(src, dst)| src == from && dst.port() == client_port)
+        });
+        let reset = packets().any(|(f, p)| {
+            f.outgoing
+                && matches!(p.l4, crate::observe::L4::Tcp { rst: true, .. })
+                && p.endpoints().is_some_and(|(src, dst)| dst == from && src.port() == client_port)
+        });
+        match (arrived, reset) {
+            (true, true) => format!(
+                "the client's capture shows it arriving un-translated from {from}, and the client's RST to {from}"
+            ),
+            (true, false) => format!("the client's capture shows it arriving un-translated from {from}"),
+            _ => "the client's capture does not show it arriving".to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for OutOfWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} > {} [P.] seq {} ack {}", self.from, self.to, self.seq, self.ack)

@@ -68,10 +68,13 @@ pub enum Mutant {
     StaleUdpConntrackKept,
     /// CVE-2020-8558: <https://github.com/kubernetes/kubernetes/issues/90259>.
     LocalnetNotFirewalled,
+    /// kube-proxy before the fix of <https://github.com/kubernetes/kubernetes/issues/74839>;
+    /// nftables mode still lacks the rule: <https://github.com/kubernetes/kubernetes/issues/122663>.
+    InvalidNotDropped,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -92,6 +95,7 @@ impl Mutant {
         Mutant::NodePortsNotLast,
         Mutant::StaleUdpConntrackKept,
         Mutant::LocalnetNotFirewalled,
+        Mutant::InvalidNotDropped,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -117,6 +121,7 @@ impl Mutant {
             Mutant::NodePortsNotLast => "node-ports-not-last",
             Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
             Mutant::LocalnetNotFirewalled => "localnet-not-firewalled",
+            Mutant::InvalidNotDropped => "invalid-not-dropped",
         }
     }
 
@@ -182,6 +187,9 @@ impl Mutant {
             Mutant::LocalnetNotFirewalled => {
                 "route_localnet is set for localhost node ports but KUBE-FIREWALL lacks the localnet DROP: adjacent hosts reach services listening on the node's 127.0.0.1"
             }
+            Mutant::InvalidNotDropped => {
+                "KUBE-FORWARD lacks the conntrack INVALID DROP: an out-of-window segment crosses the node un-translated, and the client's RST kills a healthy connection"
+            }
         }
     }
 
@@ -199,9 +207,9 @@ impl Mutant {
     }
 
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
-    /// guard to leave out.
+    /// guard to leave out, and (v1.30) drops no conntrack-invalid packets.
     pub fn exists_in_nftables(self) -> bool {
-        self != Mutant::LocalnetNotFirewalled
+        !matches!(self, Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped)
     }
 
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
@@ -244,6 +252,9 @@ impl Mutant {
             Mutant::NodePortsNotLast => node_ports_first(rules),
             Mutant::LocalnetNotFirewalled => {
                 rules.filter.rules.retain(|r| r.comment() != Some("block incoming localnet connections"))
+            }
+            Mutant::InvalidNotDropped => {
+                rules.filter.rules.retain(|r| !(r.has("INVALID") && r.target() == Some("DROP")))
             }
             outside_the_rules!() => {}
         }
