@@ -26,6 +26,8 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::TerminatingNeverFallback
             | $crate::proxy::iptables::Mutant::HealthCheckAlwaysOk
             | $crate::proxy::iptables::Mutant::StaleUdpConntrackKept
+            | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenScaledToZero
+            | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenDeleted
     };
 }
 pub(crate) use outside_the_rules;
@@ -71,10 +73,15 @@ pub enum Mutant {
     /// kube-proxy before the fix of <https://github.com/kubernetes/kubernetes/issues/74839>;
     /// nftables mode still lacks the rule: <https://github.com/kubernetes/kubernetes/issues/122663>.
     InvalidNotDropped,
+    /// <https://github.com/kubernetes/kubernetes/issues/139628>,
+    /// <https://github.com/kubernetes/kubernetes/issues/139629> (statsd black-holed for hours).
+    StaleUdpKeptWhenScaledToZero,
+    /// <https://github.com/kubernetes/kubernetes/issues/141371>.
+    StaleUdpKeptWhenDeleted,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -96,6 +103,8 @@ impl Mutant {
         Mutant::StaleUdpConntrackKept,
         Mutant::LocalnetNotFirewalled,
         Mutant::InvalidNotDropped,
+        Mutant::StaleUdpKeptWhenScaledToZero,
+        Mutant::StaleUdpKeptWhenDeleted,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -122,6 +131,8 @@ impl Mutant {
             Mutant::StaleUdpConntrackKept => "stale-udp-conntrack-kept",
             Mutant::LocalnetNotFirewalled => "localnet-not-firewalled",
             Mutant::InvalidNotDropped => "invalid-not-dropped",
+            Mutant::StaleUdpKeptWhenScaledToZero => "stale-udp-kept-when-scaled-to-zero",
+            Mutant::StaleUdpKeptWhenDeleted => "stale-udp-kept-when-deleted",
         }
     }
 
@@ -187,6 +198,12 @@ impl Mutant {
             Mutant::LocalnetNotFirewalled => {
                 "route_localnet is set for localhost node ports but KUBE-FIREWALL lacks the localnet DROP: adjacent hosts reach services listening on the node's 127.0.0.1"
             }
+            Mutant::StaleUdpKeptWhenScaledToZero => {
+                "a UDP Service port scaled to zero keeps the conntrack entries of the endpoints it lost: a client that keeps its source port still reaches a gone endpoint instead of being rejected"
+            }
+            Mutant::StaleUdpKeptWhenDeleted => {
+                "a deleted UDP Service keeps its conntrack entries: a client that keeps its source port still reaches the old endpoint through an address no Service holds"
+            }
             Mutant::InvalidNotDropped => {
                 "KUBE-FORWARD lacks the conntrack INVALID DROP: an out-of-window segment crosses the node un-translated, and the client's RST kills a healthy connection"
             }
@@ -214,7 +231,18 @@ impl Mutant {
 
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
     pub fn keeps_stale_conntrack(self) -> bool {
-        self == Mutant::StaleUdpConntrackKept
+        self.cleanup_lapse().is_some()
+    }
+
+    /// Which stale UDP conntrack entries the proxy leaves behind after a change.
+    pub fn cleanup_lapse(self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {
+        use crate::proxy::conntrack_cleanup::Lapse;
+        match self {
+            Mutant::StaleUdpConntrackKept => Some(Lapse::Everything),
+            Mutant::StaleUdpKeptWhenScaledToZero => Some(Lapse::ScaledToZero),
+            Mutant::StaleUdpKeptWhenDeleted => Some(Lapse::Deleted),
+            _ => None,
+        }
     }
 
     /// Whether the node's health check servers answer `200` regardless.

@@ -154,7 +154,7 @@ impl NodeProgrammer for BuiltinNftables {
         load::dump(node)
     }
 
-    fn clears_stale_conntrack(&self) -> bool {
-        !self.mutant.is_some_and(Mutant::keeps_stale_conntrack)
+    fn cleanup_lapse(&self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {
+        self.mutant.and_then(Mutant::cleanup_lapse)
     }
 }
