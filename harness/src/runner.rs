@@ -170,9 +170,12 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     // Each phase is judged with the conntrack tables read after it; the last stay as evidence.
     let mut verdicts: Vec<ProbeVerdict> = Vec::new();
     let mut evidence = Evidence { frames, conntrack: BTreeMap::new() };
+    let mut stuck = verdict::affinity::Stuck::default();
     for ((phase, expectations), (sent, tables)) in phases.iter().zip(&expectations).zip(probed) {
         evidence.conntrack = tables;
-        verdicts.extend(judge_phase(phase, expectations, sent, &evidence));
+        let mut judged = judge_phase(phase, expectations, sent, &evidence);
+        stuck.check_phase(phase.name, &mut judged);
+        verdicts.extend(judged);
     }
     let passed = verdicts.iter().all(ProbeVerdict::passed);
     let artifacts = match &options.artifacts {
@@ -333,6 +336,9 @@ impl Restartable<'_, '_> {
     /// Stops the proxy and starts it again on the same nodes with `state`, as a node's
     /// kube-proxy restarts: what it programmed and the conntrack table stay as they are.
     fn restart(&mut self, state: &State<'_>) -> Result<()> {
+        if self.get()?.restart(state)? {
+            return Ok(());
+        }
         if let Some(running) = self.running.take() {
             running.stop().with_context(|| format!("stopping {} for a restart", self.proxy.name()))?;
         }

@@ -97,6 +97,11 @@ impl NodeProgrammer for BuiltinIptables {
                     .run(|| std::fs::write(ROUTE_LOCALNET, "1"))?
                     .with_context(|| format!("setting route_localnet on node {}", node.name))?;
             }
+            if self.mutant == Some(Mutant::AffinityLostOnSync) {
+                // The bug: the tables are emptied before every sync, so the `recent` lists of
+                // the affinity rules go with their last rule.
+                load::restore(node, "*filter\nCOMMIT\n*nat\nCOMMIT\n", family)?;
+            }
             load::restore(node, &node_ruleset(view, &node.name, self.mutant).render(), family)?;
         }
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);

@@ -28,6 +28,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::StaleUdpConntrackKept
             | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenScaledToZero
             | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenDeleted
+            | $crate::proxy::iptables::Mutant::AffinityLostOnSync
     };
 }
 pub(crate) use outside_the_rules;
@@ -78,10 +79,13 @@ pub enum Mutant {
     StaleUdpKeptWhenScaledToZero,
     /// <https://github.com/kubernetes/kubernetes/issues/141371>.
     StaleUdpKeptWhenDeleted,
+    /// kube-proxy's nftables mode lost affinity on restart:
+    /// <https://github.com/kubernetes/kubernetes/issues/123162>; here every sync loses it.
+    AffinityLostOnSync,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 24] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -105,6 +109,7 @@ impl Mutant {
         Mutant::InvalidNotDropped,
         Mutant::StaleUdpKeptWhenScaledToZero,
         Mutant::StaleUdpKeptWhenDeleted,
+        Mutant::AffinityLostOnSync,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -133,6 +138,7 @@ impl Mutant {
             Mutant::InvalidNotDropped => "invalid-not-dropped",
             Mutant::StaleUdpKeptWhenScaledToZero => "stale-udp-kept-when-scaled-to-zero",
             Mutant::StaleUdpKeptWhenDeleted => "stale-udp-kept-when-deleted",
+            Mutant::AffinityLostOnSync => "affinity-lost-on-sync",
         }
     }
 
@@ -204,6 +210,9 @@ impl Mutant {
             Mutant::StaleUdpKeptWhenDeleted => {
                 "a deleted UDP Service keeps its conntrack entries: a client that keeps its source port still reaches the old endpoint through an address no Service holds"
             }
+            Mutant::AffinityLostOnSync => {
+                "every sync (and a restart) empties the tables before loading them, so ClientIP affinity (the `recent` lists, the nftables affinity sets) is forgotten and clients move to other backends"
+            }
             Mutant::InvalidNotDropped => {
                 "KUBE-FORWARD lacks the conntrack INVALID DROP: an out-of-window segment crosses the node un-translated, and the client's RST kills a healthy connection"
             }
@@ -243,6 +252,11 @@ impl Mutant {
             Mutant::StaleUdpKeptWhenDeleted => Some(Lapse::Deleted),
             _ => None,
         }
+    }
+
+    /// Whether the proxy's loading of its rules is the bug (the rules are right).
+    pub fn breaks_loading(self) -> bool {
+        self == Mutant::AffinityLostOnSync
     }
 
     /// Whether the node's health check servers answer `200` regardless.

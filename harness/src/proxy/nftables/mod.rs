@@ -11,6 +11,7 @@
 //! `table ip6 kube-proxy`, each from that family's view of the cluster.
 
 pub mod generate;
+mod in_place;
 mod load;
 pub mod mutants;
 pub mod naming;
@@ -145,7 +146,17 @@ impl NodeProgrammer for BuiltinNftables {
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     /// No `route_localnet`: nftables mode has no localhost node ports.
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
-        load::apply(node, &load_text(cluster, &node.name, self.mutant, self.layout))?;
+        let text = if self.mutant == Some(Mutant::AffinityLostOnSync) {
+            // The bug: every sync deletes and recreates the table, affinity sets with it.
+            load_text(cluster, &node.name, self.mutant, self.layout)
+        } else {
+            let mut text = String::new();
+            for rules in node_rulesets_in(cluster, &node.name, self.mutant, self.layout) {
+                text.push_str(&in_place::text(&rules, &in_place::existing(node, &rules)?));
+            }
+            text
+        };
+        load::apply(node, &text)?;
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
         healthcheck::serve_node(node, &family_views(cluster, &node.name), always_ok)
     }
