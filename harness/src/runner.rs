@@ -113,9 +113,10 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     let mut unjudged = scenario.unjudged_flows.clone();
     let all = scenario.phases();
     let mut opened = BTreeMap::new();
+    let mut streams = BTreeMap::new();
     let (judged, expectations): (Vec<Vec<Probe>>, Vec<Vec<oracle::Expectation>>) = all
         .iter()
-        .map(|phase| predict_phase(phase, profile, &mut opened, &mut unjudged))
+        .map(|phase| predict_phase(phase, profile, &mut opened, &mut streams, &mut unjudged))
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .unzip();
@@ -269,9 +270,11 @@ fn predict_phase(
     phase: &Phase<'_>,
     profile: oracle::Profile,
     opened: &mut BTreeMap<String, oracle::Expectation>,
+    streams: &mut BTreeMap<(Source, u16), oracle::Expectation>,
     unjudged: &mut Vec<(String, String)>,
 ) -> Result<(Vec<Probe>, Vec<oracle::Expectation>)> {
     let mut judged = (Vec::new(), Vec::new());
+    let mut next_streams = BTreeMap::new();
     for probe in phase.probes {
         let prediction = match &probe.life {
             // A held connection's fate is decided by the state it was opened in and this one.
@@ -280,6 +283,23 @@ fn predict_phase(
                 None => Ok(oracle::Prediction::Open(format!("its opener {opener} is not judged"))),
             },
             _ => oracle::predict(phase.cluster, probe, profile),
+        };
+        // A UDP stream keeps its conntrack entry from one phase to the next.
+        let prediction = match (probe.kind(), probe.source_port, prediction) {
+            (crate::model::ProbeKind::UdpStream, Some(port), Ok(fresh)) => {
+                let key = (probe.from.clone(), port);
+                let p = match streams.get(&key) {
+                    Some(previous) => {
+                        oracle::live::predict_stream(previous, phase.cluster, probe, fresh, profile)
+                    }
+                    None => fresh,
+                };
+                if let oracle::Prediction::Expected(e) = &p {
+                    next_streams.insert(key, e.clone());
+                }
+                Ok(p)
+            }
+            (_, _, other) => other,
         };
         match prediction.map_err(|e| anyhow::anyhow!("probe {}: {e}", probe.name))? {
             oracle::Prediction::Expected(expectation) => {
@@ -294,6 +314,7 @@ fn predict_phase(
             }
         }
     }
+    *streams = next_streams;
     Ok(judged)
 }
 

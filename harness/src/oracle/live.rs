@@ -83,6 +83,50 @@ pub fn predict_held(
     })
 }
 
+/// What `profile` expects of a UDP stream (a probe keeping its source port) in a later phase,
+/// given what the same stream was expected to do in the phase before and what a fresh flow
+/// would do now. Its conntrack entry outlives the change when every backend it may be on
+/// still serves: kube-proxy deletes only the entries of endpoints that stopped serving
+/// (pkg/proxy/conntrack/cleanup.go), also across a restart, so the stream stays where it was.
+/// Kubernetes says nothing of it.
+pub fn predict_stream(
+    previous: &Expectation,
+    now: &Cluster,
+    probe: &Probe,
+    fresh: Prediction,
+    profile: Profile,
+) -> Prediction {
+    let (Outcome::Answered { backends: before, translated_by, .. }, Prediction::Expected(fresh_expectation)) =
+        (&previous.outcome, &fresh)
+    else {
+        return fresh;
+    };
+    let Outcome::Answered { backends: fresh_backends, .. } = &fresh_expectation.outcome else { return fresh };
+    let unchanged = before.keys().eq(fresh_backends.keys());
+    if unchanged || !before.keys().all(|pod| still_serving(now, &probe.to, pod)) {
+        return fresh;
+    }
+    let names: Vec<&str> = before.keys().map(String::as_str).collect();
+    match profile {
+        Profile::Kubernetes => Prediction::Open(format!(
+            "Kubernetes does not say whether a UDP flow keeps its endpoint ({}) once new flows go elsewhere",
+            names.join("|")
+        )),
+        _ => Prediction::Expected(Expectation {
+            outcome: Outcome::Answered {
+                backends: before.clone(),
+                spread: Spread::Sticky,
+                translated_by: translated_by.clone(),
+            },
+            because: format!(
+                "a UDP flow from a kept source port: its conntrack entry stays while {} still serves",
+                names.join("|")
+            ),
+            basis: Basis::Choice(profile),
+        }),
+    }
+}
+
 /// Whether `pod` still serves the Service port `target` names in `cluster`.
 fn still_serving(cluster: &Cluster, target: &Target, pod: &str) -> bool {
     let (service, port) = match target {

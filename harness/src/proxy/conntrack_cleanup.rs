@@ -73,6 +73,9 @@ pub enum Lapse {
     ScaledToZero,
     /// A deleted Service (or port) keeps its entries (kubernetes/kubernetes#141371).
     Deleted,
+    /// Entries of endpoints that turned not ready are cleared although they still serve
+    /// (kubernetes/kubernetes#134143).
+    NotReadyCleared,
 }
 
 /// What to delete after the cluster changed from `before` to `after`: for every UDP Service
@@ -100,7 +103,12 @@ pub fn stale_with(before: &Cluster, after: &Cluster, lapse: Option<Lapse>) -> Ve
         if skipped {
             continue;
         }
-        for gone in port.endpoints.iter().filter(|e| e.serving && !still_serving(e, now)) {
+        let not_ready_cleared = lapse == Some(Lapse::NotReadyCleared);
+        let gone_from = |e: &Endpoint| {
+            !still_serving(e, now)
+                || (not_ready_cleared && !now.iter().any(|n| n.address() == e.address() && n.ready))
+        };
+        for gone in port.endpoints.iter().filter(|e| e.serving && gone_from(e)) {
             // The old Service's frontends: where the stale entries were made.
             out.extend(frontends(service).map(|frontend| Deletion::Nat { frontend, endpoint: gone.ip }));
             if let Some(node_port) = port.node_port {

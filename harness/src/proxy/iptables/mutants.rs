@@ -29,6 +29,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenScaledToZero
             | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenDeleted
             | $crate::proxy::iptables::Mutant::AffinityLostOnSync
+            | $crate::proxy::iptables::Mutant::UdpConntrackClearedWhenNotReady
     };
 }
 pub(crate) use outside_the_rules;
@@ -82,10 +83,12 @@ pub enum Mutant {
     /// kube-proxy's nftables mode lost affinity on restart:
     /// <https://github.com/kubernetes/kubernetes/issues/123162>; here every sync loses it.
     AffinityLostOnSync,
+    /// <https://github.com/kubernetes/kubernetes/issues/134143>.
+    UdpConntrackClearedWhenNotReady,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 24] = [
+    pub const ALL: [Mutant; 25] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -110,6 +113,7 @@ impl Mutant {
         Mutant::StaleUdpKeptWhenScaledToZero,
         Mutant::StaleUdpKeptWhenDeleted,
         Mutant::AffinityLostOnSync,
+        Mutant::UdpConntrackClearedWhenNotReady,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -139,6 +143,7 @@ impl Mutant {
             Mutant::StaleUdpKeptWhenScaledToZero => "stale-udp-kept-when-scaled-to-zero",
             Mutant::StaleUdpKeptWhenDeleted => "stale-udp-kept-when-deleted",
             Mutant::AffinityLostOnSync => "affinity-lost-on-sync",
+            Mutant::UdpConntrackClearedWhenNotReady => "udp-conntrack-cleared-when-not-ready",
         }
     }
 
@@ -210,6 +215,9 @@ impl Mutant {
             Mutant::StaleUdpKeptWhenDeleted => {
                 "a deleted UDP Service keeps its conntrack entries: a client that keeps its source port still reaches the old endpoint through an address no Service holds"
             }
+            Mutant::UdpConntrackClearedWhenNotReady => {
+                "UDP conntrack entries of an endpoint that turns not ready are cleared although it still serves (terminating): its UDP clients are moved mid-stream"
+            }
             Mutant::AffinityLostOnSync => {
                 "every sync (and a restart) empties the tables before loading them, so ClientIP affinity (the `recent` lists, the nftables affinity sets) is forgotten and clients move to other backends"
             }
@@ -250,6 +258,7 @@ impl Mutant {
             Mutant::StaleUdpConntrackKept => Some(Lapse::Everything),
             Mutant::StaleUdpKeptWhenScaledToZero => Some(Lapse::ScaledToZero),
             Mutant::StaleUdpKeptWhenDeleted => Some(Lapse::Deleted),
+            Mutant::UdpConntrackClearedWhenNotReady => Some(Lapse::NotReadyCleared),
             _ => None,
         }
     }
