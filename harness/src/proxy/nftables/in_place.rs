@@ -5,6 +5,7 @@
 //! stale affinity sets. So the ClientIP affinity a client earned survives every sync and a
 //! restart (the restart lost it in one release: kubernetes/kubernetes#123162).
 //!
+//! Base chains (with a hook) are deleted and added again, so that a changed priority loads.
 //! Stale service chains are flushed, not deleted: before kernel 6.2 a chain whose last map
 //! element goes in the same transaction is still busy (the proxier's `staleChains`). One that
 //! is already empty, flushed by an earlier sync, is deleted.
@@ -21,6 +22,10 @@ use crate::topology::NodeHandle;
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Existing {
     pub chains: BTreeMap<String, usize>,
+    /// Each set's element timeout, in seconds (none without one).
+    pub timeouts: BTreeMap<String, Option<u32>>,
+    /// The chains with a hook (base chains).
+    pub hooked: std::collections::BTreeSet<String>,
     /// Name → whether it is a map.
     pub sets: BTreeMap<String, bool>,
 }
@@ -40,6 +45,7 @@ fn parse(listing: &str) -> Existing {
     let mut existing = Existing::default();
     let mut depth = 0usize;
     let mut chain: Option<String> = None;
+    let mut set: Option<String> = None;
     for line in listing.lines().map(str::trim) {
         if depth == 1 {
             let mut words = line.split_whitespace();
@@ -50,12 +56,25 @@ fn parse(listing: &str) -> Existing {
                 }
                 (Some(kind @ ("set" | "map")), Some(name)) => {
                     existing.sets.insert(name.to_string(), kind == "map");
+                    existing.timeouts.insert(name.to_string(), None);
+                    set = Some(name.to_string());
                 }
                 _ => {}
             }
         } else if depth == 2
+            && let Some(name) = &set
+            && let Some(duration) = line.strip_prefix("timeout ")
+        {
+            existing.timeouts.insert(name.clone(), seconds(duration));
+        } else if depth == 2
+            && let Some(name) = &chain
+            && line.starts_with("type ")
+        {
+            existing.hooked.insert(name.clone());
+        } else if depth == 2
             && let Some(name) = &chain
             && !line.is_empty()
+            && line != "}"
             && !["type ", "comment ", "policy "].iter().any(|p| line.starts_with(p))
         {
             *existing.chains.entry(name.clone()).or_default() += 1;
@@ -65,9 +84,52 @@ fn parse(listing: &str) -> Existing {
         depth = (depth + opened).saturating_sub(closed);
         if depth < 2 {
             chain = None;
+            set = None;
         }
     }
     existing
+}
+
+/// The stale service chains of `rules`' table, emptied by the transaction [`text`] wrote:
+/// a second transaction deletes them. On kernels before 6.2 one whose last map element
+/// just went may still count as busy; it then stays, empty, until the next sync's [`text`]
+/// deletes it.
+pub fn delete_stale_chains(node: &NodeHandle, rules: &RuleSet, existing: &Existing) {
+    let ip = rules.ip();
+    let wanted_chain = |name: &str| rules.chains.iter().any(|c| c.name == name);
+    let mut text = String::new();
+    for (name, &rules_now) in &existing.chains {
+        if !wanted_chain(name) && rules_now > 0 && !existing.hooked.contains(name) {
+            let _ = writeln!(text, "delete chain {ip} {TABLE} {name}");
+        }
+    }
+    if !text.is_empty() {
+        // Busy is not an error: the chain is empty and unreferenced, and goes next time.
+        let _ = node.netns.exec("nft", &["-f", "-"], Some(text.as_bytes()));
+    }
+}
+
+/// An nft duration (`3h`, `10m`, `1h30m`, `600s`) in seconds.
+fn seconds(text: &str) -> Option<u32> {
+    let mut total = 0u32;
+    let mut number = String::new();
+    for c in text.trim().chars() {
+        match c {
+            '0'..='9' => number.push(c),
+            'd' | 'h' | 'm' | 's' => {
+                let unit = match c {
+                    'd' => 86400,
+                    'h' => 3600,
+                    'm' => 60,
+                    _ => 1,
+                };
+                total += number.parse::<u32>().ok()? * unit;
+                number.clear();
+            }
+            _ => return None,
+        }
+    }
+    number.is_empty().then_some(total)
 }
 
 /// The transaction that turns `existing` into `rules`.
@@ -76,6 +138,14 @@ pub fn text(rules: &RuleSet, existing: &Existing) -> String {
     let mut out = String::new();
     let wanted_chain = |name: &str| rules.chains.iter().any(|c| c.name == name);
     let wanted_set = |name: &str| rules.sets.iter().any(|s| s.name == name);
+    // An affinity set is kept as it is, with what it learned, unless its timeout changed.
+    let kept = |name: &str| {
+        name.starts_with("affinity-")
+            && rules
+                .sets
+                .iter()
+                .any(|s| s.name == name && existing.timeouts.get(name).copied().flatten() == s.timeout)
+    };
     let _ = writeln!(out, "add table {ip} {TABLE}");
     for (name, &rules_now) in &existing.chains {
         // An empty stale chain was flushed by an earlier sync: nothing references it now.
@@ -86,10 +156,17 @@ pub fn text(rules: &RuleSet, existing: &Existing) -> String {
     }
     for (name, &map) in &existing.sets {
         let kind = if map { "map" } else { "set" };
-        let affinity = name.starts_with("affinity-");
-        if !(affinity && wanted_set(name)) {
+        if !kept(name) {
             let _ = writeln!(out, "flush {kind} {ip} {TABLE} {name}");
         }
+        if name.starts_with("affinity-") && wanted_set(name) && !kept(name) {
+            let _ = writeln!(out, "delete {kind} {ip} {TABLE} {name}");
+        }
+    }
+    // Base chains are recreated, as the proxier does on its first sync: a hook or priority
+    // that changed (another layout) cannot be altered in place.
+    for chain in rules.chains.iter().filter(|c| c.hook.is_some() && existing.chains.contains_key(&c.name)) {
+        let _ = writeln!(out, "delete chain {ip} {TABLE} {}", chain.name);
     }
     out.push_str(&rules.render());
     for (name, &map) in &existing.sets {
@@ -99,7 +176,8 @@ pub fn text(rules: &RuleSet, existing: &Existing) -> String {
         }
     }
     for (name, &rules_now) in &existing.chains {
-        if !wanted_chain(name) && rules_now == 0 {
+        // A stale base chain is referenced by nothing: it goes at once.
+        if !wanted_chain(name) && (rules_now == 0 || existing.hooked.contains(name)) {
             let _ = writeln!(out, "delete chain {ip} {TABLE} {name}");
         }
     }

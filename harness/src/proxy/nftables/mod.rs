@@ -150,13 +150,19 @@ impl NodeProgrammer for BuiltinNftables {
             // The bug: every sync deletes and recreates the table, affinity sets with it.
             load_text(cluster, &node.name, self.mutant, self.layout)
         } else {
-            let mut text = String::new();
-            for rules in node_rulesets_in(cluster, &node.name, self.mutant, self.layout) {
-                text.push_str(&in_place::text(&rules, &in_place::existing(node, &rules)?));
+            let rulesets = node_rulesets_in(cluster, &node.name, self.mutant, self.layout);
+            let existing: Vec<in_place::Existing> =
+                rulesets.iter().map(|rules| in_place::existing(node, rules)).collect::<Result<_>>()?;
+            let text: String = rulesets.iter().zip(&existing).map(|(r, e)| in_place::text(r, e)).collect();
+            load::apply(node, &text)?;
+            for (rules, existing) in rulesets.iter().zip(&existing) {
+                in_place::delete_stale_chains(node, rules, existing);
             }
-            text
+            String::new()
         };
-        load::apply(node, &text)?;
+        if !text.is_empty() {
+            load::apply(node, &text)?;
+        }
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
         healthcheck::serve_node(node, &family_views(cluster, &node.name), always_ok)
     }
