@@ -36,12 +36,19 @@ pub struct Scenario {
 impl Scenario {
     /// The first state and each step's, in order, with the probes of each.
     pub fn phases(&self) -> Vec<Phase<'_>> {
-        let first = Phase { name: "", cluster: &self.cluster, objects: &self.objects, probes: &self.probes };
+        let first = Phase {
+            name: "",
+            cluster: &self.cluster,
+            objects: &self.objects,
+            probes: &self.probes,
+            restart_proxy: false,
+        };
         let steps = self.steps.iter().map(|s| Phase {
             name: &s.name,
             cluster: &s.cluster,
             objects: &s.objects,
             probes: &s.probes,
+            restart_proxy: s.restart_proxy,
         });
         std::iter::once(first).chain(steps).collect()
     }
@@ -55,6 +62,9 @@ pub struct Phase<'s> {
     pub cluster: &'s Cluster,
     pub objects: &'s Objects,
     pub probes: &'s [Probe],
+    /// Whether the proxy is stopped and started again (same nodes, this state) before the
+    /// probes: a restart as a step.
+    pub restart_proxy: bool,
 }
 
 /// A live change: the whole state after it (only Services and endpoints differ from the
@@ -67,6 +77,8 @@ pub struct Step {
     pub objects: Objects,
     /// Named `<step>: <probe>`.
     pub probes: Vec<Probe>,
+    /// The proxy is stopped and started again with this state, rather than updated.
+    pub restart_proxy: bool,
 }
 
 /// A proxy by name, with its adapter's options (a JSON object; empty for most).
@@ -169,6 +181,7 @@ impl Probe {
             family: None,
             source_port: None,
             expect: None,
+            life: Life::OneShot,
         }
     }
 }
@@ -498,6 +511,54 @@ pub struct Probe {
     /// Every attempt from this one source port; `None` is a new port per attempt.
     pub source_port: Option<u16>,
     pub expect: Option<StatedExpectation>,
+    /// Whether the probe's connection ends with its answer, or lives on into later phases.
+    pub life: Life,
+}
+
+/// How long a probe's connection lives (`hold:` and `held:` in a scenario).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Life {
+    /// Each attempt connects, reads the answer and closes.
+    OneShot,
+    /// One TCP connection, opened and judged like a one-shot attempt, then kept open for the
+    /// later phases that check it.
+    Hold,
+    /// A check of the connection probe `opener` (an earlier phase's `Hold`) keeps: a line
+    /// sent on it must still be answered by the same backend. With `out_of_window`, a
+    /// hand-made segment far outside the TCP window, from the backend toward the client, is
+    /// sent on the connection's path first (kubernetes/kubernetes#74839).
+    Held { opener: String, out_of_window: bool },
+}
+
+/// What sort of traffic a probe is: decides how the runner sends it and across how many
+/// phases it lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// New connections (or datagrams) from new source ports, each closed after its answer.
+    OneShot,
+    /// A UDP client that keeps one source port, as a resolver does.
+    UdpStream,
+    /// HTTP `GET /` on a health-check node port.
+    HealthCheck,
+    /// Frames written by hand (the martian SYN to a node's 127.0.0.1).
+    HandMade,
+    /// A TCP connection opened in one phase and kept for later ones.
+    HeldOpen,
+    /// A later phase's check of a held connection.
+    HeldCheck,
+}
+
+impl Probe {
+    pub fn kind(&self) -> ProbeKind {
+        match (&self.life, &self.to) {
+            (Life::Hold, _) => ProbeKind::HeldOpen,
+            (Life::Held { .. }, _) => ProbeKind::HeldCheck,
+            (_, Target::HealthCheck { .. }) => ProbeKind::HealthCheck,
+            (_, Target::Localhost { .. }) => ProbeKind::HandMade,
+            _ if self.protocol == Protocol::Udp && self.source_port.is_some() => ProbeKind::UdpStream,
+            _ => ProbeKind::OneShot,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -8,13 +8,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{Phase, Probe, Protocol, Scenario, Source, Target};
+use crate::model::{Life, Phase, Probe, Protocol, Scenario, Source, Target};
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
 use crate::proxy::{Env, Proxy, Running, State};
 use crate::topology::{NODE_UPLINK, POD_BRIDGE, POD_INTERFACE, Topology};
+use crate::traffic::Attempt;
 use crate::traffic::client::SourcePorts;
 use crate::traffic::handmade::Martian;
+use crate::traffic::held::{self, HeldConnection};
+use crate::traffic::out_of_window::OutOfWindow;
 use crate::traffic::{Pace, Plan, Prober, Sent, Servers, Speech};
 use crate::verdict::evidence::{self, Evidence, Window};
 use crate::verdict::{self, ProbeVerdict};
@@ -118,9 +121,11 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     let profile = options.profile.unwrap_or_else(|| proxy.profile());
     let mut unjudged = scenario.unjudged_flows.clone();
     let all = scenario.phases();
+    let mut opened = BTreeMap::new();
+    let mut streams = BTreeMap::new();
     let (judged, expectations): (Vec<Vec<Probe>>, Vec<Vec<oracle::Expectation>>) = all
         .iter()
-        .map(|phase| predict_phase(phase, profile, &mut unjudged))
+        .map(|phase| predict_phase(phase, profile, &mut opened, &mut streams, &mut unjudged))
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .unzip();
@@ -155,9 +160,11 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
     // From here, dropping `topology` (on error or panic) removes every namespace.
     let env = Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };
-    let mut running = proxy
-        .start(&state_of(&phases[0]), &env)
-        .with_context(|| format!("starting {} on every node", proxy.name()))?;
+    let mut running = Some(
+        proxy
+            .start(&state_of(&phases[0]), &env)
+            .with_context(|| format!("starting {} on every node", proxy.name()))?,
+    );
     let servers = {
         let _in_runtime = runtime.enter();
         let mut servers = Servers::start(&scenario.cluster, &topology)?;
@@ -168,17 +175,31 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     };
 
     let captures = start_captures(&topology)?;
-    let probed =
-        probe_phases(&phases, &expectations, running.as_mut(), &topology, &runtime, &captures, options);
+    let mut held = BTreeMap::new();
+    let probed = probe_phases(
+        &phases,
+        &expectations,
+        Restartable { proxy, env: &env, running: &mut running },
+        &mut held,
+        &topology,
+        &runtime,
+        &captures,
+        options,
+    );
     let frames = stop_captures(captures)?;
     let probed = probed?;
+    drop(held);
+    let running = running.context("the proxy did not start again after a restart")?;
 
     // Each phase is judged with the conntrack tables read after it; the last stay as evidence.
     let mut verdicts: Vec<ProbeVerdict> = Vec::new();
     let mut evidence = Evidence { frames, conntrack: BTreeMap::new() };
+    let mut stuck = verdict::affinity::Stuck::default();
     for ((phase, expectations), (sent, tables)) in phases.iter().zip(&expectations).zip(probed) {
         evidence.conntrack = tables;
-        verdicts.extend(judge_phase(phase, expectations, sent, &evidence));
+        let mut judged = judge_phase(phase, expectations, sent, &evidence);
+        stuck.check_phase(phase.name, &mut judged);
+        verdicts.extend(judged);
     }
     let passed = verdicts.iter().all(ProbeVerdict::passed);
     let artifacts = match &options.artifacts {
@@ -273,14 +294,43 @@ fn localhost_targets(phases: &[Phase<'_>]) -> std::collections::BTreeSet<(String
 fn predict_phase(
     phase: &Phase<'_>,
     profile: oracle::Profile,
+    opened: &mut BTreeMap<String, oracle::Expectation>,
+    streams: &mut BTreeMap<(Source, u16), oracle::Expectation>,
     unjudged: &mut Vec<(String, String)>,
 ) -> Result<(Vec<Probe>, Vec<oracle::Expectation>)> {
     let mut judged = (Vec::new(), Vec::new());
+    let mut next_streams = BTreeMap::new();
     for probe in phase.probes {
-        match oracle::predict(phase.cluster, probe, profile)
-            .map_err(|e| anyhow::anyhow!("probe {}: {e}", probe.name))?
-        {
+        let prediction = match &probe.life {
+            // A held connection's fate is decided by the state it was opened in and this one.
+            Life::Held { opener, .. } => match opened.get(opener) {
+                Some(at_open) => oracle::live::predict_held(at_open, phase.cluster, probe, profile),
+                None => Ok(oracle::Prediction::Open(format!("its opener {opener} is not judged"))),
+            },
+            _ => oracle::predict(phase.cluster, probe, profile),
+        };
+        // A UDP stream keeps its conntrack entry from one phase to the next.
+        let prediction = match (probe.kind(), probe.source_port, prediction) {
+            (crate::model::ProbeKind::UdpStream, Some(port), Ok(fresh)) => {
+                let key = (probe.from.clone(), port);
+                let p = match streams.get(&key) {
+                    Some(previous) => {
+                        oracle::live::predict_stream(previous, phase.cluster, probe, fresh, profile)
+                    }
+                    None => fresh,
+                };
+                if let oracle::Prediction::Expected(e) = &p {
+                    next_streams.insert(key, e.clone());
+                }
+                Ok(p)
+            }
+            (_, _, other) => other,
+        };
+        match prediction.map_err(|e| anyhow::anyhow!("probe {}: {e}", probe.name))? {
             oracle::Prediction::Expected(expectation) => {
+                if probe.life == Life::Hold {
+                    opened.insert(probe.name.clone(), expectation.clone());
+                }
                 judged.0.push(probe.clone());
                 judged.1.push(expectation);
             }
@@ -289,21 +339,70 @@ fn predict_phase(
             }
         }
     }
+    *streams = next_streams;
     Ok(judged)
 }
 
-/// A probe as sent: its destination, its attempts, and the frames it is judged on.
-type SentProbe = (SocketAddr, Vec<Sent>, Window);
+/// A probe as sent: its destination, its attempts, the frames it is judged on, faults found
+/// while sending (a held connection answered by another backend than before), and for a check
+/// of a held connection, the backend it was opened to.
+struct SentProbe {
+    dst: SocketAddr,
+    sent: Vec<Sent>,
+    window: Window,
+    faults: Vec<String>,
+    held: Option<(String, SocketAddr, SocketAddr)>,
+}
+
+/// A connection a probe holds open for later phases, and who answered it when it opened:
+/// the pod, its address, and the source it saw.
+struct Held {
+    connection: HeldConnection,
+    pod: String,
+    backend: SocketAddr,
+    seen: SocketAddr,
+}
 
 /// Each translating node's conntrack table, by node name.
 type ConntrackTables = BTreeMap<String, Vec<conntrack::Flow>>;
 
-/// Each phase in turn: the proxy changed to its state (the first is started with it), its
-/// probes sent, then the conntrack tables its answers must be in.
+/// The running proxy, with what it takes to start it again (a restart step).
+struct Restartable<'r, 'a> {
+    proxy: &'a dyn Proxy,
+    env: &'r Env<'a>,
+    running: &'r mut Option<Box<dyn Running + 'a>>,
+}
+
+impl Restartable<'_, '_> {
+    fn get(&mut self) -> Result<&mut (dyn Running + '_)> {
+        let running = self.running.as_mut().context("the proxy is not running")?;
+        Ok(running.as_mut())
+    }
+
+    /// Stops the proxy and starts it again on the same nodes with `state`, as a node's
+    /// kube-proxy restarts: what it programmed and the conntrack table stay as they are.
+    fn restart(&mut self, state: &State<'_>) -> Result<()> {
+        if self.get()?.restart(state)? {
+            return Ok(());
+        }
+        if let Some(running) = self.running.take() {
+            running.stop().with_context(|| format!("stopping {} for a restart", self.proxy.name()))?;
+        }
+        let started = self.proxy.start(state, self.env);
+        *self.running = Some(started.with_context(|| format!("starting {} again", self.proxy.name()))?);
+        Ok(())
+    }
+}
+
+/// Each phase in turn: the proxy changed to its state (the first is started with it, a
+/// restart step stops and starts it), its probes sent, then the conntrack tables its
+/// answers must be in.
+#[allow(clippy::too_many_arguments)]
 fn probe_phases(
     phases: &[Phase<'_>],
     expectations: &[Vec<oracle::Expectation>],
-    running: &mut dyn Running,
+    mut proxy: Restartable<'_, '_>,
+    held: &mut BTreeMap<String, Held>,
     topology: &Topology,
     runtime: &tokio::runtime::Runtime,
     captures: &[(String, Capture)],
@@ -312,10 +411,12 @@ fn probe_phases(
     let ports = SourcePorts::default();
     let mut out = Vec::new();
     for (i, (phase, expected)) in phases.iter().zip(expectations).enumerate() {
-        if i > 0 {
-            running.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
+        if i > 0 && phase.restart_proxy {
+            proxy.restart(&state_of(phase)).with_context(|| format!("restarting at step {}", phase.name))?;
+        } else if i > 0 {
+            proxy.get()?.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
-        let sent = send_probes(phase, topology, runtime, expected, &ports, captures, options)?;
+        let sent = send_probes(phase, topology, runtime, expected, &ports, held, captures, options)?;
         out.push((sent, dump_conntrack(topology, expected)?));
     }
     Ok(out)
@@ -338,24 +439,41 @@ fn judge_phase(
         .iter()
         .zip(expectations)
         .zip(sent)
-        .map(|((probe, expected), (dst, sent, window))| {
+        .map(|((probe, expected), SentProbe { dst, sent, window, faults, held })| {
             let mut v =
                 verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
-            let view = phase.cluster.probe_view(probe);
+            v.failures.extend(faults);
             // Probes run one after another: each is judged on what the wire carried meanwhile.
             let during = evidence.during(&window);
-            v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &during));
+            match (held, &expected.outcome) {
+                (Some((pod, backend, seen)), oracle::Outcome::Answered { translated_by, .. }) => {
+                    let flow = verdict::held::HeldFlow {
+                        dst,
+                        pod: &pod,
+                        backend,
+                        seen,
+                        translated_by: translated_by.as_deref(),
+                    };
+                    v.failures.extend(sent.iter().flat_map(|s| verdict::held::check(&flow, s, &during)));
+                }
+                _ => {
+                    let view = phase.cluster.probe_view(probe);
+                    v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &during));
+                }
+            }
             v
         })
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn send_probes(
     phase: &Phase<'_>,
     topology: &Topology,
     runtime: &tokio::runtime::Runtime,
     expectations: &[oracle::Expectation],
     ports: &SourcePorts,
+    held: &mut BTreeMap<String, Held>,
     captures: &[(String, Capture)],
     options: &RunOptions,
 ) -> Result<Vec<SentProbe>> {
@@ -369,6 +487,62 @@ fn send_probes(
                 e.insert(Prober::new(ns, ports.clone(), options.timeout)?)
             }
         };
+        if let Life::Held { opener, out_of_window } = &probe.life {
+            let before = frame_counts(captures);
+            let (dst, sent, faults, opened) = match held.get_mut(opener) {
+                Some(h) => {
+                    let mut faults = Vec::new();
+                    let mut poked = None;
+                    if *out_of_window {
+                        let backend = phase.cluster.pods.iter().find(|p| p.name == h.pod);
+                        let backend = backend.with_context(|| format!("no pod {} in the scenario", h.pod))?;
+                        let point = format!("pod/{}", h.pod);
+                        let capture = captures.iter().find(|(k, _)| *k == point).map(|(_, c)| c);
+                        let frames = capture.with_context(|| format!("no capture at {point}"))?.frames();
+                        let segment = OutOfWindow::after(&frames, h.seen, backend.ip)?;
+                        segment.send(topology.pods.get(&h.pod).context("the backend's namespace")?)?;
+                        poked = Some(segment);
+                    }
+                    let sent = h.connection.check();
+                    if let (Some(segment), false) = (&poked, matches!(sent.attempt, Attempt::Answered { .. }))
+                    {
+                        let points = evidence::client_capture_points(probe);
+                        let client: Vec<crate::observe::Frame> = captures
+                            .iter()
+                            .zip(&before)
+                            .filter(|((key, _), _)| points.contains(key))
+                            .flat_map(|((_, capture), (_, from))| capture.frames().split_off(*from))
+                            .collect();
+                        faults.push(format!(
+                            "after the hand-made out-of-window segment {segment} from pod {}: {} (a proxy that \
+                             drops conntrack-invalid packets stops it on the node)",
+                            h.pod,
+                            segment.witnessed(&client, h.connection.source_port)
+                        ));
+                    }
+                    if let Attempt::Answered { pod, seen } = &sent.attempt
+                        && (*pod != h.pod || *seen != h.seen)
+                    {
+                        faults.push(format!(
+                            "the held connection moved: opened to {} seeing {}, now answered by {pod} seeing {seen}",
+                            h.pod, h.seen
+                        ));
+                    }
+                    let opened = Some((h.pod.clone(), h.backend, h.seen));
+                    (h.connection.dst, vec![sent], faults, opened)
+                }
+                None => {
+                    let reason = format!("{opener} holds no connection (it was never answered)");
+                    let sent = Sent { source_port: 0, attempt: Attempt::Broken { reason } };
+                    (SocketAddr::from(([0, 0, 0, 0], 0)), vec![sent], Vec::new(), None)
+                }
+            };
+            let after = frame_counts(captures);
+            let frames =
+                before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect();
+            all.push(SentProbe { dst, sent, window: Window { frames }, faults, held: opened });
+            continue;
+        }
         // The probe's family: a dual-stack cluster's addresses of it.
         let view = phase.cluster.probe_view(probe);
         let dst = view
@@ -382,14 +556,42 @@ fn send_probes(
             (Target::Localhost { node, port }, Source::External(host)) => {
                 send_martian(&view, topology, host, node, *port, probe.count, ports, options)
             }
+            _ if probe.life == Life::Hold => {
+                let (sent, connection) = held::open(prober, dst)?;
+                if let (Some(connection), Attempt::Answered { pod, seen }) = (connection, &sent.attempt) {
+                    let backend = held_backend(phase.cluster, probe, pod)?;
+                    held.insert(
+                        probe.name.clone(),
+                        Held { connection, pod: pod.clone(), backend, seen: *seen },
+                    );
+                }
+                Ok(vec![sent])
+            }
             _ => prober.send(plan(probe, dst, expected)),
         }
         .with_context(|| format!("sending probe {}", probe.name))?;
         let after = frame_counts(captures);
         let frames = before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect();
-        all.push((dst, sent, Window { frames }));
+        all.push(SentProbe { dst, sent, window: Window { frames }, faults: Vec::new(), held: None });
     }
     Ok(all)
+}
+
+/// The address of the endpoint `pod` that answered a held connection of `probe`.
+fn held_backend(cluster: &crate::model::Cluster, probe: &Probe, pod: &str) -> Result<SocketAddr> {
+    let (Target::ClusterIp { service, port }
+    | Target::NodePort { service, port, .. }
+    | Target::ExternalIp { service, port, .. }
+    | Target::LoadBalancer { service, port, .. }) = &probe.to
+    else {
+        anyhow::bail!("probe {}: held connections to a raw address or a node: not modelled", probe.name);
+    };
+    let endpoints =
+        cluster.service_port(service, port).map(|(_, p)| p.endpoints.as_slice()).unwrap_or_default();
+    let endpoint = endpoints.iter().find(|e| e.pod == pod);
+    endpoint
+        .map(|e| e.address())
+        .with_context(|| format!("probe {}: {pod} is no endpoint of {service}:{port}", probe.name))
 }
 
 /// How many frames each capture point has taken so far.

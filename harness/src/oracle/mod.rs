@@ -27,6 +27,7 @@
 
 mod endpoints;
 mod frontend;
+pub mod live;
 mod paths;
 mod profile;
 #[cfg(test)]

@@ -63,16 +63,52 @@ impl Deletion {
 /// A UDP Service port's identity across states.
 type PortKey<'c> = (&'c str, &'c str, &'c str);
 
+/// A cleanup that leaves some stale entries behind: real proxies' bugs, for mutants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lapse {
+    /// Nothing is cleared (kubernetes/kubernetes#59368, #72336).
+    Everything,
+    /// A Service port left with no serving endpoint keeps the entries of those it lost
+    /// (kubernetes/kubernetes#139628, #139629).
+    ScaledToZero,
+    /// A deleted Service (or port) keeps its entries (kubernetes/kubernetes#141371).
+    Deleted,
+    /// Entries of endpoints that turned not ready are cleared although they still serve
+    /// (kubernetes/kubernetes#134143).
+    NotReadyCleared,
+}
+
 /// What to delete after the cluster changed from `before` to `after`: for every UDP Service
 /// port, the entries NATed to an endpoint that was serving and no longer is (or is gone), and
 /// all entries to a Service port that went from no serving endpoint to some.
 pub fn stale(before: &Cluster, after: &Cluster) -> Vec<Deletion> {
+    stale_with(before, after, None)
+}
+
+/// [`stale`], less what `lapse` leaves behind.
+pub fn stale_with(before: &Cluster, after: &Cluster, lapse: Option<Lapse>) -> Vec<Deletion> {
     let old = udp_ports(before);
     let new = udp_ports(after);
     let mut out = Vec::new();
+    if lapse == Some(Lapse::Everything) {
+        return out;
+    }
     for (key, (service, port)) in &old {
         let now = new.get(key).map(|(_, p)| p.endpoints.as_slice()).unwrap_or_default();
-        for gone in port.endpoints.iter().filter(|e| e.serving && !still_serving(e, now)) {
+        let skipped = match lapse {
+            Some(Lapse::Deleted) => !new.contains_key(key),
+            Some(Lapse::ScaledToZero) => new.contains_key(key) && !now.iter().any(|e| e.serving),
+            _ => false,
+        };
+        if skipped {
+            continue;
+        }
+        let not_ready_cleared = lapse == Some(Lapse::NotReadyCleared);
+        let gone_from = |e: &Endpoint| {
+            !still_serving(e, now)
+                || (not_ready_cleared && !now.iter().any(|n| n.address() == e.address() && n.ready))
+        };
+        for gone in port.endpoints.iter().filter(|e| e.serving && gone_from(e)) {
             // The old Service's frontends: where the stale entries were made.
             out.extend(frontends(service).map(|frontend| Deletion::Nat { frontend, endpoint: gone.ip }));
             if let Some(node_port) = port.node_port {

@@ -61,6 +61,13 @@ pub trait Running {
         Vec::new()
     }
 
+    /// Restarts the proxy on every node with `state`, keeping what surrounds it (an API
+    /// server), and returns once every node implements `state` again; `false` when the proxy
+    /// has nothing of its own to restart with, and is stopped and started whole instead.
+    fn restart(&mut self, _state: &State<'_>) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Stops whatever the proxy started (processes, servers).
     fn stop(self: Box<Self>) -> Result<()> {
         Ok(())

@@ -18,9 +18,10 @@ pub trait NodeProgrammer: Send + Sync {
     /// The node's data-plane state as loaded.
     fn dump_node(&self, node: &NodeHandle) -> Result<String>;
 
-    /// Whether a change also clears stale UDP conntrack entries, as kube-proxy does.
-    fn clears_stale_conntrack(&self) -> bool {
-        true
+    /// What a change's clearing of stale UDP conntrack entries leaves out, if anything
+    /// (kube-proxy leaves nothing).
+    fn cleanup_lapse(&self) -> Option<conntrack_cleanup::Lapse> {
+        None
     }
 }
 
@@ -53,10 +54,9 @@ impl Running for Programmed<'_> {
                 .with_context(|| format!("programming node {} with {}", node.name, self.programmer.name()))?;
         }
         // After the rules, as kube-proxy does: entries made meanwhile follow the new rules.
-        if let Some(before) = self.applied.replace(state.cluster.clone())
-            && self.programmer.clears_stale_conntrack()
-        {
-            let deletions = conntrack_cleanup::stale(&before, state.cluster);
+        if let Some(before) = self.applied.replace(state.cluster.clone()) {
+            let deletions =
+                conntrack_cleanup::stale_with(&before, state.cluster, self.programmer.cleanup_lapse());
             for node in self.nodes {
                 conntrack_cleanup::delete(&node.netns, &deletions)
                     .with_context(|| format!("on node {}", node.name))?;

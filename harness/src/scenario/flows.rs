@@ -189,6 +189,7 @@ impl Paths<'_> {
             interval: None,
             source_port: None,
             expect: None,
+            life: crate::model::Life::OneShot,
         }));
     }
 }

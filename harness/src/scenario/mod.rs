@@ -29,6 +29,7 @@ mod external;
 mod families;
 mod fields;
 mod flows;
+mod held;
 mod hints;
 mod host_routes;
 mod lists;

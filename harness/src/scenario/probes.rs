@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use crate::model::{
-    ExternalHost, IpFamily, Node, Probe, Protocol, Source, StatedExpectation, StatedSource, StatedVerdict,
-    Target,
+    ExternalHost, IpFamily, Life, Node, Probe, Protocol, Source, StatedExpectation, StatedSource,
+    StatedVerdict, Target,
 };
 
 use super::duration::parse_interval;
@@ -68,10 +68,20 @@ fn resolve_one(
     names: &Names<'_, '_>,
     diag: &mut Diagnostics,
 ) -> Option<Probe> {
-    let from = source(site, &path.key("from"), &spec.from, names, diag);
+    let (Some(from_spec), Some(to_spec)) = (&spec.from, &spec.to) else {
+        let missing = if spec.from.is_none() { "from" } else { "to" };
+        diag.value(
+            site,
+            path,
+            format!("a probe needs `{missing}` (only a `held` check in a step takes its opener's)"),
+        );
+        return None;
+    };
+    let from = source(site, &path.key("from"), from_spec, names, diag);
     let stated = spec.protocol.map(protocol_of);
-    let to = targets::resolve(site, &path.key("to"), &spec.to, stated, from.as_ref(), names, diag);
-    let count = spec.count.unwrap_or(DEFAULT_COUNT);
+    let to = targets::resolve(site, &path.key("to"), to_spec, stated, from.as_ref(), names, diag);
+    let life = super::held::life(site, path, spec, diag);
+    let count = spec.count.unwrap_or(if life == Life::OneShot { DEFAULT_COUNT } else { 1 });
     check_count(site, &path.key("count"), count, diag);
     let interval = spec.interval.as_ref().and_then(|text| {
         parse_interval(&text.0).map_err(|e| diag.value(site, &path.key("interval"), e)).ok()
@@ -102,7 +112,8 @@ fn resolve_one(
     let expect = spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
-    Some(Probe { family, name, from: from?, to, protocol, count, interval, source_port, expect })
+    super::held::check(site, path, &life, protocol, count, source_port, diag);
+    Some(Probe { family, name, from: from?, to, protocol, count, interval, source_port, expect, life })
 }
 
 /// Source ports a probe may fix; the automatic ones start above them.

@@ -161,8 +161,9 @@ pub(crate) struct HostRouteSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ProbeSpec {
     pub name: Option<String>,
-    pub from: SourceSpec,
-    pub to: TargetSpec,
+    /// Required, except on a `held` check, which takes the opener's.
+    pub from: Option<SourceSpec>,
+    pub to: Option<TargetSpec>,
     pub protocol: Option<ProtocolSpec>,
     pub count: Option<u32>,
     pub interval: Option<IntervalSpec>,
@@ -172,6 +173,12 @@ pub(crate) struct ProbeSpec {
     /// that keeps its socket across a change.
     pub source_port: Option<u16>,
     pub expect: Option<ExpectSpec>,
+    /// `hold: true`: one TCP connection, kept open for later steps to check.
+    pub hold: Option<bool>,
+    /// `held: NAME`: checks the connection an earlier probe `NAME` holds.
+    pub held: Option<String>,
+    /// With `held`: a hand-made out-of-window segment is sent on the connection's path first.
+    pub out_of_window: Option<bool>,
 }
 
 /// `interval: 1500ms`: the text, checked in `duration.rs`; a bare number has no unit and is

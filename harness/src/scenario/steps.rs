@@ -60,6 +60,9 @@ struct StepSections {
     description: Option<String>,
     #[serde(default)]
     delete: Vec<IgnoredAny>,
+    /// `restartProxy: true`: the proxy is stopped and started again with the new state.
+    #[serde(default)]
+    restart_proxy: bool,
     probes: Vec<IgnoredAny>,
 }
 
@@ -84,13 +87,23 @@ pub(crate) struct StepDoc<'a> {
     pub description: Option<String>,
     pub deletes: Vec<(FieldPath, ObjectRef)>,
     pub probes: Vec<(usize, FieldPath, ProbeSpec)>,
+    /// The `held` checks among the probes (assembled from their openers).
+    pub held: Vec<(usize, FieldPath, ProbeSpec)>,
+    pub restart_proxy: bool,
 }
 
 pub(crate) fn read<'a>(doc: &'a Document, diag: &mut Diagnostics) -> StepDoc<'a> {
     let site = Site::new(doc, "");
     let name = typed::<Metadata>(&site, &FieldPath::parse("metadata"), diag).map(|m| m.name);
-    let mut step =
-        StepDoc { site: site.clone(), name, description: None, deletes: Vec::new(), probes: Vec::new() };
+    let mut step = StepDoc {
+        site: site.clone(),
+        name,
+        description: None,
+        deletes: Vec::new(),
+        probes: Vec::new(),
+        held: Vec::new(),
+        restart_proxy: false,
+    };
     let Some(envelope) = typed::<StepEnvelope>(&site, &FieldPath::root(), diag) else { return step };
     let spec = FieldPath::parse("spec");
     if envelope.spec.probes.is_empty() {
@@ -105,10 +118,12 @@ pub(crate) fn read<'a>(doc: &'a Document, diag: &mut Diagnostics) -> StepDoc<'a>
     for i in 0..envelope.spec.probes.len() {
         let path = spec.key("probes").index(i);
         if let Some(probe) = typed::<ProbeSpec>(&site, &path, diag) {
-            step.probes.push((i, path, probe));
+            let to = if super::held::is_check(&probe) { &mut step.held } else { &mut step.probes };
+            to.push((i, path, probe));
         }
     }
     step.description = envelope.spec.description;
+    step.restart_proxy = envelope.spec.restart_proxy;
     step
 }
 

@@ -13,7 +13,7 @@ use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
-use super::{defaults, derive, flows, pods, probes, scenario_doc, services};
+use super::{defaults, derive, flows, held, pods, probes, scenario_doc, services};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
     let (first, step_docs) = steps::split(docs);
@@ -28,7 +28,12 @@ pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) ->
         state = steps::next_state(&state, &step, &docs.applied, diag);
         if let Some(assembled) = assemble(&state, Some(&step), source, diag) {
             check_against_oracle(&assembled, diag);
-            scenario.steps.push(into_step(assembled.scenario, &step));
+            let mut next = into_step(assembled.scenario, &step);
+            let earlier: Vec<&crate::model::Probe> =
+                scenario.probes.iter().chain(scenario.steps.iter().flat_map(|s| &s.probes)).collect();
+            let checks = held::resolve(&step.site, &next.name, &step.held, &earlier, diag);
+            next.probes.extend(checks);
+            scenario.steps.push(next);
         }
     }
     diag.is_empty().then_some(scenario)
@@ -51,6 +56,7 @@ fn into_step(state: Scenario, doc: &steps::StepDoc<'_>) -> Step {
         cluster: state.cluster,
         objects: state.objects,
         probes,
+        restart_proxy: doc.restart_proxy,
     }
 }
 

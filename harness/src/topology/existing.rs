@@ -429,6 +429,7 @@ mod tests {
             secondary_ips: vec![],
             pod_cidr: "10.244.1.0/24".parse().unwrap(),
             second: None,
+            zone: None,
         };
         let r: NodeRef = "docker:kind-worker".parse().unwrap();
         assert!(check_addresses(&node("172.18.0.3"), &r, &found).is_ok());

@@ -114,6 +114,16 @@ impl Prober {
         Ok(Prober { thread: source.thread()?, ports, timeout })
     }
 
+    /// Runs `f` on the thread inside the source namespace, with the next free source port
+    /// and the timeout (held connections open their sockets there).
+    pub(crate) fn run_inside<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&SourcePorts, Duration) -> R + Send + 'static,
+    ) -> Result<R> {
+        let (ports, timeout) = (self.ports.clone(), self.timeout);
+        self.thread.run(move || f(&ports, timeout))
+    }
+
     /// Makes `count` attempts to `dst`, one after another, inside the source namespace.
     pub fn probe(&self, protocol: Protocol, dst: SocketAddr, count: u32) -> Result<Vec<Attempt>> {
         let plan = Plan {
@@ -242,7 +252,10 @@ fn tcp(
     }
     let mut stream: std::net::TcpStream = socket.into();
     let _ = stream.set_read_timeout(Some(timeout));
-    if !request.is_empty() {
+    if request.is_empty() {
+        // Nothing to say: the pod's server answers, then echoes until the client is done.
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    } else {
         use std::io::Write;
         if let Err(e) = stream.write_all(request) {
             return Ok(classify_error(e));
@@ -300,7 +313,7 @@ fn udp(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Result<Attempt, U
     })
 }
 
-fn answer(text: &str) -> Attempt {
+pub(crate) fn answer(text: &str) -> Attempt {
     match reply::decode(text) {
         Some((pod, seen)) => Attempt::Answered { pod, seen },
         None if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
@@ -321,7 +334,7 @@ fn http_answer(text: &str) -> Attempt {
     }
 }
 
-fn classify_error(e: std::io::Error) -> Attempt {
+pub(crate) fn classify_error(e: std::io::Error) -> Attempt {
     match e.kind() {
         ErrorKind::TimedOut | ErrorKind::WouldBlock => Attempt::Silent,
         ErrorKind::ConnectionRefused => {

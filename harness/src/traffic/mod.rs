@@ -3,6 +3,8 @@
 
 pub mod client;
 pub mod handmade;
+pub mod held;
+pub mod out_of_window;
 pub mod reply;
 pub mod server;
 

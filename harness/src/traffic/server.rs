@@ -1,6 +1,8 @@
 //! A small server on every declared container port of every pod, inside the pod's namespace,
 //! and on every endpoint port of an external host or node that backs a Service.
-//! TCP: on accept, write the reply line and close. UDP: answer each datagram with the line.
+//! TCP: on accept, write the reply line, then answer every line the client sends with it again
+//! until the client closes (a held connection; one-shot clients close their side at once).
+//! UDP: answer each datagram with the line.
 //! Each binds the unspecified address of each of the pod's families (a dual-stack pod serves
 //! every port on both, with separate sockets; the IPv6 one IPv6-only, so that IPv4 peers are
 //! seen as themselves, never as `::ffff:` mapped addresses).
@@ -155,9 +157,8 @@ fn socket(addr: SocketAddr, kind: Type) -> std::io::Result<Socket> {
 }
 
 async fn serve_tcp(listener: tokio::net::TcpListener, pod: String) {
-    use tokio::io::AsyncWriteExt;
     loop {
-        let (mut stream, peer) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(_) => {
                 // Out of descriptors or similar: back off instead of spinning.
@@ -165,9 +166,8 @@ async fn serve_tcp(listener: tokio::net::TcpListener, pod: String) {
                 continue;
             }
         };
-        // One short line fits any socket buffer; a client that gave up early is its own business.
-        let _ = stream.write_all(reply::encode(&pod, peer).as_bytes()).await;
-        let _ = stream.shutdown().await;
+        // Each connection on its own: a held one stays open while others come and go.
+        tokio::spawn(super::held::answer_and_echo(stream, peer, pod.clone()));
     }
 }
 

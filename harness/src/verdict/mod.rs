@@ -3,7 +3,9 @@
 //! bounds chosen so that a correct proxy fails the check with probability at most
 //! [`FALSE_FAILURE_RATE`].
 
+pub mod affinity;
 pub mod evidence;
+pub mod held;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -24,7 +24,6 @@ pub mod config;
 pub mod objects;
 pub mod sync;
 
-use std::fs::File;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -401,6 +400,8 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 struct NodeProxy {
     node: NodeHandle,
     child: Option<Child>,
+    /// The command it runs, to run it again (a restart).
+    argv: Vec<String>,
     log: PathBuf,
     /// Where its kube-proxy metrics answer, if it serves them.
     metrics: Option<SocketAddr>,
@@ -423,7 +424,12 @@ impl ApiRunning<'_> {
 
     fn spawn(&mut self, node: &NodeHandle, argv: &[String]) -> Result<()> {
         let log = self.dir.join(format!("{}.log", node.name));
-        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        // Appended to: a restarted proxy's log follows its first run's.
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone().context("sharing the proxy log")?;
         let mut cmd = node.netns.command(&argv[0]);
         cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(out).stderr(err);
@@ -439,7 +445,13 @@ impl ApiRunning<'_> {
         let child =
             cmd.spawn().with_context(|| format!("starting `{}` on node {}", argv.join(" "), node.name))?;
         let metrics = self.proxy.metrics_port.map(|p| SocketAddr::new(IpAddr::from([127, 0, 0, 1]), p));
-        self.nodes.push(NodeProxy { node: node.clone(), child: Some(child), log, metrics });
+        self.nodes.push(NodeProxy {
+            node: node.clone(),
+            child: Some(child),
+            argv: argv.to_vec(),
+            log,
+            metrics,
+        });
         Ok(())
     }
 
@@ -476,7 +488,7 @@ impl ApiRunning<'_> {
     ) -> Result<()> {
         let deadline = Instant::now() + self.proxy.sync_timeout;
         for ((i, n), judge) in self.nodes.iter_mut().enumerate().zip(judges) {
-            let NodeProxy { node, child, log, metrics } = n;
+            let NodeProxy { node, child, log, metrics, .. } = n;
             let alive = || -> Result<()> {
                 let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
                 if let Some(status) = c.try_wait()? {
@@ -606,6 +618,30 @@ impl Running for ApiRunning<'_> {
         let families = objects::families_reached(self.store(), resource_version)?;
         let judges = before.into_iter().map(|b| SyncJudge::after_push(pushed, b, families)).collect();
         self.wait_synced(judges, &baselines, Some(UNCHANGED_AFTER))
+    }
+
+    /// Each node's proxy process is stopped (SIGTERM) and run again with the same command,
+    /// against the same API server holding `state`, as a node's kube-proxy restarts.
+    fn restart(&mut self, state: &State<'_>) -> Result<bool> {
+        objects::push(self.store(), state)?;
+        let nodes: Vec<NodeHandle> = self.nodes.iter().map(|n| n.node.clone()).collect();
+        // The rules stay as they were: a proxy without metrics is done once they stand still.
+        let baselines = self.baselines(&nodes);
+        let stopped = std::mem::take(&mut self.nodes);
+        let mut commands = Vec::new();
+        for mut n in stopped {
+            if let Some(child) = n.child.take() {
+                stop_child(child).with_context(|| format!("stopping the proxy on node {}", n.node.name))?;
+            }
+            commands.push((n.node, n.argv));
+        }
+        let restarted = sync::unix_now();
+        for (node, argv) in &commands {
+            self.spawn(node, argv)?;
+        }
+        let judges = self.nodes.iter().map(|_| SyncJudge::at_start(restarted)).collect();
+        self.wait_synced(judges, &baselines, Some(UNCHANGED_AFTER))?;
+        Ok(true)
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {

@@ -99,6 +99,11 @@ impl NodeProgrammer for BuiltinIptables {
                     .run(|| std::fs::write(ROUTE_LOCALNET, "1"))?
                     .with_context(|| format!("setting route_localnet on node {}", node.name))?;
             }
+            if self.mutant == Some(Mutant::AffinityLostOnSync) {
+                // The bug: the tables are emptied before every sync, so the `recent` lists of
+                // the affinity rules go with their last rule.
+                load::restore(node, "*filter\nCOMMIT\n*nat\nCOMMIT\n", family)?;
+            }
             load::restore(node, &node_ruleset(view, &node.name, self.mutant).render(), family)?;
         }
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
@@ -109,7 +114,7 @@ impl NodeProgrammer for BuiltinIptables {
         load::save(node)
     }
 
-    fn clears_stale_conntrack(&self) -> bool {
-        !self.mutant.is_some_and(Mutant::keeps_stale_conntrack)
+    fn cleanup_lapse(&self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {
+        self.mutant.and_then(Mutant::cleanup_lapse)
     }
 }

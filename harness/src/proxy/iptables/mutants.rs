@@ -30,6 +30,10 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::HintsIgnored
             | $crate::proxy::iptables::Mutant::HintsUsedWhenIncomplete
             | $crate::proxy::iptables::Mutant::IpModeProxyIgnored
+            | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenScaledToZero
+            | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenDeleted
+            | $crate::proxy::iptables::Mutant::AffinityLostOnSync
+            | $crate::proxy::iptables::Mutant::UdpConntrackClearedWhenNotReady
     };
 }
 pub(crate) use outside_the_rules;
@@ -82,10 +86,23 @@ pub enum Mutant {
     /// kube-proxy before v1.29 (KEP-1860, gate LoadBalancerIPMode), and every proxy that reads
     /// `status.loadBalancer.ingress[].ip` alone.
     IpModeProxyIgnored,
+    /// kube-proxy before the fix of <https://github.com/kubernetes/kubernetes/issues/74839>;
+    /// nftables mode still lacks the rule: <https://github.com/kubernetes/kubernetes/issues/122663>.
+    InvalidNotDropped,
+    /// <https://github.com/kubernetes/kubernetes/issues/139628>,
+    /// <https://github.com/kubernetes/kubernetes/issues/139629> (statsd black-holed for hours).
+    StaleUdpKeptWhenScaledToZero,
+    /// <https://github.com/kubernetes/kubernetes/issues/141371>.
+    StaleUdpKeptWhenDeleted,
+    /// kube-proxy's nftables mode lost affinity on restart:
+    /// <https://github.com/kubernetes/kubernetes/issues/123162>; here every sync loses it.
+    AffinityLostOnSync,
+    /// <https://github.com/kubernetes/kubernetes/issues/134143>.
+    UdpConntrackClearedWhenNotReady,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 24] = [
+    pub const ALL: [Mutant; 29] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -110,6 +127,11 @@ impl Mutant {
         Mutant::HintsIgnored,
         Mutant::HintsUsedWhenIncomplete,
         Mutant::IpModeProxyIgnored,
+        Mutant::InvalidNotDropped,
+        Mutant::StaleUdpKeptWhenScaledToZero,
+        Mutant::StaleUdpKeptWhenDeleted,
+        Mutant::AffinityLostOnSync,
+        Mutant::UdpConntrackClearedWhenNotReady,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -139,6 +161,11 @@ impl Mutant {
             Mutant::HintsIgnored => "hints-ignored",
             Mutant::HintsUsedWhenIncomplete => "hints-used-when-incomplete",
             Mutant::IpModeProxyIgnored => "ip-mode-proxy-ignored",
+            Mutant::InvalidNotDropped => "invalid-not-dropped",
+            Mutant::StaleUdpKeptWhenScaledToZero => "stale-udp-kept-when-scaled-to-zero",
+            Mutant::StaleUdpKeptWhenDeleted => "stale-udp-kept-when-deleted",
+            Mutant::AffinityLostOnSync => "affinity-lost-on-sync",
+            Mutant::UdpConntrackClearedWhenNotReady => "udp-conntrack-cleared-when-not-ready",
         }
     }
 
@@ -216,6 +243,21 @@ impl Mutant {
             Mutant::IpModeProxyIgnored => {
                 "ipMode is ignored: load-balancer IPs with ipMode Proxy are intercepted on the nodes like VIP ones, so traffic from inside the cluster never reaches the proxying balancer"
             }
+            Mutant::StaleUdpKeptWhenScaledToZero => {
+                "a UDP Service port scaled to zero keeps the conntrack entries of the endpoints it lost: a client that keeps its source port still reaches a gone endpoint instead of being rejected"
+            }
+            Mutant::StaleUdpKeptWhenDeleted => {
+                "a deleted UDP Service keeps its conntrack entries: a client that keeps its source port still reaches the old endpoint through an address no Service holds"
+            }
+            Mutant::UdpConntrackClearedWhenNotReady => {
+                "UDP conntrack entries of an endpoint that turns not ready are cleared although it still serves (terminating): its UDP clients are moved mid-stream"
+            }
+            Mutant::AffinityLostOnSync => {
+                "every sync (and a restart) empties the tables before loading them, so ClientIP affinity (the `recent` lists, the nftables affinity sets) is forgotten and clients move to other backends"
+            }
+            Mutant::InvalidNotDropped => {
+                "KUBE-FORWARD lacks the conntrack INVALID DROP: an out-of-window segment crosses the node un-translated, and the client's RST kills a healthy connection"
+            }
         }
     }
 
@@ -234,8 +276,6 @@ impl Mutant {
         d
     }
 
-    /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
-    /// guard to leave out.
     /// The cluster as the broken proxy reads it: the same, except for the mutants whose bug
     /// is in reading the Service objects.
     pub fn misread(self, cluster: &Cluster) -> Option<Cluster> {
@@ -252,13 +292,32 @@ impl Mutant {
         }
     }
 
+    /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
+    /// guard to leave out, and (v1.30) drops no conntrack-invalid packets.
     pub fn exists_in_nftables(self) -> bool {
-        self != Mutant::LocalnetNotFirewalled
+        !matches!(self, Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped)
     }
 
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
     pub fn keeps_stale_conntrack(self) -> bool {
-        self == Mutant::StaleUdpConntrackKept
+        self.cleanup_lapse().is_some()
+    }
+
+    /// Which stale UDP conntrack entries the proxy leaves behind after a change.
+    pub fn cleanup_lapse(self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {
+        use crate::proxy::conntrack_cleanup::Lapse;
+        match self {
+            Mutant::StaleUdpConntrackKept => Some(Lapse::Everything),
+            Mutant::StaleUdpKeptWhenScaledToZero => Some(Lapse::ScaledToZero),
+            Mutant::StaleUdpKeptWhenDeleted => Some(Lapse::Deleted),
+            Mutant::UdpConntrackClearedWhenNotReady => Some(Lapse::NotReadyCleared),
+            _ => None,
+        }
+    }
+
+    /// Whether the proxy's loading of its rules is the bug (the rules are right).
+    pub fn breaks_loading(self) -> bool {
+        self == Mutant::AffinityLostOnSync
     }
 
     /// Whether the node's health check servers answer `200` regardless.
@@ -302,6 +361,9 @@ impl Mutant {
                     && r.target() == Some("REJECT")
                     && r.args.iter().any(|a| a == "addrtype"))
             }),
+            Mutant::InvalidNotDropped => {
+                rules.filter.rules.retain(|r| !(r.has("INVALID") && r.target() == Some("DROP")))
+            }
             outside_the_rules!() => {}
         }
     }

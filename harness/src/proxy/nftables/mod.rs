@@ -11,6 +11,7 @@
 //! `table ip6 kube-proxy`, each from that family's view of the cluster.
 
 pub mod generate;
+mod in_place;
 mod load;
 pub mod mutants;
 pub mod naming;
@@ -147,7 +148,23 @@ impl NodeProgrammer for BuiltinNftables {
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     /// No `route_localnet`: nftables mode has no localhost node ports.
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
-        load::apply(node, &load_text(cluster, &node.name, self.mutant, self.layout))?;
+        let text = if self.mutant == Some(Mutant::AffinityLostOnSync) {
+            // The bug: every sync deletes and recreates the table, affinity sets with it.
+            load_text(cluster, &node.name, self.mutant, self.layout)
+        } else {
+            let rulesets = node_rulesets_in(cluster, &node.name, self.mutant, self.layout);
+            let existing: Vec<in_place::Existing> =
+                rulesets.iter().map(|rules| in_place::existing(node, rules)).collect::<Result<_>>()?;
+            let text: String = rulesets.iter().zip(&existing).map(|(r, e)| in_place::text(r, e)).collect();
+            load::apply(node, &text)?;
+            for (rules, existing) in rulesets.iter().zip(&existing) {
+                in_place::delete_stale_chains(node, rules, existing);
+            }
+            String::new()
+        };
+        if !text.is_empty() {
+            load::apply(node, &text)?;
+        }
         let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
         healthcheck::serve_node(node, &family_views(cluster, &node.name), always_ok)
     }
@@ -156,7 +173,7 @@ impl NodeProgrammer for BuiltinNftables {
         load::dump(node)
     }
 
-    fn clears_stale_conntrack(&self) -> bool {
-        !self.mutant.is_some_and(Mutant::keeps_stale_conntrack)
+    fn cleanup_lapse(&self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {
+        self.mutant.and_then(Mutant::cleanup_lapse)
     }
 }

@@ -84,6 +84,8 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
         outside_the_rules!() => {}
         // No route_localnet, so no localnet guard to leave out (`Mutant::exists_in_nftables`).
         Mutant::LocalnetNotFirewalled => {}
+        // v1.30's nftables mode drops no conntrack-invalid packets (kubernetes/kubernetes#122663).
+        Mutant::InvalidNotDropped => {}
     }
 }
 

@@ -28,7 +28,7 @@ fn unknown_scenario_fields_are_errors() {
         &errs,
         at(&text, "form:"),
         "spec.probes[0].form",
-        "unknown field `form`, expected one of `name`, `from`, `to`, `protocol`, `count`, `interval`, `family`, `sourcePort`, `expect`",
+        "unknown field `form`, expected one of `name`, `from`, `to`, `protocol`, `count`, `interval`, `family`, `sourcePort`, `expect`, `hold`, `held`, `outOfWindow`",
     );
     let text = edit(KUBE_DNS, "  proxy: builtin-iptables", "  proxi: builtin-iptables");
     let errs = errors(&text);

@@ -355,7 +355,7 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
         let changed = ["node-a", "node-b", "node-c"]
             .iter()
             .any(|node| node_rules(&c, node) != node_ruleset(&c, node, Some(m)));
-        let elsewhere = m.breaks_health_checks() || m.keeps_stale_conntrack();
+        let elsewhere = m.breaks_health_checks() || m.keeps_stale_conntrack() || m.breaks_loading();
         assert!(changed || elsewhere, "{m} changes nothing on the fixture");
     }
 }
@@ -367,6 +367,7 @@ fn the_mutants_outside_the_rules_are_the_generators_the_health_servers_and_the_c
         let elsewhere = m.deviations() != Deviations::default()
             || m.breaks_health_checks()
             || m.keeps_stale_conntrack()
+            || m.breaks_loading()
             || misreads;
         assert_eq!(matches!(m, outside_the_rules!()), elsewhere, "{m}");
     }

@@ -1,0 +1,248 @@
+//! Live behaviour: what must become of a connection held across changes and restarts.
+//!
+//! A held connection is already established: no rule for new connections decides its fate,
+//! only its conntrack entry and what the proxy does to established traffic. So a check goes
+//! on to the backend that answered the connection, seeing the same source, whenever:
+//! - the change leaves that backend serving the Service port (an unrelated Service changed,
+//!   the proxy restarted, an endpoint turned terminating): required by Kubernetes
+//!   (KEP-1669: terminating endpoints keep their established connections);
+//! - the backend left the Service (removed from its EndpointSlice, not ready, the Service
+//!   deleted or scaled to zero): Kubernetes leaves it open; kube-proxy in both modes lets the
+//!   connection go on while the pod lives, since it clears conntrack entries of UDP only
+//!   (pkg/proxy/conntrack/cleanup.go, v1.30);
+//! - an out-of-window segment of the connection crossed the node: kube-proxy's iptables mode
+//!   drops conntrack-invalid packets (`KUBE-FORWARD`, pkg/proxy/iptables/proxier.go), so the
+//!   client never answers it with a RST that kills the connection (kubernetes/kubernetes#74839);
+//!   its nftables mode (v1.30) has no such rule (kubernetes/kubernetes#122663), and Kubernetes
+//!   leaves it open.
+
+use crate::model::{Cluster, Life, Probe, Target};
+
+use super::{Basis, Expectation, Outcome, Prediction, Profile, Spread};
+
+/// What `profile` expects of `check` (a `held` check), given the opener's expectation (made
+/// for the state the connection was opened in) and the state at the check.
+pub fn predict_held(
+    opened: &Expectation,
+    now: &Cluster,
+    check: &Probe,
+    profile: Profile,
+) -> Result<Prediction, String> {
+    let Life::Held { opener, out_of_window } = &check.life else {
+        return Err(format!("probe {} checks no held connection", check.name));
+    };
+    let Outcome::Answered { backends, translated_by, .. } = &opened.outcome else {
+        return Err(format!(
+            "probe {opener} is not answered ({}), so it holds no connection to check",
+            opened.outcome
+        ));
+    };
+    let outcome = Outcome::Answered {
+        backends: backends.clone(),
+        spread: Spread::Sticky,
+        translated_by: translated_by.clone(),
+    };
+    let gone: Vec<&str> =
+        backends.keys().map(String::as_str).filter(|pod| !still_serving(now, &check.to, pod)).collect();
+    if *out_of_window {
+        return Ok(match profile {
+            Profile::KubeProxyIptables => Prediction::Expected(Expectation {
+                outcome,
+                because: format!(
+                    "connection of {opener}, after an out-of-window segment: conntrack-invalid packets are \
+                     dropped, so it cannot be reset"
+                ),
+                basis: Basis::Choice(profile),
+            }),
+            Profile::KubeProxyNftables => Prediction::Open(
+                "an out-of-window segment may reset the connection: nftables mode does not drop \
+                 conntrack-invalid packets (kubernetes/kubernetes#122663)"
+                    .into(),
+            ),
+            Profile::Kubernetes => {
+                Prediction::Open("Kubernetes does not say what an out-of-window segment does".into())
+            }
+        });
+    }
+    if gone.is_empty() {
+        return Ok(Prediction::Expected(Expectation::required(
+            outcome,
+            format!("connection of {opener}, still open: its backend still serves the Service"),
+        )));
+    }
+    let because = format!(
+        "connection of {opener}, still open: {} left the Service, and TCP conntrack entries are kept",
+        gone.join(", ")
+    );
+    Ok(match profile {
+        Profile::Kubernetes => Prediction::Open(format!(
+            "Kubernetes does not say whether an established connection to a removed endpoint ({}) goes on",
+            gone.join(", ")
+        )),
+        _ => Prediction::Expected(Expectation { outcome, because, basis: Basis::Choice(profile) }),
+    })
+}
+
+/// What `profile` expects of a UDP stream (a probe keeping its source port) in a later phase,
+/// given what the same stream was expected to do in the phase before and what a fresh flow
+/// would do now. Its conntrack entry outlives the change when every backend it may be on
+/// still serves: kube-proxy deletes only the entries of endpoints that stopped serving
+/// (pkg/proxy/conntrack/cleanup.go), also across a restart, so the stream stays where it was.
+/// Kubernetes says nothing of it.
+pub fn predict_stream(
+    previous: &Expectation,
+    now: &Cluster,
+    probe: &Probe,
+    fresh: Prediction,
+    profile: Profile,
+) -> Prediction {
+    let (Outcome::Answered { backends: before, translated_by, .. }, Prediction::Expected(fresh_expectation)) =
+        (&previous.outcome, &fresh)
+    else {
+        return fresh;
+    };
+    let Outcome::Answered { backends: fresh_backends, .. } = &fresh_expectation.outcome else { return fresh };
+    let unchanged = before.keys().eq(fresh_backends.keys());
+    if unchanged || !before.keys().all(|pod| still_serving(now, &probe.to, pod)) {
+        return fresh;
+    }
+    let names: Vec<&str> = before.keys().map(String::as_str).collect();
+    match profile {
+        Profile::Kubernetes => Prediction::Open(format!(
+            "Kubernetes does not say whether a UDP flow keeps its endpoint ({}) once new flows go elsewhere",
+            names.join("|")
+        )),
+        _ => Prediction::Expected(Expectation {
+            outcome: Outcome::Answered {
+                backends: before.clone(),
+                spread: Spread::Sticky,
+                translated_by: translated_by.clone(),
+            },
+            because: format!(
+                "a UDP flow from a kept source port: its conntrack entry stays while {} still serves",
+                names.join("|")
+            ),
+            basis: Basis::Choice(profile),
+        }),
+    }
+}
+
+/// Whether `pod` still serves the Service port `target` names in `cluster`.
+fn still_serving(cluster: &Cluster, target: &Target, pod: &str) -> bool {
+    let (service, port) = match target {
+        Target::ClusterIp { service, port }
+        | Target::NodePort { service, port, .. }
+        | Target::ExternalIp { service, port, .. }
+        | Target::LoadBalancer { service, port, .. } => (service, port),
+        // Straight to a pod, or no Service: nothing a Service change can take away.
+        _ => return true,
+    };
+    cluster
+        .service(service)
+        .and_then(|s| s.ports.iter().find(|p| p.name == *port))
+        .is_some_and(|p| p.endpoints.iter().any(|e| e.pod == pod && e.serving))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, Source, TrafficPolicy,
+    };
+    use crate::oracle::SeenSource;
+
+    fn cluster(endpoints: &[(&str, bool)]) -> Cluster {
+        let endpoints = endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, (pod, serving))| Endpoint {
+                ip: format!("10.244.1.{}", 10 + i).parse().unwrap(),
+                port: 8080,
+                ready: *serving,
+                serving: *serving,
+                terminating: false,
+                node: Some("node-a".into()),
+                pod: pod.to_string(),
+                zone_hints: vec![],
+            })
+            .collect();
+        Cluster::example(vec![Service {
+            namespace: "default".into(),
+            name: "web".into(),
+            service_type: ServiceType::ClusterIp,
+            cluster_ip: "10.96.0.10".parse().unwrap(),
+            second_cluster_ip: None,
+            external_traffic_policy: TrafficPolicy::Cluster,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            ports: vec![ServicePort {
+                name: "http".into(),
+                protocol: Protocol::Tcp,
+                port: 80,
+                node_port: None,
+                endpoints,
+            }],
+            external_ips: vec![],
+            load_balancer_ips: vec![],
+            load_balancer_source_ranges: vec![],
+            health_check_node_port: None,
+            session_affinity: SessionAffinity::None,
+            hints_annotation: None,
+            proxied_load_balancer_ips: vec![],
+        }])
+    }
+
+    fn check(out_of_window: bool) -> Probe {
+        let to = Target::ClusterIp { service: "web".into(), port: "http".into() };
+        Probe {
+            life: Life::Held { opener: "session".into(), out_of_window },
+            ..Probe::example(Source::Pod("client".into()), to)
+        }
+    }
+
+    fn opened() -> Expectation {
+        let seen = SeenSource::Client { addrs: vec!["10.244.1.20".parse().unwrap()] };
+        let outcome = Outcome::Answered {
+            backends: [("web-0".to_string(), seen)].into(),
+            spread: Spread::Uniform,
+            translated_by: Some("node-a".into()),
+        };
+        Expectation::required(outcome, "opened")
+    }
+
+    fn basis(p: Prediction) -> Option<Basis> {
+        match p {
+            Prediction::Expected(e) => Some(e.basis),
+            Prediction::Open(_) => None,
+        }
+    }
+
+    /// Each row: the state at the check, out-of-window or not, the profile, and what the
+    /// oracle says (`None`: not judged).
+    #[test]
+    fn held_connections_table() {
+        use Profile::*;
+        let kept = cluster(&[("web-0", true)]);
+        let removed = cluster(&[("web-1", true)]);
+        let not_serving = cluster(&[("web-0", false)]);
+        let rows: [(&Cluster, bool, Profile, Option<Basis>); 8] = [
+            (&kept, false, Kubernetes, Some(Basis::Contract)),
+            (&kept, false, KubeProxyNftables, Some(Basis::Contract)),
+            (&removed, false, Kubernetes, None),
+            (&removed, false, KubeProxyIptables, Some(Basis::Choice(KubeProxyIptables))),
+            (&not_serving, false, KubeProxyNftables, Some(Basis::Choice(KubeProxyNftables))),
+            (&kept, true, KubeProxyIptables, Some(Basis::Choice(KubeProxyIptables))),
+            (&kept, true, KubeProxyNftables, None),
+            (&kept, true, Kubernetes, None),
+        ];
+        for (i, (now, oow, profile, want)) in rows.into_iter().enumerate() {
+            let got = predict_held(&opened(), now, &check(oow), profile).unwrap();
+            assert_eq!(basis(got), want, "row {i}");
+        }
+    }
+
+    #[test]
+    fn a_check_of_a_connection_that_was_never_answered_is_an_error() {
+        let refused = Expectation::required(Outcome::Rejected, "no endpoints");
+        assert!(predict_held(&refused, &cluster(&[]), &check(false), Profile::Kubernetes).is_err());
+    }
+}
