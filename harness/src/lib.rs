@@ -9,6 +9,7 @@ pub mod apiserver;
 pub mod bench;
 pub mod cli;
 pub mod diff;
+mod matrix;
 pub mod model;
 pub mod mutants;
 pub mod observe;

@@ -183,9 +183,7 @@ fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
             Speech::Plain(Protocol::Tcp) => tcp(src, dst, timeout, b"", answer),
             Speech::HttpGet => tcp(src, dst, timeout, HTTP_GET, http_answer),
             Speech::Plain(Protocol::Udp) => udp(src, dst, timeout),
-            Speech::Plain(Protocol::Sctp) => {
-                Err(Unsent::Other("SCTP probes are not supported on this host".into()))
-            }
+            Speech::Plain(Protocol::Sctp) => super::sctp::attempt(src, dst, timeout),
         };
         let attempt = match result {
             Ok(attempt) => attempt,
@@ -210,12 +208,12 @@ const AUTOMATIC_PORT_TRIES: u32 = 16;
 
 const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: packetproof\r\nConnection: close\r\n\r\n";
 
-enum Unsent {
+pub(super) enum Unsent {
     PortInUse,
     Other(String),
 }
 
-fn bind_error(e: std::io::Error, src: SocketAddr) -> Unsent {
+pub(super) fn bind_error(e: std::io::Error, src: SocketAddr) -> Unsent {
     if e.kind() == ErrorKind::AddrInUse {
         Unsent::PortInUse
     } else {
@@ -300,7 +298,7 @@ fn udp(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Result<Attempt, U
     })
 }
 
-fn answer(text: &str) -> Attempt {
+pub(super) fn answer(text: &str) -> Attempt {
     match reply::decode(text) {
         Some((pod, seen)) => Attempt::Answered { pod, seen },
         None if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
@@ -321,7 +319,7 @@ fn http_answer(text: &str) -> Attempt {
     }
 }
 
-fn classify_error(e: std::io::Error) -> Attempt {
+pub(super) fn classify_error(e: std::io::Error) -> Attempt {
     match e.kind() {
         ErrorKind::TimedOut | ErrorKind::WouldBlock => Attempt::Silent,
         ErrorKind::ConnectionRefused => {

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod handmade;
 pub mod reply;
+mod sctp;
 pub mod server;
 
 pub use client::{Attempt, Pace, Plan, Prober, Sent, Speech};

@@ -1,5 +1,6 @@
 //! A small server on every declared container port of every pod, inside the pod's namespace.
-//! TCP: on accept, write the reply line and close. UDP: answer each datagram with the line.
+//! TCP and SCTP (traffic/sctp.rs): on accept, write the reply line and close. UDP: answer
+//! each datagram with the line.
 //! Each binds the unspecified address of each of the pod's families (a dual-stack pod serves
 //! every port on both, with separate sockets; the IPv6 one IPv6-only, so that IPv4 peers are
 //! seen as themselves, never as `::ffff:` mapped addresses).
@@ -53,11 +54,17 @@ impl Servers {
                         let socket = tokio::net::UdpSocket::from_std(socket).with_context(what)?;
                         servers.tasks.spawn(serve_udp(socket, name));
                     }
-                    Protocol::Sctp => {
-                        if !servers.unserved.contains(&(pod.name.clone(), port.port, port.protocol)) {
-                            servers.unserved.push((pod.name.clone(), port.port, port.protocol));
+                    Protocol::Sctp => match ns.run(move || super::sctp::listen(bind))? {
+                        Err(e) if super::sctp::unsupported(&e) => {
+                            if !servers.unserved.contains(&(pod.name.clone(), port.port, port.protocol)) {
+                                servers.unserved.push((pod.name.clone(), port.port, port.protocol));
+                            }
                         }
-                    }
+                        listener => {
+                            let listener = super::sctp::into_tokio(listener.with_context(what)?).with_context(what)?;
+                            servers.tasks.spawn(serve_tcp(listener, name));
+                        }
+                    },
                 }
             }
         }
