@@ -25,7 +25,7 @@ fn vms_can_run() -> bool {
 fn matrix(args: &[&str], json: &Path) -> (i32, serde_json::Value) {
     let output = Command::new(env!("CARGO_BIN_EXE_packetproof"))
         .arg("matrix")
-        .args(["--kernels", KERNELS, "--timeout-ms", "1000", "--json"])
+        .args(["--kernels", KERNELS, "--json"])
         .arg(json)
         .args(args)
         .current_dir(repo())

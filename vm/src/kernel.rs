@@ -90,7 +90,8 @@ fn fetch(spec: &str, dir: &Path) -> Result<()> {
     let packages = apt.packages_of("linux-image-amd64", &version)?;
     // Unpack into a scratch directory beside the final one, then rename: a fetch that dies
     // half-way leaves no kernel that looks complete.
-    let scratch = dir.with_extension("partial");
+    // Named after the whole spec: `with_extension` would turn both 6.1 and 6.12 into `6.partial`.
+    let scratch = dir.with_file_name(format!("{spec}.partial"));
     let _ = std::fs::remove_dir_all(&scratch);
     let unpacked = scratch.join("root");
     std::fs::create_dir_all(&unpacked).with_context(|| format!("creating {}", unpacked.display()))?;
@@ -113,15 +114,27 @@ fn fetch(spec: &str, dir: &Path) -> Result<()> {
     std::fs::rename(&scratch, dir).with_context(|| format!("moving the kernel into {}", dir.display()))
 }
 
+/// The kernel image and its release: `/boot/vmlinuz-<release>` up to 6.x, and
+/// `/usr/lib/modules/<release>/vmlinuz` in 7.x's split packages.
 fn find_vmlinuz(root: &Path) -> Result<(String, PathBuf)> {
-    let boot = root.join("boot");
-    for entry in std::fs::read_dir(&boot).with_context(|| format!("listing {}", boot.display()))? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
-        if let Some(release) = name.strip_prefix("vmlinuz-") {
-            return Ok((release.to_string(), boot.join(&name)));
+    if let Ok(entries) = std::fs::read_dir(root.join("boot")) {
+        for entry in entries {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(release) = name.strip_prefix("vmlinuz-") {
+                return Ok((release.to_string(), root.join("boot").join(&name)));
+            }
         }
     }
-    bail!("no /boot/vmlinuz-* in the kernel's packages")
+    for modules in ["usr/lib/modules", "lib/modules"] {
+        let Ok(entries) = std::fs::read_dir(root.join(modules)) else { continue };
+        for entry in entries {
+            let entry = entry?;
+            if entry.path().join("vmlinuz").exists() {
+                return Ok((entry.file_name().to_string_lossy().into_owned(), entry.path().join("vmlinuz")));
+            }
+        }
+    }
+    bail!("no /boot/vmlinuz-* nor /usr/lib/modules/*/vmlinuz in the kernel's packages")
 }
 
 /// apt with its own sources, lists and cache under `root`, never the host's.
@@ -162,10 +175,16 @@ impl PrivateApt {
         cmd
     }
 
+    /// Refreshes the lists, once per process (every kernel of a matrix shares them).
     fn update(&self) -> Result<()> {
+        static UPDATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if UPDATED.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
         let mut cmd = self.command("apt-get");
         cmd.args(["-q", "update"]);
         run(&mut cmd).context("apt-get update (private configuration)")?;
+        UPDATED.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

@@ -18,6 +18,8 @@ const INCLUDED: &[&str] = &[
     "fs/9p/",
     "fs/netfs/",
     "fs/fscache/",
+    // virtio's PCI transport is a module up to 6.1 (built in from 6.12): the 9p share needs it.
+    "drivers/virtio/",
     "drivers/net/veth.",
     "drivers/net/dummy.",
 ];
@@ -32,12 +34,12 @@ const PRELOADED: &[&str] = &[
     "nft_chain_nat", "nft_ct", "nft_nat", "nft_masq", "nft_compat", "nft_reject_inet", "nft_numgen",
     "ip_tables", "iptable_nat", "iptable_filter", "ip6_tables", "ip6table_nat", "ip6table_filter",
     "xt_conntrack", "xt_comment", "xt_mark", "xt_MASQUERADE", "xt_nat", "xt_statistic", "xt_addrtype",
-    "xt_tcpudp", "xt_multiport", "sctp", "9pnet_virtio", "9p",
+    "xt_tcpudp", "xt_multiport", "sctp", "virtio_pci", "9pnet_virtio", "9p",
 ];
 
 /// The archive's file name in the kernel's cache: a new name whenever the selection above
 /// changes, so that cached kernels get a fresh archive.
-pub const ARCHIVE_NAME: &str = "modules-v4.cpio";
+pub const ARCHIVE_NAME: &str = "modules-v5.cpio";
 
 /// Where the guest finds the preload list.
 pub const PRELOAD_LIST: &str = "etc/packetproof/preload";
