@@ -113,7 +113,8 @@ pub fn main(args: Args) -> Result<i32> {
         accel: vm::Accel::from_env()?,
         limit: Duration::from_secs(args.vm_limit_minutes * 60),
     };
-    let at_once = args.vms.unwrap_or_else(|| fitting_in_memory(args.memory_mib)).clamp(1, kernels.len().max(1));
+    let at_once =
+        args.vms.unwrap_or_else(|| fitting_in_memory(args.memory_mib)).clamp(1, kernels.len().max(1));
     eprintln!(
         "packetproof: {} kernels × {} proxies, {at_once} VMs at once ({} vCPUs, {} MiB, {:?})",
         kernels.len(),
@@ -139,10 +140,13 @@ pub fn main(args: Args) -> Result<i32> {
         }
     });
     let mut cells = cells.into_inner().unwrap_or_else(|e| e.into_inner());
-    let order = |c: &Cell| (args.kernels.iter().position(|k| *k == c.kernel), args.proxy.iter().position(|p| *p == c.proxy));
+    let order = |c: &Cell| {
+        (args.kernels.iter().position(|k| *k == c.kernel), args.proxy.iter().position(|p| *p == c.proxy))
+    };
     cells.sort_by_key(order);
     if let Some(path) = &args.json {
-        std::fs::write(path, combined_json(&cells)?).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, combined_json(&cells)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\n{}", table(&cells));
     let code = exit_code(&cells);
@@ -165,7 +169,14 @@ fn fitting_in_memory(memory_mib: u32) -> usize {
 }
 
 /// Boots `kernel` once and runs every proxy inside, one after another.
-fn run_kernel(kernel: &vm::Kernel, userland: &Path, machine: &vm::Machine, args: &Args, paths: &[PathBuf], scratch: &Path) -> Vec<Cell> {
+fn run_kernel(
+    kernel: &vm::Kernel,
+    userland: &Path,
+    machine: &vm::Machine,
+    args: &Args,
+    paths: &[PathBuf],
+    scratch: &Path,
+) -> Vec<Cell> {
     let runs: Vec<vm::GuestRun> = args.proxy.iter().map(|proxy| guest_run(proxy, args, paths)).collect();
     let share = scratch.join(format!("share-{}", kernel.spec));
     let started = Instant::now();
@@ -195,7 +206,13 @@ fn run_kernel(kernel: &vm::Kernel, userland: &Path, machine: &vm::Machine, args:
                 let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
                 let (exit_code, error) = match run.exit_code {
                     Some(code) => (code, None),
-                    None => (EXIT_ERROR, Some(format!("the guest never finished; console:\n{}", vm::tail(&booted.console, 30)))),
+                    None => (
+                        EXIT_ERROR,
+                        Some(format!(
+                            "the guest never finished; console:\n{}",
+                            vm::tail(&booted.console, 30)
+                        )),
+                    ),
                 };
                 let mut cell = Cell {
                     kernel: kernel.spec.clone(),
@@ -214,7 +231,12 @@ fn run_kernel(kernel: &vm::Kernel, userland: &Path, machine: &vm::Machine, args:
                     }
                     if exit_code != EXIT_PASS {
                         // The guest's own report of what failed.
-                        eprintln!("--- {} {} (exit {exit_code}):\n{}", kernel.spec, run.name, failing_part(&output));
+                        eprintln!(
+                            "--- {} {} (exit {exit_code}):\n{}",
+                            kernel.spec,
+                            run.name,
+                            failing_part(&output)
+                        );
                     }
                 }
                 cell
@@ -267,7 +289,8 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         if entry.file_type()?.is_dir() {
             copy_tree(&entry.path(), &target)?;
         } else {
-            std::fs::copy(entry.path(), &target).with_context(|| format!("copying {}", entry.path().display()))?;
+            std::fs::copy(entry.path(), &target)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
         }
     }
     Ok(())
@@ -276,7 +299,8 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 /// The lines of a guest's `run` output from its first failure on (the flow tables), else its tail.
 fn failing_part(output: &str) -> String {
     let lines: Vec<&str> = output.lines().collect();
-    let first = lines.iter().position(|l| l.contains(" FAIL ") || l.contains(" ERROR ") || l.contains("FAIL "));
+    let first =
+        lines.iter().position(|l| l.contains(" FAIL ") || l.contains(" ERROR ") || l.contains("FAIL "));
     match first {
         Some(i) => lines[i..].iter().take(60).copied().collect::<Vec<_>>().join("\n"),
         None => vm::tail(output, 20),
@@ -285,7 +309,13 @@ fn failing_part(output: &str) -> String {
 
 fn counts(report: &serde_json::Value) -> String {
     let n = |k: &str| report.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-    format!("{} passed, {} failed, {} skipped, {} errors", n("passed"), n("failed"), n("skipped"), n("errors"))
+    format!(
+        "{} passed, {} failed, {} skipped, {} errors",
+        n("passed"),
+        n("failed"),
+        n("skipped"),
+        n("errors")
+    )
 }
 
 fn verdict(cell: &Cell) -> &'static str {
@@ -422,7 +452,9 @@ mod tests {
         };
         let run = guest_run("builtin-iptables", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
         let line = run.args.join(" ");
-        assert!(line.starts_with("run --proxy builtin-iptables --proxy-option mutant=no-sctp --timeout-ms 500"));
+        assert!(
+            line.starts_with("run --proxy builtin-iptables --proxy-option mutant=no-sctp --timeout-ms 500")
+        );
         assert!(line.contains("--json /share/builtin-iptables/report.json"));
         assert!(line.ends_with("scenarios/sctp.yaml"));
     }

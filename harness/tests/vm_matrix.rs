@@ -13,12 +13,16 @@ fn repo() -> PathBuf {
 }
 
 fn vms_can_run() -> bool {
-    let qemu = ["/usr/bin/qemu-system-x86_64", "/usr/local/bin/qemu-system-x86_64"].iter().any(|p| Path::new(p).exists());
-    packetproof::privileges::tool_or_skip(qemu, "qemu-system-x86_64 is not installed (ci/install-deps.sh installs it)")
-        && packetproof::privileges::tool_or_skip(
-            nix::unistd::Uid::effective().is_root(),
-            "the kernel matrix needs root (9p share, qemu)",
-        )
+    let qemu = ["/usr/bin/qemu-system-x86_64", "/usr/local/bin/qemu-system-x86_64"]
+        .iter()
+        .any(|p| Path::new(p).exists());
+    packetproof::privileges::tool_or_skip(
+        qemu,
+        "qemu-system-x86_64 is not installed (ci/install-deps.sh installs it)",
+    ) && packetproof::privileges::tool_or_skip(
+        nix::unistd::Uid::effective().is_root(),
+        "the kernel matrix needs root (9p share, qemu)",
+    )
 }
 
 /// Runs `packetproof matrix` from the repository; returns its exit code and combined report.
@@ -33,7 +37,8 @@ fn matrix(args: &[&str], json: &Path) -> (i32, serde_json::Value) {
         .expect("running packetproof matrix");
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    let report = std::fs::read_to_string(json).unwrap_or_else(|e| panic!("no combined report ({e}):\n{stdout}"));
+    let report =
+        std::fs::read_to_string(json).unwrap_or_else(|e| panic!("no combined report ({e}):\n{stdout}"));
     (output.status.code().unwrap_or(-1), serde_json::from_str(&report).expect("the combined report is JSON"))
 }
 
@@ -42,9 +47,16 @@ fn statuses(report: &serde_json::Value) -> Vec<(String, String, String, String)>
     let mut out = Vec::new();
     for run in report["runs"].as_array().expect("runs") {
         let (kernel, proxy) = (run["kernel"].as_str().unwrap(), run["proxy"].as_str().unwrap());
-        let scenarios = run["report"]["scenarios"].as_array().unwrap_or_else(|| panic!("{kernel} {proxy}: no report: {run}"));
+        let scenarios = run["report"]["scenarios"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{kernel} {proxy}: no report: {run}"));
         for s in scenarios {
-            out.push((kernel.into(), proxy.into(), s["name"].as_str().unwrap().into(), s["status"].as_str().unwrap().into()));
+            out.push((
+                kernel.into(),
+                proxy.into(),
+                s["name"].as_str().unwrap().into(),
+                s["status"].as_str().unwrap().into(),
+            ));
         }
     }
     out
@@ -79,7 +91,8 @@ fn sctp_and_core_scenarios_pass_on_the_oldest_and_newest_kernels_and_a_broken_sc
     // The same SCTP scenario replayed from a dump of the built-in iptables rules, once intact
     // and once with the SCTP cluster-IP rule removed: the intact replay passes, the broken one
     // fails on the probe that crosses the removed rule, on both kernels.
-    let (code, report) = matrix(&["--proxy", "ruleset", "harness/tests/data/broken-sctp"], &dir.join("broken.json"));
+    let (code, report) =
+        matrix(&["--proxy", "ruleset", "harness/tests/data/broken-sctp"], &dir.join("broken.json"));
     let all = statuses(&report);
     assert_eq!(all.len(), 2 * 2, "{all:?}");
     for (kernel, _, scenario, status) in &all {
@@ -87,7 +100,12 @@ fn sctp_and_core_scenarios_pass_on_the_oldest_and_newest_kernels_and_a_broken_sc
         assert_eq!(status, expected, "{scenario} on {kernel}");
     }
     for run in report["runs"].as_array().unwrap() {
-        let broken = run["report"]["scenarios"].as_array().unwrap().iter().find(|s| s["name"] == "sctp-rule-removed").unwrap();
+        let broken = run["report"]["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "sctp-rule-removed")
+            .unwrap();
         let failed: Vec<&str> = broken["probes"]
             .as_array()
             .unwrap()
@@ -95,7 +113,12 @@ fn sctp_and_core_scenarios_pass_on_the_oldest_and_newest_kernels_and_a_broken_sc
             .filter(|p| p["passed"] == false)
             .map(|p| p["name"].as_str().unwrap())
             .collect();
-        assert_eq!(failed, ["pod-to-cluster-ip"], "{}: the SCTP node port still works, the cluster IP does not", run["kernel"]);
+        assert_eq!(
+            failed,
+            ["pod-to-cluster-ip"],
+            "{}: the SCTP node port still works, the cluster IP does not",
+            run["kernel"]
+        );
     }
     assert_eq!(code, 1, "a failed probe, not an error");
     let _ = std::fs::remove_dir_all(&dir);

@@ -89,7 +89,11 @@ pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
     }
     tree.program("usr/bin/packetproof", payload.binary)?;
     for file in payload.files {
-        ensure!(file.is_relative(), "{}: scenario paths must be relative to the working directory", file.display());
+        ensure!(
+            file.is_relative(),
+            "{}: scenario paths must be relative to the working directory",
+            file.display()
+        );
         tree.copy_any(file, &format!("{}/{}", guest::WORKDIR.trim_start_matches('/'), file.display()))?;
     }
     tree.text("init", &guest::init_script(), true);
@@ -250,7 +254,8 @@ impl Tree {
             match node {
                 Node::Dir => w.add(path, cpio::Entry::Dir)?,
                 Node::File { source, executable } => {
-                    let data = std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+                    let data =
+                        std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
                     w.add(path, cpio::Entry::File { data: &data, executable: *executable })?
                 }
                 Node::Text { text, executable } => {
@@ -290,7 +295,9 @@ mod tests {
         let real = real.to_str().unwrap().trim_start_matches('/');
         assert!(matches!(tree.entries.get(real), Some(Node::File { .. })));
         if real != "usr/sbin/sh-link" {
-            assert!(matches!(tree.entries.get("usr/sbin/sh-link"), Some(Node::Symlink(t)) if t == &format!("/{real}")));
+            assert!(
+                matches!(tree.entries.get("usr/sbin/sh-link"), Some(Node::Symlink(t)) if t == &format!("/{real}"))
+            );
         }
         assert!(matches!(tree.entries.get("usr/sbin"), Some(Node::Dir)));
     }

@@ -79,8 +79,13 @@ fn cached(spec: &str, dir: &Path) -> Option<Kernel> {
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok().map(|s| s.trim().to_string());
     let (version, release) = (read("version")?, read("release")?);
     let (vmlinuz, modules) = (dir.join("vmlinuz"), dir.join(modules::ARCHIVE_NAME));
-    (vmlinuz.exists() && dir.join(MODULE_TREE).is_dir())
-        .then(|| Kernel { spec: spec.into(), version, release, vmlinuz, modules })
+    (vmlinuz.exists() && dir.join(MODULE_TREE).is_dir()).then(|| Kernel {
+        spec: spec.into(),
+        version,
+        release,
+        vmlinuz,
+        modules,
+    })
 }
 
 fn fetch(spec: &str, dir: &Path) -> Result<()> {
@@ -254,7 +259,9 @@ fn madison(listing: &str) -> Vec<(String, String)> {
 fn pick(candidates: &[(String, String)], spec: &str) -> Option<String> {
     candidates
         .iter()
-        .find(|(v, s)| s == spec || v == spec || v.starts_with(&format!("{spec}.")) || v.starts_with(&format!("{spec}-")))
+        .find(|(v, s)| {
+            s == spec || v == spec || v.starts_with(&format!("{spec}.")) || v.starts_with(&format!("{spec}-"))
+        })
         .map(|(v, _)| v.clone())
 }
 

@@ -49,7 +49,13 @@ pub struct RunResult {
 
 /// Boots `kernel` with `userland`, runs `runs` inside one after another, and returns their
 /// results, which stay in `share` (a directory of the caller's, usually a [`Scratch`]).
-pub fn boot(kernel: &Kernel, userland: &Path, machine: &Machine, runs: &[GuestRun], share: &Path) -> Result<Booted> {
+pub fn boot(
+    kernel: &Kernel,
+    userland: &Path,
+    machine: &Machine,
+    runs: &[GuestRun],
+    share: &Path,
+) -> Result<Booted> {
     let work = Scratch::new("boot")?;
     let initrd = work.path().join("initrd.cpio");
     concatenate(&[userland, &kernel.modules], &initrd)?;
@@ -59,7 +65,9 @@ pub fn boot(kernel: &Kernel, userland: &Path, machine: &Machine, runs: &[GuestRu
     let cmd = qemu::command(&kernel.vmlinuz, &initrd, share, &console, machine)?;
     let ran = qemu::run(cmd, machine.limit);
     let console = std::fs::read_to_string(&console).unwrap_or_default();
-    ran.with_context(|| format!("kernel {} ({}); console:\n{}", kernel.spec, kernel.version, tail(&console, 30)))?;
+    ran.with_context(|| {
+        format!("kernel {} ({}); console:\n{}", kernel.spec, kernel.version, tail(&console, 30))
+    })?;
     let runs = runs
         .iter()
         .map(|run| {

@@ -30,11 +30,39 @@ const INCLUDED: &[&str] = &[
 /// of both built-in modes is preloaded so that the first scenarios do not race their loading.
 /// Preloading everything under net/netfilter took 57 s under TCG: only these.
 const PRELOADED: &[&str] = &[
-    "veth", "bridge", "br_netfilter", "nf_conntrack", "nf_nat", "nf_conntrack_netlink", "nf_tables",
-    "nft_chain_nat", "nft_ct", "nft_nat", "nft_masq", "nft_compat", "nft_reject_inet", "nft_numgen",
-    "ip_tables", "iptable_nat", "iptable_filter", "ip6_tables", "ip6table_nat", "ip6table_filter",
-    "xt_conntrack", "xt_comment", "xt_mark", "xt_MASQUERADE", "xt_nat", "xt_statistic", "xt_addrtype",
-    "xt_tcpudp", "xt_multiport", "sctp", "virtio_pci", "9pnet_virtio", "9p",
+    "veth",
+    "bridge",
+    "br_netfilter",
+    "nf_conntrack",
+    "nf_nat",
+    "nf_conntrack_netlink",
+    "nf_tables",
+    "nft_chain_nat",
+    "nft_ct",
+    "nft_nat",
+    "nft_masq",
+    "nft_compat",
+    "nft_reject_inet",
+    "nft_numgen",
+    "ip_tables",
+    "iptable_nat",
+    "iptable_filter",
+    "ip6_tables",
+    "ip6table_nat",
+    "ip6table_filter",
+    "xt_conntrack",
+    "xt_comment",
+    "xt_mark",
+    "xt_MASQUERADE",
+    "xt_nat",
+    "xt_statistic",
+    "xt_addrtype",
+    "xt_tcpudp",
+    "xt_multiport",
+    "sctp",
+    "virtio_pci",
+    "9pnet_virtio",
+    "9p",
 ];
 
 /// The archive's file name in the kernel's cache: a new name whenever the selection above
@@ -117,12 +145,9 @@ fn copy_decompressed(file: &Path, target: &Path) -> Result<()> {
     };
     let target = target.with_extension("");
     let out = std::fs::File::create(&target).with_context(|| format!("creating {}", target.display()))?;
-    let status = Command::new(tool)
-        .arg("-dc")
-        .arg(file)
-        .stdout(out)
-        .status()
-        .with_context(|| format!("running {tool} (install it: the kernel's modules are compressed with it)"))?;
+    let status = Command::new(tool).arg("-dc").arg(file).stdout(out).status().with_context(|| {
+        format!("running {tool} (install it: the kernel's modules are compressed with it)")
+    })?;
     ensure!(status.success(), "{tool} -dc {name} failed ({status})");
     Ok(())
 }
@@ -147,7 +172,8 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
 
 /// Every directory (before its contents) and file under `dir`, relative to `root`.
 fn walk_all(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    let mut entries: Vec<_> =
+        std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
     entries.sort();
     for path in entries {
         let rel = path.strip_prefix(root).expect("under root").to_string_lossy().into_owned();

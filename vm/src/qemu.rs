@@ -46,7 +46,13 @@ pub fn binary() -> Option<&'static str> {
 
 /// The command line of a VM booting `vmlinuz` with `initrd`, its console written to
 /// `console`, and the host directory `share` mounted by the guest (tag `share`).
-pub fn command(vmlinuz: &Path, initrd: &Path, share: &Path, console: &Path, machine: &Machine) -> Result<Command> {
+pub fn command(
+    vmlinuz: &Path,
+    initrd: &Path,
+    share: &Path,
+    console: &Path,
+    machine: &Machine,
+) -> Result<Command> {
     let qemu = binary().context("qemu-system-x86_64 is not installed (install qemu-system-x86)")?;
     let mut cmd = Command::new(qemu);
     let (accel, cpu) = match machine.accel {

@@ -52,7 +52,8 @@ pub fn remove_stale() -> Vec<PathBuf> {
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.strip_prefix(PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !Path::new("/proc").join(pid.to_string()).exists() && std::fs::remove_dir_all(entry.path()).is_ok() {
+        if !Path::new("/proc").join(pid.to_string()).exists() && std::fs::remove_dir_all(entry.path()).is_ok()
+        {
             removed.push(entry.path());
         }
     }

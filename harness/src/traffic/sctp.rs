@@ -19,7 +19,10 @@ const IPPROTO_SCTP: i32 = 132;
 
 /// Whether `e` means the kernel has no SCTP (no module, or built without it).
 pub fn unsupported(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EPROTONOSUPPORT) | Some(libc::ESOCKTNOSUPPORT) | Some(libc::EAFNOSUPPORT))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPROTONOSUPPORT) | Some(libc::ESOCKTNOSUPPORT) | Some(libc::EAFNOSUPPORT)
+    )
 }
 
 fn socket(addr: SocketAddr) -> std::io::Result<Socket> {
@@ -68,7 +71,9 @@ pub(super) fn attempt(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Re
     Ok(match stream.read_to_end(&mut bytes) {
         Ok(_) => answer(&String::from_utf8_lossy(&bytes)),
         Err(e) => match classify_error(e) {
-            Attempt::Silent => Attempt::Broken { reason: "associated, but no answer before the timeout".into() },
+            Attempt::Silent => {
+                Attempt::Broken { reason: "associated, but no answer before the timeout".into() }
+            }
             other => other,
         },
     })

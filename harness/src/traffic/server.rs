@@ -61,7 +61,8 @@ impl Servers {
                             }
                         }
                         listener => {
-                            let listener = super::sctp::into_tokio(listener.with_context(what)?).with_context(what)?;
+                            let listener =
+                                super::sctp::into_tokio(listener.with_context(what)?).with_context(what)?;
                             servers.tasks.spawn(serve_tcp(listener, name));
                         }
                     },
