@@ -3,7 +3,11 @@
 # iproute2 (ip, bridge: debugging and `ip netns`), iptables (iptables-restore/-save, which the
 # built-in proxy loads rules with), nftables (nft), conntrack (conntrack-tools), python3 (the
 # example proxy program scenarios/command-clusterip.yaml runs through the command adapter),
-# libxml2-utils (xmllint, which harness/tests/junit_schema.rs validates our JUnit XML with).
+# libxml2-utils (xmllint, which harness/tests/junit_schema.rs validates our JUnit XML with);
+# with `--vm`, for the kernel matrix (vm/, harness/tests/vm_matrix.rs): qemu-system-x86 (qemu),
+# busybox-static (the guest's shell), kmod (depmod, and modprobe inside the guest), xz-utils
+# and zstd (to unpack kernel modules), debian-archive-keyring (to verify Debian's kernel
+# packages) and dpkg (dpkg-deb, to unpack them).
 # Installs only what is missing; needs root (or sudo) when something is.
 set -euo pipefail
 
@@ -16,6 +20,20 @@ declare -A wanted=(
   [python3]=python3
   [xmllint]=libxml2-utils
 )
+# `--vm`: also what `packetproof matrix` needs (not yet part of `.ci/run`: see vm/README.md).
+vm=false
+if [ "${1:-}" = "--vm" ]; then
+  vm=true
+  wanted+=(
+    [qemu-system-x86_64]=qemu-system-x86
+    [busybox]=busybox-static
+    [depmod]=kmod
+    [xz]=xz-utils
+    [zstd]=zstd
+    [dpkg-deb]=dpkg
+    [apt-get]=apt
+  )
+fi
 
 missing=()
 for cmd in "${!wanted[@]}"; do
@@ -23,6 +41,13 @@ for cmd in "${!wanted[@]}"; do
     missing+=("${wanted[$cmd]}")
   fi
 done
+# The guest's shell must be busybox-static: a dynamic busybox would need its libraries.
+if $vm && command -v busybox >/dev/null 2>&1 && ldd "$(command -v busybox)" >/dev/null 2>&1; then
+  missing+=(busybox-static)
+fi
+if $vm && ! [ -f /usr/share/keyrings/debian-archive-keyring.gpg ]; then
+  missing+=(debian-archive-keyring)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "ci/install-deps.sh: all system packages present"
@@ -34,4 +59,8 @@ sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# On Debian bookworm with backports enabled, qemu-utils may come from backports while
+# qemu-system-x86 would come from bookworm (they conflict): then take qemu from backports too.
+if ! $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+  $sudo apt-get install -y -qq --no-install-recommends -t "$(. /etc/os-release; echo "$VERSION_CODENAME")-backports" "${missing[@]}"
+fi

@@ -1,4 +1,4 @@
-//! The `packetproof` command: `run`, `check`, `rules`, `bench`, `cleanup`.
+//! The `packetproof` command: `run`, `check`, `rules`, `bench`, `matrix`, `cleanup`.
 //!
 //! Exit codes: 0 everything passed; 1 a probe failed; 2 bad input or a setup error.
 
@@ -148,6 +148,9 @@ enum Command {
     /// A service proxy that watches the Kubernetes API (the adapter `reference-proxy-*` runs
     /// it on every node): proves the API-server adapter without kube-proxy.
     ReferenceProxy(crate::reference_proxy::Args),
+    /// Run scenarios on several kernels, each in a VM (qemu), with each proxy: one line per
+    /// kernel × proxy, a combined report, exit codes as `run`.
+    Matrix(crate::matrix::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         #[arg(long)]
@@ -158,7 +161,10 @@ enum Command {
 /// Parses the command line, runs the command, and returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    netns::install_interrupt_handler();
+    // The matrix creates no namespace on this host; it stops its VMs on an interrupt instead.
+    if !matches!(cli.command, Command::Matrix(_)) {
+        netns::install_interrupt_handler();
+    }
     let result = match cli.command {
         Command::Run {
             paths,
@@ -207,6 +213,7 @@ pub fn main() -> i32 {
             })
         }
         Command::Cleanup { all } => cleanup(all),
+        Command::Matrix(args) => crate::matrix::main(args),
         Command::ReferenceProxy(args) => crate::reference_proxy::main(args).map(|()| EXIT_PASS),
     };
     result.unwrap_or_else(|e| {

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod cli;
 pub mod diff;
 pub mod engine;
+mod matrix;
 pub mod model;
 pub mod mutants;
 pub mod observe;

@@ -193,9 +193,7 @@ fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
             Speech::Plain(Protocol::Tcp) => tcp(src, dst, timeout, b"", answer),
             Speech::HttpGet => tcp(src, dst, timeout, HTTP_GET, http_answer),
             Speech::Plain(Protocol::Udp) => udp(src, dst, timeout),
-            Speech::Plain(Protocol::Sctp) => {
-                Err(Unsent::Other("SCTP probes are not supported on this host".into()))
-            }
+            Speech::Plain(Protocol::Sctp) => super::sctp::attempt(src, dst, timeout),
         };
         let attempt = match result {
             Ok(attempt) => attempt,
@@ -220,12 +218,12 @@ const AUTOMATIC_PORT_TRIES: u32 = 16;
 
 const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: packetproof\r\nConnection: close\r\n\r\n";
 
-enum Unsent {
+pub(super) enum Unsent {
     PortInUse,
     Other(String),
 }
 
-fn bind_error(e: std::io::Error, src: SocketAddr) -> Unsent {
+pub(super) fn bind_error(e: std::io::Error, src: SocketAddr) -> Unsent {
     if e.kind() == ErrorKind::AddrInUse {
         Unsent::PortInUse
     } else {

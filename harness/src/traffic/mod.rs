@@ -6,6 +6,7 @@ pub mod handmade;
 pub mod held;
 pub mod out_of_window;
 pub mod reply;
+mod sctp;
 pub mod server;
 
 pub use client::{Attempt, Pace, Plan, Prober, Sent, Speech};

@@ -2,7 +2,7 @@
 //! and on every endpoint port of an external host or node that backs a Service.
 //! TCP: on accept, write the reply line, then answer every line the client sends with it again
 //! until the client closes (a held connection; one-shot clients close their side at once).
-//! UDP: answer each datagram with the line.
+//! SCTP (traffic/sctp.rs): write the reply line and close. UDP: answer each datagram with it.
 //! Each binds the unspecified address of each of the pod's families (a dual-stack pod serves
 //! every port on both, with separate sockets; the IPv6 one IPv6-only, so that IPv4 peers are
 //! seen as themselves, never as `::ffff:` mapped addresses).
@@ -105,12 +105,19 @@ impl Servers {
                 let socket = tokio::net::UdpSocket::from_std(socket).with_context(context)?;
                 self.tasks.spawn(serve_udp(socket, name));
             }
-            Protocol::Sctp => {
-                let unserved = (name, bind.port(), protocol);
-                if !self.unserved.contains(&unserved) {
-                    self.unserved.push(unserved);
+            Protocol::Sctp => match ns.run(move || super::sctp::listen(bind))? {
+                // A kernel without SCTP: the scenario is skipped with its reason.
+                Err(e) if super::sctp::unsupported(&e) => {
+                    let unserved = (name, bind.port(), protocol);
+                    if !self.unserved.contains(&unserved) {
+                        self.unserved.push(unserved);
+                    }
                 }
-            }
+                listener => {
+                    let listener = super::sctp::into_tokio(listener.with_context(context)?).with_context(context)?;
+                    self.tasks.spawn(serve_sctp(listener, name));
+                }
+            },
         }
         Ok(())
     }
@@ -168,6 +175,23 @@ async fn serve_tcp(listener: tokio::net::TcpListener, pod: String) {
         };
         // Each connection on its own: a held one stays open while others come and go.
         tokio::spawn(super::held::answer_and_echo(stream, peer, pod.clone()));
+    }
+}
+
+/// SCTP has no half-close (a client's shutdown ends the whole association), so its server
+/// answers and closes at once; held connections are TCP's.
+async fn serve_sctp(listener: tokio::net::TcpListener, pod: String) {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let Ok((mut stream, peer)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        let line = reply::encode(&pod, peer);
+        tokio::spawn(async move {
+            let _ = stream.write_all(line.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
     }
 }
 

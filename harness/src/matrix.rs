@@ -1,0 +1,461 @@
+//! `packetproof matrix`: the suite on several kernels, each in its own VM (the `vm` crate),
+//! with every chosen proxy; one line per kernel × proxy and a combined JSON report.
+//! Exit codes as `run`: 0 all passed, 1 a probe failed, 2 a run could not be carried out.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::cli::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenario files or directories (relative to here; default `scenarios`).
+    paths: Vec<PathBuf>,
+    /// Kernels, comma-separated: Debian versions (5.10, 6.1, 6.12, 7.3, 6.12.117) or suites
+    /// (bookworm, trixie-backports); fetched once into ~/.cache/packetproof/kernels.
+    #[arg(long, value_delimiter = ',', required = true)]
+    kernels: Vec<String>,
+    /// Proxies to run on every kernel, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "builtin-iptables,builtin-nftables")]
+    proxy: Vec<String>,
+    /// An option for every proxy, `KEY=VALUE` (as `run --proxy-option`); repeatable.
+    #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
+    proxy_options: Vec<String>,
+    /// As `run --profile`.
+    #[arg(long)]
+    profile: Option<String>,
+    /// As `run --timeout-ms`, but 3000 by default: under TCG on a loaded 2-core machine an
+    /// SCTP association with its answer took over a second once (measured on 6.12, load 17).
+    #[arg(long, default_value_t = 3000)]
+    timeout_ms: u64,
+    /// Scenarios run at once inside each VM (default: `run`'s, two per vCPU).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// VMs at once (default: every kernel at once, as far as memory allows).
+    #[arg(long)]
+    vms: Option<usize>,
+    /// vCPUs per VM.
+    #[arg(long, default_value_t = 2)]
+    cpus: u32,
+    /// Memory per VM in MiB (6.1 needs ≥ 320).
+    #[arg(long, default_value_t = 512)]
+    memory_mib: u32,
+    /// Where a failing kernel × proxy leaves its output, reports and evidence
+    /// (`ARTIFACTS/KERNEL/PROXY/`).
+    #[arg(long, default_value = "artifacts")]
+    artifacts: PathBuf,
+    /// Keep the output and reports of passing runs too.
+    #[arg(long)]
+    keep_evidence: bool,
+    /// Write the combined JSON report here (every kernel × proxy with its run's own report).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Fetch the kernels into the cache and stop (for CI's preparation step).
+    #[arg(long)]
+    fetch_only: bool,
+    /// Minutes a VM may run before it is killed and reported as an error (a hung guest).
+    #[arg(long, default_value_t = 30)]
+    vm_limit_minutes: u64,
+}
+
+/// One kernel × proxy, as it ended.
+struct Cell {
+    kernel: String,
+    version: String,
+    proxy: String,
+    exit_code: i32,
+    /// The guest's JSON report of the run, if it wrote one.
+    report: Option<serde_json::Value>,
+    error: Option<String>,
+    /// Where its files were kept, if they were.
+    kept: Option<PathBuf>,
+}
+
+pub fn main(args: Args) -> Result<i32> {
+    let _ = ctrlc::set_handler(|| {
+        eprintln!("\npacketproof: interrupted, stopping the VMs");
+        vm::abort_all();
+        std::process::exit(130);
+    });
+    if let Some(reason) = vm::unavailable() {
+        anyhow::bail!("cannot run the matrix here: {reason}");
+    }
+    for stale in vm::remove_stale_scratch() {
+        eprintln!("packetproof: removed {} left by an earlier matrix run", stale.display());
+    }
+    let paths = if args.paths.is_empty() { vec![PathBuf::from("scenarios")] } else { args.paths.clone() };
+    // The same validation as `run`, on the host, before any VM boots.
+    if crate::cli::load_all(&paths)?.is_none() {
+        return Ok(EXIT_ERROR);
+    }
+    let started = Instant::now();
+    let mut kernels = Vec::new();
+    for spec in &args.kernels {
+        eprintln!("packetproof: kernel {spec}…");
+        kernels.push(vm::kernel(spec).with_context(|| format!("kernel {spec}"))?);
+    }
+    if args.fetch_only {
+        for k in &kernels {
+            println!("{} ({}, {}) cached: {}", k.spec, k.version, k.release, k.vmlinuz.display());
+        }
+        return Ok(EXIT_PASS);
+    }
+    let scratch = vm::Scratch::new("matrix")?;
+    let userland = scratch.path().join("userland.cpio");
+    let binary = std::env::current_exe().context("finding the packetproof binary")?;
+    vm::build_userland(&vm::Payload { binary: &binary, files: &paths }, &userland)?;
+    let machine = vm::Machine {
+        cpus: args.cpus,
+        memory_mib: args.memory_mib,
+        accel: vm::Accel::from_env()?,
+        limit: Duration::from_secs(args.vm_limit_minutes * 60),
+    };
+    let at_once =
+        args.vms.unwrap_or_else(|| fitting_in_memory(args.memory_mib)).clamp(1, kernels.len().max(1));
+    eprintln!(
+        "packetproof: {} kernels × {} proxies, {at_once} VMs at once ({} vCPUs, {} MiB, {:?})",
+        kernels.len(),
+        args.proxy.len(),
+        args.cpus,
+        args.memory_mib,
+        machine.accel
+    );
+
+    let next = Mutex::new(kernels.iter());
+    let cells = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..at_once {
+            scope.spawn(|| {
+                while let Some(kernel) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
+                    let kernel_cells = run_kernel(kernel, &userland, &machine, &args, &paths, scratch.path());
+                    for cell in &kernel_cells {
+                        println!("{}", line(cell));
+                    }
+                    cells.lock().unwrap_or_else(|e| e.into_inner()).extend(kernel_cells);
+                }
+            });
+        }
+    });
+    let mut cells = cells.into_inner().unwrap_or_else(|e| e.into_inner());
+    let order = |c: &Cell| {
+        (args.kernels.iter().position(|k| *k == c.kernel), args.proxy.iter().position(|p| *p == c.proxy))
+    };
+    cells.sort_by_key(order);
+    if let Some(path) = &args.json {
+        std::fs::write(path, combined_json(&cells)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("\n{}", table(&cells));
+    let code = exit_code(&cells);
+    println!("matrix: {} runs in {:.1}s (exit {code})", cells.len(), started.elapsed().as_secs_f64());
+    Ok(code)
+}
+
+/// VMs whose memory (guest plus qemu's own, measured 0.43–0.56 GiB) fits in what is free.
+fn fitting_in_memory(memory_mib: u32) -> usize {
+    let available_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let per_vm_kib = (memory_mib as u64 + 600) * 1024;
+    (available_kib / per_vm_kib).max(1) as usize
+}
+
+/// Boots `kernel` once and runs every proxy inside, one after another.
+fn run_kernel(
+    kernel: &vm::Kernel,
+    userland: &Path,
+    machine: &vm::Machine,
+    args: &Args,
+    paths: &[PathBuf],
+    scratch: &Path,
+) -> Vec<Cell> {
+    let runs: Vec<vm::GuestRun> = args.proxy.iter().map(|proxy| guest_run(proxy, args, paths)).collect();
+    let share = scratch.join(format!("share-{}", kernel.spec));
+    let started = Instant::now();
+    let booted = vm::boot(kernel, userland, machine, &runs, &share);
+    eprintln!("packetproof: kernel {} done in {:.1}s", kernel.spec, started.elapsed().as_secs_f64());
+    let cells = match booted {
+        Err(e) => args
+            .proxy
+            .iter()
+            .map(|proxy| Cell {
+                kernel: kernel.spec.clone(),
+                version: kernel.version.clone(),
+                proxy: proxy.clone(),
+                exit_code: EXIT_ERROR,
+                report: None,
+                error: Some(format!("{e:#}")),
+                kept: None,
+            })
+            .collect(),
+        Ok(booted) => booted
+            .runs
+            .iter()
+            .map(|run| {
+                let report = std::fs::read_to_string(run.dir.join("report.json"))
+                    .ok()
+                    .and_then(|text| serde_json::from_str(&text).ok());
+                let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
+                let (exit_code, error) = match run.exit_code {
+                    Some(code) => (code, None),
+                    None => (
+                        EXIT_ERROR,
+                        Some(format!(
+                            "the guest never finished; console:\n{}",
+                            vm::tail(&booted.console, 30)
+                        )),
+                    ),
+                };
+                let mut cell = Cell {
+                    kernel: kernel.spec.clone(),
+                    version: kernel.version.clone(),
+                    proxy: run.name.clone(),
+                    exit_code,
+                    report,
+                    error,
+                    kept: None,
+                };
+                if exit_code != EXIT_PASS || args.keep_evidence {
+                    let keep = args.artifacts.join(&kernel.spec).join(&run.name);
+                    match keep_run(&run.dir, &keep, &booted.console) {
+                        Ok(()) => cell.kept = Some(keep),
+                        Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
+                    }
+                    if exit_code != EXIT_PASS {
+                        // The guest's own report of what failed.
+                        eprintln!(
+                            "--- {} {} (exit {exit_code}):\n{}",
+                            kernel.spec,
+                            run.name,
+                            failing_part(&output)
+                        );
+                    }
+                }
+                cell
+            })
+            .collect(),
+    };
+    let _ = std::fs::remove_dir_all(&share);
+    cells
+}
+
+/// The `packetproof run` command line of one proxy inside the guest.
+fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
+    let mut run = vm::GuestRun { name: proxy.to_string(), args: Vec::new() };
+    let dir = run.guest_dir();
+    let mut a: Vec<String> = vec!["run".into(), "--proxy".into(), proxy.into()];
+    for option in &args.proxy_options {
+        a.extend(["--proxy-option".into(), option.clone()]);
+    }
+    if let Some(profile) = &args.profile {
+        a.extend(["--profile".into(), profile.clone()]);
+    }
+    if let Some(jobs) = args.jobs {
+        a.extend(["--jobs".into(), jobs.to_string()]);
+    }
+    a.extend(["--timeout-ms".into(), args.timeout_ms.to_string(), "--color".into(), "never".into()]);
+    a.extend(["--artifacts".into(), format!("{dir}/artifacts")]);
+    a.extend(["--json".into(), format!("{dir}/report.json"), "--junit".into(), format!("{dir}/junit.xml")]);
+    a.extend(paths.iter().map(|p| p.display().to_string()));
+    run.args = a;
+    run
+}
+
+/// Copies a run's directory (output, reports, evidence) and the console to `keep`.
+fn keep_run(dir: &Path, keep: &Path, console: &str) -> Result<()> {
+    let _ = std::fs::remove_dir_all(keep);
+    std::fs::create_dir_all(keep).with_context(|| format!("creating {}", keep.display()))?;
+    // The console first: a guest that never ran the job has nothing else to show.
+    std::fs::write(keep.join("console.log"), console)?;
+    if dir.exists() {
+        copy_tree(dir, keep)?;
+    }
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The lines of a guest's `run` output from its first failure on (the flow tables), else its tail.
+fn failing_part(output: &str) -> String {
+    let lines: Vec<&str> = output.lines().collect();
+    let first =
+        lines.iter().position(|l| l.contains(" FAIL ") || l.contains(" ERROR ") || l.contains("FAIL "));
+    match first {
+        Some(i) => lines[i..].iter().take(60).copied().collect::<Vec<_>>().join("\n"),
+        None => vm::tail(output, 20),
+    }
+}
+
+fn counts(report: &serde_json::Value) -> String {
+    let n = |k: &str| report.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    format!(
+        "{} passed, {} failed, {} skipped, {} errors",
+        n("passed"),
+        n("failed"),
+        n("skipped"),
+        n("errors")
+    )
+}
+
+fn verdict(cell: &Cell) -> &'static str {
+    match cell.exit_code {
+        EXIT_PASS => "PASS",
+        EXIT_FAIL => "FAIL",
+        _ => "ERROR",
+    }
+}
+
+/// `6.12 (6.12.117-1) builtin-nftables PASS 44 passed, 0 failed, 1 skipped, 0 errors`
+fn line(cell: &Cell) -> String {
+    let what = match (&cell.report, &cell.error) {
+        (_, Some(error)) => error.lines().next().unwrap_or_default().to_string(),
+        (Some(report), None) => counts(report),
+        (None, None) => format!("no report (exit {})", cell.exit_code),
+    };
+    let kept = cell.kept.as_ref().map(|k| format!("  [{}]", k.display())).unwrap_or_default();
+    format!("{} ({}) {} {}: {what}{kept}", cell.kernel, cell.version, cell.proxy, verdict(cell))
+}
+
+/// Kernels down, proxies across, each cell PASS/FAIL/ERROR.
+fn table(cells: &[Cell]) -> String {
+    let mut proxies: Vec<&str> = Vec::new();
+    let mut kernels: Vec<(&str, &str)> = Vec::new();
+    for c in cells {
+        if !proxies.contains(&c.proxy.as_str()) {
+            proxies.push(&c.proxy);
+        }
+        if !kernels.iter().any(|(k, _)| *k == c.kernel) {
+            kernels.push((&c.kernel, &c.version));
+        }
+    }
+    let first = kernels.iter().map(|(k, v)| k.len() + v.len() + 3).max().unwrap_or(6).max(6);
+    let mut out = format!("{:first$}", "kernel");
+    for p in &proxies {
+        out.push_str(&format!("  {p:<w$}", w = p.len().max(5)));
+    }
+    out.push('\n');
+    for (k, v) in &kernels {
+        out.push_str(&format!("{:first$}", format!("{k} ({v})")));
+        for p in &proxies {
+            let cell = cells.iter().find(|c| c.kernel == *k && c.proxy == *p);
+            out.push_str(&format!("  {:<w$}", cell.map_or("-", verdict), w = p.len().max(5)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// 2 if any run could not be carried out, else 1 if any failed, else 0.
+fn exit_code(cells: &[Cell]) -> i32 {
+    if cells.is_empty() || cells.iter().any(|c| c.exit_code != EXIT_PASS && c.exit_code != EXIT_FAIL) {
+        EXIT_ERROR
+    } else if cells.iter().any(|c| c.exit_code == EXIT_FAIL) {
+        EXIT_FAIL
+    } else {
+        EXIT_PASS
+    }
+}
+
+fn combined_json(cells: &[Cell]) -> Result<String> {
+    let runs: Vec<serde_json::Value> = cells
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "kernel": c.kernel,
+                "version": c.version,
+                "proxy": c.proxy,
+                "status": verdict(c).to_lowercase(),
+                "exit_code": c.exit_code,
+                "error": c.error,
+                "evidence": c.kept.as_ref().map(|k| k.display().to_string()),
+                "report": c.report,
+            })
+        })
+        .collect();
+    Ok(serde_json::to_string_pretty(&serde_json::json!({ "exit_code": exit_code(cells), "runs": runs }))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(kernel: &str, proxy: &str, exit_code: i32) -> Cell {
+        Cell {
+            kernel: kernel.into(),
+            version: format!("{kernel}.1-1"),
+            proxy: proxy.into(),
+            exit_code,
+            report: Some(serde_json::json!({"passed": 3, "failed": 0, "skipped": 1, "errors": 0})),
+            error: None,
+            kept: None,
+        }
+    }
+
+    #[test]
+    fn the_worst_run_decides_the_exit_code() {
+        assert_eq!(exit_code(&[cell("5.10", "a", 0), cell("7.3", "a", 0)]), EXIT_PASS);
+        assert_eq!(exit_code(&[cell("5.10", "a", 0), cell("7.3", "a", 1)]), EXIT_FAIL);
+        assert_eq!(exit_code(&[cell("5.10", "a", 2), cell("7.3", "a", 1)]), EXIT_ERROR);
+        assert_eq!(exit_code(&[]), EXIT_ERROR);
+    }
+
+    #[test]
+    fn one_line_per_kernel_and_proxy_and_a_table() {
+        let cells = [cell("5.10", "builtin-iptables", 0), cell("5.10", "builtin-nftables", 1)];
+        assert_eq!(
+            line(&cells[0]),
+            "5.10 (5.10.1-1) builtin-iptables PASS: 3 passed, 0 failed, 1 skipped, 0 errors"
+        );
+        let t = table(&cells);
+        assert!(t.contains("5.10 (5.10.1-1)  PASS              FAIL"), "{t}");
+    }
+
+    #[test]
+    fn the_guest_run_writes_its_reports_into_its_share_directory() {
+        let args = Args {
+            paths: vec![],
+            kernels: vec!["7.3".into()],
+            proxy: vec!["builtin-iptables".into()],
+            proxy_options: vec!["mutant=no-sctp".into()],
+            profile: None,
+            timeout_ms: 500,
+            jobs: None,
+            vms: None,
+            cpus: 2,
+            memory_mib: 512,
+            artifacts: "artifacts".into(),
+            keep_evidence: false,
+            json: None,
+            fetch_only: false,
+            vm_limit_minutes: 30,
+        };
+        let run = guest_run("builtin-iptables", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
+        let line = run.args.join(" ");
+        assert!(
+            line.starts_with("run --proxy builtin-iptables --proxy-option mutant=no-sctp --timeout-ms 500")
+        );
+        assert!(line.contains("--json /share/builtin-iptables/report.json"));
+        assert!(line.ends_with("scenarios/sctp.yaml"));
+    }
+}

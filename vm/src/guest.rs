@@ -1,0 +1,112 @@
+//! What runs inside the guest: `/init` (mounts, modules, the results share) and the job
+//! script the host writes into the share (one `packetproof` command line per run, each
+//! leaving its output and exit code in its own directory of the share).
+
+/// Where the share from the host is mounted in the guest.
+pub const SHARE: &str = "/share";
+/// The guest's working directory: scenario files are copied under it at their relative paths.
+pub const WORKDIR: &str = "/work";
+/// The file in the share `/init` runs.
+pub const JOB_FILE: &str = "job.sh";
+/// Printed on the console when the guest is up and when its job is over.
+pub const READY_MARKER: &str = "packetproof-guest: up";
+pub const DONE_MARKER: &str = "packetproof-guest: done";
+
+/// One `packetproof` command line to run in the guest; its output, exit code and whatever it
+/// writes under `SHARE/name` come back to the host in the share's `name` directory.
+#[derive(Debug, Clone)]
+pub struct GuestRun {
+    pub name: String,
+    /// The arguments after `packetproof`.
+    pub args: Vec<String>,
+}
+
+impl GuestRun {
+    /// Where the run's files are, seen from the guest (for `--json`, `--artifacts`, …).
+    pub fn guest_dir(&self) -> String {
+        format!("{SHARE}/{}", self.name)
+    }
+}
+
+/// `/init`: busybox sets up the guest, loads the networking modules (br_netfilter is never
+/// loaded on demand), mounts the share and runs the job, then powers off.
+pub fn init_script() -> String {
+    format!(
+        r#"#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev /tmp /run /bbin {SHARE}
+/bin/busybox --install -s /bbin
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin:/bbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -p /run/netns /var
+ln -sf /run /var/run
+echo /usr/sbin/modprobe > /proc/sys/kernel/modprobe
+ip link set lo up
+echo "packetproof-guest: loading modules at $(cut -d' ' -f1 /proc/uptime)s"
+modprobe -a -q $(cat /{preload}) 2>/tmp/modprobe.err || {{ echo "packetproof-guest: some modules failed to load:"; cat /tmp/modprobe.err; }}
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 share {SHARE}; then
+  echo "packetproof-guest: cannot mount the results share"
+  poweroff -f
+fi
+echo "{READY_MARKER} $(uname -r) $(nproc) cpus at $(cut -d' ' -f1 /proc/uptime)s"
+cd {WORKDIR}
+sh {SHARE}/{JOB_FILE}
+sync
+echo "{DONE_MARKER} at $(cut -d' ' -f1 /proc/uptime)s"
+poweroff -f
+"#,
+        preload = crate::modules::PRELOAD_LIST,
+    )
+}
+
+/// The job: every run one after another, each writing `output.txt` and `exit-code` into its
+/// directory of the share.
+pub fn job_script(runs: &[GuestRun]) -> String {
+    let mut script = String::from("#!/bin/sh\n");
+    for run in runs {
+        let dir = run.guest_dir();
+        let args: Vec<String> = run.args.iter().map(|a| quote(a)).collect();
+        script.push_str(&format!(
+            "mkdir -p {dir}\necho 'packetproof-guest: {name} started'\n/usr/bin/packetproof {args} > {dir}/output.txt 2>&1\ncode=$?\necho $code > {dir}/exit-code\necho \"packetproof-guest: {name} exited $code\"\n",
+            dir = quote(&dir),
+            name = run.name,
+            args = args.join(" "),
+        ));
+    }
+    script
+}
+
+/// A word for sh: single-quoted, with `'` written as `'\''`.
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_runs_each_command_line_quoted_and_keeps_its_exit_code() {
+        let runs = [GuestRun {
+            name: "builtin-iptables".into(),
+            args: vec!["run".into(), "--proxy-option".into(), "mutant=it's".into()],
+        }];
+        let script = job_script(&runs);
+        assert!(script.contains(
+            "/usr/bin/packetproof 'run' '--proxy-option' 'mutant=it'\\''s' > '/share/builtin-iptables'/output.txt 2>&1"
+        ));
+        assert!(script.contains("echo $code > '/share/builtin-iptables'/exit-code"));
+    }
+
+    #[test]
+    fn init_loads_modules_mounts_the_share_and_powers_off() {
+        let init = init_script();
+        assert!(init.starts_with("#!/bin/busybox sh\n"));
+        assert!(init.contains("modprobe -a -q $(cat /etc/packetproof/preload)"));
+        assert!(init.contains("mount -t 9p"));
+        assert!(init.trim_end().ends_with("poweroff -f"));
+    }
+}

@@ -1,0 +1,304 @@
+//! The guest's userland as one initramfs archive, built from the host's own programs: busybox
+//! (static) for the shell and mounts, the networking tools packetproof runs (iproute2,
+//! iptables, nftables, conntrack, kmod) with every library they load, the packetproof binary
+//! and the scenario files. Built once per matrix run and shared by every kernel.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{cpio, guest};
+
+/// Programs the guest needs, by name; each is looked up in the host's sbin/bin directories.
+/// Those marked required fail the build when missing; the rest are taken when present.
+const TOOLS: &[(&str, bool)] = &[
+    ("ip", true),
+    ("bridge", false),
+    ("iptables", true),
+    ("iptables-save", true),
+    ("iptables-restore", true),
+    ("ip6tables", true),
+    ("ip6tables-save", true),
+    ("ip6tables-restore", true),
+    ("iptables-legacy", false),
+    ("iptables-legacy-save", false),
+    ("iptables-legacy-restore", false),
+    ("ip6tables-legacy", false),
+    ("ip6tables-legacy-save", false),
+    ("ip6tables-legacy-restore", false),
+    ("iptables-nft", false),
+    ("iptables-nft-save", false),
+    ("iptables-nft-restore", false),
+    ("ip6tables-nft", false),
+    ("ip6tables-nft-save", false),
+    ("ip6tables-nft-restore", false),
+    ("nft", true),
+    ("conntrack", true),
+    ("modprobe", true),
+    ("ipset", false),
+    ("ipvsadm", false),
+];
+
+const SEARCH: &[&str] = &["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
+
+/// Libraries loaded with dlopen, which ldd cannot see: glibc's thread cancellation needs
+/// libgcc_s (measured: without it a tool aborts inside the guest).
+const DLOPENED: &[&str] = &["libgcc_s.so.1"];
+
+/// Plain files the tools read.
+const DATA: &[&str] = &["/etc/protocols", "/etc/services", "/etc/ethertypes", "/etc/iproute2"];
+
+/// What goes into the archive besides the tools.
+pub struct Payload<'a> {
+    /// The packetproof binary; the guest runs it as `/usr/bin/packetproof`.
+    pub binary: &'a Path,
+    /// Host files or directories copied under the guest's working directory, at the same
+    /// relative path (`scenarios/sctp.yaml` → `/work/scenarios/sctp.yaml`).
+    pub files: &'a [PathBuf],
+}
+
+/// Writes the archive to `out`.
+pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
+    let mut tree = Tree::default();
+    let busybox = find_busybox()?;
+    tree.file("bin/busybox", &busybox, true)?;
+    for (name, required) in TOOLS {
+        match find(name) {
+            Some(path) => tree.program(&format!("usr/sbin/{name}"), &path)?,
+            None if *required => bail!("{name} is not installed on this host (see ci/install-deps.sh)"),
+            None => {}
+        }
+    }
+    for dir in ["/usr/lib/x86_64-linux-gnu/xtables", "/usr/lib/xtables", "/usr/lib64/xtables"] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries {
+                let path = entry?.path();
+                tree.program(path.to_str().context("a non-UTF-8 path")?.trim_start_matches('/'), &path)?;
+            }
+        }
+    }
+    for name in DLOPENED {
+        let path = library_dir().join(name);
+        ensure!(path.exists(), "{} is missing on this host", path.display());
+        tree.program(path.to_str().expect("UTF-8").trim_start_matches('/'), &path)?;
+    }
+    for data in DATA.iter().filter(|d| Path::new(d).exists()) {
+        tree.copy_any(Path::new(data), data.trim_start_matches('/'))?;
+    }
+    tree.program("usr/bin/packetproof", payload.binary)?;
+    for file in payload.files {
+        ensure!(
+            file.is_relative(),
+            "{}: scenario paths must be relative to the working directory",
+            file.display()
+        );
+        tree.copy_any(file, &format!("{}/{}", guest::WORKDIR.trim_start_matches('/'), file.display()))?;
+    }
+    tree.text("init", &guest::init_script(), true);
+    tree.add_libraries()?;
+    tree.write(out)
+}
+
+fn find(name: &str) -> Option<PathBuf> {
+    SEARCH.iter().map(|d| Path::new(d).join(name)).find(|p| p.exists())
+}
+
+fn find_busybox() -> Result<PathBuf> {
+    let path = ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .context("busybox is not installed (install busybox-static)")?;
+    ensure!(libraries(&path)?.is_empty(), "{} is not static (install busybox-static)", path.display());
+    Ok(path)
+}
+
+fn library_dir() -> PathBuf {
+    ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|d| d.join("libc.so.6").exists())
+        .unwrap_or_else(|| PathBuf::from("/lib/x86_64-linux-gnu"))
+}
+
+/// The shared libraries `binary` loads (with the dynamic loader), as ldd resolves them.
+fn libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+    libraries_of(&[binary.to_path_buf()])
+}
+
+/// Every shared library any of `binaries` loads (ldd resolves them transitively).
+fn libraries_of(binaries: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let output = Command::new("ldd").args(binaries).output().context("running ldd")?;
+    // ldd exits non-zero when one is static ("not a dynamic executable").
+    let mut libs = parse_ldd(&String::from_utf8_lossy(&output.stdout));
+    libs.sort();
+    libs.dedup();
+    Ok(libs)
+}
+
+fn parse_ldd(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            if line.ends_with(':') {
+                return None; // `/usr/sbin/nft:`, the header of one file's list
+            }
+            let path = match line.split_once("=>") {
+                Some((_, right)) => right.split_whitespace().next()?,
+                None => line.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// The archive's contents, by guest path (no leading `/`).
+#[derive(Default)]
+struct Tree {
+    entries: BTreeMap<String, Node>,
+}
+
+enum Node {
+    Dir,
+    File { source: PathBuf, executable: bool },
+    Text { text: String, executable: bool },
+    Symlink(String),
+}
+
+impl Tree {
+    fn parents(&mut self, path: &str) {
+        let mut dir = Path::new(path).parent();
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            self.entries.entry(d.to_string_lossy().into_owned()).or_insert(Node::Dir);
+            dir = d.parent();
+        }
+    }
+
+    fn file(&mut self, path: &str, source: &Path, executable: bool) -> Result<()> {
+        self.parents(path);
+        self.entries.insert(path.into(), Node::File { source: source.to_path_buf(), executable });
+        Ok(())
+    }
+
+    fn text(&mut self, path: &str, text: &str, executable: bool) {
+        self.parents(path);
+        self.entries.insert(path.into(), Node::Text { text: text.into(), executable });
+    }
+
+    /// A program (or library) at `path` with the libraries it loads. A symlink on the host
+    /// (`iptables` → `/etc/alternatives/iptables` → `xtables-nft-multi`) becomes a symlink to
+    /// the real file, kept at its own path: multi-call programs dispatch on their name.
+    fn program(&mut self, path: &str, source: &Path) -> Result<()> {
+        let is_link = std::fs::symlink_metadata(source).is_ok_and(|m| m.file_type().is_symlink());
+        let real = source.canonicalize().with_context(|| format!("resolving {}", source.display()))?;
+        let real_guest = match is_link {
+            true => real.to_str().context("a non-UTF-8 path")?.trim_start_matches('/').to_string(),
+            false => path.to_string(),
+        };
+        if real_guest != path {
+            self.parents(path);
+            self.entries.insert(path.into(), Node::Symlink(format!("/{real_guest}")));
+        }
+        if self.entries.contains_key(&real_guest) {
+            return Ok(());
+        }
+        self.file(&real_guest, &real, true)
+    }
+
+    /// Adds the libraries every executable loads, asking ldd once for all of them (one ldd
+    /// per file took seconds for iptables' hundred extensions).
+    fn add_libraries(&mut self) -> Result<()> {
+        let executables: Vec<PathBuf> = self
+            .entries
+            .values()
+            .filter_map(|n| match n {
+                Node::File { source, executable: true } => Some(source.clone()),
+                _ => None,
+            })
+            .collect();
+        for lib in libraries_of(&executables)? {
+            // The loader's own path (/lib64/ld-linux-x86-64.so.2) must exist as named.
+            let named = lib.to_str().context("a non-UTF-8 path")?.trim_start_matches('/').to_string();
+            if !self.entries.contains_key(&named) {
+                self.program(&named, &lib)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A file or a whole directory, copied as it is.
+    fn copy_any(&mut self, source: &Path, path: &str) -> Result<()> {
+        let meta = std::fs::metadata(source).with_context(|| format!("reading {}", source.display()))?;
+        if meta.is_dir() {
+            self.parents(path);
+            self.entries.insert(path.into(), Node::Dir);
+            for entry in std::fs::read_dir(source)? {
+                let entry = entry?;
+                let name = entry.file_name();
+                self.copy_any(&entry.path(), &format!("{path}/{}", name.to_string_lossy()))?;
+            }
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            self.file(path, source, meta.permissions().mode() & 0o111 != 0)?;
+        }
+        Ok(())
+    }
+
+    fn write(&self, out: &Path) -> Result<()> {
+        let file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+        let mut w = cpio::Writer::new(std::io::BufWriter::new(file));
+        // BTreeMap order puts a directory before its contents.
+        for (path, node) in &self.entries {
+            match node {
+                Node::Dir => w.add(path, cpio::Entry::Dir)?,
+                Node::File { source, executable } => {
+                    let data =
+                        std::fs::read(source).with_context(|| format!("reading {}", source.display()))?;
+                    w.add(path, cpio::Entry::File { data: &data, executable: *executable })?
+                }
+                Node::Text { text, executable } => {
+                    w.add(path, cpio::Entry::File { data: text.as_bytes(), executable: *executable })?
+                }
+                Node::Symlink(target) => w.add(path, cpio::Entry::Symlink(target))?,
+            }
+        }
+        w.finish()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output_gives_every_library_and_the_loader() {
+        let text = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibzstd.so.1 => /lib/x86_64-linux-gnu/libzstd.so.1 (0x1)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x2)\n\t/lib64/ld-linux-x86-64.so.2 (0x3)\n";
+        assert_eq!(
+            parse_ldd(text),
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libzstd.so.1"),
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
+            ]
+        );
+        assert!(parse_ldd("\tnot a dynamic executable\n").is_empty());
+    }
+
+    #[test]
+    fn a_symlinked_tool_keeps_its_name_and_its_target() {
+        let mut tree = Tree::default();
+        tree.program("usr/sbin/sh-link", Path::new("/bin/sh")).unwrap();
+        let real = std::fs::canonicalize("/bin/sh").unwrap();
+        let real = real.to_str().unwrap().trim_start_matches('/');
+        assert!(matches!(tree.entries.get(real), Some(Node::File { .. })));
+        if real != "usr/sbin/sh-link" {
+            assert!(
+                matches!(tree.entries.get("usr/sbin/sh-link"), Some(Node::Symlink(t)) if t == &format!("/{real}"))
+            );
+        }
+        assert!(matches!(tree.entries.get("usr/sbin"), Some(Node::Dir)));
+    }
+}

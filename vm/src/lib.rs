@@ -1,0 +1,103 @@
+//! The kernel matrix's machinery: Debian kernels fetched and cached ([`kernel`]), the guest's
+//! userland built from the host's tools ([`initramfs`]), and one VM per kernel under qemu
+//! ([`boot`]) that runs packetproof command lines and hands their results back through a 9p
+//! share. Nothing here knows about scenarios or verdicts: the harness's `matrix` command does.
+
+mod cpio;
+mod guest;
+mod initramfs;
+mod kernel;
+mod modules;
+mod qemu;
+mod scratch;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+pub use guest::GuestRun;
+pub use initramfs::Payload;
+pub use kernel::{Kernel, cache_dir, get as kernel};
+pub use qemu::{Accel, Machine};
+pub use scratch::{Scratch, remove_stale as remove_stale_scratch};
+
+/// Why VMs cannot run here, if they cannot (no qemu).
+pub fn unavailable() -> Option<String> {
+    qemu::binary().is_none().then(|| "qemu-system-x86_64 is not installed (install qemu-system-x86)".into())
+}
+
+/// Builds the userland archive every VM of a run shares.
+pub fn build_userland(payload: &Payload<'_>, out: &Path) -> Result<()> {
+    initramfs::build(payload, out).context("building the guest's userland")
+}
+
+/// What one VM left behind: its console and, per run, its exit code and files.
+#[derive(Debug)]
+pub struct Booted {
+    pub console: String,
+    pub runs: Vec<RunResult>,
+}
+
+#[derive(Debug)]
+pub struct RunResult {
+    pub name: String,
+    /// `None` when the guest never finished the run (crashed, hung, killed).
+    pub exit_code: Option<i32>,
+    /// The run's directory on the host: output.txt and whatever the run wrote.
+    pub dir: PathBuf,
+}
+
+/// Boots `kernel` with `userland`, runs `runs` inside one after another, and returns their
+/// results, which stay in `share` (a directory of the caller's, usually a [`Scratch`]).
+pub fn boot(
+    kernel: &Kernel,
+    userland: &Path,
+    machine: &Machine,
+    runs: &[GuestRun],
+    share: &Path,
+) -> Result<Booted> {
+    let work = Scratch::new("boot")?;
+    let initrd = work.path().join("initrd.cpio");
+    concatenate(&[userland, &kernel.modules], &initrd)?;
+    std::fs::create_dir_all(share)?;
+    std::fs::write(share.join(guest::JOB_FILE), guest::job_script(runs))?;
+    let console = work.path().join("console.log");
+    let cmd = qemu::command(&kernel.vmlinuz, &initrd, share, &console, machine)?;
+    let ran = qemu::run(cmd, machine.limit);
+    let console = std::fs::read_to_string(&console).unwrap_or_default();
+    ran.with_context(|| {
+        format!("kernel {} ({}); console:\n{}", kernel.spec, kernel.version, tail(&console, 30))
+    })?;
+    let runs = runs
+        .iter()
+        .map(|run| {
+            let dir = share.join(&run.name);
+            let exit_code =
+                std::fs::read_to_string(dir.join("exit-code")).ok().and_then(|s| s.trim().parse().ok());
+            RunResult { name: run.name.clone(), exit_code, dir }
+        })
+        .collect();
+    Ok(Booted { console, runs })
+}
+
+/// Kills every running VM and removes this process's scratch directories: for an interrupt.
+pub fn abort_all() {
+    qemu::kill_all();
+    scratch::remove_own();
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Several cpio archives one after another: the kernel unpacks them all as one initramfs.
+fn concatenate(parts: &[&Path], out: &Path) -> Result<()> {
+    let mut file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    for part in parts {
+        let mut input = std::fs::File::open(part).with_context(|| format!("opening {}", part.display()))?;
+        std::io::copy(&mut input, &mut file).with_context(|| format!("copying {}", part.display()))?;
+    }
+    Ok(())
+}
