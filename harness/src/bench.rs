@@ -119,6 +119,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
             secondary_ips: vec![],
             pod_cidr: net("10.244.1.0/24"),
             second: None,
+            zone: None,
         },
         Node {
             name: "node-b".into(),
@@ -126,6 +127,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
             secondary_ips: vec![],
             pod_cidr: net("10.244.2.0/24"),
             second: None,
+            zone: None,
         },
     ];
     let pods = (0..8)

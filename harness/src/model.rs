@@ -146,6 +146,7 @@ impl Node {
     pub fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
         Node {
             second: None,
+            zone: None,
             name: name.to_string(),
             ip: ip.parse().unwrap(),
             secondary_ips: vec![],
@@ -212,6 +213,9 @@ pub struct Node {
     pub pod_cidr: IpNet,
     /// The node's address and pod CIDR of the cluster's second family (dual-stack clusters).
     pub second: Option<NodeSecond>,
+    /// The node's `topology.kubernetes.io/zone` label, which topology-aware routing compares
+    /// with endpoint hints.
+    pub zone: Option<String>,
 }
 
 /// A node's InternalIP and `spec.podCIDRs` entry of the cluster's second family.
@@ -572,7 +576,7 @@ impl Cluster {
                     (s.ip, s.pod_cidr)
                 };
                 let secondary_ips = n.secondary_ips.iter().copied().filter(of).collect();
-                Some(Node { name: n.name.clone(), ip, secondary_ips, pod_cidr, second: None })
+                Some(Node { name: n.name.clone(), ip, secondary_ips, pod_cidr, second: None, zone: n.zone.clone() })
             })
             .collect();
         let external_hosts = self
@@ -838,6 +842,7 @@ mod tests {
                     ip: ip("fd00:192:168:50::11"),
                     pod_cidr: net("fd00:10:244:1::/64"),
                 }),
+                zone: None,
             }],
             external_hosts: vec![ExternalHost {
                 name: "outside".into(),

@@ -133,6 +133,7 @@ fn list_selects_pages_and_reports_its_resource_version() {
                 secondary_ips: vec![],
                 pod_cidr: "10.244.1.0/24".parse().unwrap(),
                 second: None,
+                zone: None,
             })
         };
         store.replace(Kind::Node, vec![node("node-a"), node("node-b")]).unwrap();

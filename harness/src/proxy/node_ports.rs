@@ -123,6 +123,7 @@ mod tests {
     fn node() -> Node {
         Node {
             second: None,
+            zone: None,
             name: "node-a".into(),
             ip: "192.168.50.2".parse().unwrap(),
             secondary_ips: vec!["192.168.50.102".parse().unwrap()],
@@ -166,6 +167,7 @@ mod tests {
     fn v6_node() -> Node {
         Node {
             second: None,
+            zone: None,
             name: "node-a".into(),
             ip: "fd00:192:168:50::2".parse().unwrap(),
             secondary_ips: vec!["fd00:192:168:50::102".parse().unwrap()],

@@ -70,7 +70,9 @@ pub fn node(object: &K8sNode, primary: IpFamily) -> Result<Node> {
         (Some(ip), Some(pod_cidr)) => Some(NodeSecond { ip, pod_cidr }),
         _ => None,
     };
-    Ok(Node { name, ip, secondary_ips: Vec::new(), pod_cidr, second })
+    // The zone label, as kube-proxy reads it for topology (pkg/proxy/topology.go).
+    let zone = object.metadata.labels.as_ref().and_then(|l| l.get("topology.kubernetes.io/zone")).cloned();
+    Ok(Node { name, ip, secondary_ips: Vec::new(), pod_cidr, second, zone })
 }
 
 /// The cluster as one node's proxy sees it: itself, and every Service with its endpoints,

@@ -296,10 +296,8 @@ fn read_nodes(
     diag: &mut Diagnostics,
 ) -> Registry<Node> {
     let list = FieldPath::parse("spec.nodes");
+    // None is fine here when Node objects follow (`node_objects` checks that some node exists).
     let mut nodes: Registry<Node> = Registry::new("node");
-    if count == 0 {
-        diag.value(site, &list, "at least one node is required");
-    }
     for i in 0..count {
         let path = list.index(i);
         let Some(spec) = typed::<NodeSpec>(site, &path, diag) else {
@@ -357,6 +355,7 @@ fn read_nodes(
                 secondary_ips,
                 pod_cidr: *pod_cidr,
                 second: None,
+                zone: None,
             }),
             ([Some(ip), Some(ip2)], [Some(pod_cidr), Some(cidr2)], Some(secondary_ips))
                 if networks.is_dual() =>
@@ -367,6 +366,7 @@ fn read_nodes(
                     secondary_ips,
                     pod_cidr: *pod_cidr,
                     second: Some(NodeSecond { ip: *ip2, pod_cidr: *cidr2 }),
+                    zone: None,
                 })
             }
             _ => None,
@@ -403,7 +403,7 @@ fn read_secondary_ips(
     ips
 }
 
-fn check_node_pod_cidr(
+pub(super) fn check_node_pod_cidr(
     site: &Site<'_>,
     path: &FieldPath,
     cidr: &IpNet,
@@ -577,7 +577,7 @@ fn check_families(
 
 /// Parses an address that must be a usable host address of `network` (when that is known).
 /// Returns the address even when it is outside, so later checks can still use it.
-fn host_ip(
+pub(super) fn host_ip(
     site: &Site<'_>,
     path: &FieldPath,
     text: &str,

@@ -110,6 +110,7 @@ mod tests {
             secondary_ips: vec![],
             pod_cidr: "10.244.1.0/24".parse().unwrap(),
             second: None,
+            zone: None,
         };
         let object: k8s_openapi::api::core::v1::Node = serde_json::from_value(node_object(&node)).unwrap();
         let status = object.status.unwrap();

@@ -91,6 +91,7 @@ mod tests {
                 ip: "fd00:50::11".parse().unwrap(),
                 pod_cidr: "fd00:10:244:1::/64".parse().unwrap(),
             }),
+            zone: None,
         }
     }
 
