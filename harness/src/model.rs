@@ -576,7 +576,14 @@ impl Cluster {
                     (s.ip, s.pod_cidr)
                 };
                 let secondary_ips = n.secondary_ips.iter().copied().filter(of).collect();
-                Some(Node { name: n.name.clone(), ip, secondary_ips, pod_cidr, second: None, zone: n.zone.clone() })
+                Some(Node {
+                    name: n.name.clone(),
+                    ip,
+                    secondary_ips,
+                    pod_cidr,
+                    second: None,
+                    zone: n.zone.clone(),
+                })
             })
             .collect();
         let external_hosts = self

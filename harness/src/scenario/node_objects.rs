@@ -17,7 +17,7 @@ use super::error::{Diagnostics, Site};
 use super::names::check_name;
 use super::net::{cidr_at, parse_cidr, parse_ip};
 use super::objects::{Kind, Parsed, Unparsed};
-use super::registry::Registry;
+use super::registry::{Lookup, Registry};
 use super::scenario_doc::{Networks, check_node_pod_cidr, host_ip};
 use super::yaml::FieldPath;
 
@@ -42,7 +42,9 @@ pub(crate) fn read(
         }
     }
     for object in objects {
-        let node = read_one(object, networks, nodes, addresses, diag);
+        // A second definition is reported as such, not as a node whose addresses are taken.
+        let duplicate = !matches!(nodes.get(&object.name), Lookup::Missing);
+        let node = if duplicate { None } else { read_one(object, networks, nodes, addresses, diag) };
         nodes.define(&object.name, node, &object.site, &FieldPath::parse("metadata.name"), diag);
     }
     if let Some(site) = scenario
@@ -102,7 +104,8 @@ fn read_one(
     let mut cidrs = Vec::new();
     let given = pod_cidrs(site, diag)?;
     for family in &families {
-        let Some((at, text)) = given.iter().find(|(_, t)| parse_cidr(t).is_ok_and(|c| IpFamily::of_net(&c) == *family))
+        let Some((at, text)) =
+            given.iter().find(|(_, t)| parse_cidr(t).is_ok_and(|c| IpFamily::of_net(&c) == *family))
         else {
             diag.value(
                 site,

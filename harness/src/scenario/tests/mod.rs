@@ -12,6 +12,7 @@ mod happy;
 mod ipv6;
 mod kubernetes;
 mod lists;
+mod nodes;
 mod probes;
 mod served;
 mod slices;
