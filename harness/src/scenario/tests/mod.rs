@@ -8,6 +8,7 @@ mod dual_stack;
 mod external;
 mod fields;
 mod flows;
+mod fuzz;
 mod happy;
 mod ipv6;
 mod kubernetes;

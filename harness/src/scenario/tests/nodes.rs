@@ -140,7 +140,12 @@ fn a_node_without_an_address_or_pod_cidr_of_a_family_is_refused_at_the_node() {
         "Node node-a: status.addresses",
         "Node node-a has no IPv6 InternalIP (nor ExternalIP)",
     );
-    assert_has(&errs, at_in(&text, "spec:\n  podCIDR:", "podCIDR"), "Node node-a: spec", "Node node-a has no IPv6 pod CIDR");
+    assert_has(
+        &errs,
+        at_in(&text, "spec:\n  podCIDR:", "podCIDR"),
+        "Node node-a: spec",
+        "Node node-a has no IPv6 pod CIDR",
+    );
 }
 
 #[test]
