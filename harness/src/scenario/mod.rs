@@ -35,6 +35,7 @@ mod names;
 mod net;
 mod node_objects;
 mod objects;
+mod peek;
 mod pods;
 mod probes;
 mod proxy_config;
@@ -58,6 +59,7 @@ use anyhow::{Context as _, bail};
 use crate::model::Scenario;
 
 pub use error::{ScenarioError, ScenarioErrors};
+pub use peek::{Peek, peek};
 
 /// Reads and validates one scenario file.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {
