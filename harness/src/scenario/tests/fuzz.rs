@@ -332,7 +332,8 @@ fn mutate_text(rng: &mut Rng, text: &mut String) {
             let mut lines: Vec<String> = text.lines().map(String::from).collect();
             if let Some(line) = lines.get_mut(rng.below(text.lines().count().max(1))) {
                 if rng.chance(2) {
-                    line.insert_str(0, rng.pick(&[" ", "  ", "\t"]));
+                    const PADS: [&str; 3] = [" ", "  ", "\t"];
+                    line.insert_str(0, PADS[rng.below(PADS.len())]);
                 } else {
                     *line = line.trim_start_matches(' ').to_string();
                 }
