@@ -411,9 +411,9 @@ fn check(text: &str) -> Result<bool, String> {
     if errors.is_empty() {
         return Err("refused without an error".into());
     }
-    // Lines as YAML counts them (a lone CR breaks a line too); the end of a text that ends
-    // with a line break is on the line after it.
-    let lines = text.replace("\r\n", "\n").chars().filter(|&c| c == '\n' || c == '\r').count() + 1;
+    // Lines as YAML counts them (a lone CR breaks a line too), and one more: saphyr puts the
+    // end of the input on the line after the last, even without a final line break.
+    let lines = text.replace("\r\n", "\n").chars().filter(|&c| c == '\n' || c == '\r').count() + 2;
     for e in &errors {
         if e.file != Path::new(FILE) || e.line == 0 || e.line > lines || e.column == 0 || e.message.is_empty()
         {
