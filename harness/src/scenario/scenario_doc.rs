@@ -535,13 +535,12 @@ fn check_families(
     if networks.is_dual() {
         for (name, n) in [(ips_name, ips.len()), (cidrs_name, cidrs.len())] {
             if n == 1 {
+                // No primary family when no network lists a valid pair (reported there).
+                let first = families.first().map(|f| format!(" ({f} first)")).unwrap_or_default();
                 diag.value(
                     site,
                     &path.key(name),
-                    format!(
-                        "the cluster is dual-stack: a node needs {name} with one entry per family ({} first)",
-                        families[0]
-                    ),
+                    format!("the cluster is dual-stack: a node needs {name} with one entry per family{first}"),
                 );
             }
         }

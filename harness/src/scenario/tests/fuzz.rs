@@ -492,3 +492,11 @@ fn a_million_inputs() {
         started.elapsed()
     );
 }
+
+/// Found by the million run (seed 1, case 122184): a dual-stack cluster whose networks give no
+/// primary family, and a node with one address, panicked naming the primary family.
+#[test]
+fn a_dual_stack_cluster_without_a_primary_family_is_refused_not_a_panic() {
+    let text = super::WEB.replacen("podCIDR: 10.244.0.0/16", "podCIDR: [10.244.0.0/16, 10.0.0.0/8]", 1);
+    assert_eq!(check(&text), Ok(true));
+}
