@@ -158,11 +158,11 @@ impl Node {
     pub fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
         Node {
             second: None,
+            zone: None,
             name: name.to_string(),
             ip: ip.parse().unwrap(),
             secondary_ips: vec![],
             pod_cidr: pod_cidr.parse().unwrap(),
-            zone: None,
         }
     }
 }

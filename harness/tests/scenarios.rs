@@ -2,13 +2,20 @@
 //! real packets. A scenario for a built-in proxy runs against every proxy of `EVERY_PROXY`
 //! (each under its own profile); one that names an adapter (`ruleset`, `command`) runs with it.
 //!
-//! Filtering works as usual (`cargo test --test scenarios -- kube-dns`). Without root, every
+//! Filtering works as usual (`cargo test --test scenarios -- kube-dns`), and so does `cargo
+//! nextest run`, which lists the trials and then runs each as `--exact NAME` in a process of
+//! its own: names come from a glance at each file (`scenario::peek`), and a process asked for
+//! one trial reads only that trial's file, so the suite costs one check per trial, not one
+//! per trial and file (`protocol.rs` proves it by running this binary as nextest does).
+//! Without root, every
 //! trial is reported as ignored with the reason printed first; with
 //! `PACKETPROOF_REQUIRE_PRIVILEGES=1` (set by `.ci/run`) that is a failure instead, so a CI
 //! machine that lost its privileges cannot pass by skipping everything.
 
-use std::path::Path;
+#[path = "scenarios/protocol.rs"]
+mod protocol;
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -28,13 +35,45 @@ const EVERY_PROXY: &[&str] = &[
     proxy::apiserver::REFERENCE_NFTABLES,
 ];
 
-/// The proxies `file` runs against: `None` is its own choice.
-fn proxies_of(file: &Path) -> Vec<Option<&'static str>> {
-    let own = scenario::load(file).ok().map(|s| s.proxy.name);
-    match own {
+/// The proxies a file runs against (`None` is its own choice), from its `spec.proxy`.
+fn proxies_of(peeked: &scenario::Peek) -> Vec<Option<&'static str>> {
+    match &peeked.proxy {
         Some(name) if !name.starts_with("builtin-") => vec![None],
         _ => EVERY_PROXY.iter().map(|p| Some(*p)).collect(),
     }
+}
+
+/// Why `file` cannot run on this host, if so. Only a file that names SCTP needs its whole
+/// check for that: only SCTP probes depend on the host's kernel.
+fn unsupported(file: &Path, peeked: &scenario::Peek) -> Option<String> {
+    if !peeked.names_sctp {
+        return None;
+    }
+    load(file).ok().and_then(|s| runner::unsupported(&s))
+}
+
+/// With `--exact NAME`, as nextest runs one trial, only the file NAME comes from is read.
+fn only_named(files: Vec<PathBuf>, args: &Arguments) -> Vec<PathBuf> {
+    let Some(name) = args.filter.as_deref().filter(|_| args.exact) else { return files };
+    let stem = name.split_once(" [").map_or(name, |(stem, _)| stem);
+    files.into_iter().filter(|f| f.file_stem().is_some_and(|s| s == stem)).collect()
+}
+
+/// `PACKETPROOF_TRACE_LOADS=1` prints every file read, the evidence `protocol.rs` checks.
+fn trace(what: &str, file: &Path) {
+    if std::env::var_os(protocol::TRACE_ENV).is_some() {
+        eprintln!("{} {what} {}", protocol::TRACE_PREFIX, file.display());
+    }
+}
+
+fn peek(file: &Path) -> scenario::Peek {
+    trace("peek", file);
+    scenario::peek(file)
+}
+
+fn load(file: &Path) -> Result<Scenario, scenario::ScenarioErrors> {
+    trace("load", file);
+    scenario::load(file)
 }
 
 fn main() {
@@ -45,28 +84,33 @@ fn main() {
     netns::install_interrupt_handler();
     let suite =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
-    let files = scenario::discover(&[suite]).expect("listing scenarios/");
+    let files = only_named(scenario::discover(&[suite]).expect("listing scenarios/"), &args);
     let skip_reason = runner::preflight();
     let require = packetproof::privileges::required();
     if let Some(reason) = &skip_reason {
         eprintln!("packetproof: scenarios cannot run here: {reason}");
+    } else if args.list {
+        // Listing runs nothing, so it leaves other runs' namespaces alone.
     } else if let Ok(stale) = netns::cleanup(false) {
         for name in stale {
             eprintln!("packetproof: removed namespace {name} left by an earlier run");
         }
     }
-    let trials = files
+    let mut trials: Vec<Trial> = files
         .into_iter()
-        .flat_map(|file| proxies_of(&file).into_iter().map(move |proxy| (file.clone(), proxy)))
-        .map(|(file, proxy)| {
+        .flat_map(|file| {
+            let peeked = peek(&file);
+            // A scenario this host cannot run (e.g. SCTP without SCTP sockets) is ignored with its
+            // reason printed: libtest-mimic cannot turn a running trial into a skipped one.
+            let unsupported = unsupported(&file, &peeked);
+            proxies_of(&peeked).into_iter().map(move |proxy| (file.clone(), proxy, unsupported.clone()))
+        })
+        .map(|(file, proxy, unsupported)| {
             let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             let name = match proxy {
                 Some(p) => format!("{stem} [{p}]"),
                 None => stem,
             };
-            // A scenario this host cannot run (e.g. SCTP without SCTP sockets) is ignored with its
-            // reason printed: libtest-mimic cannot turn a running trial into a skipped one.
-            let unsupported = scenario::load(&file).ok().and_then(|s| runner::unsupported(&s));
             if let Some(why) = &unsupported {
                 eprintln!("packetproof: {name} skipped: {why}");
             }
@@ -76,6 +120,7 @@ fn main() {
                 .with_ignored_flag(ignored)
         })
         .collect();
+    trials.push(protocol::trial(skip_reason.is_none()));
     let conclusion = libtest_mimic::run(&args, trials);
     if let Err(e) = write_reports() {
         eprintln!("packetproof: {e:#}");
@@ -99,7 +144,7 @@ fn run_trial(file: &Path, proxy: Option<&str>, missing_privileges: Option<&str>)
     if let Some(reason) = missing_privileges {
         return Err(format!("{}=1 but {reason}", packetproof::privileges::REQUIRE_ENV).into());
     }
-    let scenario = scenario::load(file).map_err(|errors| Failed::from(errors.to_string()))?;
+    let scenario = load(file).map_err(|errors| Failed::from(errors.to_string()))?;
     let artifacts = artifacts_dir().join(proxy.unwrap_or(&scenario.proxy.name));
     let options = RunOptions { artifacts: Some(artifacts), ..RunOptions::default() };
     let choice = proxy.map(ProxyChoice::named);

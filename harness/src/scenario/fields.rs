@@ -1,4 +1,4 @@
-//! Which fields of a Service, an EndpointSlice and a Pod change what a service proxy does, and
+//! Which fields of a Service, an EndpointSlice, a Pod and a Node change what a service proxy does, and
 //! the refusal of those the model does not hold: a proxy that honours such a field would be
 //! failed, and one that ignores it would pass, so `check` says "not modelled" instead.
 //!
@@ -64,6 +64,19 @@
 //! | `spec.hostNetwork` | refused (`pods.rs`) | — (the endpoint is the node's address) |
 //! | `status.conditions[type=Ready]`, `status.phase` | modelled | EndpointSlice controller |
 //! | `spec.hostname`, `spec.subdomain` | irrelevant (endpoint hostname) | — |
+//!
+//! ## Node (read by kube-proxy about its own node, and by the harness to build the nodes: `node_objects.rs`)
+//! | field | outcome | read by |
+//! |---|---|---|
+//! | `metadata.name` | modelled | server.go (`--hostname-override`), endpointslicecache.go (isLocal) |
+//! | `status.addresses[type=InternalIP]`, then `[type=ExternalIP]` | modelled: the first of each family is the node IP; further InternalIPs are secondary addresses | server.go getNodeIPs, pkg/util/node GetNodeHostIPs |
+//! | `status.addresses[type=ExternalIP]` besides the node IP | irrelevant: a cloud's NAT address, not on the node | — |
+//! | `spec.podCIDR`, `spec.podCIDRs` | modelled (the node's pod bridge; `--detect-local-mode=NodeCIDR`) | server_linux.go waitForPodCIDR, node.go NodePodCIDRHandler |
+//! | `metadata.labels["topology.kubernetes.io/zone"]` | modelled (`Node::zone`) | topology.go (the proxier's nodeLabels) |
+//! | other `metadata.labels` (e.g. `node.kubernetes.io/exclude-from-external-load-balancers`) | irrelevant: v1.30's proxy reads no other label (that one is the cloud service controller's, whose result is the load balancer) | — |
+//! | `metadata.deletionTimestamp` | **refused** | healthcheck/proxier_health.go SyncNode (the node turns ineligible: `/healthz` 503) |
+//! | `spec.taints[key=ToBeDeletedByClusterAutoscaler]` | **refused** | healthcheck/proxier_health.go SyncNode |
+//! | other `spec.taints`, `spec.unschedulable`, `status` other than addresses | irrelevant | — |
 
 use serde_json::Value;
 
@@ -75,6 +88,8 @@ use super::yaml::FieldPath;
 const SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
 /// kube-proxy watches only objects without this label (the controller marks headless ones).
 const HEADLESS: &str = "service.kubernetes.io/headless";
+/// The cluster autoscaler's taint on a node it is removing (healthcheck/proxier_health.go).
+const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 /// Reports every field of the object that a proxy acts on and the model does not hold.
 pub(crate) fn refuse_unmodelled(kind: Kind, site: &Site<'_>, diag: &mut Diagnostics) {
@@ -111,7 +126,37 @@ pub(crate) fn refuse_unmodelled(kind: Kind, site: &Site<'_>, diag: &mut Diagnost
                 }
             }
         }
+        Kind::Node => refuse_node_fields(site, diag),
         Kind::Pod | Kind::Scenario => {}
+    }
+}
+
+/// What makes kube-proxy's health server call its node ineligible (proxier_health.go SyncNode),
+/// so `/healthz` answers 503 and load balancers drain the node.
+fn refuse_node_fields(site: &Site<'_>, diag: &mut Diagnostics) {
+    let value = &site.doc.value;
+    let deletion = FieldPath::parse("metadata.deletionTimestamp");
+    if set(deletion.lookup(value)) {
+        diag.key(
+            site,
+            &deletion,
+            "a Node being deleted is not modelled: kube-proxy's /healthz then answers 503 so load balancers \
+             drain the node (remove deletionTimestamp)",
+        );
+    }
+    let taints = value.pointer("/spec/taints").and_then(Value::as_array).map_or(0, Vec::len);
+    for i in 0..taints {
+        let key = FieldPath::parse("spec.taints").index(i).key("key");
+        if key.lookup(value).and_then(Value::as_str) == Some(TO_BE_DELETED_TAINT) {
+            diag.value(
+                site,
+                &key,
+                format!(
+                    "the taint {TO_BE_DELETED_TAINT} is not modelled: kube-proxy's /healthz then answers 503 \
+                     so load balancers drain the node (remove it)"
+                ),
+            );
+        }
     }
 }
 

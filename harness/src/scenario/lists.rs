@@ -1,5 +1,5 @@
-//! `kind: List` documents, which `kubectl get svc,endpointslices,pods -o yaml` prints, and the
-//! typed lists the API server returns (`ServiceList`, `EndpointSliceList`, `PodList`): each item
+//! `kind: List` documents, which `kubectl get nodes,svc,endpointslices,pods -o yaml` prints, and the
+//! typed lists the API server returns (`ServiceList`, `EndpointSliceList`, `PodList`, `NodeList`): each item
 //! becomes a document of its own, read as if written alone, with its own lines and columns. A
 //! typed list's items may leave out `kind` and `apiVersion`, which the list implies.
 
@@ -24,6 +24,7 @@ const LISTS: &[ListKind] = &[
         item: Some(("EndpointSlice", "discovery.k8s.io/v1")),
     },
     ListKind { kind: "PodList", api_version: "v1", item: Some(("Pod", "v1")) },
+    ListKind { kind: "NodeList", api_version: "v1", item: Some(("Node", "v1")) },
 ];
 
 /// `docs` with every list replaced by its items, in order.

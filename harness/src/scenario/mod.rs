@@ -1,8 +1,9 @@
 //! Scenario files → a validated [`crate::model::Scenario`], with compiler-style errors.
 //!
 //! A file is multi-document YAML: one `kind: Scenario` document (cluster shape, nodes, probes)
-//! plus plain Kubernetes objects (Service, EndpointSlice, Pod) as `kubectl get -o yaml` prints
-//! them, alone or in a `kind: List` (`lists`). Every field a proxy acts on is modelled or
+//! plus plain Kubernetes objects (Service, EndpointSlice, Pod, Node) as `kubectl get -o yaml`
+//! prints them, alone or in a `kind: List` (`lists`); Node objects may stand for `spec.nodes`
+//! (`node_objects`). Every field a proxy acts on is modelled or
 //! refused (`fields` holds the audit). Every error points at a line, column and field, and as
 //! many as can be found without cascading are reported at once.
 //!
@@ -35,7 +36,9 @@ mod host_routes;
 mod lists;
 mod names;
 mod net;
+mod node_objects;
 mod objects;
+mod peek;
 mod pods;
 mod probes;
 mod proxy_config;
@@ -59,6 +62,7 @@ use anyhow::{Context as _, bail};
 use crate::model::Scenario;
 
 pub use error::{ScenarioError, ScenarioErrors};
+pub use peek::{Peek, peek};
 
 /// Reads and validates one scenario file.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {

@@ -4,7 +4,7 @@
 //! kind, so both are checked here: `kind` is required and dispatched on, and a field of the
 //! input that does not survive a deserialize/serialize round trip is reported as unknown.
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -16,7 +16,7 @@ use super::fields;
 use super::spec;
 use super::yaml::{Document, FieldPath};
 
-const SUPPORTED: &str = "Scenario, Step, Service, EndpointSlice, Pod, and List of them";
+const SUPPORTED: &str = "Scenario, Step, Service, EndpointSlice, Pod, Node, and List of them";
 
 /// One parsed Kubernetes object and where it came from.
 pub(crate) struct Parsed<'a, T> {
@@ -40,6 +40,7 @@ pub(crate) enum Kind {
     Service,
     EndpointSlice,
     Pod,
+    Node,
 }
 
 impl Kind {
@@ -49,6 +50,7 @@ impl Kind {
             "Service" => Kind::Service,
             "EndpointSlice" => Kind::EndpointSlice,
             "Pod" => Kind::Pod,
+            "Node" => Kind::Node,
             _ => return None,
         })
     }
@@ -56,7 +58,7 @@ impl Kind {
     fn api_version(self) -> &'static str {
         match self {
             Kind::Scenario => spec::API_VERSION,
-            Kind::Service | Kind::Pod => "v1",
+            Kind::Service | Kind::Pod | Kind::Node => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
         }
     }
@@ -67,6 +69,7 @@ impl Kind {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Pod => "Pod",
+            Kind::Node => "Node",
         }
     }
 }
@@ -78,6 +81,7 @@ pub(crate) struct Classified<'a> {
     pub services: Vec<Parsed<'a, Service>>,
     pub slices: Vec<Parsed<'a, EndpointSlice>>,
     pub pods: Vec<Parsed<'a, Pod>>,
+    pub nodes: Vec<Parsed<'a, Node>>,
     pub unparsed: Vec<Unparsed<'a>>,
     /// `metadata.name` of documents whose kind is missing or unsupported: whatever they were
     /// meant to be, references to them must not add errors.
@@ -118,6 +122,7 @@ impl<'a> Classified<'a> {
                 parse_as(&site, diag).map(|o| self.slices.push(Parsed::new(o, &site, &namespace)))
             }
             Kind::Pod => parse_as(&site, diag).map(|o| self.pods.push(Parsed::new(o, &site, &namespace))),
+            Kind::Node => parse_as(&site, diag).map(|o| self.nodes.push(Parsed::new(o, &site, &namespace))),
         };
         match parsed {
             Some(()) => fields::refuse_unmodelled(kind, &site, diag),
@@ -135,6 +140,8 @@ fn namespace_of(doc: &Document) -> String {
 /// How messages name an object: `Service kube-system/kube-dns`.
 fn label(kind: Kind, doc: &Document, name: &Option<String>) -> String {
     match name {
+        // Cluster-scoped.
+        Some(n) if kind == Kind::Node => format!("Node {n}"),
         Some(n) => format!("{} {}/{n}", kind.name(), namespace_of(doc)),
         None => format!("{} <no name>", kind.name()),
     }

@@ -67,6 +67,11 @@ impl<T> Registry<T> {
         }
     }
 
+    /// Some definition could not be read (see [`Registry::mark_incomplete`]).
+    pub fn is_incomplete(&self) -> bool {
+        self.incomplete
+    }
+
     pub fn mark_incomplete(&mut self) {
         self.incomplete = true;
     }

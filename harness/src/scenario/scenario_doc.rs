@@ -297,10 +297,8 @@ fn read_nodes(
     diag: &mut Diagnostics,
 ) -> Registry<Node> {
     let list = FieldPath::parse("spec.nodes");
+    // None is fine here when Node objects follow (`node_objects` checks that some node exists).
     let mut nodes: Registry<Node> = Registry::new("node");
-    if count == 0 {
-        diag.value(site, &list, "at least one node is required");
-    }
     for i in 0..count {
         let path = list.index(i);
         let Some(spec) = typed::<NodeSpec>(site, &path, diag) else {
@@ -406,7 +404,7 @@ fn read_secondary_ips(
     ips
 }
 
-fn check_node_pod_cidr(
+pub(super) fn check_node_pod_cidr(
     site: &Site<'_>,
     path: &FieldPath,
     cidr: &IpNet,
@@ -540,13 +538,12 @@ fn check_families(
     if networks.is_dual() {
         for (name, n) in [(ips_name, ips.len()), (cidrs_name, cidrs.len())] {
             if n == 1 {
+                // No primary family when no network lists a valid pair (reported there).
+                let first = families.first().map(|f| format!(" ({f} first)")).unwrap_or_default();
                 diag.value(
                     site,
                     &path.key(name),
-                    format!(
-                        "the cluster is dual-stack: a node needs {name} with one entry per family ({} first)",
-                        families[0]
-                    ),
+                    format!("the cluster is dual-stack: a node needs {name} with one entry per family{first}"),
                 );
             }
         }
@@ -582,7 +579,7 @@ fn check_families(
 
 /// Parses an address that must be a usable host address of `network` (when that is known).
 /// Returns the address even when it is outside, so later checks can still use it.
-fn host_ip(
+pub(super) fn host_ip(
     site: &Site<'_>,
     path: &FieldPath,
     text: &str,

@@ -46,6 +46,8 @@ pub(crate) struct Sections {
     pub cluster: IgnoredAny,
     #[allow(dead_code)]
     pub proxy_config: Option<IgnoredAny>,
+    /// May be left out when Node objects follow (`node_objects.rs`).
+    #[serde(default)]
     pub nodes: Vec<IgnoredAny>,
     #[serde(default)]
     pub external_hosts: Vec<IgnoredAny>,

@@ -13,7 +13,7 @@ use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
-use super::{defaults, derive, flows, held, pods, probes, scenario_doc, services};
+use super::{defaults, derive, flows, held, node_objects, pods, probes, scenario_doc, services};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
     let (first, step_docs) = steps::split(docs);
@@ -96,6 +96,15 @@ fn assemble<'a>(
         None => scenario_doc::read(document, &mut addresses, diag),
         Some(_) => scenario_doc::read(document, &mut addresses, &mut Diagnostics::new(source.into())),
     };
+    node_objects::read(
+        &classified.nodes,
+        &classified.unparsed,
+        doc.site.as_ref().filter(|_| step.is_none()),
+        &doc.networks,
+        &mut doc.nodes,
+        &mut addresses,
+        diag,
+    );
     if let Some(step) = step {
         doc.probes = step.probes.clone();
         doc.flows = None;

@@ -89,7 +89,7 @@ fn every_document_needs_a_kind() {
         &errs,
         at(&text, "apiVersion: v1\nmetadata:\n  name: client"),
         "kind",
-        "required field `kind` is missing (supported kinds: Scenario, Step, Service, EndpointSlice, Pod, and List of them)",
+        "required field `kind` is missing (supported kinds: Scenario, Step, Service, EndpointSlice, Pod, Node, and List of them)",
     );
     // The unreadable pod may be the one the probe means: no second error about it.
     assert_eq!(errs.len(), 1, "{errs:?}");
@@ -102,7 +102,7 @@ fn unsupported_kinds_are_named() {
         &errors(&text),
         at(&text, "Deployment"),
         "kind",
-        "unsupported kind \"Deployment\" (supported kinds: Scenario, Step, Service, EndpointSlice, Pod, and List of them)",
+        "unsupported kind \"Deployment\" (supported kinds: Scenario, Step, Service, EndpointSlice, Pod, Node, and List of them)",
     );
 }
 
@@ -174,7 +174,7 @@ fn documents_must_be_mappings() {
         &errors(&text),
         at(&text, "- just"),
         "kind",
-        "a document must be a mapping with apiVersion and kind (supported kinds: Scenario, Step, Service, EndpointSlice, Pod, and List of them)",
+        "a document must be a mapping with apiVersion and kind (supported kinds: Scenario, Step, Service, EndpointSlice, Pod, Node, and List of them)",
     );
 }
 
