@@ -12,7 +12,7 @@ use crate::model::{Life, Phase, Probe, Protocol, Scenario, Source, Target};
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
 use crate::proxy::{Env, Proxy, Running, State};
-use crate::topology::{NODE_UPLINK, POD_BRIDGE, POD_INTERFACE, Topology};
+use crate::topology::{NODE_UPLINK, POD_INTERFACE, Topology};
 use crate::traffic::Attempt;
 use crate::traffic::client::SourcePorts;
 use crate::traffic::handmade::Martian;
@@ -240,7 +240,7 @@ fn start_captures(topology: &Topology) -> Result<Vec<(String, Capture)>> {
         captures.push((format!("node/{}", node.name), Capture::start(&node.netns, NODE_UPLINK)?));
         captures.push((format!("node/{}/lo", node.name), Capture::start(&node.netns, "lo")?));
         // Where a local pod's traffic reaches a host-network endpoint of its own node.
-        captures.push((format!("bridge/{}", node.name), Capture::start(&node.netns, POD_BRIDGE)?));
+        captures.push((format!("bridge/{}", node.name), Capture::start(&node.netns, &topology.pod_bridge)?));
     }
     Ok(captures)
 }

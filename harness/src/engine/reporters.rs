@@ -14,7 +14,7 @@ use crate::runner::{Outcome, ScenarioReport};
 /// What a person watching `packetproof run` reads.
 pub struct TerminalReport {
     paint: Paint,
-    progress: Option<Progress>,
+    progress: RunProgress,
     /// The closing line, once the suite finished: `N passed, N failed, N skipped in Ts`.
     pub summary: Option<Summary>,
 }
@@ -31,20 +31,16 @@ pub struct Summary {
 
 impl TerminalReport {
     pub fn new(paint: Paint) -> TerminalReport {
-        TerminalReport { paint, progress: None, summary: None }
+        TerminalReport { paint, progress: RunProgress::new(paint), summary: None }
     }
 }
 
 impl Reporter for TerminalReport {
     fn event(&mut self, event: &Event<'_>) -> Result<Control> {
         match event {
-            Event::SuiteStarted { total } => self.progress = Some(Progress::new(*total, self.paint)),
-            Event::ScenarioStarted { scenario, .. } => {
-                if let Some(p) = &self.progress {
-                    p.started(&scenario.name);
-                }
+            Event::SuiteStarted { .. } | Event::ScenarioStarted { .. } | Event::ProbeJudged { .. } => {
+                self.progress.event(event)?;
             }
-            Event::ProbeJudged { .. } => {}
             Event::ScenarioFinished { scenario, result, done, total, .. } => {
                 let text = match result {
                     Ok(report) => scenario_text(report, scenario, *done, *total, self.paint),
@@ -55,14 +51,10 @@ impl Reporter for TerminalReport {
                         scenario.source.display()
                     ),
                 };
-                if let Some(p) = &self.progress {
-                    p.finished(&scenario.name, &text);
-                }
+                self.progress.finished(&scenario.name, &text);
             }
             Event::SuiteFinished { results, elapsed } => {
-                if let Some(p) = self.progress.take() {
-                    p.finish();
-                }
+                self.progress.event(event)?;
                 let errors = results.iter().filter(|(_, r)| r.is_err()).count();
                 let reports: Vec<&ScenarioReport> = results.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
                 let summary = Summary {
@@ -143,6 +135,13 @@ impl RunProgress {
     pub fn new(paint: Paint) -> RunProgress {
         RunProgress { paint, progress: None }
     }
+
+    /// `name` ended; `text` goes to stdout above the bar.
+    fn finished(&self, name: &str, text: &str) {
+        if let Some(p) = &self.progress {
+            p.finished(name, text);
+        }
+    }
 }
 
 impl Reporter for RunProgress {
@@ -154,11 +153,7 @@ impl Reporter for RunProgress {
                     p.started(&scenario.name);
                 }
             }
-            Event::ScenarioFinished { scenario, .. } => {
-                if let Some(p) = &self.progress {
-                    p.finished(&scenario.name, "");
-                }
-            }
+            Event::ScenarioFinished { scenario, .. } => self.finished(&scenario.name, ""),
             Event::SuiteFinished { .. } => {
                 if let Some(p) = self.progress.take() {
                     p.finish();

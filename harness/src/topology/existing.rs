@@ -20,8 +20,8 @@ use anyhow::{Context, Result, bail};
 
 use super::links::Links;
 use super::netns::Netns;
-use super::{NODE_UPLINK, NodeHandle, POD_INTERFACE, Topology, on_node, sysctl};
-use crate::model::{Cluster, Node, Pod, bridge_address};
+use super::{NODE_UPLINK, NodeHandle, Topology, on_node, sysctl, wire_pod};
+use crate::model::{Cluster, Node, bridge_address};
 
 /// Where an existing node's network namespace is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,6 +302,7 @@ pub(super) async fn build(cluster: &Cluster, nodes: &NodeMap, prefix: &str, inde
         nodes: Vec::new(),
         pods: BTreeMap::new(),
         external_hosts: BTreeMap::new(),
+        pod_bridge: format!("{}b", link_tag(index)),
         created: Vec::new(),
         additions: Some(Additions::default()),
     };
@@ -344,7 +345,7 @@ async fn wire(topo: &Topology, cluster: &Cluster, tag: &str) -> Result<()> {
         }
         let links = Links::connect(ns).await?;
         let uplink = links.index(NODE_UPLINK).await?;
-        let bridge = format!("{tag}b");
+        let bridge = topo.pod_bridge.clone();
         additions.push(Undo::Link { netns: ns.clone(), name: bridge.clone() });
         let cni0 = links.bridge(&bridge).await?;
         for (_, node) in on_node(&views, &node.name) {
@@ -374,24 +375,9 @@ async fn wire(topo: &Topology, cluster: &Cluster, tag: &str) -> Result<()> {
         }
         for (j, pod) in cluster.pods.iter().filter(|p| p.node == node.name).enumerate() {
             let pod_ns = &topo.pods[&pod.name];
-            let pod_links = Links::connect(pod_ns).await?;
-            pod_links.loopback_up().await?;
-            sysctl::host_defaults(pod_ns)?;
             let host_side = format!("{tag}v{j}");
             additions.push(Undo::Link { netns: ns.clone(), name: host_side.clone() });
-            pod_links.veth_into(POD_INTERFACE, &host_side, ns).await?;
-            links.attach(&host_side, cni0, true).await?;
-            let eth0 = pod_links.index(POD_INTERFACE).await?;
-            let families: Vec<(&Pod, &Node)> = on_node(&views, &node.name)
-                .filter_map(|(view, node)| Some((view.pod(&pod.name)?, node)))
-                .collect();
-            for (pod, node) in &families {
-                pod_links.address(eth0, pod.ip, node.pod_cidr.prefix_len()).await?;
-            }
-            pod_links.up(eth0).await?;
-            for (_, node) in &families {
-                pod_links.default_route(bridge_address(&node.pod_cidr), eth0).await?;
-            }
+            wire_pod(&links, ns, cni0, pod_ns, &host_side, &views, pod, node).await?;
         }
     }
     Ok(())

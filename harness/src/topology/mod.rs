@@ -51,6 +51,9 @@ pub struct Topology {
     pub nodes: Vec<NodeHandle>,
     pub pods: BTreeMap<String, Netns>,
     pub external_hosts: BTreeMap<String, Netns>,
+    /// The name of the bridge the pods hang off on every node (`cni0`; on existing nodes a
+    /// name of this run's own, beside the cluster's CNI).
+    pub pod_bridge: String,
     /// Every namespace made, in creation order, for teardown.
     created: Vec<Netns>,
     /// On existing nodes: what was added to them, undone after the namespaces go.
@@ -66,6 +69,7 @@ impl Topology {
             nodes: Vec::new(),
             pods: BTreeMap::new(),
             external_hosts: BTreeMap::new(),
+            pod_bridge: POD_BRIDGE.into(),
             created: Vec::new(),
             additions: None,
         };
@@ -159,24 +163,7 @@ impl Topology {
 
             for (j, pod) in cluster.pods.iter().filter(|p| p.node == node.name).enumerate() {
                 let pod_ns = &self.pods[&pod.name];
-                let pod_links = Links::connect(pod_ns).await?;
-                pod_links.loopback_up().await?;
-                sysctl::host_defaults(pod_ns)?;
-                let host_side = format!("veth{j}");
-                pod_links.veth_into(POD_INTERFACE, &host_side, ns).await?;
-                // Kubelet turns hairpin on so a pod can reach itself through its Service.
-                links.attach(&host_side, cni0, true).await?;
-                let eth0 = pod_links.index(POD_INTERFACE).await?;
-                let families: Vec<(&Pod, &Node)> = on_node(&views, &node.name)
-                    .filter_map(|(view, node)| Some((view.pod(&pod.name)?, node)))
-                    .collect();
-                for (pod, node) in &families {
-                    pod_links.address(eth0, pod.ip, node.pod_cidr.prefix_len()).await?;
-                }
-                pod_links.up(eth0).await?;
-                for (_, node) in &families {
-                    pod_links.default_route(bridge_address(&node.pod_cidr), eth0).await?;
-                }
+                wire_pod(&links, ns, cni0, pod_ns, &format!("veth{j}"), &views, pod, node).await?;
             }
         }
 
@@ -269,6 +256,38 @@ impl Drop for Topology {
 }
 
 /// Each family view that has node `name`, with the node as that view has it.
+/// Plugs `pod` into its node as a bridged CNI does: a veth whose node side `host_side` joins
+/// the bridge `cni0` (hairpin on, as kubelet sets it, so a pod can reach itself through its
+/// Service), the pod's address of every family and default routes via the bridge.
+#[allow(clippy::too_many_arguments)]
+async fn wire_pod(
+    links: &Links,
+    node_ns: &netns::Netns,
+    cni0: u32,
+    pod_ns: &netns::Netns,
+    host_side: &str,
+    views: &[Cluster],
+    pod: &Pod,
+    node: &Node,
+) -> Result<()> {
+    let pod_links = Links::connect(pod_ns).await?;
+    pod_links.loopback_up().await?;
+    sysctl::host_defaults(pod_ns)?;
+    pod_links.veth_into(POD_INTERFACE, host_side, node_ns).await?;
+    links.attach(host_side, cni0, true).await?;
+    let eth0 = pod_links.index(POD_INTERFACE).await?;
+    let families: Vec<(&Pod, &Node)> =
+        on_node(views, &node.name).filter_map(|(view, node)| Some((view.pod(&pod.name)?, node))).collect();
+    for (pod, node) in &families {
+        pod_links.address(eth0, pod.ip, node.pod_cidr.prefix_len()).await?;
+    }
+    pod_links.up(eth0).await?;
+    for (_, node) in &families {
+        pod_links.default_route(bridge_address(&node.pod_cidr), eth0).await?;
+    }
+    Ok(())
+}
+
 fn on_node<'a>(views: &'a [Cluster], name: &'a str) -> impl Iterator<Item = (&'a Cluster, &'a Node)> + 'a {
     views.iter().filter_map(move |v| Some((v, v.node(name)?)))
 }
