@@ -170,6 +170,9 @@ impl Prober {
         let timeout = self.timeout;
         self.thread.run(move || {
             let mut stream = std::net::TcpStream::connect_timeout(&dst, timeout)?;
+            // As a one-shot probe does: the pod's server answers, then echoes until we close.
+            stream.shutdown(std::net::Shutdown::Write)?;
+            stream.set_read_timeout(Some(timeout))?;
             let mut buf = Vec::new();
             stream.read_to_end(&mut buf)
         })
