@@ -68,11 +68,7 @@ impl ClusterProxy {
     /// proxy is judged by; default `kubernetes`), `metricsPort` (a number, or null for
     /// none; default 10249), `syncTimeoutSeconds`.
     pub fn from_options(options: &Value) -> Result<ClusterProxy> {
-        if let Some(unknown) =
-            options.as_object().into_iter().flatten().map(|(k, _)| k).find(|k| !OPTIONS.contains(&k.as_str()))
-        {
-            bail!("proxy {NAME} has no option {unknown:?} (options: {})", OPTIONS.join(", "));
-        }
+        super::options::refuse_unknown(NAME, options, OPTIONS)?;
         let kubeconfig = match options.get("kubeconfig") {
             Some(Value::String(path)) => PathBuf::from(path),
             Some(other) => bail!("option `kubeconfig` must be a path, not {other}"),
@@ -80,14 +76,7 @@ impl ClusterProxy {
                 format!("proxy {NAME} needs the cluster's kubeconfig: option `kubeconfig` or env KUBECONFIG")
             })?,
         };
-        let profile = match options.get("profile") {
-            None => Profile::Kubernetes,
-            Some(v) => v
-                .as_str()
-                .context("option `profile` must be a string")?
-                .parse()
-                .map_err(|e| anyhow::anyhow!("option `profile`: {e}"))?,
-        };
+        let profile = super::options::profile(options, Profile::Kubernetes)?;
         let mut proxy = ClusterProxy::new(kubeconfig, profile);
         match options.get("metricsPort") {
             None => {}

@@ -15,6 +15,7 @@ pub mod kube;
 mod loader;
 pub mod nftables;
 pub mod node_ports;
+mod options;
 mod programmed;
 pub mod ruleset;
 #[cfg(test)]

@@ -144,26 +144,10 @@ impl ApiServerProxy {
                 Duration::from_secs(v.as_u64().context("option `syncTimeoutSeconds` must be a number")?)
             }
         };
-        let profile = match options.get("profile") {
-            // kube-proxy configured by the file is judged by its mode's choices.
-            None if writes_config => mode_profile(mode),
-            None => Profile::Kubernetes,
-            Some(v) => v
-                .as_str()
-                .context("option `profile` must be a string")?
-                .parse()
-                .map_err(|e| anyhow::anyhow!("option `profile`: {e}"))?,
-        };
-        let unknown: Vec<&String> = options
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-            .filter(|k| !OPTIONS.contains(&k.as_str()))
-            .collect();
-        if !unknown.is_empty() {
-            bail!("proxy {NAME} has no option {unknown:?} (options: {})", OPTIONS.join(", "));
-        }
+        // kube-proxy configured by the file is judged by its mode's choices.
+        let default_profile = if writes_config { mode_profile(mode) } else { Profile::Kubernetes };
+        let profile = super::options::profile(options, default_profile)?;
+        super::options::refuse_unknown(NAME, options, OPTIONS)?;
         Ok(ApiServerProxy {
             name: NAME.into(),
             template,
