@@ -19,6 +19,7 @@
 
 mod addresses;
 mod affinity;
+mod backend_names;
 mod claims;
 mod de;
 mod defaults;

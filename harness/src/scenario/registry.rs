@@ -117,6 +117,16 @@ impl<T> Registry<T> {
         format!("no {} named {name:?} in the scenario (known: {})", self.what, known(self.names()))
     }
 
+    /// Every name with where it is defined, in file order.
+    pub fn names_with_places(&self) -> impl Iterator<Item = (&str, Pos)> {
+        self.entries.iter().map(|e| (e.name.as_str(), e.defined_at))
+    }
+
+    /// How messages call the thing (`Pod`, `node`, ...).
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|e| e.name.as_str())
     }

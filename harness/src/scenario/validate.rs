@@ -13,7 +13,7 @@ use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
-use super::{defaults, derive, flows, held, node_objects, pods, probes, scenario_doc, services};
+use super::{backend_names, defaults, derive, flows, held, node_objects, pods, probes, scenario_doc, services};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
     let (first, step_docs) = steps::split(docs);
@@ -116,6 +116,14 @@ fn assemble<'a>(
         &doc.nodes,
         doc.networks.is_dual(),
         &mut addresses,
+        diag,
+    );
+    backend_names::refuse_shared(
+        &[
+            backend_names::Kind::of(&pods.registry),
+            backend_names::Kind::of(&doc.nodes),
+            backend_names::Kind::of(&doc.external_hosts),
+        ],
         diag,
     );
     let mut services =

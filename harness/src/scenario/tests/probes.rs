@@ -274,3 +274,20 @@ fn at_least_one_probe() {
         "at least one probe is required (or generate them with flows: {all: true})",
     );
 }
+
+#[test]
+fn a_name_shared_by_two_kinds_of_backend_is_refused_where_it_is_defined_second() {
+    let text = edit(WEB, "{name: outside, ip", "{name: web-a, ip");
+    let text = edit(&text, "from: {external: outside}", "from: {external: web-a}");
+    let errors = parse_errors(&text);
+    let host_line = at(&text, "{name: web-a, ip").0;
+    assert_only(
+        &errors,
+        at_in(&text, "metadata: {name: web-a,", "web-a"),
+        "Pod web-a: name",
+        &format!(
+            "\"web-a\" is also the name of the external host on line {host_line}: backends answer with their bare name, \
+             so an answer from either could not be told apart; rename one"
+        ),
+    );
+}
