@@ -299,8 +299,8 @@ fn diff(
     for choice in [left, right] {
         proxy::build(choice, Path::new("."))?;
     }
-    for stale in netns::cleanup(false)? {
-        eprintln!("packetproof: removed namespace {stale} left by an earlier run");
+    for stale in crate::topology::remove_leftovers(false)? {
+        eprintln!("packetproof: removed {stale}, left by an earlier run");
     }
     let engine = Engine { options: options.clone(), jobs };
     let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
@@ -321,8 +321,8 @@ fn run(
     if let Some(choice) = proxy_override {
         proxy::build(choice, Path::new("."))?;
     }
-    for stale in netns::cleanup(false)? {
-        eprintln!("packetproof: removed namespace {stale} left by an earlier run");
+    for stale in crate::topology::remove_leftovers(false)? {
+        eprintln!("packetproof: removed {stale}, left by an earlier run");
     }
     let engine = Engine { options: options.clone(), jobs: jobs.unwrap_or_else(Engine::default_jobs) };
     let mut terminal = TerminalReport::new(paint);
@@ -426,11 +426,11 @@ fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_nam
 }
 
 fn cleanup(all: bool) -> Result<i32> {
-    let removed = netns::cleanup(all)?;
-    for name in &removed {
-        println!("removed {name}");
+    let removed = crate::topology::remove_leftovers(all)?;
+    for what in &removed {
+        println!("removed {what}");
     }
-    println!("{} namespaces removed", removed.len());
+    println!("{} leftovers removed", removed.len());
     Ok(EXIT_PASS)
 }
 

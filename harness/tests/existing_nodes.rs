@@ -236,6 +236,45 @@ fn ctrl_c_during_a_run_leaves_the_nodes_and_the_api_as_found() {
     assert_same(&before, &after);
 }
 
+/// A run killed outright (SIGKILL: no handler runs) leaves its additions behind; its journal
+/// lets `packetproof cleanup` take back every one of them, objects in the API included.
+#[test]
+fn cleanup_takes_back_what_a_killed_run_added_to_the_nodes_and_the_api() {
+    let kind = best_nodes();
+    if !can_run(kind) {
+        return;
+    }
+    let scenario = scenario();
+    let rt = runtime();
+    let stand_ins = StandIns::start(&scenario.cluster, kind, &node_proxy(&[]), rt.handle()).unwrap();
+    let before = stand_ins.snapshot().unwrap();
+    let artifacts = std::env::temp_dir().join(format!("pp-existing-kill-{}", std::process::id()));
+    let mut child = run_command(&stand_ins, &artifacts).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stand_ins.store.list(Kind::Service).1.len() + stand_ins.store.list(Kind::EndpointSlice).1.len() < 4
+    {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it was killed");
+        assert!(Instant::now() < deadline, "the run never wrote its objects");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_ne!(stand_ins.snapshot().unwrap(), before, "a killed run left nothing to take back");
+    let metrics = stand_ins.metrics();
+    let cleaned = unix_now();
+    let out = Command::new(env!("CARGO_BIN_EXE_packetproof")).arg("cleanup").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("removed the additions of"), "{stdout}");
+    assert_eq!(stand_ins.store.list(Kind::Service).1.len(), 0, "packetproof's Services left in the API");
+    assert_eq!(stand_ins.store.list(Kind::EndpointSlice).1.len(), 0, "packetproof's slices left in the API");
+    stand_ins.wait_synced(cleaned, metrics).unwrap();
+    let after = stand_ins.snapshot().unwrap();
+    stand_ins.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&artifacts);
+    assert_same(&before, &after);
+}
+
 #[test]
 fn a_step_reaches_the_nodes_through_the_clusters_api_and_a_proxy_that_keeps_stale_entries_is_caught() {
     let kind = best_nodes();

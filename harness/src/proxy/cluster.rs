@@ -28,6 +28,7 @@ use crate::apiserver::Kind;
 use crate::oracle::Profile;
 use crate::topology::NodeHandle;
 use crate::topology::existing::{Additions, Undo};
+use crate::topology::journal;
 
 pub const NAME: &str = "cluster";
 /// The label every object packetproof writes carries; objects without it are never changed.
@@ -267,6 +268,22 @@ async fn apply(client: &Client, key: &Key, object: &Value, new: bool) -> Result<
 }
 
 /// Deletes one object packetproof wrote; one already gone is fine.
+/// Deletes an object a run killed outright wrote (from its journal: `packetproof cleanup`).
+pub(crate) fn delete_leftover(kubeconfig: &std::path::Path, kind: &str, namespace: &str, name: &str) -> Result<()> {
+    let kind = [Kind::Service, Kind::EndpointSlice]
+        .into_iter()
+        .find(|k| k.kind() == kind)
+        .with_context(|| format!("a journal names an object of kind {kind:?}, which packetproof never writes"))?;
+    let key = Key { kind, namespace: namespace.to_string(), name: name.to_string() };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting a runtime to delete leftover objects")?;
+    let proxy = ClusterProxy::new(kubeconfig.to_path_buf(), Profile::Kubernetes);
+    let client = proxy.client(runtime.handle())?;
+    runtime.block_on(delete(&client, &key))
+}
+
 async fn delete(client: &Client, key: &Key) -> Result<()> {
     let params = DeleteParams::default();
     let result = match key.kind {
@@ -340,6 +357,17 @@ impl ClusterRunning<'_> {
             Some(_) => Vec::new(),
             None => self.nodes.iter().map(|n| rules(n).unwrap_or_default()).collect(),
         };
+        // Written down before they are written, for a run killed outright (`cleanup` removes them).
+        if let Some(additions) = &self.additions {
+            for (key, _) in changed.iter().filter(|(k, _)| !current.contains_key(k)) {
+                additions.write_down(&journal::Entry::ApiObject {
+                    kubeconfig: self.proxy.kubeconfig.clone(),
+                    kind: key.kind.kind().to_string(),
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                });
+            }
+        }
         let pushed = sync::unix_now();
         let client = self.client.clone();
         let written = Arc::clone(&self.written);

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 
+use super::journal::{self, Journal};
 use super::links::Links;
 use super::netns::Netns;
 use super::{NODE_UPLINK, NodeHandle, Topology, on_node, sysctl, wire_pod};
@@ -165,6 +166,40 @@ pub enum Undo {
 }
 
 impl Undo {
+    /// How the journal writes it down; `None` for what a path cannot name (a hook).
+    fn entry(&self) -> Option<journal::Entry> {
+        Some(match self {
+            Undo::Link { netns, name } => journal::Entry::Link { netns: netns.path(), name: name.clone() },
+            Undo::Route { netns, args } => journal::Entry::Route { netns: netns.path(), args: args.clone() },
+            Undo::Sysctl { netns, key, value } => {
+                journal::Entry::Sysctl { netns: netns.path(), key: key.clone(), value: value.clone() }
+            }
+            Undo::Hook(_) => return None,
+        })
+    }
+
+    /// The undo a journal entry names, in its namespace if that still exists.
+    fn from_entry(entry: journal::Entry) -> Result<Option<Undo>> {
+        let open = |path: &std::path::Path| match Netns::open_path(path) {
+            Ok(ns) => Ok(Some(ns)),
+            // The node (container) is gone, and what was added to it with it.
+            Err(_) if !path.exists() => Ok(None),
+            Err(e) => Err(e),
+        };
+        Ok(match entry {
+            journal::Entry::Link { netns, name } => open(&netns)?.map(|netns| Undo::Link { netns, name }),
+            journal::Entry::Route { netns, args } => open(&netns)?.map(|netns| Undo::Route { netns, args }),
+            journal::Entry::Sysctl { netns, key, value } => {
+                open(&netns)?.map(|netns| Undo::Sysctl { netns, key, value })
+            }
+            journal::Entry::ApiObject { kubeconfig, kind, namespace, name } => {
+                Some(Undo::Hook(Box::new(move || {
+                    crate::proxy::cluster::delete_leftover(&kubeconfig, &kind, &namespace, &name)
+                })))
+            }
+        })
+    }
+
     fn run(self) -> Result<()> {
         match self {
             Undo::Link { netns, name } => tolerate_gone(netns.exec("ip", &["link", "del", &name], None)),
@@ -218,9 +253,20 @@ impl Default for Additions {
 
 impl Additions {
     /// Records an addition; call it before making the addition, so an interrupt in between
-    /// still undoes it (undoing what is not there is tolerated).
+    /// still undoes it (undoing what is not there is tolerated). It is also written to the
+    /// journal, for a run killed outright ([`undo_orphans`]).
     pub fn push(&self, undo: Undo) {
+        if let Some(entry) = undo.entry() {
+            self.write_down(&entry);
+        }
         pending().entry(self.id).or_default().push(undo);
+    }
+
+    /// Writes down, for a run killed outright, an addition a [`Undo::Hook`] takes back.
+    pub(crate) fn write_down(&self, entry: &journal::Entry) {
+        if let Err(e) = Journal::new(self.id).append(entry) {
+            eprintln!("packetproof: {e:#} (a run killed outright could not take this addition back)");
+        }
     }
 
     /// Undoes everything recorded, newest first; reports the first failure but tries all.
@@ -231,11 +277,14 @@ impl Additions {
     /// Drops the record without undoing it (its owner took everything back itself).
     pub fn forget(self) {
         pending().remove(&self.id);
+        Journal::new(self.id).close();
     }
 
     fn undo_now(&self) -> Result<()> {
         let undos = pending().remove(&self.id).unwrap_or_default();
-        run_all(undos)
+        let undone = run_all(undos);
+        Journal::new(self.id).close();
+        undone
     }
 }
 
@@ -259,12 +308,33 @@ fn run_all(undos: Vec<Undo>) -> Result<()> {
 
 /// Undoes every live record; for Ctrl-C and fatal paths.
 pub fn undo_all() {
-    let all: Vec<Vec<Undo>> = std::mem::take(&mut *pending()).into_values().collect();
-    for undos in all {
-        if let Err(e) = run_all(undos) {
-            eprintln!("packetproof: undoing additions to existing nodes: {e:#}");
+    let all: Vec<(u64, Vec<Undo>)> = std::mem::take(&mut *pending()).into_iter().collect();
+    for (id, undos) in all {
+        match run_all(undos) {
+            Ok(()) => Journal::new(id).close(),
+            Err(e) => eprintln!("packetproof: undoing additions to existing nodes: {e:#}"),
         }
     }
+}
+
+/// Takes back what runs killed outright added to existing nodes (all runs' but this one's with
+/// `include_live`), newest first; returns each journal undone, with how many additions it held.
+pub fn undo_orphans(include_live: bool) -> Result<Vec<String>> {
+    let mut undone = Vec::new();
+    for orphan in journal::orphans(include_live)? {
+        let count = orphan.entries.len();
+        let undos = orphan
+            .entries
+            .into_iter()
+            .map(Undo::from_entry)
+            .filter_map(Result::transpose)
+            .collect::<Result<Vec<_>>>()
+            .with_context(|| format!("reading {}", orphan.path.display()))?;
+        run_all(undos).with_context(|| format!("undoing {}", orphan.path.display()))?;
+        let _ = std::fs::remove_file(&orphan.path);
+        undone.push(format!("{} ({count} additions)", orphan.path.display()));
+    }
+    Ok(undone)
 }
 
 /// A short tag for the links of one topology, unique per process and topology

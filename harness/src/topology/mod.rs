@@ -11,6 +11,7 @@
 
 pub mod control_plane;
 pub mod existing;
+pub(crate) mod journal;
 mod links;
 pub mod netns;
 pub mod stand_in;
@@ -26,6 +27,14 @@ use ipnet::IpNet;
 use crate::model::{Cluster, Node, Pod, Source, bridge_address};
 use links::Links;
 pub use netns::Netns;
+
+/// Removes what runs no longer alive left behind (every run's with `include_live`): their
+/// namespaces, and their additions to existing nodes. Returns what was removed, for the user.
+pub fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
+    let namespaces = netns::cleanup(include_live)?.into_iter().map(|name| format!("namespace {name}"));
+    let additions = existing::undo_orphans(include_live)?.into_iter().map(|j| format!("the additions of {j}"));
+    Ok(namespaces.chain(additions).collect())
+}
 
 /// A node namespace, as handed to a proxy to program.
 #[derive(Debug, Clone)]
