@@ -8,8 +8,13 @@ use crate::oracle::Profile;
 
 /// Refuses every key of `options` that is not in `known`, naming them all and what is accepted.
 pub(crate) fn refuse_unknown(proxy: &str, options: &Value, known: &[&str]) -> Result<()> {
-    let unknown: Vec<&String> =
-        options.as_object().into_iter().flatten().map(|(k, _)| k).filter(|k| !known.contains(&k.as_str())).collect();
+    let unknown: Vec<&String> = options
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .filter(|k| !known.contains(&k.as_str()))
+        .collect();
     if !unknown.is_empty() {
         bail!("proxy {proxy} has no option {unknown:?} (options: {})", known.join(", "));
     }
@@ -44,7 +49,9 @@ mod tests {
     #[test]
     fn profile_defaults_and_refuses_non_strings() {
         assert_eq!(profile(&json!({}), Profile::Kubernetes).unwrap(), Profile::Kubernetes);
-        assert!(profile(&json!({"profile": 3}), Profile::Kubernetes).unwrap_err().to_string().contains("string"));
+        assert!(
+            profile(&json!({"profile": 3}), Profile::Kubernetes).unwrap_err().to_string().contains("string")
+        );
         assert!(profile(&json!({"profile": "nonsense"}), Profile::Kubernetes).is_err());
     }
 }

@@ -21,11 +21,26 @@ const DIR: &str = "/run/packetproof/additions";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "undo", rename_all = "camelCase")]
 pub enum Entry {
-    Link { netns: PathBuf, name: String },
-    Route { netns: PathBuf, args: Vec<String> },
-    Sysctl { netns: PathBuf, key: String, value: String },
+    Link {
+        netns: PathBuf,
+        name: String,
+    },
+    Route {
+        netns: PathBuf,
+        args: Vec<String>,
+    },
+    Sysctl {
+        netns: PathBuf,
+        key: String,
+        value: String,
+    },
     /// An object written through the cluster's API: `kind` as `Kind::kind` names it.
-    ApiObject { kubeconfig: PathBuf, kind: String, namespace: String, name: String },
+    ApiObject {
+        kubeconfig: PathBuf,
+        kind: String,
+        namespace: String,
+        name: String,
+    },
 }
 
 /// The journal of one record of additions.
@@ -120,7 +135,11 @@ mod tests {
         // A pid that cannot be alive (above pid_max's ceiling) owns it.
         let path = dir.join("4194305-7");
         let entries = vec![
-            Entry::Sysctl { netns: "/proc/1/ns/net".into(), key: "net.ipv4.ip_forward".into(), value: "0".into() },
+            Entry::Sysctl {
+                netns: "/proc/1/ns/net".into(),
+                key: "net.ipv4.ip_forward".into(),
+                value: "0".into(),
+            },
             Entry::Link { netns: "/proc/1/ns/net".into(), name: "ppabcx0br".into() },
             Entry::Route { netns: "/proc/1/ns/net".into(), args: vec!["10.244.2.0/24".into()] },
             Entry::ApiObject {
