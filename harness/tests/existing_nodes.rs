@@ -199,8 +199,23 @@ fn a_mutant_installed_as_the_nodes_proxy_is_caught_and_the_nodes_are_left_as_fou
     assert_same(&before, &after);
 }
 
-#[test]
-fn ctrl_c_during_a_run_leaves_the_nodes_and_the_api_as_found() {
+/// `packetproof run` against the stand-ins, returned once it has wired its pods and written
+/// every object (two Services, two slices): it then waits for the nodes' proxies or sends probes.
+fn started_and_written(stand_ins: &StandIns, artifacts: &Path) -> std::process::Child {
+    let mut child = run_command(stand_ins, artifacts).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stand_ins.store.list(Kind::Service).1.len() + stand_ins.store.list(Kind::EndpointSlice).1.len() < 4
+    {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its objects were written");
+        assert!(Instant::now() < deadline, "the run never wrote its objects");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Runs the scenario against stand-ins, stops it with `stop` once its objects are written, and
+/// requires the nodes and the API as they were found once the nodes' proxies have synced.
+fn stopped_run_leaves_nothing(label: &str, stop: impl FnOnce(&mut std::process::Child, &StandIns)) {
     let kind = best_nodes();
     if !can_run(kind) {
         return;
@@ -209,70 +224,52 @@ fn ctrl_c_during_a_run_leaves_the_nodes_and_the_api_as_found() {
     let rt = runtime();
     let stand_ins = StandIns::start(&scenario.cluster, kind, &node_proxy(&[]), rt.handle()).unwrap();
     let before = stand_ins.snapshot().unwrap();
-    let artifacts = std::env::temp_dir().join(format!("pp-existing-ctrl-c-{}", std::process::id()));
-    let mut child = run_command(&stand_ins, &artifacts).spawn().unwrap();
-    // Interrupted once it has wired its pods and written every object (two Services, two
-    // slices): it then waits for the nodes' proxies or sends probes.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stand_ins.store.list(Kind::Service).1.len() + stand_ins.store.list(Kind::EndpointSlice).1.len() < 4
-    {
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before it was interrupted");
-        assert!(Instant::now() < deadline, "the run never wrote its objects");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let artifacts = std::env::temp_dir().join(format!("pp-existing-{label}-{}", std::process::id()));
+    let mut child = started_and_written(&stand_ins, &artifacts);
     let metrics = stand_ins.metrics();
-    let interrupted = unix_now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT)
-        .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{status}");
+    let stopped = unix_now();
+    stop(&mut child, &stand_ins);
     assert_eq!(stand_ins.store.list(Kind::Service).1.len(), 0, "packetproof's Services left in the API");
     assert_eq!(stand_ins.store.list(Kind::EndpointSlice).1.len(), 0, "packetproof's slices left in the API");
     // The nodes' proxies remove the rules of the deleted objects.
-    stand_ins.wait_synced(interrupted, metrics).unwrap();
+    stand_ins.wait_synced(stopped, metrics).unwrap();
     let after = stand_ins.snapshot().unwrap();
     stand_ins.stop().unwrap();
     let _ = std::fs::remove_dir_all(&artifacts);
     assert_same(&before, &after);
 }
 
+#[test]
+fn ctrl_c_during_a_run_leaves_the_nodes_and_the_api_as_found() {
+    stopped_run_leaves_nothing("ctrl-c", |child, _| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "{status}");
+    });
+}
+
 /// A run killed outright (SIGKILL: no handler runs) leaves its additions behind; its journal
 /// lets `packetproof cleanup` take back every one of them, objects in the API included.
 #[test]
 fn cleanup_takes_back_what_a_killed_run_added_to_the_nodes_and_the_api() {
-    let kind = best_nodes();
-    if !can_run(kind) {
-        return;
-    }
-    let scenario = scenario();
-    let rt = runtime();
-    let stand_ins = StandIns::start(&scenario.cluster, kind, &node_proxy(&[]), rt.handle()).unwrap();
-    let before = stand_ins.snapshot().unwrap();
-    let artifacts = std::env::temp_dir().join(format!("pp-existing-kill-{}", std::process::id()));
-    let mut child = run_command(&stand_ins, &artifacts).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stand_ins.store.list(Kind::Service).1.len() + stand_ins.store.list(Kind::EndpointSlice).1.len() < 4
-    {
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before it was killed");
-        assert!(Instant::now() < deadline, "the run never wrote its objects");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_ne!(stand_ins.snapshot().unwrap(), before, "a killed run left nothing to take back");
-    let metrics = stand_ins.metrics();
-    let cleaned = unix_now();
-    let out = Command::new(env!("CARGO_BIN_EXE_packetproof")).arg("cleanup").output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("removed the additions of"), "{stdout}");
-    assert_eq!(stand_ins.store.list(Kind::Service).1.len(), 0, "packetproof's Services left in the API");
-    assert_eq!(stand_ins.store.list(Kind::EndpointSlice).1.len(), 0, "packetproof's slices left in the API");
-    stand_ins.wait_synced(cleaned, metrics).unwrap();
-    let after = stand_ins.snapshot().unwrap();
-    stand_ins.stop().unwrap();
-    let _ = std::fs::remove_dir_all(&artifacts);
-    assert_same(&before, &after);
+    stopped_run_leaves_nothing("kill", |child, stand_ins| {
+        let before_kill = stand_ins.store.list(Kind::Service).1.len();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            stand_ins.store.list(Kind::Service).1.len(),
+            before_kill,
+            "a killed run cleaned up after itself"
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_packetproof")).arg("cleanup").output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("removed the additions of"), "{stdout}");
+    });
 }
 
 #[test]
