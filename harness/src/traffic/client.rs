@@ -201,11 +201,11 @@ fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
         let src = SocketAddr::new(unspecified(dst.ip()), source_port);
         let request =
             (speech == Speech::Plain(Protocol::Udp)).then(|| NEXT_REQUEST.fetch_add(1, Ordering::Relaxed));
-        let result = match (speech, request) {
-            (Speech::Plain(Protocol::Tcp), _) => tcp(src, dst, timeout, b"", answer),
-            (Speech::HttpGet, _) => tcp(src, dst, timeout, HTTP_GET, http_answer),
-            (Speech::Plain(Protocol::Udp), id) => udp(src, dst, timeout, id.unwrap_or_default()),
-            (Speech::Plain(Protocol::Sctp), _) => super::sctp::attempt(src, dst, timeout),
+        let result = match speech {
+            Speech::Plain(Protocol::Tcp) => tcp(src, dst, timeout, b"", answer),
+            Speech::HttpGet => tcp(src, dst, timeout, HTTP_GET, http_answer),
+            Speech::Plain(Protocol::Udp) => udp(src, dst, timeout, request.unwrap_or_default()),
+            Speech::Plain(Protocol::Sctp) => super::sctp::attempt(src, dst, timeout),
         };
         let attempt = match result {
             Ok(attempt) => attempt,
