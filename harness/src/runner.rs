@@ -440,11 +440,13 @@ fn judge_phase(
         .zip(expectations)
         .zip(sent)
         .map(|((probe, expected), SentProbe { dst, sent, window, faults, held })| {
+            // Probes run one after another: each is judged on what the wire carried meanwhile.
+            let during = evidence.during(&window);
+            // An answer that came after the client's wait is an answer, not a drop.
+            let sent = verdict::late::reconcile(probe, dst, sent, evidence, &window);
             let mut v =
                 verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
             v.failures.extend(faults);
-            // Probes run one after another: each is judged on what the wire carried meanwhile.
-            let during = evidence.during(&window);
             match (held, &expected.outcome) {
                 (Some((pod, backend, seen)), oracle::Outcome::Answered { translated_by, .. }) => {
                     let flow = verdict::held::HeldFlow {
@@ -533,7 +535,7 @@ fn send_probes(
                 }
                 None => {
                     let reason = format!("{opener} holds no connection (it was never answered)");
-                    let sent = Sent { source_port: 0, attempt: Attempt::Broken { reason } };
+                    let sent = Sent { source_port: 0, request: None, attempt: Attempt::Broken { reason } };
                     (SocketAddr::from(([0, 0, 0, 0], 0)), vec![sent], Vec::new(), None)
                 }
             };

@@ -41,7 +41,12 @@ impl Links {
         Ok(Links { handle, netns: ns.name().to_string(), connection: tokio::spawn(connection) })
     }
 
-    fn context(&self, what: &str) -> String {
+    /// The netlink handle, for queries this module has no verb for (topology/ready.rs).
+    pub(super) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    pub(super) fn context(&self, what: &str) -> String {
         format!("{what} in namespace {}", self.netns)
     }
 

@@ -14,6 +14,7 @@ pub mod existing;
 pub(crate) mod journal;
 mod links;
 pub mod netns;
+mod ready;
 pub mod stand_in;
 mod sysctl;
 
@@ -97,6 +98,7 @@ impl Topology {
             topo.external_hosts.insert(host.name.clone(), ns);
         }
         topo.wire(cluster).await?;
+        topo.wait_until_ready().await?;
         Ok(topo)
     }
 
@@ -106,6 +108,15 @@ impl Topology {
         let index = NEXT_TOPOLOGY.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("{}{index}-", netns::process_prefix());
         existing::build(cluster, nodes, &prefix, index).await
+    }
+
+    /// Returns once the kernel has acted on every link's carrier in every namespace made (see
+    /// [`ready`]): a probe sent earlier can vanish at a bridge port not yet forwarding.
+    async fn wait_until_ready(&self) -> Result<()> {
+        for ns in &self.created {
+            ready::wait_until_ready(&Links::connect(ns).await?).await?;
+        }
+        Ok(())
     }
 
     fn create(&mut self, name: &str) -> Result<Netns> {

@@ -4,7 +4,7 @@
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -99,8 +99,14 @@ pub enum Pace {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
     pub source_port: u16,
+    /// The id its request carried (UDP), which the server's answer echoes: the key to its
+    /// answer on the wire when several attempts share a source port.
+    pub request: Option<u64>,
     pub attempt: Attempt,
 }
+
+/// Request ids, unique within the process, so an answer names its attempt in every capture.
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
 /// Sends probes from one namespace.
 pub struct Prober {
@@ -157,6 +163,7 @@ impl Prober {
                     .map(|h| {
                         h.join().unwrap_or_else(|_| Sent {
                             source_port: 0,
+                            request: None,
                             attempt: Attempt::Broken { reason: "the attempt's thread panicked".into() },
                         })
                     })
@@ -192,10 +199,12 @@ fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
         tried += 1;
         source_port = plan.source_port.unwrap_or_else(|| ports.next());
         let src = SocketAddr::new(unspecified(dst.ip()), source_port);
+        let request =
+            (speech == Speech::Plain(Protocol::Udp)).then(|| NEXT_REQUEST.fetch_add(1, Ordering::Relaxed));
         let result = match speech {
             Speech::Plain(Protocol::Tcp) => tcp(src, dst, timeout, b"", answer),
             Speech::HttpGet => tcp(src, dst, timeout, HTTP_GET, http_answer),
-            Speech::Plain(Protocol::Udp) => udp(src, dst, timeout),
+            Speech::Plain(Protocol::Udp) => udp(src, dst, timeout, request.unwrap_or_default()),
             Speech::Plain(Protocol::Sctp) => super::sctp::attempt(src, dst, timeout),
         };
         let attempt = match result {
@@ -207,13 +216,13 @@ fn attempt(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Sent {
             Err(Unsent::PortInUse) => continue,
             Err(Unsent::Other(reason)) => Attempt::Broken { reason },
         };
-        return Sent { source_port, attempt };
+        return Sent { source_port, request, attempt };
     }
     let reason = match plan.source_port {
         Some(port) => format!("source port {port} stayed taken for {timeout:?}"),
         None => format!("no free source port after {AUTOMATIC_PORT_TRIES} tries"),
     };
-    Sent { source_port, attempt: Attempt::Broken { reason } }
+    Sent { source_port, request: None, attempt: Attempt::Broken { reason } }
 }
 
 /// How many automatic source ports an attempt tries before it gives up.
@@ -297,21 +306,38 @@ fn report_icmp_errors(socket: &Socket) -> std::io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
-fn udp(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Result<Attempt, Unsent> {
+/// Sends request `id` and reads until its own answer comes. From a fixed source port every
+/// attempt is the same flow, so a late answer to an earlier attempt can arrive here first: it
+/// is skipped, not taken for this attempt's (the evidence gives it to its own attempt).
+fn udp(src: SocketAddr, dst: SocketAddr, timeout: Duration, id: u64) -> Result<Attempt, Unsent> {
     let socket = UdpSocket::bind(src).map_err(|e| bind_error(e, src))?;
     // Connected, so the kernel delivers only replies from `dst` (proof of reverse NAT) and
     // reports an ICMP port unreachable as ECONNREFUSED.
     let io = |e: std::io::Error| Unsent::Other(format!("UDP probe to {dst}: {e}"));
     socket.connect(dst).map_err(io)?;
-    socket.set_read_timeout(Some(timeout)).map_err(io)?;
-    if let Err(e) = socket.send(b"packetproof probe\n") {
+    if let Err(e) = socket.send(reply::request(id).as_bytes()) {
         return Ok(classify_error(e));
     }
+    // The wait bounds this socket's patience, not the verdict: an answer that comes after it
+    // is still on the client's capture, where the evidence finds it (verdict/late.rs).
+    let give_up = Instant::now() + timeout;
     let mut buf = [0u8; 512];
-    Ok(match socket.recv(&mut buf) {
-        Ok(n) => answer(&String::from_utf8_lossy(&buf[..n])),
-        Err(e) => classify_error(e),
-    })
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Attempt::Silent);
+        }
+        socket.set_read_timeout(Some(left)).map_err(io)?;
+        let n = match socket.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) => return Ok(classify_error(e)),
+        };
+        let text = String::from_utf8_lossy(&buf[..n]);
+        match reply::parse(&text) {
+            Some(reply::Answer { re: Some(re), .. }) if re != id => continue,
+            _ => return Ok(answer(&text)),
+        }
+    }
 }
 
 pub(crate) fn answer(text: &str) -> Attempt {

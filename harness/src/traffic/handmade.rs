@@ -68,7 +68,7 @@ impl Martian {
         for _ in 0..count {
             let source_port = ports.next();
             socket.send(&self.syn(source_port, port)?).context("sending a hand-made SYN")?;
-            sent.push(Sent { source_port, attempt: Attempt::Silent });
+            sent.push(Sent { source_port, request: None, attempt: Attempt::Silent });
         }
         let deadline = Instant::now() + timeout;
         let mut buf = vec![0u8; 2048];

@@ -52,7 +52,7 @@ pub fn open(prober: &Prober, dst: SocketAddr) -> Result<(Sent, Option<HeldConnec
             match connect(dst, source_port, timeout) {
                 Ok(Ok(mut stream)) => {
                     let attempt = read_answer(&mut stream);
-                    let sent = Sent { source_port, attempt: attempt.clone() };
+                    let sent = Sent { source_port, request: None, attempt: attempt.clone() };
                     let held = matches!(attempt, Attempt::Answered { .. }).then_some(HeldConnection {
                         stream,
                         source_port,
@@ -61,7 +61,7 @@ pub fn open(prober: &Prober, dst: SocketAddr) -> Result<(Sent, Option<HeldConnec
                     });
                     return (sent, held);
                 }
-                Ok(Err(attempt)) => return (Sent { source_port, attempt }, None),
+                Ok(Err(attempt)) => return (Sent { source_port, request: None, attempt }, None),
                 Err(e) if e.kind() == ErrorKind::AddrInUse => continue,
                 Err(e) => {
                     last = Attempt::Broken { reason: format!("binding source port {source_port}: {e}") };
@@ -69,7 +69,7 @@ pub fn open(prober: &Prober, dst: SocketAddr) -> Result<(Sent, Option<HeldConnec
                 }
             }
         }
-        (Sent { source_port, attempt: last }, None)
+        (Sent { source_port, request: None, attempt: last }, None)
     })
 }
 
@@ -102,7 +102,7 @@ impl HeldConnection {
             Ok(()) => read_answer(&mut self.stream),
             Err(e) => broken_connection(e),
         };
-        Sent { source_port: self.source_port, attempt }
+        Sent { source_port: self.source_port, request: None, attempt }
     }
 
     pub fn timeout(&self) -> Duration {

@@ -195,10 +195,16 @@ async fn serve_sctp(listener: tokio::net::TcpListener, pod: String) {
     }
 }
 
+/// Each datagram is answered with the reply line; a request that carries an id gets it back,
+/// so a client can tell its own answer from a late one to an earlier attempt.
 async fn serve_udp(socket: tokio::net::UdpSocket, pod: String) {
     let mut buf = [0u8; 512];
     loop {
-        let Ok((_, peer)) = socket.recv_from(&mut buf).await else { continue };
-        let _ = socket.send_to(reply::encode(&pod, peer).as_bytes(), peer).await;
+        let Ok((n, peer)) = socket.recv_from(&mut buf).await else { continue };
+        let line = match reply::request_id(&buf[..n]) {
+            Some(id) => reply::encode_answer_to(&pod, peer, id),
+            None => reply::encode(&pod, peer),
+        };
+        let _ = socket.send_to(line.as_bytes(), peer).await;
     }
 }

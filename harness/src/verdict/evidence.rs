@@ -509,6 +509,7 @@ mod tests {
     fn answered_sent() -> Vec<Sent> {
         vec![Sent {
             source_port: 20000,
+            request: None,
             attempt: Attempt::Answered { pod: "coredns-b".into(), seen: addr(CLIENT) },
         }]
     }
@@ -612,11 +613,11 @@ mod tests {
     }
 
     fn silent() -> Vec<Sent> {
-        vec![Sent { source_port: 20000, attempt: Attempt::Silent }]
+        vec![Sent { source_port: 20000, request: None, attempt: Attempt::Silent }]
     }
 
     fn refused() -> Vec<Sent> {
-        vec![Sent { source_port: 20000, attempt: Attempt::Refused { reason: "x".into() } }]
+        vec![Sent { source_port: 20000, request: None, attempt: Attempt::Refused { reason: "x".into() } }]
     }
 
     #[test]

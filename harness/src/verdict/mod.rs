@@ -6,6 +6,7 @@
 pub mod affinity;
 pub mod evidence;
 pub mod held;
+pub mod late;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -1,0 +1,135 @@
+//! Waiting until the links the topology made carry traffic, before any probe is sent.
+//!
+//! Setting a veth up turns its carrier on at once, but the kernel acts on the carrier later,
+//! from its link-watch work queue: only then does the link's operational state become up
+//! (`rfc2863_policy`) and its bridge enable the port (`br_port_carrier_check` on
+//! NETDEV_CHANGE), both in net/core/link_watch.c's `linkwatch_do_dev`. Until then a bridge
+//! drops every frame the port receives. Measured here under load
+//! (`live-stale-udp-conntrack`, 2026-11-23): a pod's first ARP request for its gateway left
+//! its eth0 78 ms before that work ran, was dropped by the still disabled bridge port, and
+//! ARP asked again only after its one-second retransmit time; the probe's first datagram
+//! waited in the neighbour queue past the probe's timeout and was counted silent, although
+//! its answer came back a moment later. So the topology is ready when the kernel says so:
+//! every link (but loopback and bridges) operationally up, every bridge port forwarding.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use futures::TryStreamExt;
+use netlink_packet_route::link::{
+    BridgePortState, InfoBridgePort, InfoPortData, LinkAttribute, LinkInfo, LinkMessage, State,
+};
+
+use super::links::Links;
+
+/// How long the kernel may take to act on carrier changes before the topology is declared
+/// broken. Generous: this bounds a wait for a kernel state, it decides no verdict.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// How often the links are read again while some are not ready.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Returns once every link in `links`' namespace carries traffic (see the module's note), or
+/// fails naming those that still do not after [`LIMIT`].
+pub(super) async fn wait_until_ready(links: &Links) -> Result<()> {
+    let give_up = Instant::now() + LIMIT;
+    loop {
+        let messages: Vec<LinkMessage> =
+            links.handle().link().get().execute().try_collect().await.map_err(|e| {
+                anyhow::anyhow!("{}: {e}", links.context("listing links to see whether they are up"))
+            })?;
+        let waiting: Vec<String> = messages.iter().filter_map(not_ready).collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            bail!("{}: still not ready after {LIMIT:?}: {}", links.context("links"), waiting.join("; "));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Why `link` cannot carry traffic yet, or `None` if it can.
+fn not_ready(link: &LinkMessage) -> Option<String> {
+    let name = link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfName(n) => Some(n.as_str()),
+        _ => None,
+    })?;
+    let infos = || {
+        link.attributes.iter().filter_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => Some(infos),
+            _ => None,
+        })
+    };
+    // A bridge is up only while one of its ports is: a node's pod bridge has none without pods.
+    let is_bridge = infos()
+        .flatten()
+        .any(|i| matches!(i, LinkInfo::Kind(k) if *k == netlink_packet_route::link::InfoKind::Bridge));
+    if name == "lo" || is_bridge {
+        return None;
+    }
+    let operstate = link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::OperState(s) => Some(*s),
+        _ => None,
+    });
+    if operstate != Some(State::Up) {
+        let shown = operstate.map_or("unknown".to_string(), |s| s.to_string());
+        return Some(format!("{name} is {shown}, not up"));
+    }
+    let port_state = infos().flatten().find_map(|i| match i {
+        LinkInfo::PortData(InfoPortData::BridgePort(port)) => port.iter().find_map(|p| match p {
+            InfoBridgePort::State(s) => Some(*s),
+            _ => None,
+        }),
+        _ => None,
+    });
+    match port_state {
+        Some(s) if s != BridgePortState::Forwarding => {
+            Some(format!("bridge port {name} is {s}, not forwarding"))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::link::{InfoKind, InfoPortKind};
+
+    fn link(name: &str, extra: Vec<LinkAttribute>) -> LinkMessage {
+        let mut m = LinkMessage::default();
+        m.attributes.push(LinkAttribute::IfName(name.into()));
+        m.attributes.extend(extra);
+        m
+    }
+
+    fn port(state: BridgePortState) -> LinkAttribute {
+        LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::Veth),
+            LinkInfo::PortKind(InfoPortKind::Bridge),
+            LinkInfo::PortData(InfoPortData::BridgePort(vec![InfoBridgePort::State(state)])),
+        ])
+    }
+
+    #[test]
+    fn a_link_is_ready_when_up_and_a_port_when_forwarding() {
+        assert_eq!(not_ready(&link("eth0", vec![LinkAttribute::OperState(State::Up)])), None);
+        assert_eq!(
+            not_ready(&link("eth0", vec![LinkAttribute::OperState(State::Down)])).as_deref(),
+            Some("eth0 is DOWN, not up")
+        );
+        let up = LinkAttribute::OperState(State::Up);
+        assert_eq!(not_ready(&link("veth0", vec![up.clone(), port(BridgePortState::Forwarding)])), None);
+        assert_eq!(
+            not_ready(&link("veth0", vec![up, port(BridgePortState::Disabled)])).as_deref(),
+            Some("bridge port veth0 is disabled, not forwarding")
+        );
+    }
+
+    #[test]
+    fn loopback_and_bridges_are_not_waited_for() {
+        assert_eq!(not_ready(&link("lo", vec![LinkAttribute::OperState(State::Unknown)])), None);
+        let bridge = LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Bridge)]);
+        assert_eq!(not_ready(&link("cni0", vec![LinkAttribute::OperState(State::Down), bridge])), None);
+    }
+}

@@ -1,0 +1,195 @@
+//! Answers that came after the client stopped waiting. A client's socket waits a bounded
+//! time; the wire does not. An attempt the client counted silent whose answer the client's
+//! own capture holds was answered, only late: it is judged as the answer it got, never as a
+//! drop, so its verdict is the same whatever the client's timeout. (A drop is proven by the
+//! captures, in evidence.rs: no answer anywhere.)
+//!
+//! UDP answers name their attempt: the request carries an id the pod's server echoes
+//! (traffic/reply.rs), so among attempts that share a fixed source port each late answer goes
+//! to its own attempt. TCP and SCTP attempts are left as the client saw them: their
+//! handshake answers come from the kernel, not from a pod, and name no backend.
+
+use std::net::SocketAddr;
+
+use etherparse::{LaxSlicedPacket, TransportSlice};
+
+use super::evidence::{Evidence, Window, client_capture_points};
+use crate::model::{Probe, Protocol};
+use crate::observe::{Frame, L4};
+use crate::traffic::{Attempt, Sent, reply};
+
+/// `sent` with each silent UDP attempt whose answer reached the client's capture points
+/// turned into that answer. An answer that names its request is looked for from the start of
+/// the probe's `window` to the end of the capture (it may come after the probe, even after
+/// the next began: the id keeps it apart); one that does not, within the window only.
+pub fn reconcile(
+    probe: &Probe,
+    dst: SocketAddr,
+    mut sent: Vec<Sent>,
+    evidence: &Evidence,
+    window: &Window,
+) -> Vec<Sent> {
+    if probe.protocol != Protocol::Udp {
+        return sent;
+    }
+    let frames = |to_the_end: bool| -> Vec<&Frame> {
+        let points = client_capture_points(probe);
+        let taken = points.iter().filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?)));
+        taken
+            .flat_map(|(frames, range)| {
+                let end = if to_the_end { frames.len() } else { range.end.min(frames.len()) };
+                frames.get(range.start.min(end)..end).unwrap_or_default()
+            })
+            .collect()
+    };
+    let (named, in_window) = (frames(true), frames(false));
+    for s in sent.iter_mut().filter(|s| s.attempt == Attempt::Silent) {
+        let frames = if s.request.is_some() { &named } else { &in_window };
+        if let Some(answer) = frames.iter().find_map(|f| answer_to(f, dst, s)) {
+            s.attempt = Attempt::Answered { pod: answer.pod, seen: answer.seen };
+        }
+    }
+    sent
+}
+
+/// The answer `frame` carries to attempt `s`: a UDP datagram from `dst` to the attempt's
+/// source port whose payload is a pod's reply to the attempt's request id (or, for an attempt
+/// that sent no id, any reply: its source port is its own).
+fn answer_to(frame: &Frame, dst: SocketAddr, s: &Sent) -> Option<reply::Answer> {
+    let p = frame.packet.as_ref()?;
+    let to_attempt =
+        matches!(p.l4, L4::Udp { src_port, dst_port } if src_port == dst.port() && dst_port == s.source_port);
+    if !to_attempt || p.src != dst.ip() {
+        return None;
+    }
+    let sliced = LaxSlicedPacket::from_ethernet(&frame.data).ok()?;
+    let Some(TransportSlice::Udp(udp)) = sliced.transport else { return None };
+    let answer = reply::parse(std::str::from_utf8(udp.payload()).ok()?)?;
+    (answer.re == s.request).then_some(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::model::{Source, Target};
+    use crate::observe::Packet;
+
+    const CLIENT: &str = "10.244.1.20:15353";
+    const VIP: &str = "10.96.0.53:53";
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn probe() -> Probe {
+        let to = Target::ClusterIp { service: "dns".into(), port: "dns".into() };
+        Probe { protocol: Protocol::Udp, ..Probe::example(Source::Pod("resolver".into()), to) }
+    }
+
+    /// A UDP frame from `src` to `dst` carrying `payload`, as the capture takes it.
+    fn datagram(src: &str, dst: &str, payload: &str, outgoing: bool) -> Frame {
+        let (s, d) = (addr(src), addr(dst));
+        let (SocketAddr::V4(s4), SocketAddr::V4(d4)) = (s, d) else { unreachable!() };
+        let mut data = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4(s4.ip().octets(), d4.ip().octets(), 64)
+            .udp(s.port(), d.port())
+            .write(&mut data, payload.as_bytes())
+            .unwrap();
+        let packet = Packet::from_ethernet(&data);
+        Frame { timestamp: SystemTime::UNIX_EPOCH, data, packet, outgoing }
+    }
+
+    fn sent(request: Option<u64>, attempt: Attempt) -> Sent {
+        Sent { source_port: addr(CLIENT).port(), request, attempt }
+    }
+
+    fn answered(pod: &str) -> Attempt {
+        Attempt::Answered { pod: pod.into(), seen: addr(CLIENT) }
+    }
+
+    fn client_capture(frames: Vec<Frame>) -> Evidence {
+        Evidence { frames: [("pod/resolver".to_string(), frames)].into(), ..Default::default() }
+    }
+
+    /// Judges `attempts` on `frames`, the probe's window holding all of them.
+    fn judge(probe: &Probe, attempts: Vec<Sent>, frames: Vec<Frame>) -> Vec<Sent> {
+        let window = Window { frames: [("pod/resolver".to_string(), 0..frames.len())].into() };
+        reconcile(probe, addr(VIP), attempts, &client_capture(frames), &window)
+    }
+
+    /// The failing run of `live-stale-udp-conntrack` (2026-11-23), with ids: ten attempts from
+    /// one source port, the first counted silent because its datagram left only after the
+    /// client's wait (its ARP request was lost), all ten answered on the wire.
+    #[test]
+    fn a_silent_attempt_whose_answer_the_client_capture_holds_was_answered_late() {
+        let mut frames = Vec::new();
+        for id in 1..=10 {
+            frames.push(datagram(CLIENT, VIP, &reply::request(id), true));
+            frames.push(datagram(VIP, CLIENT, &reply::encode_answer_to("dns-old", addr(CLIENT), id), false));
+        }
+        let mut attempts = vec![sent(Some(1), Attempt::Silent)];
+        attempts.extend((2..=10).map(|id| sent(Some(id), answered("dns-old"))));
+        let judged = judge(&probe(), attempts, frames);
+        assert_eq!(judged.iter().filter(|s| s.attempt == answered("dns-old")).count(), 10);
+    }
+
+    #[test]
+    fn an_answer_goes_to_its_own_attempt_only() {
+        // Attempt 2's answer is on the wire; attempt 1's is not: attempt 1 stays silent.
+        let frames = vec![
+            datagram(CLIENT, VIP, &reply::request(1), true),
+            datagram(CLIENT, VIP, &reply::request(2), true),
+            datagram(VIP, CLIENT, &reply::encode_answer_to("dns-old", addr(CLIENT), 2), false),
+        ];
+        let attempts = vec![sent(Some(1), Attempt::Silent), sent(Some(2), answered("dns-old"))];
+        let judged = judge(&probe(), attempts.clone(), frames);
+        assert_eq!(judged, attempts);
+    }
+
+    #[test]
+    fn only_an_answer_from_the_destination_counts() {
+        // Un-translated (from the backend's own address), another port, or not a pod's reply:
+        // the socket rightly never took these, and neither does the evidence.
+        let answer = reply::encode_answer_to("dns-old", addr(CLIENT), 1);
+        for frame in [
+            datagram("10.244.1.10:5353", CLIENT, &answer, false),
+            datagram(VIP, "10.244.1.20:15354", &answer, false),
+            datagram(VIP, CLIENT, "garbage", false),
+        ] {
+            let attempts = vec![sent(Some(1), Attempt::Silent)];
+            let judged = judge(&probe(), attempts.clone(), vec![frame]);
+            assert_eq!(judged, attempts);
+        }
+        // A silent attempt that sent no id takes any pod's answer to its (own) source port.
+        let frames = vec![datagram(VIP, CLIENT, &reply::encode("dns-old", addr(CLIENT)), false)];
+        let judged = judge(&probe(), vec![sent(None, Attempt::Silent)], frames);
+        assert_eq!(judged, [sent(None, answered("dns-old"))]);
+    }
+
+    #[test]
+    fn a_named_answer_after_the_probe_still_counts_and_an_unnamed_one_does_not() {
+        let frames = vec![
+            datagram(CLIENT, VIP, &reply::request(1), true),
+            datagram(VIP, CLIENT, &reply::encode_answer_to("dns-old", addr(CLIENT), 1), false),
+            datagram(VIP, CLIENT, &reply::encode("dns-old", addr(CLIENT)), false),
+        ];
+        // The probe's window ends after its request; both answers came later.
+        let window = Window { frames: [("pod/resolver".to_string(), 0..1)].into() };
+        let e = client_capture(frames);
+        let judged = reconcile(&probe(), addr(VIP), vec![sent(Some(1), Attempt::Silent)], &e, &window);
+        assert_eq!(judged, [sent(Some(1), answered("dns-old"))]);
+        let judged = reconcile(&probe(), addr(VIP), vec![sent(None, Attempt::Silent)], &e, &window);
+        assert_eq!(judged, [sent(None, Attempt::Silent)]);
+    }
+
+    #[test]
+    fn tcp_attempts_are_left_as_the_client_saw_them() {
+        let tcp = Probe { protocol: Protocol::Tcp, ..probe() };
+        let frames = vec![datagram(VIP, CLIENT, &reply::encode("dns-old", addr(CLIENT)), false)];
+        let attempts = vec![sent(None, Attempt::Silent)];
+        assert_eq!(judge(&tcp, attempts.clone(), frames), attempts);
+    }
+}
