@@ -178,9 +178,9 @@ fn forwarding(cluster: &Cluster, flow: &FlowOf<'_>, evidence: &Evidence) -> Opti
         // A node routing the flow, as addressed, toward the node that holds its destination
         // (a pod's node on the way to another node's node port) brings it to where it is
         // dropped, not past it.
-        let toward_holder = key
-            .strip_prefix("node/")
-            .is_some_and(|n| dst_holder.as_deref().and_then(|h| h.strip_prefix("node ")).is_some_and(|h| h != n));
+        let toward_holder = key.strip_prefix("node/").is_some_and(|n| {
+            dst_holder.as_deref().and_then(|h| h.strip_prefix("node ")).is_some_and(|h| h != n)
+        });
         let as_sent = |p: &&Packet| (own || toward_holder) && held && p.dst == flow.dst.ip();
         if let Some(p) = f.packet.as_ref().filter(|p| flow.is_forward(p) && !as_sent(p)) {
             if let Some(pod) = key.strip_prefix("pod/").filter(|_| !f.outgoing) {
@@ -757,10 +757,18 @@ mod tests {
         // A pod's flow to node-b's node port leaves node-a on its way there; leaving node-b
         // (the node that holds the address) it would have gone past it.
         let to_b = "192.168.50.12:30053";
-        let to = Target::NodePort { service: "kube-dns".into(), port: "dns".into(), node: "node-b".into(), address: None };
+        let to = Target::NodePort {
+            service: "kube-dns".into(),
+            port: "dns".into(),
+            node: "node-b".into(),
+            address: None,
+        };
         let probe = Probe { protocol: Protocol::Udp, ..Probe::example(Source::Pod("client".into()), to) };
         let run = |at_node: &str| {
-            let e = at(vec![("pod/client", vec![outgoing(udp(CLIENT, to_b))]), (at_node, vec![outgoing(udp(CLIENT, to_b))])]);
+            let e = at(vec![
+                ("pod/client", vec![outgoing(udp(CLIENT, to_b))]),
+                (at_node, vec![outgoing(udp(CLIENT, to_b))]),
+            ]);
             check(&cluster(), &probe, addr(to_b), &Outcome::Dropped, &silent(), &e)
         };
         assert!(run("node/node-a").is_empty(), "{:?}", run("node/node-a"));

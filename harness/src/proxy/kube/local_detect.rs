@@ -72,7 +72,7 @@ impl LocalDetector {
 
     /// `IfLocalNFT()` in a table of nftables family `ip` (`ip` or `ip6`). Interfaces are
     /// matched by name (`iifname`), as kube-proxy does since kubernetes/kubernetes#134024
-    /// (v1.34.2): v1.30's `iif` resolves the name when the rule loads, so a prefix
+    /// (release-1.34: #134118): v1.30's `iif` resolves the name when the rule loads, so a prefix
     /// (`iif veth*`) fails the whole sync with "Interface does not exist".
     pub fn nft_if_local(&self, ip: &str) -> String {
         self.nft(ip, "")

@@ -356,7 +356,9 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
     node_cidr.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
     for m in Mutant::ALL {
         let changed = [&c, &node_cidr].iter().any(|c| {
-            ["node-a", "node-b", "node-c"].iter().any(|node| node_rules(c, node) != node_ruleset(c, node, Some(m)))
+            ["node-a", "node-b", "node-c"]
+                .iter()
+                .any(|node| node_rules(c, node) != node_ruleset(c, node, Some(m)))
         });
         let elsewhere = m.breaks_health_checks() || m.keeps_stale_conntrack() || m.breaks_loading();
         assert!(changed || elsewhere, "{m} changes nothing on the fixture");
