@@ -210,6 +210,25 @@ pub struct ProxyConfig {
     /// The feature gate `ServiceTrafficDistribution` (alpha and off in v1.30, on from v1.31):
     /// kube-proxy then uses topology hints whatever the Service's hints annotation says.
     pub service_traffic_distribution: bool,
+    /// `detectLocalMode` (with `detectLocal`): which traffic counts as from this node's pods.
+    pub detect_local: DetectLocal,
+}
+
+/// kube-proxy's `detectLocalMode` and its `detectLocal` value: what makes traffic "local"
+/// (from a pod), which kube-proxy neither masquerades to cluster IPs nor holds to an
+/// externalTrafficPolicy Local (`proxy::kube::local_detect` says what each mode matches).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DetectLocal {
+    /// Sources inside the cluster CIDR (`--cluster-cidr`, the scenario's `podCIDR`).
+    #[default]
+    ClusterCidr,
+    /// Sources inside the node's own pod CIDR (its Node's `spec.podCIDRs`).
+    NodeCidr,
+    /// Packets arriving on this bridge (`detectLocal.bridgeInterface`).
+    BridgeInterface(String),
+    /// Packets arriving on an interface whose name starts with this
+    /// (`detectLocal.interfaceNamePrefix`).
+    InterfaceNamePrefix(String),
 }
 
 impl Default for ProxyConfig {
@@ -219,6 +238,7 @@ impl Default for ProxyConfig {
             node_port_addresses: Vec::new(),
             localhost_node_ports: true,
             service_traffic_distribution: false,
+            detect_local: DetectLocal::ClusterCidr,
         }
     }
 }

@@ -28,6 +28,7 @@
 mod endpoints;
 mod frontend;
 pub mod live;
+mod local;
 mod paths;
 mod profile;
 #[cfg(test)]

@@ -78,9 +78,10 @@ fn cluster_ip(
     if chosen.is_empty() {
         return Ok(dropped(format!("{name}{policy}, no endpoint on {}", client_node.name)));
     }
-    let from_pod = matches!(probe.from, Source::Pod(_));
+    // Traffic the node's local-traffic detector counts as from its pods keeps its source.
+    let masquerade = super::local::masquerades_cluster_ip(cluster, &probe.from, client_node);
     let seen = |e: &Endpoint| {
-        if from_pod && !cluster.proxy.masquerade_all && !is_hairpin(probe, e) {
+        if !masquerade && !is_hairpin(probe, e) {
             client_source(cluster, &probe.from)
         } else {
             masqueraded_toward(cluster, client_node, e)
@@ -117,20 +118,35 @@ fn external(
     }
     // Traffic not kept local goes to the Cluster set the receiving node chooses.
     let all = cluster_wide_on(cluster, svc, port, &node.name);
-    undefined_local_node_port(cluster, probe, svc, kind, node, &all)?;
-    // With policy Local, only traffic from outside is kept local: pods (anywhere) and the
-    // receiving node's own processes are short-circuited to every endpoint.
-    let from_pod = matches!(probe.from, Source::Pod(_));
+    // With policy Local, only traffic from outside is kept local: what the receiving node's
+    // local-traffic detector counts as pod traffic (by default: pods anywhere), and the
+    // node's own processes, are short-circuited to every endpoint.
+    let short_circuit = super::local::is_local(cluster, &probe.from, node);
+    undefined_local_node_port(cluster, probe, svc, kind, node, &all, short_circuit)?;
     let from_receiving_node = matches!(&probe.from, Source::Node(n) if *n == node.name);
-    if svc.external_traffic_policy == TrafficPolicy::Local && !from_pod && !from_receiving_node {
+    if svc.external_traffic_policy == TrafficPolicy::Local && !short_circuit && !from_receiving_node {
         let local = local_to(port, &node.name);
+        let detected = detection_note(cluster, probe);
         if local.is_empty() {
-            return Ok(dropped(format!("{name}, externalTrafficPolicy Local, no endpoint on {}", node.name)));
+            return Ok(dropped(format!(
+                "{name}, externalTrafficPolicy Local, no endpoint on {}{detected}",
+                node.name
+            )));
         }
-        let because = format!("{name}, externalTrafficPolicy Local, {} local endpoints", local.len());
-        return answered(probe, svc, &local, |_| client_source(cluster, &probe.from), node, because);
+        let because =
+            format!("{name}, externalTrafficPolicy Local, {} local endpoints{detected}", local.len());
+        // A pod of this node that is an endpoint itself is masqueraded by its endpoint's
+        // hairpin rule.
+        let seen = |e: &Endpoint| {
+            if is_hairpin(probe, e) {
+                masqueraded_toward(cluster, node, e)
+            } else {
+                client_source(cluster, &probe.from)
+            }
+        };
+        return answered(probe, svc, &local, seen, node, because);
     }
-    let keep_pod_source = svc.external_traffic_policy == TrafficPolicy::Local && from_pod;
+    let keep_pod_source = svc.external_traffic_policy == TrafficPolicy::Local && short_circuit;
     let seen = |e: &Endpoint| {
         if keep_pod_source && !is_hairpin(probe, e) {
             client_source(cluster, &probe.from)
@@ -140,6 +156,17 @@ fn external(
     };
     let zone_note = hints_note(cluster, svc, port, &node.name);
     answered(probe, svc, &all, seen, node, format!("{name}, {} usable endpoints{zone_note}", all.len()))
+}
+
+/// `, detectLocalMode M does not count pod P as local there` when a pod's traffic is held to
+/// a Local policy because the node's detector does not count it as pod traffic.
+fn detection_note(cluster: &Cluster, probe: &Probe) -> String {
+    match (&probe.from, &cluster.proxy.detect_local) {
+        (Source::Pod(pod), mode) => {
+            format!(", not counted as pod traffic there by detectLocalMode {mode} (pod {pod})")
+        }
+        _ => String::new(),
+    }
 }
 
 /// `, topology hints for zone Z` when hints narrow the Cluster set on `node`.
@@ -159,6 +186,7 @@ fn undefined_local_node_port(
     kind: ExternalKind,
     node: &Node,
     endpoints: &[&Endpoint],
+    short_circuit: bool,
 ) -> Result<(), String> {
     let Source::Pod(pod) = &probe.from else { return Ok(()) };
     let pod_node = cluster.pod(pod).map(|p| p.node.as_str());
@@ -166,8 +194,12 @@ fn undefined_local_node_port(
     let off_node = endpoints
         .iter()
         .any(|e| e.pod != *pod && super::endpoints::node_of(cluster, e) != Some(node.name.as_str()));
+    // Only where the receiving node counts the pod's traffic as local (not with
+    // detectLocalMode NodeCIDR, or an interface mode: there it is held to the node's own
+    // endpoints, which reply through it).
     if kind == ExternalKind::NodePort
         && svc.external_traffic_policy == TrafficPolicy::Local
+        && short_circuit
         && pod_node != Some(node.name.as_str())
         && off_node
     {

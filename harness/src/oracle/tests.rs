@@ -722,3 +722,55 @@ fn locality_is_the_endpoints_node_name_alone() {
     let e = expect(&c, &probe(Source::External("ext".into()), to_node_port("a"))).unwrap();
     assert_eq!(e.outcome, Outcome::Dropped, "{}", e.because);
 }
+
+/// What each detectLocalMode makes of pod client's (node a) flows, as one table: the
+/// backends and whether each sees the client's own address.
+#[test]
+fn detect_local_modes_decide_what_pod_traffic_is() {
+    let pod = || Source::Pod("client".into());
+    let prefix = |p: &str| DetectLocal::InterfaceNamePrefix(p.into());
+    let bridge = DetectLocal::BridgeInterface("cni0".into());
+    let only_a = || vec![endpoint("web-a", "10.244.1.5", "a")];
+    #[rustfmt::skip]
+    let flows: Vec<(DetectLocal, Vec<Endpoint>, TrafficPolicy, Target, &str)> = vec![
+        // A pod of another node at b's Local node port: held to b's endpoints, or dropped.
+        (DetectLocal::NodeCidr, both(), TrafficPolicy::Local, to_node_port("b"), "web-b client"),
+        (DetectLocal::NodeCidr, only_a(), TrafficPolicy::Local, to_node_port("b"), "DROP"),
+        (bridge.clone(), both(), TrafficPolicy::Local, to_node_port("b"), "web-b client"),
+        (prefix("cni"), only_a(), TrafficPolicy::Local, to_node_port("b"), "DROP"),
+        // At its own node, a pod is short-circuited to every endpoint, keeping its address.
+        (DetectLocal::NodeCidr, both(), TrafficPolicy::Local, to_node_port("a"), "web-a client, web-b client"),
+        (bridge.clone(), both(), TrafficPolicy::Local, to_node_port("a"), "web-a client, web-b client"),
+        // Unless the prefix matches no interface its traffic arrives on (the veths are bridged).
+        (prefix("veth"), both(), TrafficPolicy::Local, to_node_port("a"), "web-a client"),
+        (prefix("veth"), only_a(), TrafficPolicy::Local, to_node_port("b"), "DROP"),
+        // Cluster IPs: only traffic that is not local is masqueraded.
+        (DetectLocal::NodeCidr, both(), TrafficPolicy::Cluster, to_cluster_ip(), "web-a client, web-b client"),
+        (bridge, both(), TrafficPolicy::Cluster, to_cluster_ip(), "web-a client, web-b client"),
+        (prefix("cni"), both(), TrafficPolicy::Cluster, to_cluster_ip(), "web-a client, web-b client"),
+        (prefix("veth"), both(), TrafficPolicy::Cluster, to_cluster_ip(), "web-a masq, web-b masq"),
+    ];
+    for (mode, endpoints, etp, to, want) in flows {
+        let mut c = cluster(endpoints, etp);
+        c.proxy.detect_local = mode.clone();
+        let e = expect(&c, &probe(pod(), to.clone())).unwrap_or_else(|e| panic!("{mode} {to:?}: {e}"));
+        let got = match &e.outcome {
+            Outcome::Answered { backends, .. } => backends
+                .iter()
+                .map(|(b, s)| {
+                    format!("{b} {}", if matches!(s, SeenSource::Client { .. }) { "client" } else { "masq" })
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            other => other.to_string(),
+        };
+        assert_eq!(got, want, "{mode} {to:?} ({})", e.because);
+    }
+    // A node's own traffic is never local: masqueraded under every mode.
+    for mode in [DetectLocal::NodeCidr, DetectLocal::BridgeInterface("cni0".into()), prefix("cni")] {
+        let mut c = cluster(both(), TrafficPolicy::Cluster);
+        c.proxy.detect_local = mode;
+        let e = expect(&c, &probe(Source::Node("b".into()), to_cluster_ip())).unwrap();
+        assert!(backends(&e).values().all(|s| matches!(s, SeenSource::Masqueraded { .. })));
+    }
+}

@@ -117,7 +117,7 @@ mod tests {
             masquerade_all: false,
             node_port_addresses: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
             localhost_node_ports: localhost,
-            service_traffic_distribution: false,
+            ..ProxyConfig::default()
         }
     }
 

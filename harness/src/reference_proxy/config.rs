@@ -15,7 +15,7 @@ use anyhow::{Result, anyhow, bail};
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::model::IpFamily;
+use crate::model::{DetectLocal, IpFamily};
 use crate::scenario::yaml::{self, Document, FieldPath};
 
 pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
@@ -80,6 +80,8 @@ pub struct Config {
     pub draining_terminating_nodes: bool,
     /// Feature gate `ServiceTrafficDistribution`.
     pub service_traffic_distribution: bool,
+    /// `detectLocalMode` with its `detectLocal` setting.
+    pub detect_local: DetectLocal,
 }
 
 // The file's shape: exactly the fields modelled, every other one an error.
@@ -98,10 +100,18 @@ struct File {
     healthz_bind_address: Option<String>,
     metrics_bind_address: Option<String>,
     detect_local_mode: Option<String>,
+    detect_local: Option<DetectLocalSettings>,
     node_port_addresses: Option<Vec<String>>,
     iptables: Option<Iptables>,
     nftables: Option<Nftables>,
     conntrack: Option<Conntrack>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DetectLocalSettings {
+    bridge_interface: Option<String>,
+    interface_name_prefix: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -252,15 +262,9 @@ pub fn parse(text: &str, hostname_override: Option<&str>) -> Result<Config> {
     let metrics_bind_address = bind_address(file.metrics_bind_address.as_deref(), "127.0.0.1", METRICS_PORT)
         .map_err(|m| fail("metricsBindAddress", m))?;
 
-    match file.detect_local_mode.as_deref().unwrap_or("") {
-        "" | "ClusterCIDR" => {}
-        other => {
-            return Err(fail(
-                "detectLocalMode",
-                format!("{other:?} is not modelled by the reference proxy (only ClusterCIDR)"),
-            ));
-        }
-    }
+    let settings = file.detect_local.unwrap_or_default();
+    let detect_local = detect_local(file.detect_local_mode.as_deref().unwrap_or(""), settings)
+        .map_err(|(f, m)| fail(f, m))?;
 
     let mut node_port_addresses = Vec::new();
     for (i, cidr) in file.node_port_addresses.iter().flatten().enumerate() {
@@ -316,7 +320,36 @@ pub fn parse(text: &str, hostname_override: Option<&str>) -> Result<Config> {
         health_timeout: 2 * ipt_periods.0,
         draining_terminating_nodes: gates["KubeProxyDrainingTerminatingNodes"],
         service_traffic_distribution: gates["ServiceTrafficDistribution"],
+        detect_local,
     })
+}
+
+/// `detectLocalMode` (blank: ClusterCIDR, `platformApplyDefaults`) and the interface its
+/// interface modes need, which must not be empty (`validateDetectLocalMode`,
+/// `validateInterface`); the other mode's setting is ignored, as kube-proxy ignores it.
+fn detect_local(mode: &str, settings: DetectLocalSettings) -> Result<DetectLocal, FieldError> {
+    let interface = |value: Option<String>, field: &'static str| match value {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err((field, "must not be empty".to_string())),
+    };
+    match mode {
+        "" | "ClusterCIDR" => Ok(DetectLocal::ClusterCidr),
+        "NodeCIDR" => Ok(DetectLocal::NodeCidr),
+        "BridgeInterface" => Ok(DetectLocal::BridgeInterface(interface(
+            settings.bridge_interface,
+            "detectLocal.bridgeInterface",
+        )?)),
+        "InterfaceNamePrefix" => Ok(DetectLocal::InterfaceNamePrefix(interface(
+            settings.interface_name_prefix,
+            "detectLocal.interfaceNamePrefix",
+        )?)),
+        other => Err((
+            "detectLocalMode",
+            format!(
+                "Unsupported value: {other:?}: supported values: \"ClusterCIDR\", \"NodeCIDR\", \"BridgeInterface\", \"InterfaceNamePrefix\", \"\""
+            ),
+        )),
+    }
 }
 
 /// `serde`'s "unknown field `x`, expected …" → `x`.
@@ -476,6 +509,7 @@ mod tests {
                 health_timeout: Duration::from_secs(60),
                 draining_terminating_nodes: true,
                 service_traffic_distribution: false,
+                detect_local: DetectLocal::ClusterCidr,
             }
         );
     }
@@ -547,10 +581,6 @@ mod tests {
             err(&with(",\n \"conntrack\":{\"maxPerCore\":0}", ""))
                 .contains("conntrack.maxPerCore: must be 0")
         );
-        assert!(
-            err(&with(r#""detectLocalMode":"ClusterCIDR""#, r#""detectLocalMode":"NodeCIDR""#))
-                .contains("detectLocalMode")
-        );
         assert!(err(&with(r#""mode":"iptables""#, r#""mode":"ipvs""#)).contains("ipvs mode is not modelled"));
         assert!(
             err(&with(r#""clusterCIDR":"10.244.0.0/16,fd00:10:244::/56""#, r#""clusterCIDR":"""#))
@@ -558,6 +588,33 @@ mod tests {
         );
         assert!(err(&with(r#""hostnameOverride":"node-a","#, "")).contains("hostnameOverride: required"));
         assert!(err(&with("/tmp/x/kubeconfig-node-a", "")).contains("clientConnection.kubeconfig: required"));
+    }
+
+    #[test]
+    fn every_detect_local_mode_reads_with_its_setting() {
+        let mode = |m: &str, settings: &str| {
+            with(
+                r#""detectLocalMode":"ClusterCIDR""#,
+                &format!(r#""detectLocalMode":"{m}","detectLocal":{settings}"#),
+            )
+        };
+        let read = |m: &str, settings: &str| parse(&mode(m, settings), None).map(|c| c.detect_local);
+        assert_eq!(read("NodeCIDR", "{}").unwrap(), DetectLocal::NodeCidr);
+        assert_eq!(
+            read("BridgeInterface", r#"{"bridgeInterface":"cni0"}"#).unwrap(),
+            DetectLocal::BridgeInterface("cni0".into())
+        );
+        assert_eq!(
+            read("InterfaceNamePrefix", r#"{"interfaceNamePrefix":"veth","bridgeInterface":"x"}"#).unwrap(),
+            DetectLocal::InterfaceNamePrefix("veth".into())
+        );
+        let e = err(&mode("BridgeInterface", r#"{"interfaceNamePrefix":"veth"}"#));
+        assert!(e.contains("detectLocal.bridgeInterface: must not be empty"), "{e}");
+        let e = err(&mode("InterfaceNamePrefix", r#"{"interfaceNamePrefix":""}"#));
+        assert!(e.contains("detectLocal.interfaceNamePrefix: must not be empty"), "{e}");
+        let e = err(&mode("PodCIDR", "{}"));
+        assert!(e.contains("detectLocalMode: Unsupported value: \"PodCIDR\""), "{e}");
+        assert!(err(&mode("NodeCIDR", r#"{"bridge":"cni0"}"#)).contains("detectLocal.bridge"));
     }
 
     #[test]

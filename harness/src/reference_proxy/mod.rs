@@ -129,6 +129,7 @@ async fn run(args: Args, config: Config) -> Result<()> {
                 node_port_addresses: config.node_port_addresses.clone(),
                 localhost_node_ports: config.localhost_node_ports,
                 service_traffic_distribution: config.service_traffic_distribution,
+                detect_local: config.detect_local.clone(),
             },
         },
         conntrack_cleanup: !args.no_conntrack_cleanup,

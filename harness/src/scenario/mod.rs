@@ -24,6 +24,7 @@ mod claims;
 mod de;
 mod defaults;
 mod derive;
+mod detect_local;
 mod duration;
 mod endpoints;
 mod error;

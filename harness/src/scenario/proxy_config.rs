@@ -4,6 +4,7 @@
 use crate::model::ProxyConfig;
 
 use super::de::typed;
+use super::detect_local;
 use super::error::{Diagnostics, Site};
 use super::net::parse_cidr;
 use super::spec::ProxyConfigSpec;
@@ -54,5 +55,6 @@ pub(crate) fn read(site: &Site<'_>, diag: &mut Diagnostics) -> ProxyConfig {
         masquerade_all: spec.masquerade_all.unwrap_or(defaults.masquerade_all),
         node_port_addresses,
         localhost_node_ports: spec.localhost_node_ports.unwrap_or(defaults.localhost_node_ports),
+        detect_local: detect_local::read(site, &path, &spec, diag),
     }
 }

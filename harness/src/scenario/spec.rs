@@ -129,6 +129,18 @@ pub(crate) struct ProxyConfigSpec {
     /// kube-proxy's `featureGates`; only `ServiceTrafficDistribution` is modelled.
     #[serde(default)]
     pub feature_gates: std::collections::BTreeMap<String, bool>,
+    /// `detectLocalMode`: `ClusterCIDR` (default), `NodeCIDR`, `BridgeInterface`,
+    /// `InterfaceNamePrefix`.
+    pub detect_local_mode: Option<String>,
+    pub detect_local: Option<DetectLocalSpec>,
+}
+
+/// `spec.proxyConfig.detectLocal`, as in KubeProxyConfiguration v1alpha1.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct DetectLocalSpec {
+    pub bridge_interface: Option<String>,
+    pub interface_name_prefix: Option<String>,
 }
 
 /// `spec.flows: {all: true, count: N}`: generate a probe for every path.

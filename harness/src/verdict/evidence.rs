@@ -168,13 +168,20 @@ fn forwarding(cluster: &Cluster, flow: &FlowOf<'_>, evidence: &Evidence) -> Opti
     // A node's own process sends the flow out of that node as addressed: that is the client
     // sending, not forwarding, unless the destination is an address nobody holds, which a
     // rule had to catch.
-    let held = holder(cluster, flow.dst.ip()).is_some();
+    let dst_holder = holder(cluster, flow.dst.ip());
+    let held = dst_holder.is_some();
     let seen = |key: &str, f: &Frame| -> Option<String> {
         let own = client_point.iter().any(|c| c == key);
         if own && !key.starts_with("node/") {
             return None;
         }
-        let as_sent = |p: &&Packet| own && held && p.dst == flow.dst.ip();
+        // A node routing the flow, as addressed, toward the node that holds its destination
+        // (a pod's node on the way to another node's node port) brings it to where it is
+        // dropped, not past it.
+        let toward_holder = key.strip_prefix("node/").is_some_and(|n| {
+            dst_holder.as_deref().and_then(|h| h.strip_prefix("node ")).is_some_and(|h| h != n)
+        });
+        let as_sent = |p: &&Packet| (own || toward_holder) && held && p.dst == flow.dst.ip();
         if let Some(p) = f.packet.as_ref().filter(|p| flow.is_forward(p) && !as_sent(p)) {
             if let Some(pod) = key.strip_prefix("pod/").filter(|_| !f.outgoing) {
                 return Some(format!("forwarded: pod {pod} received {p} (seen on {key})"));
@@ -744,6 +751,29 @@ mod tests {
         // A frame of the flow leaving a node is forwarding too.
         let left = at(vec![("pod/client", vec![sent]), ("node/node-a", vec![outgoing(udp(CLIENT, VIP))])]);
         assert!(run(&left, &Outcome::Dropped, &silent())[0].contains("left node node-a toward 10.96.0.10"));
+    }
+
+    #[test]
+    fn routing_toward_the_node_that_drops_it_is_not_forwarding() {
+        // A pod's flow to node-b's node port leaves node-a on its way there; leaving node-b
+        // (the node that holds the address) it would have gone past it.
+        let to_b = "192.168.50.12:30053";
+        let to = Target::NodePort {
+            service: "kube-dns".into(),
+            port: "dns".into(),
+            node: "node-b".into(),
+            address: None,
+        };
+        let probe = Probe { protocol: Protocol::Udp, ..Probe::example(Source::Pod("client".into()), to) };
+        let run = |at_node: &str| {
+            let e = at(vec![
+                ("pod/client", vec![outgoing(udp(CLIENT, to_b))]),
+                (at_node, vec![outgoing(udp(CLIENT, to_b))]),
+            ]);
+            check(&cluster(), &probe, addr(to_b), &Outcome::Dropped, &silent(), &e)
+        };
+        assert!(run("node/node-a").is_empty(), "{:?}", run("node/node-a"));
+        assert!(run("node/node-b")[0].contains("left node node-b toward 192.168.50.12"));
     }
 
     #[test]

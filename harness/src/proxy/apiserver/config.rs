@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use serde_json::{Map, Value, json};
 
-use crate::model::Cluster;
+use crate::model::{Cluster, DetectLocal};
 
 /// kube-proxy's modes that packetproof can judge (they act in the node's netfilter hooks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,25 @@ fn with_scenario_gates(
     gates
 }
 
+/// `detectLocalMode` as KubeProxyConfiguration spells it.
+fn detect_local_mode(mode: &DetectLocal) -> &'static str {
+    match mode {
+        DetectLocal::ClusterCidr => "ClusterCIDR",
+        DetectLocal::NodeCidr => "NodeCIDR",
+        DetectLocal::BridgeInterface(_) => "BridgeInterface",
+        DetectLocal::InterfaceNamePrefix(_) => "InterfaceNamePrefix",
+    }
+}
+
+/// `detectLocal`: the interface setting of the interface modes, nothing for the others.
+fn detect_local(mode: &DetectLocal) -> Value {
+    match mode {
+        DetectLocal::BridgeInterface(name) => json!({"bridgeInterface": name}),
+        DetectLocal::InterfaceNamePrefix(prefix) => json!({"interfaceNamePrefix": prefix}),
+        DetectLocal::ClusterCidr | DetectLocal::NodeCidr => json!({}),
+    }
+}
+
 /// The configuration file's content (JSON, which kube-proxy's YAML loader reads).
 ///
 /// `featureGates` are passed as given (e.g. `NFTablesProxyMode: true` for nftables mode in
@@ -82,7 +101,8 @@ pub fn kube_proxy_configuration(
         "clusterCIDR": node.cluster_cidr,
         "healthzBindAddress": address(node.healthz),
         "metricsBindAddress": address(node.metrics),
-        "detectLocalMode": "ClusterCIDR",
+        "detectLocalMode": detect_local_mode(&proxy.detect_local),
+        "detectLocal": detect_local(&proxy.detect_local),
         "nodePortAddresses": ranges,
         "iptables": {
             "masqueradeAll": proxy.masquerade_all,
@@ -108,6 +128,7 @@ mod tests {
             node_port_addresses: vec!["192.168.50.0/24".parse().unwrap()],
             localhost_node_ports: false,
             service_traffic_distribution: false,
+            detect_local: DetectLocal::InterfaceNamePrefix("cni".into()),
         };
         let gates = Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]);
         let node = NodeSettings {
@@ -126,6 +147,8 @@ mod tests {
         assert_eq!(c["featureGates"]["NFTablesProxyMode"], true);
         assert_eq!(c["metricsBindAddress"], "127.0.0.1:10249");
         assert_eq!(c["clientConnection"]["kubeconfig"], "/tmp/k");
+        assert_eq!(c["detectLocalMode"], "InterfaceNamePrefix");
+        assert_eq!(c["detectLocal"], json!({"interfaceNamePrefix": "cni"}));
         assert!(Mode::parse("ipvs").is_err());
     }
 }

@@ -33,6 +33,7 @@ use super::ruleset::{RuleSet, Table, args};
 use crate::model::{
     Cluster, Endpoint, IpFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
 };
+use crate::proxy::kube::local_detect::{self, LocalDetector};
 use crate::proxy::kube::topology::{self, Hints};
 use crate::proxy::node_ports::{NodePortAddresses, localhost_node_ports};
 
@@ -312,7 +313,8 @@ struct Port<'a> {
     /// `sessionAffinity: ClientIP` timeout in seconds.
     affinity: Option<u32>,
     masquerade_all: bool,
-    pod_cidr: Option<String>,
+    /// kube-proxy's local-traffic detector (`None`: its no-op detector).
+    local: Option<LocalDetector>,
     choice: Choice<'a>,
     svc_chain: String,
     svl_chain: String,
@@ -332,10 +334,6 @@ impl<'a> Port<'a> {
         // Each proxier sees only the addresses of its own family.
         let family = IpFamily::of(svc.cluster_ip);
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
-        // kube-proxy's local-traffic detector by cluster CIDR.
-        let pod_cidr = Some(cluster.pod_cidr)
-            .filter(|net| IpFamily::of_net(net) == family)
-            .map(|net| net.trunc().to_string());
         let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
         let source_ranges: Vec<IpNet> = svc
             .load_balancer_source_ranges
@@ -369,7 +367,7 @@ impl<'a> Port<'a> {
                 SessionAffinity::None => None,
             },
             masquerade_all: cluster.proxy.masquerade_all,
-            pod_cidr,
+            local: local_detect::detector(cluster, node),
             choice,
             svc_chain: naming::svc_chain(&name, port.protocol),
             svl_chain: naming::svl_chain(&name, port.protocol),
@@ -594,8 +592,8 @@ fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
     let comment = format!("{} cluster IP", p.name);
     let rule = if p.masquerade_all {
         p.cluster_ip_match(&comment)
-    } else if let Some(pod_cidr) = &p.pod_cidr {
-        with(args!["!", "-s", pod_cidr], p.cluster_ip_match(&comment))
+    } else if let Some(local) = &p.local {
+        with(local.iptables_if_not_local(), p.cluster_ip_match(&comment))
     } else {
         return;
     };
@@ -614,11 +612,14 @@ fn write_ext_chain(rules: &mut RuleSet, p: &Port) {
         let comment = format!("masquerade traffic for {} external destinations", p.name);
         rules.nat.append(ext, args!["-m", "comment", "--comment", comment, "-j", MARK_MASQ]);
     } else {
-        if let Some(pod_cidr) = &p.pod_cidr {
+        if let Some(local) = &p.local {
             let comment = format!("pod traffic for {} external destinations", p.name);
             rules.nat.append(
                 ext,
-                args!["-s", pod_cidr, "-m", "comment", "--comment", comment, "-j", &p.svc_chain],
+                with(
+                    local.iptables_if_local(),
+                    args!["-m", "comment", "--comment", comment, "-j", &p.svc_chain],
+                ),
             );
         }
         // From the node itself the source would be a local address: masquerade and use all

@@ -34,6 +34,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::StaleUdpKeptWhenDeleted
             | $crate::proxy::iptables::Mutant::AffinityLostOnSync
             | $crate::proxy::iptables::Mutant::UdpConntrackClearedWhenNotReady
+            | $crate::proxy::iptables::Mutant::DetectLocalModeIgnored
     };
 }
 pub(crate) use outside_the_rules;
@@ -99,10 +100,13 @@ pub enum Mutant {
     AffinityLostOnSync,
     /// <https://github.com/kubernetes/kubernetes/issues/134143>.
     UdpConntrackClearedWhenNotReady,
+    /// A proxy that detects pod traffic by the cluster CIDR whatever `detectLocalMode` says
+    /// (as proxies without the setting do).
+    DetectLocalModeIgnored,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 29] = [
+    pub const ALL: [Mutant; 30] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -132,6 +136,7 @@ impl Mutant {
         Mutant::StaleUdpKeptWhenDeleted,
         Mutant::AffinityLostOnSync,
         Mutant::UdpConntrackClearedWhenNotReady,
+        Mutant::DetectLocalModeIgnored,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -166,6 +171,7 @@ impl Mutant {
             Mutant::StaleUdpKeptWhenDeleted => "stale-udp-kept-when-deleted",
             Mutant::AffinityLostOnSync => "affinity-lost-on-sync",
             Mutant::UdpConntrackClearedWhenNotReady => "udp-conntrack-cleared-when-not-ready",
+            Mutant::DetectLocalModeIgnored => "detect-local-mode-ignored",
         }
     }
 
@@ -255,6 +261,9 @@ impl Mutant {
             Mutant::AffinityLostOnSync => {
                 "every sync (and a restart) empties the tables before loading them, so ClientIP affinity (the `recent` lists, the nftables affinity sets) is forgotten and clients move to other backends"
             }
+            Mutant::DetectLocalModeIgnored => {
+                "detectLocalMode is ignored: pod traffic is told by the cluster CIDR, so a pod of another node is short-circuited at a Local node port (NodeCIDR, BridgeInterface) and pods' cluster-IP traffic keeps its source under an interface prefix that matches none of their interfaces"
+            }
             Mutant::InvalidNotDropped => {
                 "KUBE-FORWARD lacks the conntrack INVALID DROP: an out-of-window segment crosses the node un-translated, and the client's RST kills a healthy connection"
             }
@@ -286,6 +295,11 @@ impl Mutant {
                     let proxied = std::mem::take(&mut svc.proxied_load_balancer_ips);
                     svc.load_balancer_ips.extend(proxied);
                 }
+                Some(misread)
+            }
+            Mutant::DetectLocalModeIgnored => {
+                let mut misread = cluster.clone();
+                misread.proxy.detect_local = crate::model::DetectLocal::ClusterCidr;
                 Some(misread)
             }
             _ => None,

@@ -28,6 +28,7 @@ use super::ruleset::{Hook, RuleSet, Set};
 use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceType, SessionAffinity};
 use crate::proxy::iptables::endpoints::Choice;
 use crate::proxy::iptables::generate::Deviations;
+use crate::proxy::kube::local_detect::{self, LocalDetector};
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The mark that asks `masquerading` to masquerade (kube-proxy's default bit 14).
@@ -292,7 +293,8 @@ struct Port<'a> {
     node_ip: Option<IpAddr>,
     affinity: Option<u32>,
     masquerade_all: bool,
-    pod_cidr: Option<String>,
+    /// kube-proxy's local-traffic detector (`None`: its no-op detector).
+    local: Option<LocalDetector>,
     choice: Choice<'a>,
     chains: PortChains,
     layout: Layout,
@@ -336,9 +338,7 @@ impl<'a> Port<'a> {
                 SessionAffinity::None => None,
             },
             masquerade_all: cluster.proxy.masquerade_all,
-            pod_cidr: Some(cluster.pod_cidr)
-                .filter(|net| IpFamily::of_net(net) == family)
-                .map(|net| net.trunc().to_string()),
+            local: local_detect::detector(cluster, node),
             choice,
             chains: PortChains::new(svc, port),
             layout,
@@ -473,8 +473,8 @@ fn write_internal_masquerade(rules: &mut RuleSet, p: &Port) {
     };
     let text = if p.masquerade_all {
         format!("{dest} {JUMP_MASQ}")
-    } else if let Some(pod_cidr) = &p.pod_cidr {
-        format!("{dest} {} saddr != {pod_cidr} {JUMP_MASQ}", p.ip)
+    } else if let Some(local) = &p.local {
+        format!("{dest} {} {JUMP_MASQ}", local.nft_if_not_local(p.ip))
     } else {
         return;
     };
@@ -492,10 +492,10 @@ fn write_external_chain(rules: &mut RuleSet, p: &Port) {
         rules.rule(ext, JUMP_MASQ);
     } else {
         let cluster = &p.chains.cluster;
-        if let Some(pod_cidr) = &p.pod_cidr {
+        if let Some(local) = &p.local {
             rules.rule_commented(
                 ext,
-                format!("{} saddr {pod_cidr} goto {cluster}", p.ip),
+                format!("{} goto {cluster}", local.nft_if_local(p.ip)),
                 "short-circuit pod traffic",
             );
         }

@@ -4,6 +4,7 @@
 //! recounting lines by hand.
 
 mod cluster;
+mod detect_local;
 mod dual_stack;
 mod external;
 mod fields;

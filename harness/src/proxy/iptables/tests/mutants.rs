@@ -351,10 +351,15 @@ fn node_ports_not_last_moves_only_the_jump() {
 fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
     let mut c = everything();
     c.proxy.node_port_addresses = vec!["192.168.50.0/24".parse().unwrap()];
+    // A mutant that ignores detectLocalMode shows only where the mode is not the default.
+    let mut node_cidr = c.clone();
+    node_cidr.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
     for m in Mutant::ALL {
-        let changed = ["node-a", "node-b", "node-c"]
-            .iter()
-            .any(|node| node_rules(&c, node) != node_ruleset(&c, node, Some(m)));
+        let changed = [&c, &node_cidr].iter().any(|c| {
+            ["node-a", "node-b", "node-c"]
+                .iter()
+                .any(|node| node_rules(c, node) != node_ruleset(c, node, Some(m)))
+        });
         let elsewhere = m.breaks_health_checks() || m.keeps_stale_conntrack() || m.breaks_loading();
         assert!(changed || elsewhere, "{m} changes nothing on the fixture");
     }

@@ -3,7 +3,11 @@
 use super::*;
 
 fn mutated(m: Mutant, node: &str) -> (RuleSet, RuleSet) {
-    let c = everything();
+    let mut c = everything();
+    // Ignoring detectLocalMode shows only where the mode is not the default.
+    if m == Mutant::DetectLocalModeIgnored {
+        c.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
+    }
     (node_rulesets(&c, node, None).remove(0), node_rulesets(&c, node, Some(m)).remove(0))
 }
 
