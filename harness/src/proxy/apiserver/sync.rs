@@ -46,6 +46,15 @@ pub fn wait_metrics(
         let last = match http_get(netns, addr, "/metrics") {
             Ok(body) => {
                 let metrics = SyncMetrics::parse(&body);
+                let failed = judge.failed_syncs(&metrics);
+                if failed > 0.0 {
+                    // The proxy will not apply the change (it retries only after its sync
+                    // period): judging probes now would judge a ruleset it did not mean.
+                    bail!(
+                        "the proxy failed to apply the change: its metrics at {addr} count {failed} failed \
+                         sync(s) since (kubeproxy_sync_proxy_rules_iptables_restore_failures_total; its log says why)"
+                    );
+                }
                 if judge.synced(&metrics, Instant::now()) {
                     return Ok(());
                 }

@@ -16,6 +16,11 @@ const LAST_SYNCED: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
 const LAST_QUEUED: &str = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
 const SYNCS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_count";
 const SYNC_SECONDS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_sum";
+/// Counts syncs whose ruleset the kernel refused, in both modes (the nftables proxier counts
+/// its failed transactions here too: pkg/proxy/nftables/proxier.go, v1.30). A failed sync
+/// still observes its duration and, in v1.30, shares its series with the other family's
+/// successful one, so only this counter tells it.
+const RESTORE_FAILURES: &str = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
 
 /// When the signals cannot decide (a change queued while a sync was running, or a family the
 /// push reached that found nothing to do), the proxy is taken as synced once they have not
@@ -38,6 +43,7 @@ pub struct Gauges {
     pub last_queued: f64,
     pub syncs: f64,
     pub sync_seconds: f64,
+    pub restore_failures: f64,
 }
 
 /// The sync series of a `/metrics` answer, by `ip_family` label (`None`: unlabelled).
@@ -64,6 +70,7 @@ impl SyncMetrics {
                 LAST_QUEUED => g.last_queued = value,
                 SYNCS => g.syncs = value,
                 SYNC_SECONDS => g.sync_seconds = value,
+                RESTORE_FAILURES => g.restore_failures = value,
                 _ => {}
             }
         }
@@ -140,6 +147,11 @@ impl SyncJudge {
             undecided_since: None,
             starting: false,
         }
+    }
+
+    /// How many syncs failed since the push (at start-up: since the proxy started).
+    pub fn failed_syncs(&self, now: &SyncMetrics) -> f64 {
+        now.0.iter().map(|(family, g)| g.restore_failures - self.before.get(family).restore_failures).sum()
     }
 
     pub fn synced(&mut self, now: &SyncMetrics, at: Instant) -> bool {
@@ -244,12 +256,26 @@ mod tests {
         ))
     }
 
+    /// v1.30 with one family's ruleset refused (kubernetes/kubernetes#134024): the other
+    /// family's sync moves the shared series as if both had synced; only the counter tells.
+    #[test]
+    fn a_failed_sync_is_counted_though_the_shared_series_look_synced() {
+        let before = metrics(100.0, 100.0, 4.0, 0.4);
+        let judge = SyncJudge::after_push(200.0, before, Families::BOTH);
+        let mut after = metrics(201.0, 200.0, 6.0, 0.6);
+        assert_eq!(judge.failed_syncs(&after), 0.0);
+        after.0.get_mut(&None).unwrap().restore_failures = 1.0;
+        assert_eq!(judge.failed_syncs(&after), 1.0);
+        let text = format!("{RESTORE_FAILURES} 2\n{SYNCS} 1\n");
+        assert_eq!(SyncMetrics::parse(&text).0[&None].restore_failures, 2.0);
+    }
+
     #[test]
     fn kube_proxy_130s_unlabelled_series_and_newer_labelled_ones_parse() {
         let m = metrics(1.7e9, 1.6e9, 3.0, 0.25);
         assert_eq!(
             m.0[&None],
-            Gauges { last_synced: 1.7e9, last_queued: 1.6e9, syncs: 3.0, sync_seconds: 0.25 }
+            Gauges { last_synced: 1.7e9, last_queued: 1.6e9, syncs: 3.0, sync_seconds: 0.25, restore_failures: 0.0 }
         );
         let labelled = SyncMetrics::parse(&format!(
             "{LAST_SYNCED}{{ip_family=\"IPv4\"}} 5\n{LAST_SYNCED}{{ip_family=\"IPv6\"}} 6\n\
