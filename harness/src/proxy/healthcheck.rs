@@ -80,7 +80,7 @@ pub fn serve_node(
     node: &NodeHandle,
     servers: &mut Servers,
     views: &[Cluster],
-    always_ok: bool,
+    bug: Option<Bug>,
 ) -> Result<()> {
     let mut services: Vec<HealthService> = Vec::new();
     let mut addresses = Vec::new();
@@ -93,8 +93,18 @@ pub fn serve_node(
         addresses.extend(bind_addresses(view, &node.name));
     }
     let families: Vec<IpFamily> = views.iter().map(Cluster::ip_family).collect();
-    serve(&node.netns, servers, &services, &addresses, &families, always_ok)
+    serve(&node.netns, servers, &services, &addresses, &families, bug)
         .with_context(|| format!("serving health checks on node {}", node.name))
+}
+
+/// How a broken health check server answers wrong (mutants).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// `200` even without local endpoints.
+    AlwaysOk,
+    /// The last answer stays when the count of local endpoints drops to zero (the count of a
+    /// Service with none left is never refreshed: kubernetes/kubernetes#44311).
+    KeptWhenEndpointsGo,
 }
 
 /// What a server answers with.
@@ -170,14 +180,14 @@ impl Drop for Servers {
 /// Makes `netns` serve exactly `services` on `addresses` among its servers of `families`:
 /// new ports are bound inside the namespace and served on the current tokio runtime, kept
 /// ones get their new answer, dropped ones stop; servers of other families stay as they are.
-/// `always_ok` breaks every answer to `200` (a mutant).
+/// `bug` breaks the answers the way it says (a mutant).
 pub fn serve(
     netns: &Netns,
     servers: &mut Servers,
     services: &[HealthService],
     addresses: &[IpAddr],
     families: &[IpFamily],
-    always_ok: bool,
+    bug: Option<Bug>,
 ) -> Result<()> {
     let mut wanted: BTreeMap<SocketAddr, Answer> = BTreeMap::new();
     for svc in services {
@@ -186,7 +196,7 @@ pub fn serve(
                 namespace: svc.namespace.clone(),
                 name: svc.name.clone(),
                 local_endpoints: svc.local_endpoints,
-                always_ok,
+                always_ok: bug == Some(Bug::AlwaysOk),
             };
             wanted.insert(SocketAddr::new(*ip, svc.port), answer);
         }
@@ -198,7 +208,10 @@ pub fn serve(
     let running = &mut servers.running;
     for (addr, answer) in wanted {
         if let Some(r) = running.get(&addr) {
-            *r.answer.lock().unwrap_or_else(|e| e.into_inner()) = answer;
+            let kept = bug == Some(Bug::KeptWhenEndpointsGo) && answer.local_endpoints == 0;
+            if !kept {
+                *r.answer.lock().unwrap_or_else(|e| e.into_inner()) = answer;
+            }
             continue;
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {

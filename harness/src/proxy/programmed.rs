@@ -72,9 +72,18 @@ impl Running for Programmed<'_> {
                 .with_context(|| format!("programming node {} with {}", node.name, self.programmer.name()))?;
         }
         // After the rules, as kube-proxy does: entries made meanwhile follow the new rules.
-        if let Some(before) = self.applied.replace(state.cluster.clone()) {
+        let lapse = self.programmer.cleanup_lapse();
+        let before = self.applied.replace(state.cluster.clone());
+        if before.is_none() && lapse == Some(conntrack_cleanup::Lapse::FlushedOnStart) {
+            let deletions = conntrack_cleanup::flushed_on_start(state.cluster);
+            for node in self.nodes {
+                conntrack_cleanup::delete(&node.netns, &deletions)
+                    .with_context(|| format!("on node {}", node.name))?;
+            }
+        }
+        if let Some(before) = before {
             let deletions =
-                conntrack_cleanup::stale_with(&before, state.cluster, self.programmer.cleanup_lapse());
+                conntrack_cleanup::stale_with(&before, state.cluster, lapse);
             for node in self.nodes {
                 conntrack_cleanup::delete(&node.netns, &deletions)
                     .with_context(|| format!("on node {}", node.name))?;

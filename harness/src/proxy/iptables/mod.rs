@@ -109,8 +109,8 @@ impl NodeProgrammer for BuiltinIptables {
             }
             load::restore(node, &node_ruleset(view, &node.name, self.mutant).render(), family)?;
         }
-        let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
-        healthcheck::serve_node(node, &mut state.health, &views, always_ok)
+        let bug = self.mutant.and_then(Mutant::health_bug);
+        healthcheck::serve_node(node, &mut state.health, &views, bug)
     }
 
     fn dump_node(&self, node: &NodeHandle, state: &NodeState) -> Result<String> {

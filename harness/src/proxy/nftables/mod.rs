@@ -165,8 +165,8 @@ impl NodeProgrammer for BuiltinNftables {
         if !text.is_empty() {
             load::apply(node, &text)?;
         }
-        let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
-        healthcheck::serve_node(node, &mut state.health, &family_views(cluster, &node.name), always_ok)
+        let bug = self.mutant.and_then(Mutant::health_bug);
+        healthcheck::serve_node(node, &mut state.health, &family_views(cluster, &node.name), bug)
     }
 
     fn dump_node(&self, node: &NodeHandle, _state: &NodeState) -> Result<String> {
