@@ -82,8 +82,7 @@ impl Running for Programmed<'_> {
             }
         }
         if let Some(before) = before {
-            let deletions =
-                conntrack_cleanup::stale_with(&before, state.cluster, lapse);
+            let deletions = conntrack_cleanup::stale_with(&before, state.cluster, lapse);
             for node in self.nodes {
                 conntrack_cleanup::delete(&node.netns, &deletions)
                     .with_context(|| format!("on node {}", node.name))?;

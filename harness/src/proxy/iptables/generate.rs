@@ -91,7 +91,8 @@ impl Deviations {
         {
             // The bug: endpoints no set uses still get an affinity check (and a chain to go to).
             let unused = |e: &&Endpoint| {
-                IpFamily::of(e.ip) == policy.family && !eps.reachable.iter().any(|r| r.address() == e.address())
+                IpFamily::of(e.ip) == policy.family
+                    && !eps.reachable.iter().any(|r| r.address() == e.address())
             };
             port.endpoints.iter().filter(unused).collect()
         } else {

@@ -352,7 +352,12 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
     let mut c = everything();
     c.proxy.node_port_addresses = vec!["192.168.50.0/24".parse().unwrap()];
     // A second VIP: the node's own traffic must be admitted on each (kubernetes PR #109826).
-    c.services.iter_mut().find(|s| s.name == "lb").unwrap().load_balancer_ips.push("203.0.113.12".parse().unwrap());
+    c.services
+        .iter_mut()
+        .find(|s| s.name == "lb")
+        .unwrap()
+        .load_balancer_ips
+        .push("203.0.113.12".parse().unwrap());
     for m in Mutant::ALL {
         let changed = ["node-a", "node-b", "node-c"]
             .iter()
@@ -409,7 +414,12 @@ fn ip_mode_proxy_ignored_intercepts_the_proxied_ip() {
 #[test]
 fn source_ranges_node_reaches_first_lb_ip_only_drops_the_second_vip_admission() {
     let mut c = everything();
-    c.services.iter_mut().find(|s| s.name == "lb").unwrap().load_balancer_ips.push("203.0.113.12".parse().unwrap());
+    c.services
+        .iter_mut()
+        .find(|s| s.name == "lb")
+        .unwrap()
+        .load_balancer_ips
+        .push("203.0.113.12".parse().unwrap());
     let (before, after) = broken_in(&c, Mutant::SourceRangesNodeReachesFirstLbIpOnly, "node-a");
     let (gone, new) = diff(&before, &after);
     assert_eq!(gone.len(), 1, "{gone:?}");

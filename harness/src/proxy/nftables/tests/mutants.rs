@@ -15,11 +15,15 @@ fn every_mutant_of_the_rules_changes_them() {
     };
     // A second VIP: the node's own traffic must be admitted on each (kubernetes PR #109826).
     let mut c = everything();
-    c.services.iter_mut().find(|s| s.name == "lb").unwrap().load_balancer_ips.push("203.0.113.12".parse().unwrap());
+    c.services
+        .iter_mut()
+        .find(|s| s.name == "lb")
+        .unwrap()
+        .load_balancer_ips
+        .push("203.0.113.12".parse().unwrap());
     for m in Mutant::ALL {
-        let changed = ["node-a", "node-b"]
-            .iter()
-            .any(|n| node_rulesets(&c, n, None) != node_rulesets(&c, n, Some(m)));
+        let changed =
+            ["node-a", "node-b"].iter().any(|n| node_rulesets(&c, n, None) != node_rulesets(&c, n, Some(m)));
         assert_eq!(changed, !elsewhere(m), "{m}");
     }
 }
