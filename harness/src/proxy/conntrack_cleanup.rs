@@ -17,11 +17,19 @@ use crate::topology::Netns;
 /// A set of UDP conntrack entries to delete.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Deletion {
-    /// Every entry to a Service IP (the Service had no endpoints: its traffic was rejected,
-    /// and the entries of those attempts would keep new answers away).
+    /// The un-translated entries to a Service IP (the Service had no endpoints: its traffic
+    /// was rejected, and the entries of those attempts would keep new answers away). Entries
+    /// already translated to an endpoint are left alone: their reply comes from the endpoint,
+    /// not the Service IP (the precise filter of kubernetes/kubernetes#122741, so a restart,
+    /// whose first sync finds every Service new, moves no client: #122740).
     ToIp(IpAddr),
-    /// Every entry to a node port, on any address of `family_v6`'s family.
+    /// The un-translated entries to a node port (the reply comes from that port), on any
+    /// address of `ipv6`'s family.
     ToPort { port: u16, ipv6: bool },
+    /// Every entry to a Service IP, translated or not (kube-proxy v1.30's filter: a mutant).
+    AllToIp(IpAddr),
+    /// Every entry to a node port (kube-proxy v1.30's filter: a mutant).
+    AllToPort { port: u16, ipv6: bool },
     /// Entries to a Service IP translated to a gone endpoint.
     Nat { frontend: IpAddr, endpoint: IpAddr },
     /// Entries to a node port translated to a gone endpoint.
@@ -33,10 +41,26 @@ impl Deletion {
     pub fn args(&self) -> Vec<String> {
         let family = |ipv6: bool| if ipv6 { "ipv6" } else { "ipv4" };
         let args: Vec<String> = match self {
-            Deletion::ToIp(ip) => {
+            Deletion::ToIp(ip) => vec![
+                "-f".into(),
+                family(ip.is_ipv6()).into(),
+                "--orig-dst".into(),
+                ip.to_string(),
+                "--reply-src".into(),
+                ip.to_string(),
+            ],
+            Deletion::ToPort { port, ipv6 } => vec![
+                "-f".into(),
+                family(*ipv6).into(),
+                "--dport".into(),
+                port.to_string(),
+                "--reply-port-src".into(),
+                port.to_string(),
+            ],
+            Deletion::AllToIp(ip) => {
                 vec!["-f".into(), family(ip.is_ipv6()).into(), "--orig-dst".into(), ip.to_string()]
             }
-            Deletion::ToPort { port, ipv6 } => {
+            Deletion::AllToPort { port, ipv6 } => {
                 vec!["-f".into(), family(*ipv6).into(), "--dport".into(), port.to_string()]
             }
             Deletion::Nat { frontend, endpoint } => vec![
@@ -76,6 +100,23 @@ pub enum Lapse {
     /// Entries of endpoints that turned not ready are cleared although they still serve
     /// (kubernetes/kubernetes#134143).
     NotReadyCleared,
+    /// The first sync after a (re)start clears every entry of every UDP Service, translated
+    /// or not, as kube-proxy v1.30 does (kubernetes/kubernetes#122740); later syncs are right.
+    FlushedOnStart,
+}
+
+/// What kube-proxy v1.30's first sync deletes: every Service is new, so every UDP Service port
+/// with a serving endpoint loses all its entries, on every frontend and node port.
+pub fn flushed_on_start(after: &Cluster) -> Vec<Deletion> {
+    let nothing = Cluster { services: Vec::new(), ..after.clone() };
+    stale(&nothing, after)
+        .into_iter()
+        .map(|d| match d {
+            Deletion::ToIp(ip) => Deletion::AllToIp(ip),
+            Deletion::ToPort { port, ipv6 } => Deletion::AllToPort { port, ipv6 },
+            other => other,
+        })
+        .collect()
 }
 
 /// What to delete after the cluster changed from `before` to `after`: for every UDP Service
@@ -246,6 +287,23 @@ mod tests {
         };
         assert_eq!(d.args().join(" "), "-D -p udp -f ipv4 --orig-dst 10.96.0.53 --dst-nat 10.244.1.10");
         let d = Deletion::ToPort { port: 30053, ipv6: true };
-        assert_eq!(d.args().join(" "), "-D -p udp -f ipv6 --dport 30053");
+        assert_eq!(d.args().join(" "), "-D -p udp -f ipv6 --dport 30053 --reply-port-src 30053");
+        let d = Deletion::ToIp("10.96.0.53".parse().unwrap());
+        assert_eq!(d.args().join(" "), "-D -p udp -f ipv4 --orig-dst 10.96.0.53 --reply-src 10.96.0.53");
+        let d = Deletion::AllToIp("10.96.0.53".parse().unwrap());
+        assert_eq!(d.args().join(" "), "-D -p udp -f ipv4 --orig-dst 10.96.0.53");
+    }
+
+    #[test]
+    fn a_flush_on_start_deletes_every_entry_of_every_served_udp_port() {
+        let after = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.10", true)]);
+        assert_eq!(
+            flushed_on_start(&after),
+            vec![
+                Deletion::AllToIp("10.96.0.53".parse().unwrap()),
+                Deletion::AllToIp("203.0.113.5".parse().unwrap()),
+                Deletion::AllToPort { port: 30053, ipv6: false },
+            ]
+        );
     }
 }

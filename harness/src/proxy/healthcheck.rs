@@ -5,8 +5,9 @@
 //!
 //! Proxy-independent: what to serve comes from the model ([`node_services`]), serving is
 //! [`serve`]. Servers are tokio tasks on the runtime the caller has entered, listening on
-//! sockets bound inside the node's namespace; they stop when that runtime is dropped.
-//! Re-serving a namespace updates the running servers, as kube-proxy's `SyncServices` and
+//! sockets bound inside the node's namespace; a node's [`Servers`] belong to the running
+//! proxy that started them and stop when it drops them (or when the runtime goes).
+//! Re-serving updates the running servers, as kube-proxy's `SyncServices` and
 //! `SyncEndpoints` do on every sync, so a node can be reprogrammed.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,7 +76,12 @@ pub fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
 /// per proxier), as [`serve`] does: a dual-stack Service's check is one server per family, on
 /// one port. Servers of a family no view is of are left alone (that family's proxier owns
 /// them: the reference proxy programs each family on its own).
-pub fn serve_node(node: &NodeHandle, views: &[Cluster], always_ok: bool) -> Result<()> {
+pub fn serve_node(
+    node: &NodeHandle,
+    servers: &mut Servers,
+    views: &[Cluster],
+    bug: Option<Bug>,
+) -> Result<()> {
     let mut services: Vec<HealthService> = Vec::new();
     let mut addresses = Vec::new();
     for view in views {
@@ -87,8 +93,18 @@ pub fn serve_node(node: &NodeHandle, views: &[Cluster], always_ok: bool) -> Resu
         addresses.extend(bind_addresses(view, &node.name));
     }
     let families: Vec<IpFamily> = views.iter().map(Cluster::ip_family).collect();
-    serve(&node.netns, &services, &addresses, &families, always_ok)
+    serve(&node.netns, servers, &services, &addresses, &families, bug)
         .with_context(|| format!("serving health checks on node {}", node.name))
+}
+
+/// How a broken health check server answers wrong (mutants).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// `200` even without local endpoints.
+    AlwaysOk,
+    /// The last answer stays when the count of local endpoints drops to zero (the count of a
+    /// Service with none left is never refreshed: kubernetes/kubernetes#44311).
+    KeptWhenEndpointsGo,
 }
 
 /// What a server answers with.
@@ -127,20 +143,53 @@ struct Running {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Running servers by namespace name, then by listening address. Namespaces are
-/// process-wide, and so is this.
-static SERVERS: Mutex<BTreeMap<String, BTreeMap<SocketAddr, Running>>> = Mutex::new(BTreeMap::new());
+/// The health check servers one node runs, by listening address. Dropping it stops them
+/// (and waits a little for their listeners to close), so a proxy started again binds anew.
+#[derive(Default)]
+pub struct Servers {
+    running: BTreeMap<SocketAddr, Running>,
+}
+
+impl Servers {
+    /// Stops the servers `stop` picks, and waits (a little) until their listeners closed.
+    fn stop_where(&mut self, stop: impl Fn(&SocketAddr) -> bool) -> bool {
+        let mut stopped = Vec::new();
+        self.running.retain(|addr, r| {
+            if stop(addr) {
+                r.task.abort();
+                stopped.push(r.task.abort_handle());
+            }
+            !stop(addr)
+        });
+        // An aborted task closes its listener when the runtime next polls it; wait for that so
+        // that a stopped server no longer answers, and its port can be bound again, once this
+        // returns. On a loaded machine that took over a second; the bound only guards against
+        // a runtime that no longer runs.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while stopped.iter().any(|t| !t.is_finished()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        !stopped.is_empty()
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        self.stop_where(|_| true);
+    }
+}
 
 /// Makes `netns` serve exactly `services` on `addresses` among its servers of `families`:
 /// new ports are bound inside the namespace and served on the current tokio runtime, kept
 /// ones get their new answer, dropped ones stop; servers of other families stay as they are.
-/// `always_ok` breaks every answer to `200` (a mutant).
+/// `bug` breaks the answers the way it says (a mutant).
 pub fn serve(
     netns: &Netns,
+    servers: &mut Servers,
     services: &[HealthService],
     addresses: &[IpAddr],
     families: &[IpFamily],
-    always_ok: bool,
+    bug: Option<Bug>,
 ) -> Result<()> {
     let mut wanted: BTreeMap<SocketAddr, Answer> = BTreeMap::new();
     for svc in services {
@@ -149,37 +198,22 @@ pub fn serve(
                 namespace: svc.namespace.clone(),
                 name: svc.name.clone(),
                 local_endpoints: svc.local_endpoints,
-                always_ok,
+                always_ok: bug == Some(Bug::AlwaysOk),
             };
             wanted.insert(SocketAddr::new(*ip, svc.port), answer);
         }
     }
-    let mut all = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
-    // Servers of runtimes that were dropped (a finished scenario) are gone already.
-    all.retain(|_, servers| {
-        servers.retain(|_, r| !r.task.is_finished());
-        !servers.is_empty()
-    });
-    let running = all.entry(netns.name().to_string()).or_default();
-    let mut stopped = Vec::new();
-    running.retain(|addr, r| {
-        let keep = wanted.contains_key(addr) || !families.contains(&IpFamily::of(addr.ip()));
-        if !keep {
-            r.task.abort();
-            stopped.push(r.task.abort_handle());
-        }
-        keep
-    });
-    // An aborted task closes its listener when the runtime next polls it; wait for that (a
-    // little) so that a stopped server no longer answers once this returns.
-    let deadline = std::time::Instant::now() + Duration::from_secs(1);
-    while stopped.iter().any(|t| !t.is_finished()) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let stopped = !stopped.is_empty();
+    // Servers of a runtime that was dropped are gone already.
+    servers.running.retain(|_, r| !r.task.is_finished());
+    let stopped =
+        servers.stop_where(|addr| !wanted.contains_key(addr) && families.contains(&IpFamily::of(addr.ip())));
+    let running = &mut servers.running;
     for (addr, answer) in wanted {
         if let Some(r) = running.get(&addr) {
-            *r.answer.lock().unwrap_or_else(|e| e.into_inner()) = answer;
+            let kept = bug == Some(Bug::KeptWhenEndpointsGo) && answer.local_endpoints == 0;
+            if !kept {
+                *r.answer.lock().unwrap_or_else(|e| e.into_inner()) = answer;
+            }
             continue;
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {

@@ -29,7 +29,7 @@ use crate::model::{Cluster, Objects, ProxyChoice};
 use crate::oracle::Profile;
 use crate::topology::{NodeHandle, Topology};
 
-pub use programmed::{NodeProgrammer, program_nodes};
+pub use programmed::{NodeProgrammer, NodeState, program_nodes};
 
 /// Something that makes node namespaces implement Services.
 pub trait Proxy: Send + Sync {

@@ -1,22 +1,37 @@
 //! Proxies that program each node directly from the model, in-process (the built-in ones):
-//! starting one programs every node, and a change re-programs them.
+//! starting one programs every node, and a change re-programs them. What a proxy keeps of a
+//! node while it runs lives in the running handle ([`NodeState`]), never in statics: a proxy
+//! stopped and started again within a run starts afresh, and two runs share nothing.
+
+use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
 
-use super::{Env, Running, State, conntrack_cleanup};
-use crate::model::Cluster;
+use super::{Env, Running, State, conntrack_cleanup, healthcheck};
+use crate::model::{Cluster, IpFamily};
 use crate::topology::NodeHandle;
+
+/// What a built-in proxy keeps of one node while it runs.
+#[derive(Default)]
+pub struct NodeState {
+    /// The families whose rules were loaded (both on a dual-stack node), so that a dump reads
+    /// the tables that were written.
+    pub loaded: BTreeSet<IpFamily>,
+    /// Its health check servers; dropped (stopped) with the state.
+    pub health: healthcheck::Servers,
+}
 
 /// Programs one node namespace with the cluster's Services, as the proxy on that node would.
 pub trait NodeProgrammer: Send + Sync {
     fn name(&self) -> &str;
 
-    /// Programs (or re-programs) `node` to implement `cluster`. Called with the run's
-    /// runtime entered, for servers the proxy keeps (health checks).
-    fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()>;
+    /// Programs (or re-programs) `node` to implement `cluster`, keeping what it runs there in
+    /// `state`. Called with the run's runtime entered, for servers the proxy keeps (health
+    /// checks).
+    fn program_node(&self, cluster: &Cluster, node: &NodeHandle, state: &mut NodeState) -> Result<()>;
 
     /// The node's data-plane state as loaded.
-    fn dump_node(&self, node: &NodeHandle) -> Result<String>;
+    fn dump_node(&self, node: &NodeHandle, state: &NodeState) -> Result<String>;
 
     /// What a change's clearing of stale UDP conntrack entries leaves out, if anything
     /// (kube-proxy leaves nothing).
@@ -31,8 +46,9 @@ pub fn program_nodes<'a>(
     state: &State<'_>,
     env: &Env<'a>,
 ) -> Result<Box<dyn Running + 'a>> {
-    let mut running =
-        Programmed { programmer, nodes: &env.topology.nodes, runtime: env.runtime.clone(), applied: None };
+    let nodes = &env.topology.nodes;
+    let states = nodes.iter().map(|_| NodeState::default()).collect();
+    let mut running = Programmed { programmer, nodes, states, runtime: env.runtime.clone(), applied: None };
     running.update(state)?;
     Ok(Box::new(running))
 }
@@ -40,6 +56,8 @@ pub fn program_nodes<'a>(
 struct Programmed<'a> {
     programmer: &'a dyn NodeProgrammer,
     nodes: &'a [NodeHandle],
+    /// One per node, in the order of `nodes`.
+    states: Vec<NodeState>,
     runtime: tokio::runtime::Handle,
     /// The state the nodes implement, to tell what a change leaves stale.
     applied: Option<Cluster>,
@@ -48,15 +66,23 @@ struct Programmed<'a> {
 impl Running for Programmed<'_> {
     fn update(&mut self, state: &State<'_>) -> Result<()> {
         let _in_runtime = self.runtime.enter();
-        for node in self.nodes {
+        for (node, node_state) in self.nodes.iter().zip(&mut self.states) {
             self.programmer
-                .program_node(state.cluster, node)
+                .program_node(state.cluster, node, node_state)
                 .with_context(|| format!("programming node {} with {}", node.name, self.programmer.name()))?;
         }
         // After the rules, as kube-proxy does: entries made meanwhile follow the new rules.
-        if let Some(before) = self.applied.replace(state.cluster.clone()) {
-            let deletions =
-                conntrack_cleanup::stale_with(&before, state.cluster, self.programmer.cleanup_lapse());
+        let lapse = self.programmer.cleanup_lapse();
+        let before = self.applied.replace(state.cluster.clone());
+        if before.is_none() && lapse == Some(conntrack_cleanup::Lapse::FlushedOnStart) {
+            let deletions = conntrack_cleanup::flushed_on_start(state.cluster);
+            for node in self.nodes {
+                conntrack_cleanup::delete(&node.netns, &deletions)
+                    .with_context(|| format!("on node {}", node.name))?;
+            }
+        }
+        if let Some(before) = before {
+            let deletions = conntrack_cleanup::stale_with(&before, state.cluster, lapse);
             for node in self.nodes {
                 conntrack_cleanup::delete(&node.netns, &deletions)
                     .with_context(|| format!("on node {}", node.name))?;
@@ -66,6 +92,15 @@ impl Running for Programmed<'_> {
     }
 
     fn dump_node(&self, node: &NodeHandle) -> Result<String> {
-        self.programmer.dump_node(node)
+        let at = self.nodes.iter().position(|n| n.name == node.name);
+        let state =
+            at.and_then(|i| self.states.get(i)).context("dumping a node this proxy does not run on")?;
+        self.programmer.dump_node(node, state)
+    }
+
+    /// Stops the health check servers (dropping the node states does).
+    fn stop(self: Box<Self>) -> Result<()> {
+        drop(self);
+        Ok(())
     }
 }

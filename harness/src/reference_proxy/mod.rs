@@ -139,6 +139,7 @@ async fn run(args: Args, config: Config) -> Result<()> {
             Mode::Nftables => config.sync_period,
         },
         sync_period: config.sync_period,
+        node_state: Mutex::new(crate::proxy::NodeState::default()),
         health: Arc::clone(&health),
         metrics,
     });

@@ -29,7 +29,7 @@ use super::informer::Key;
 use super::metrics::Metrics;
 use super::runner::Runner;
 use crate::model::{Cluster, IpFamily, Node, Service};
-use crate::proxy::{NodeProgrammer, conntrack_cleanup};
+use crate::proxy::{NodeProgrammer, NodeState, conntrack_cleanup};
 use crate::topology::NodeHandle;
 
 /// The EndpointSlice label naming its Service.
@@ -309,6 +309,9 @@ impl State {
 pub struct Settings {
     pub programmer: Box<dyn NodeProgrammer>,
     pub node: NodeHandle,
+    /// What the programmer keeps of the node (its health check servers), shared by both
+    /// families' proxiers as kube-proxy's one service health server is.
+    pub node_state: Mutex<NodeState>,
     /// The node as the model has it, from its Node object at start-up (kube-proxy reads the
     /// node's IPs once, `getNodeIPs`).
     pub model_node: Node,
@@ -450,7 +453,8 @@ impl Proxier {
         let s = &self.settings;
         let cluster = convert::cluster(s.model_node.clone(), services, slices, &s.flags)?;
         let Some(view) = convert::family_view(&cluster, self.family()) else { return Ok(None) };
-        tokio::task::block_in_place(|| s.programmer.program_node(&view, &s.node))
+        let mut node_state = s.node_state.lock().unwrap_or_else(|e| e.into_inner());
+        tokio::task::block_in_place(|| s.programmer.program_node(&view, &s.node, &mut node_state))
             .with_context(|| format!("programming node {}", s.node.name))?;
         Ok(Some(view))
     }

@@ -1,6 +1,6 @@
 //! Every address the scenario assigns, so no two things get the same one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::error::{Diagnostics, Site};
@@ -9,6 +9,8 @@ use super::yaml::FieldPath;
 #[derive(Default)]
 pub(crate) struct Addresses {
     owners: HashMap<IpAddr, String>,
+    /// Nodes' secondary addresses: where a VIP that is local to a node sits.
+    secondary: HashSet<IpAddr>,
 }
 
 impl Addresses {
@@ -27,6 +29,16 @@ impl Addresses {
                 self.owners.insert(ip, owner);
             }
         }
+    }
+
+    /// Records `ip` as a node's secondary address (claimed with [`Addresses::claim`]).
+    pub fn mark_secondary(&mut self, ip: IpAddr) {
+        self.secondary.insert(ip);
+    }
+
+    /// Whether `ip` is a node's secondary address.
+    pub fn is_secondary(&self, ip: IpAddr) -> bool {
+        self.secondary.contains(&ip)
     }
 
     /// Who `ip` was assigned to, e.g. `node node-a`, if anyone.

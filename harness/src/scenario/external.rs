@@ -180,9 +180,15 @@ fn frontend_ip(
         })
         .or_else(|| {
             // A node's own address is a common external IP on bare metal (traffic already lands
-            // on that node); a pod's, another host's or a load balancer's is not.
-            let owner =
-                env.addresses.owner(ip).filter(|o| !(what == "an external IP" && o.starts_with("node ")))?;
+            // on that node); a pod's, another host's or a load balancer's is not. A VIP-style
+            // balancer puts its load-balancer IP on a node as a further address (kube-proxy's
+            // "the VIP is often added as a local address"): a node's secondary address may be
+            // one.
+            let local_vip = what == "a load-balancer IP" && env.addresses.is_secondary(ip);
+            let owner = env
+                .addresses
+                .owner(ip)
+                .filter(|o| !(what == "an external IP" && o.starts_with("node ")) && !local_vip)?;
             Some(format!(
                 "{ip} is already the address of {owner}: {what} must not be a {}pod or external-host address",
                 if what == "an external IP" { "" } else { "node, " }

@@ -394,6 +394,7 @@ fn read_secondary_ips(
         match host_ip(site, &at, text, net, diag) {
             Some(ip) => {
                 addresses.claim(ip, format!("node {}", spec.name), site, &at, diag);
+                addresses.mark_secondary(ip);
                 if let Some(ips) = &mut ips {
                     ips.push(ip);
                 }

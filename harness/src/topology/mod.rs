@@ -154,7 +154,7 @@ impl Topology {
             let uplink = links.index(NODE_UPLINK).await?;
             for (view, node) in on_node(&views, &node.name) {
                 for ip in node.node_network_ips() {
-                    links.address(uplink, ip, view.node_network.prefix_len()).await?;
+                    links.address(uplink, ip, node_network_prefix(node, ip, view.node_network)).await?;
                 }
             }
             links.up(uplink).await?;
@@ -326,4 +326,11 @@ fn external_destinations(cluster: &Cluster) -> Vec<IpAddr> {
     ips.sort();
     ips.dedup();
     ips
+}
+
+/// The prefix an address of the node network gets on a node: the network's for the node IP; a
+/// host prefix for a secondary address, as VIP managers (kube-vip, keepalived) add a VIP, so
+/// that the kernel sends the node's own traffic to it from the VIP, not from the node IP.
+pub(crate) fn node_network_prefix(node: &crate::model::Node, ip: std::net::IpAddr, net: ipnet::IpNet) -> u8 {
+    if ip == node.ip { net.prefix_len() } else { crate::model::IpFamily::of(ip).host_prefix() }
 }

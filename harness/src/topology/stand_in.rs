@@ -388,7 +388,7 @@ async fn wire(
         let eth0 = links.index(NODE_UPLINK).await?;
         let node = cluster.node(name).context("a stand-in node not in the cluster")?;
         for ip in node.node_network_ips() {
-            links.address(eth0, ip, prefix).await?;
+            links.address(eth0, ip, super::node_network_prefix(node, ip, cluster.node_network)).await?;
         }
         links.up(eth0).await?;
     }

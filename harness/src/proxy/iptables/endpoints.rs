@@ -85,6 +85,8 @@ pub struct Choice<'a> {
     pub policy: PortPolicy,
     pub eps: Selection<'a>,
     pub etp_local_uses_cluster: bool,
+    /// Endpoints no set uses that still get an affinity check: a bug (a mutant), else empty.
+    pub stale_affinity: Vec<&'a Endpoint>,
 }
 
 impl Choice<'_> {

@@ -65,6 +65,8 @@ pub struct Deviations {
     pub etp_local_uses_cluster: bool,
     /// How topology hints narrow the Cluster set.
     pub hints: Hints,
+    /// ClientIP affinity checks are written for not-ready endpoints too (kube-proxy v1.22).
+    pub affinity_to_not_ready: bool,
 }
 
 impl Deviations {
@@ -85,7 +87,19 @@ impl Deviations {
             policy.internal_local = false;
             eps = select_with(port, policy, node, self.terminating, topo, self.hints);
         }
-        Choice { policy, eps, etp_local_uses_cluster: self.etp_local_uses_cluster }
+        let stale_affinity = if self.affinity_to_not_ready
+            && matches!(svc.session_affinity, crate::model::SessionAffinity::ClientIp { .. })
+        {
+            // The bug: endpoints no set uses still get an affinity check (and a chain to go to).
+            let unused = |e: &&Endpoint| {
+                IpFamily::of(e.ip) == policy.family
+                    && !eps.reachable.iter().any(|r| r.address() == e.address())
+            };
+            port.endpoints.iter().filter(unused).collect()
+        } else {
+            Vec::new()
+        };
+        Choice { policy, eps, etp_local_uses_cluster: self.etp_local_uses_cluster, stale_affinity }
     }
 }
 
@@ -462,7 +476,7 @@ fn write_service_port(rules: &mut RuleSet, p: &Port) {
     if !p.choice.eps.local.is_empty() && p.choice.policy.uses_local_endpoints() {
         write_ladder(rules, p, &p.svl_chain, &p.choice.eps.local);
     }
-    for ep in &p.choice.eps.reachable {
+    for ep in p.choice.eps.reachable.iter().chain(&p.choice.stale_affinity) {
         write_sep_chain(rules, p, ep);
     }
 }
@@ -666,7 +680,7 @@ fn write_fw_chain(rules: &mut RuleSet, p: &Port) {
 fn write_ladder(rules: &mut RuleSet, p: &Port, chain: &str, endpoints: &[&Endpoint]) {
     rules.nat.add_chain(chain);
     if let Some(seconds) = p.affinity {
-        for ep in endpoints {
+        for ep in endpoints.iter().chain(&p.choice.stale_affinity) {
             let sep = naming::sep_chain(&p.name, p.protocol, ep.address());
             rules.nat.append(
                 chain,

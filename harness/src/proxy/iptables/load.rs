@@ -1,19 +1,13 @@
 //! Loading a ruleset into a node namespace and reading it back, with `iptables-restore` and
 //! `iptables-save` for an IPv4 cluster and `ip6tables-restore`/`ip6tables-save` for IPv6.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
 
 use crate::model::IpFamily;
 use crate::proxy::loader;
 use crate::topology::NodeHandle;
-
-/// The families each namespace was loaded with (both, on a dual-stack node), by namespace
-/// name, so that a dump reads the tables that were written ([`crate::proxy::Proxy::dump_node`]
-/// is given only the node).
-static LOADED: Mutex<BTreeMap<String, BTreeSet<IpFamily>>> = Mutex::new(BTreeMap::new());
 
 /// `iptables-restore`/`iptables-save`, or their IPv6 twins.
 fn tools(family: IpFamily) -> (&'static str, &'static str) {
@@ -35,12 +29,6 @@ fn rule_kind(family: IpFamily) -> &'static str {
 /// across namespaces.
 pub fn restore(node: &NodeHandle, text: &str, family: IpFamily) -> Result<()> {
     let (restore, _) = tools(family);
-    LOADED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(node.netns.name().to_string())
-        .or_default()
-        .insert(family);
     loader::run(node, restore, &["-w"], text, rule_kind(family), offending_lines)
 }
 
@@ -61,13 +49,13 @@ fn offending_lines<'t>(message: &str, text: &'t str) -> Vec<(usize, &'t str)> {
     found
 }
 
-/// The node's tables as `iptables-save` prints them, or `ip6tables-save` when IPv6 rules were
-/// loaded there; both, IPv4 first, on a dual-stack node.
-pub fn save(node: &NodeHandle) -> Result<String> {
-    let loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner()).get(node.netns.name()).cloned();
-    let families = loaded.filter(|f| !f.is_empty()).unwrap_or_else(|| BTreeSet::from([IpFamily::V4]));
+/// The node's tables as `iptables-save` prints them, or `ip6tables-save` when only IPv6 rules
+/// were `loaded` there; both, IPv4 first, on a dual-stack node.
+pub fn save(node: &NodeHandle, loaded: &BTreeSet<IpFamily>) -> Result<String> {
+    let v4_only = BTreeSet::from([IpFamily::V4]);
+    let families = if loaded.is_empty() { &v4_only } else { loaded };
     let mut dump = String::new();
-    for family in families {
+    for &family in families {
         let (_, save) = tools(family);
         let out = node
             .netns

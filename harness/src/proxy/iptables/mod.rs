@@ -26,7 +26,9 @@ pub use ruleset::{RuleSet, normalize_save};
 
 use crate::model::Cluster;
 use crate::oracle::Profile;
-use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, node_ports, program_nodes};
+use crate::proxy::{
+    Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, node_ports, program_nodes,
+};
 use crate::topology::NodeHandle;
 
 pub const NAME: &str = "builtin-iptables";
@@ -86,7 +88,7 @@ impl NodeProgrammer for BuiltinIptables {
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     /// A dual-stack cluster is programmed per family, as kube-proxy runs a proxier per family:
     /// each family's view into its own tables (`iptables-restore`, `ip6tables-restore`).
-    fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
+    fn program_node(&self, cluster: &Cluster, node: &NodeHandle, state: &mut NodeState) -> Result<()> {
         let views: Vec<Cluster> = if cluster.second_family.is_some() {
             cluster.families().into_iter().map(|f| cluster.family_view(f)).collect()
         } else {
@@ -99,6 +101,7 @@ impl NodeProgrammer for BuiltinIptables {
                     .run(|| std::fs::write(ROUTE_LOCALNET, "1"))?
                     .with_context(|| format!("setting route_localnet on node {}", node.name))?;
             }
+            state.loaded.insert(family);
             if self.mutant == Some(Mutant::AffinityLostOnSync) {
                 // The bug: the tables are emptied before every sync, so the `recent` lists of
                 // the affinity rules go with their last rule.
@@ -106,12 +109,12 @@ impl NodeProgrammer for BuiltinIptables {
             }
             load::restore(node, &node_ruleset(view, &node.name, self.mutant).render(), family)?;
         }
-        let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
-        healthcheck::serve_node(node, &views, always_ok)
+        let bug = self.mutant.and_then(Mutant::health_bug);
+        healthcheck::serve_node(node, &mut state.health, &views, bug)
     }
 
-    fn dump_node(&self, node: &NodeHandle) -> Result<String> {
-        load::save(node)
+    fn dump_node(&self, node: &NodeHandle, state: &NodeState) -> Result<String> {
+        load::save(node, &state.loaded)
     }
 
     fn cleanup_lapse(&self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {

@@ -35,6 +35,9 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::AffinityLostOnSync
             | $crate::proxy::iptables::Mutant::UdpConntrackClearedWhenNotReady
             | $crate::proxy::iptables::Mutant::DetectLocalModeIgnored
+            | $crate::proxy::iptables::Mutant::AffinityToNotReady
+            | $crate::proxy::iptables::Mutant::UdpConntrackFlushedOnRestart
+            | $crate::proxy::iptables::Mutant::HealthCheckKeptWhenEndpointsGo
     };
 }
 pub(crate) use outside_the_rules;
@@ -103,10 +106,24 @@ pub enum Mutant {
     /// A proxy that detects pod traffic by the cluster CIDR whatever `detectLocalMode` says
     /// (as proxies without the setting do).
     DetectLocalModeIgnored,
+    /// kube-proxy v1.22's iptables mode (fixed by
+    /// <https://github.com/kubernetes/kubernetes/pull/106030>);
+    /// <https://github.com/kubernetes/kubernetes/issues/110302>.
+    AffinityToNotReady,
+    /// kube-proxy before <https://github.com/kubernetes/kubernetes/pull/109826>: the rules
+    /// letting the node's own traffic (sent from a VIP local to it) through were nested per
+    /// LB IP, each block ending in a drop.
+    SourceRangesNodeReachesFirstLbIpOnly,
+    /// kube-proxy v1.30's first sync treats every Service as new and clears all its UDP
+    /// entries: <https://github.com/kubernetes/kubernetes/issues/122740>.
+    UdpConntrackFlushedOnRestart,
+    /// <https://github.com/kubernetes/kubernetes/issues/44311>: the server's count of local
+    /// endpoints was not refreshed once a Service had none left on the node.
+    HealthCheckKeptWhenEndpointsGo,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 30] = [
+    pub const ALL: [Mutant; 34] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -137,6 +154,10 @@ impl Mutant {
         Mutant::AffinityLostOnSync,
         Mutant::UdpConntrackClearedWhenNotReady,
         Mutant::DetectLocalModeIgnored,
+        Mutant::AffinityToNotReady,
+        Mutant::SourceRangesNodeReachesFirstLbIpOnly,
+        Mutant::UdpConntrackFlushedOnRestart,
+        Mutant::HealthCheckKeptWhenEndpointsGo,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -172,6 +193,10 @@ impl Mutant {
             Mutant::AffinityLostOnSync => "affinity-lost-on-sync",
             Mutant::UdpConntrackClearedWhenNotReady => "udp-conntrack-cleared-when-not-ready",
             Mutant::DetectLocalModeIgnored => "detect-local-mode-ignored",
+            Mutant::AffinityToNotReady => "affinity-to-not-ready",
+            Mutant::SourceRangesNodeReachesFirstLbIpOnly => "source-ranges-node-reaches-first-lb-ip-only",
+            Mutant::UdpConntrackFlushedOnRestart => "udp-conntrack-flushed-on-restart",
+            Mutant::HealthCheckKeptWhenEndpointsGo => "health-check-kept-when-endpoints-go",
         }
     }
 
@@ -267,6 +292,18 @@ impl Mutant {
             Mutant::InvalidNotDropped => {
                 "KUBE-FORWARD lacks the conntrack INVALID DROP: an out-of-window segment crosses the node un-translated, and the client's RST kills a healthy connection"
             }
+            Mutant::AffinityToNotReady => {
+                "ClientIP affinity checks are written for not-ready endpoints too: a client that stuck to an endpoint keeps reaching it after it turns not ready"
+            }
+            Mutant::SourceRangesNodeReachesFirstLbIpOnly => {
+                "with loadBalancerSourceRanges holding the node's IP, only the first LB IP admits the node's own traffic (sent from the VIP when the VIP is local): the node cannot reach its Service on the second LB IP"
+            }
+            Mutant::UdpConntrackFlushedOnRestart => {
+                "the first sync after a (re)start clears every UDP conntrack entry of every Service: a UDP client whose endpoint still serves is moved to another one"
+            }
+            Mutant::HealthCheckKeptWhenEndpointsGo => {
+                "the health check node port keeps its last answer when the node's last local endpoint goes: it answers 200 to the load balancer although the node has none"
+            }
         }
     }
 
@@ -280,6 +317,7 @@ impl Mutant {
             Mutant::TerminatingNeverFallback => d.terminating = Terminating::NeverUsed,
             Mutant::HintsIgnored => d.hints = Hints::Ignored,
             Mutant::HintsUsedWhenIncomplete => d.hints = Hints::UsedWhenIncomplete,
+            Mutant::AffinityToNotReady => d.affinity_to_not_ready = true,
             _ => {}
         }
         d
@@ -325,6 +363,7 @@ impl Mutant {
             Mutant::StaleUdpKeptWhenScaledToZero => Some(Lapse::ScaledToZero),
             Mutant::StaleUdpKeptWhenDeleted => Some(Lapse::Deleted),
             Mutant::UdpConntrackClearedWhenNotReady => Some(Lapse::NotReadyCleared),
+            Mutant::UdpConntrackFlushedOnRestart => Some(Lapse::FlushedOnStart),
             _ => None,
         }
     }
@@ -334,9 +373,19 @@ impl Mutant {
         self == Mutant::AffinityLostOnSync
     }
 
-    /// Whether the node's health check servers answer `200` regardless.
+    /// Whether the node's health check servers are the bug.
     pub fn breaks_health_checks(self) -> bool {
-        self == Mutant::HealthCheckAlwaysOk
+        self.health_bug().is_some()
+    }
+
+    /// How the node's health check servers answer wrong, if they do.
+    pub fn health_bug(self) -> Option<crate::proxy::healthcheck::Bug> {
+        use crate::proxy::healthcheck::Bug;
+        match self {
+            Mutant::HealthCheckAlwaysOk => Some(Bug::AlwaysOk),
+            Mutant::HealthCheckKeptWhenEndpointsGo => Some(Bug::KeptWhenEndpointsGo),
+            _ => None,
+        }
     }
 
     /// Breaks `rules` (generated for `cluster` with [`Mutant::deviations`]) the way this
@@ -378,6 +427,7 @@ impl Mutant {
             Mutant::InvalidNotDropped => {
                 rules.filter.rules.retain(|r| !(r.has("INVALID") && r.target() == Some("DROP")))
             }
+            Mutant::SourceRangesNodeReachesFirstLbIpOnly => node_admitted_on_first_lb_ip_only(cluster, rules),
             outside_the_rules!() => {}
         }
     }
@@ -429,6 +479,26 @@ fn ignore_source_ranges(rules: &mut RuleSet) {
         rules.nat.remove_chain(&fw);
     }
     rules.filter.rules.retain(|r| r.chain != "KUBE-PROXY-FIREWALL");
+}
+
+/// In every `KUBE-FW-…` chain, the `-s <LB IP>` rules that admit the node's own traffic keep
+/// only the first LB IP's (what the pre-#109826 nesting let the second LB IP's traffic reach).
+fn node_admitted_on_first_lb_ip_only(cluster: &Cluster, rules: &mut RuleSet) {
+    let family = cluster.ip_family();
+    let lb_hosts: Vec<String> = cluster
+        .services
+        .iter()
+        .flat_map(|s| &s.load_balancer_ips)
+        .filter(|ip| IpFamily::of(**ip) == family)
+        .map(|ip| format!("{ip}/{}", family.host_prefix()))
+        .collect();
+    let mut seen_in: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    rules.nat.rules.retain(|r| {
+        let from_lb_ip = r.chain.starts_with("KUBE-FW-")
+            && r.value_of("-s").is_some_and(|s| lb_hosts.iter().any(|h| h == s));
+        // The first LB IP rule of each chain stays; later ones go.
+        !from_lb_ip || seen_in.insert(r.chain.clone())
+    });
 }
 
 /// `--rcheck --seconds T --reap` becomes `--rcheck` (`--reap` needs `--seconds`).

@@ -383,7 +383,7 @@ impl<'a> Port<'a> {
 /// One service port: its map elements, then its chains (kube-proxy's order within
 /// `syncProxyRules`).
 fn write_service_port(rules: &mut RuleSet, p: &Port) {
-    for ep in &p.choice.eps.reachable {
+    for ep in p.choice.eps.reachable.iter().chain(&p.choice.stale_affinity) {
         rules.add_chain(&p.endpoint_chain(ep));
     }
     if p.uses_cluster_chain() {
@@ -406,7 +406,7 @@ fn write_service_port(rules: &mut RuleSet, p: &Port) {
     if p.uses_local_chain() {
         write_balancing(rules, p, &p.chains.local, &p.choice.eps.local);
     }
-    for ep in &p.choice.eps.reachable {
+    for ep in p.choice.eps.reachable.iter().chain(&p.choice.stale_affinity) {
         write_endpoint_chain(rules, p, ep);
     }
 }
@@ -530,7 +530,7 @@ fn write_firewall_chain(rules: &mut RuleSet, p: &Port) {
 /// affinity timeout.
 fn write_affinity_sets(rules: &mut RuleSet, p: &Port) {
     let Some(seconds) = p.affinity else { return };
-    for ep in &p.choice.eps.reachable {
+    for ep in p.choice.eps.reachable.iter().chain(&p.choice.stale_affinity) {
         rules.add_set(Set {
             name: p.affinity_set(ep),
             map: false,
@@ -546,7 +546,7 @@ fn write_affinity_sets(rules: &mut RuleSet, p: &Port) {
 /// seen within the timeout goes back to its endpoint), then a random pick.
 fn write_balancing(rules: &mut RuleSet, p: &Port, chain: &str, endpoints: &[&Endpoint]) {
     if p.affinity.is_some() {
-        for ep in endpoints {
+        for ep in endpoints.iter().chain(&p.choice.stale_affinity) {
             rules
                 .rule(chain, format!("{} saddr @{} goto {}", p.ip, p.affinity_set(ep), p.endpoint_chain(ep)));
         }

@@ -29,7 +29,7 @@ pub use ruleset::RuleSet;
 use crate::model::{Cluster, IpFamily};
 use crate::oracle::Profile;
 use crate::proxy::iptables::Mutant;
-use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, program_nodes};
+use crate::proxy::{Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, program_nodes};
 use crate::topology::NodeHandle;
 
 /// The current layout (v1.34, and v1.33.5 on).
@@ -147,7 +147,7 @@ impl NodeProgrammer for BuiltinNftables {
 
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     /// No `route_localnet`: nftables mode has no localhost node ports.
-    fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
+    fn program_node(&self, cluster: &Cluster, node: &NodeHandle, state: &mut NodeState) -> Result<()> {
         let text = if self.mutant == Some(Mutant::AffinityLostOnSync) {
             // The bug: every sync deletes and recreates the table, affinity sets with it.
             load_text(cluster, &node.name, self.mutant, self.layout)
@@ -165,11 +165,11 @@ impl NodeProgrammer for BuiltinNftables {
         if !text.is_empty() {
             load::apply(node, &text)?;
         }
-        let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
-        healthcheck::serve_node(node, &family_views(cluster, &node.name), always_ok)
+        let bug = self.mutant.and_then(Mutant::health_bug);
+        healthcheck::serve_node(node, &mut state.health, &family_views(cluster, &node.name), bug)
     }
 
-    fn dump_node(&self, node: &NodeHandle) -> Result<String> {
+    fn dump_node(&self, node: &NodeHandle, _state: &NodeState) -> Result<String> {
         load::dump(node)
     }
 

@@ -81,11 +81,41 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
         Mutant::NodePortWithoutEndpointsNotRejected => rules
             .elements
             .retain(|e| !(e.set == NO_ENDPOINT_NODEPORTS && e.value.as_deref().is_some_and(|v| v.ends_with(REJECT_CHAIN)))),
+        Mutant::SourceRangesNodeReachesFirstLbIpOnly => node_admitted_on_first_lb_ip_only(cluster, rules),
         outside_the_rules!() => {}
         // No route_localnet, so no localnet guard to leave out (`Mutant::exists_in_nftables`).
         Mutant::LocalnetNotFirewalled => {}
         // v1.30's nftables mode drops no conntrack-invalid packets (kubernetes/kubernetes#122663).
         Mutant::InvalidNotDropped => {}
+    }
+}
+
+/// In every service's `firewall-…` chain, the source set keeps the source ranges and only the
+/// first of the LB IPs that admit the node's own traffic (the pre-#109826 nesting, in
+/// nftables form).
+fn node_admitted_on_first_lb_ip_only(cluster: &Cluster, rules: &mut RuleSet) {
+    let family = rules.family;
+    let lb_ips: Vec<String> = cluster
+        .services
+        .iter()
+        .flat_map(|s| &s.load_balancer_ips)
+        .filter(|ip| IpFamily::of(**ip) == family)
+        .map(|ip| ip.to_string())
+        .collect();
+    for rule in rules.rules.iter_mut().filter(|r| r.chain.starts_with("firewall-") && r.chain.contains('/')) {
+        let (Some(open), Some(close)) = (rule.text.find('{'), rule.text.rfind('}')) else { continue };
+        let mut first_lb_ip_seen = false;
+        let kept: Vec<&str> = rule.text[open + 1..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|source| {
+                let is_lb_ip = lb_ips.iter().any(|ip| ip == source);
+                let keep = !is_lb_ip || !first_lb_ip_seen;
+                first_lb_ip_seen |= is_lb_ip;
+                keep
+            })
+            .collect();
+        rule.text = format!("{}{{ {} }}{}", &rule.text[..open], kept.join(" , "), &rule.text[close + 1..]);
     }
 }
 

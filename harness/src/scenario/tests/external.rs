@@ -66,6 +66,9 @@ fn an_external_ip_may_be_a_nodes_own_address_but_a_load_balancer_ip_may_not() {
         errors[0].message,
         "192.168.50.12 is already the address of node node-b: a load-balancer IP must not be a node, pod or external-host address"
     );
+    // A VIP local to a node (a secondary address of it) may be a load-balancer IP.
+    let text = EXPOSED.replace("198.51.100.7", "192.168.50.21");
+    assert_eq!(parse(&text).cluster.services[0].load_balancer_ips.len(), 1);
 }
 
 #[test]

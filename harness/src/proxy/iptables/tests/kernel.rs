@@ -44,8 +44,9 @@ fn assert_round_trips<const N: usize>(scratch: &Scratch, configs: [(&str, crate:
                 let handle = NodeHandle { name: node.to_string(), netns: scratch.0.clone() };
                 let proxy = BuiltinIptables { mutant };
                 let what = format!("{config} config, {mutant:?} on {node}");
-                proxy.program_node(&c, &handle).unwrap_or_else(|e| panic!("{what}: {e:#}"));
-                let dump = normalize_save(&proxy.dump_node(&handle).unwrap());
+                let mut state = crate::proxy::NodeState::default();
+                proxy.program_node(&c, &handle, &mut state).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                let dump = normalize_save(&proxy.dump_node(&handle, &state).unwrap());
                 assert_eq!(dump, node_ruleset(&c, node, mutant).render_saved(), "{what}");
             }
         }
@@ -111,9 +112,12 @@ fn health_check_node_port_answers_from_inside_the_node() {
     let runtime = runtime();
     let _in_runtime = runtime.enter();
     let mut c = cluster(vec![lb_service()]);
-    let program = |c: &Cluster, node: &str, mutant: Option<Mutant>| {
+    // One running proxy's state: its servers answer between the programmings.
+    let mut state = crate::proxy::NodeState::default();
+    let mut program = |c: &Cluster, node: &str, mutant: Option<Mutant>| {
         let handle = NodeHandle { name: node.to_string(), netns: scratch.0.clone() };
-        BuiltinIptables { mutant }.program_node(c, &handle).unwrap_or_else(|e| panic!("{node}: {e:#}"));
+        let programmed = BuiltinIptables { mutant }.program_node(c, &handle, &mut state);
+        programmed.unwrap_or_else(|e| panic!("{node}: {e:#}"));
     };
 
     // node-a has one ready endpoint (its serving-terminating one does not count).
@@ -160,6 +164,36 @@ fn health_check_node_port_answers_from_inside_the_node() {
     assert!(!answers(&scratch.0, "127.0.0.1:32100"), "the server of a Cluster-policy service still answers");
 }
 
+/// A running proxy's servers are its own: stopping it (dropping its node state) stops them,
+/// and a proxy started again on the node binds the port anew (a restart step).
+#[test]
+fn health_check_servers_stop_with_the_proxy_and_start_again() {
+    if !privileged() {
+        return;
+    }
+    use crate::proxy::{NodeProgrammer, NodeState};
+    use crate::topology::NodeHandle;
+
+    let scratch = Scratch::new("health-restart");
+    let runtime = runtime();
+    let _in_runtime = runtime.enter();
+    let c = cluster(vec![lb_service()]);
+    let handle = NodeHandle { name: "node-a".to_string(), netns: scratch.0.clone() };
+    let start = || {
+        let mut state = NodeState::default();
+        BuiltinIptables::default().program_node(&c, &handle, &mut state).unwrap_or_else(|e| panic!("{e:#}"));
+        state
+    };
+    let first = start();
+    assert!(answers(&scratch.0, "127.0.0.1:32100"));
+    drop(first);
+    assert!(!answers(&scratch.0, "127.0.0.1:32100"), "a stopped proxy's server still answers");
+    let again = start();
+    let (status, _, _) = get(&scratch.0, "127.0.0.1", 32100);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(again.loaded, [crate::model::IpFamily::V4].into());
+}
+
 #[test]
 fn health_check_node_port_answers_on_ipv6() {
     if !privileged() {
@@ -174,7 +208,8 @@ fn health_check_node_port_answers_on_ipv6() {
     let _in_runtime = runtime.enter();
     let mut c = v6(&cluster(vec![lb_service()]));
     let handle = NodeHandle { name: "node-a".to_string(), netns: scratch.0.clone() };
-    BuiltinIptables::default().program_node(&c, &handle).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut state = crate::proxy::NodeState::default();
+    BuiltinIptables::default().program_node(&c, &handle, &mut state).unwrap_or_else(|e| panic!("{e:#}"));
     // Bound on [::]: the node's address and ::1 both answer.
     for ip in ["[fd00:192:168:150::2]", "[::1]"] {
         let (status, _, body) = get(&scratch.0, ip, 32100);
@@ -183,7 +218,7 @@ fn health_check_node_port_answers_on_ipv6() {
     }
     // With --nodeport-addresses, on the matching node address only.
     c.proxy.node_port_addresses = vec!["fd00:192:168:150::/64".parse().unwrap()];
-    BuiltinIptables::default().program_node(&c, &handle).unwrap_or_else(|e| panic!("{e:#}"));
+    BuiltinIptables::default().program_node(&c, &handle, &mut state).unwrap_or_else(|e| panic!("{e:#}"));
     let (status, _, _) = get(&scratch.0, "[fd00:192:168:150::2]", 32100);
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert!(!answers(&scratch.0, "[::1]:32100"), "::1 is outside the node port addresses");

@@ -329,7 +329,7 @@ fn health_check_always_ok_leaves_the_rules_alone() {
         assert_eq!(before, after);
     }
     assert!(Mutant::HealthCheckAlwaysOk.breaks_health_checks());
-    assert!(Mutant::ALL.iter().filter(|m| m.breaks_health_checks()).count() == 1);
+    assert!(Mutant::ALL.iter().filter(|m| m.breaks_health_checks()).count() == 2);
 }
 
 #[test]
@@ -354,6 +354,13 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
     // A mutant that ignores detectLocalMode shows only where the mode is not the default.
     let mut node_cidr = c.clone();
     node_cidr.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
+    // A second VIP: the node's own traffic must be admitted on each (kubernetes PR #109826).
+    c.services
+        .iter_mut()
+        .find(|s| s.name == "lb")
+        .unwrap()
+        .load_balancer_ips
+        .push("203.0.113.12".parse().unwrap());
     for m in Mutant::ALL {
         let changed = [&c, &node_cidr].iter().any(|c| {
             ["node-a", "node-b", "node-c"]
@@ -407,4 +414,30 @@ fn ip_mode_proxy_ignored_intercepts_the_proxied_ip() {
     let (gone, new) = diff(&before, &after);
     assert!(gone.is_empty(), "{gone:?}");
     assert!(!new.is_empty() && new.iter().all(|l| l.contains("203.0.113.11")), "{new:?}");
+}
+
+#[test]
+fn source_ranges_node_reaches_first_lb_ip_only_drops_the_second_vip_admission() {
+    let mut c = everything();
+    c.services
+        .iter_mut()
+        .find(|s| s.name == "lb")
+        .unwrap()
+        .load_balancer_ips
+        .push("203.0.113.12".parse().unwrap());
+    let (before, after) = broken_in(&c, Mutant::SourceRangesNodeReachesFirstLbIpOnly, "node-a");
+    let (gone, new) = diff(&before, &after);
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert!(gone[0].starts_with("-A KUBE-FW-") && gone[0].contains("-s 203.0.113.12/32"), "{gone:?}");
+    assert!(new.is_empty(), "{new:?}");
+}
+
+#[test]
+fn affinity_to_not_ready_checks_and_keeps_a_chain_for_the_not_ready_endpoint() {
+    // lb's draining endpoint 10.244.0.6 is used by no set while ready ones exist.
+    let (before, after) = broken(Mutant::AffinityToNotReady, "node-a");
+    let (gone, new) = diff(&before, &after);
+    assert!(gone.is_empty(), "{gone:?}");
+    assert!(new.iter().any(|l| l.contains("--rcheck") && l.contains("10.244.0.6:8080")), "{new:?}");
+    assert!(new.iter().any(|l| l.contains("--to-destination 10.244.0.6:8080")), "{new:?}");
 }

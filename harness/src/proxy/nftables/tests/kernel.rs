@@ -81,11 +81,12 @@ fn program_and_compare(
     let handle = NodeHandle { name: node.to_string(), netns: scratch.clone() };
     let proxy = BuiltinNftables { mutant, layout };
     let what = format!("{what} ({layout:?})");
-    proxy.program_node(cluster, &handle).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    let mut state = crate::proxy::NodeState::default();
+    proxy.program_node(cluster, &handle, &mut state).unwrap_or_else(|e| panic!("{what}: {e:#}"));
     for rules in node_rulesets_in(cluster, node, mutant, layout) {
         assert_eq!(summary_in_kernel(scratch, rules.family), summary_of(&rules), "{what}");
     }
-    let dump = proxy.dump_node(&handle).unwrap();
+    let dump = proxy.dump_node(&handle, &state).unwrap();
     assert!(dump.contains("table ip") && dump.contains("kube-proxy"), "{what}: {dump}");
 }
 
