@@ -54,6 +54,11 @@ pub fn predict_held(
                 ),
                 basis: Basis::Choice(profile),
             }),
+            Profile::KubeProxyIpvs => Prediction::Open(
+                "an out-of-window segment may reset the connection: IPVS mode does not drop \
+                 conntrack-invalid packets (no such rule in pkg/proxy/ipvs/proxier.go)"
+                    .into(),
+            ),
             Profile::KubeProxyNftables => Prediction::Open(
                 "an out-of-window segment may reset the connection: nftables mode does not drop \
                  conntrack-invalid packets (kubernetes/kubernetes#122663)"
