@@ -62,6 +62,32 @@ pub fn node_plans(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Vec<
         .collect()
 }
 
+/// Everything `node` gets, as the tools' inputs (for `packetproof rules`): the `ipvsadm -R`
+/// lines for an empty table, the addresses of `kube-ipvs0`, the `ipset restore` input and each
+/// family's `iptables-restore` input.
+pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> String {
+    let plans = node_plans(cluster, node, mutant);
+    let servers: virtual_servers::Table = plans.iter().flat_map(|p| p.servers.clone()).collect();
+    let mut out = String::from("# ipvsadm -R\n");
+    for line in virtual_servers::sync_commands(&virtual_servers::Table::new(), &servers) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str(&format!("# addresses of {}\n", plan::DUMMY));
+    for ip in plans.iter().flat_map(|p| &p.bound) {
+        out.push_str(&format!("{ip}\n"));
+    }
+    out.push_str("# ipset restore -exist\n");
+    for p in &plans {
+        out.push_str(&p.sets.render());
+    }
+    for p in &plans {
+        out.push_str(&format!("# {:?} iptables-restore\n", p.family));
+        out.push_str(&p.rules.render());
+    }
+    out
+}
+
 impl Proxy for BuiltinIpvs {
     fn name(&self) -> &str {
         NAME
