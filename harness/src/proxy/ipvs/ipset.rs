@@ -99,7 +99,9 @@ impl SetName {
             SetName::LoopBack => "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose",
             SetName::ClusterIp => "Kubernetes service cluster ip + port for masquerade purpose",
             SetName::ExternalIp => "Kubernetes service external ip + port for masquerade and filter purpose",
-            SetName::ExternalIpLocal => "Kubernetes service external ip + port with externalTrafficPolicy=local",
+            SetName::ExternalIpLocal => {
+                "Kubernetes service external ip + port with externalTrafficPolicy=local"
+            }
             SetName::LoadBalancer => "Kubernetes service lb portal",
             SetName::LoadBalancerFw => {
                 "Kubernetes service load balancer ip + port for load balancer with sourceRange"
@@ -117,7 +119,9 @@ impl SetName {
             SetName::NodePortLocalTcp => "Kubernetes nodeport TCP port with externalTrafficPolicy=local",
             SetName::NodePortUdp => "Kubernetes nodeport UDP port for masquerade purpose",
             SetName::NodePortLocalUdp => "Kubernetes nodeport UDP port with externalTrafficPolicy=local",
-            SetName::NodePortSctp => "Kubernetes nodeport SCTP port for masquerade purpose with type 'hash ip:port'",
+            SetName::NodePortSctp => {
+                "Kubernetes nodeport SCTP port for masquerade purpose with type 'hash ip:port'"
+            }
             SetName::NodePortLocalSctp => {
                 "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'"
             }

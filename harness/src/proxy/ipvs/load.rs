@@ -35,7 +35,10 @@ pub fn unavailable() -> Option<String> {
     if present() {
         return None;
     }
-    Some("IPVS: this kernel has no ip_vs (no /proc/net/ip_vs, and modprobe ip_vs failed): run it in a VM".into())
+    Some(
+        "IPVS: this kernel has no ip_vs (no /proc/net/ip_vs, and modprobe ip_vs failed): run it in a VM"
+            .into(),
+    )
 }
 
 fn sysctls(node: &NodeHandle) -> Result<()> {

@@ -58,12 +58,16 @@ pub fn apply(mutant: Mutant, plan: &mut FamilyPlan) {
         // The hairpin masquerade matches KUBE-LOOP-BACK; node ports mark through
         // KUBE-NODE-PORT-*; off-cluster sources through KUBE-CLUSTER-IP.
         Mutant::NoHairpinMasq => plan.rules.nat.rules.retain(|r| !matches_set(SetName::LoopBack)(r)),
-        Mutant::NoNodePortMasq => {
-            plan.rules.nat.rules.retain(|r| !(r.chain == "KUBE-NODE-PORT" && r.target() == Some("KUBE-MARK-MASQ")))
-        }
-        Mutant::NoOffClusterMasq => plan.rules.nat.rules.retain(|r| {
-            !(matches_set(SetName::ClusterIp)(r) && r.target() == Some("KUBE-MARK-MASQ"))
-        }),
+        Mutant::NoNodePortMasq => plan
+            .rules
+            .nat
+            .rules
+            .retain(|r| !(r.chain == "KUBE-NODE-PORT" && r.target() == Some("KUBE-MARK-MASQ"))),
+        Mutant::NoOffClusterMasq => plan
+            .rules
+            .nat
+            .rules
+            .retain(|r| !(matches_set(SetName::ClusterIp)(r) && r.target() == Some("KUBE-MARK-MASQ"))),
         Mutant::DropInsteadOfReject => {
             for r in plan.rules.filter.rules.iter_mut().filter(|r| r.target() == Some("REJECT")) {
                 r.set_value("-j", "DROP");
@@ -71,7 +75,12 @@ pub fn apply(mutant: Mutant, plan: &mut FamilyPlan) {
         }
         // Local policy's RETURN before the mark leaves out: everything is masqueraded.
         Mutant::EtpLocalMasquerades => plan.rules.nat.rules.retain(|r| {
-            let local = [SetName::LoadBalancerLocal, SetName::NodePortLocalTcp, SetName::NodePortLocalUdp, SetName::NodePortLocalSctp];
+            let local = [
+                SetName::LoadBalancerLocal,
+                SetName::NodePortLocalTcp,
+                SetName::NodePortLocalUdp,
+                SetName::NodePortLocalSctp,
+            ];
             !local.iter().any(|s| matches_set(*s)(r))
         }),
         Mutant::SourceRangesNotEnforced => {

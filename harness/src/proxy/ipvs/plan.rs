@@ -20,8 +20,8 @@ use ipnet::IpNet;
 use super::ipset::{SetName, Sets, ip_port};
 use super::virtual_servers::{RealServer, ServiceKey, Table, VirtualServer};
 use crate::model::{
-    Cluster, Endpoint, IpFamily, Node, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
-    bridge_address,
+    Cluster, Endpoint, IpFamily, Node, Protocol, Service, ServicePort, ServiceType, SessionAffinity,
+    TrafficPolicy, bridge_address,
 };
 use crate::proxy::iptables::endpoints::Choice;
 use crate::proxy::iptables::generate::Deviations;
@@ -176,7 +176,8 @@ impl Planner<'_> {
 
         let external_reals = self.reals(&choice, port, external_local);
         for &ip in svc.external_ips.iter().filter(ours) {
-            let set = if choice.policy.external_local { SetName::ExternalIpLocal } else { SetName::ExternalIp };
+            let set =
+                if choice.policy.external_local { SetName::ExternalIpLocal } else { SetName::ExternalIp };
             self.sets.insert(set, ip_port(ip, proto, port.port));
             let bind = !self.node_addresses.contains(&ip);
             self.add_server(ip, port, persistent, &external_reals, bind);
@@ -231,8 +232,8 @@ impl Planner<'_> {
             }
         }
 
-        let needs_health_check =
-            svc.service_type == ServiceType::LoadBalancer && svc.external_traffic_policy == TrafficPolicy::Local;
+        let needs_health_check = svc.service_type == ServiceType::LoadBalancer
+            && svc.external_traffic_policy == TrafficPolicy::Local;
         if let Some(hc) = svc.health_check_node_port.filter(|_| needs_health_check) {
             self.sets.insert(SetName::HealthCheckNodePort, hc.to_string());
         }
@@ -241,11 +242,8 @@ impl Planner<'_> {
     /// The endpoints of a virtual server (`syncEndpoint`): the Local set when the policy is
     /// Local and the node has local endpoints, else the Cluster set.
     fn reals<'e>(&self, choice: &Choice<'e>, port: &ServicePort, only_local: bool) -> Vec<SocketAddr> {
-        let chosen: &[&Endpoint] = if only_local && !choice.eps.local.is_empty() {
-            &choice.eps.local
-        } else {
-            &choice.eps.cluster
-        };
+        let chosen: &[&Endpoint] =
+            if only_local && !choice.eps.local.is_empty() { &choice.eps.local } else { &choice.eps.cluster };
         let mut reals: Vec<SocketAddr> = chosen
             .iter()
             .map(|ep| {
@@ -259,7 +257,14 @@ impl Planner<'_> {
         reals
     }
 
-    fn add_server(&mut self, ip: IpAddr, port: &ServicePort, persistent: Option<u32>, reals: &[SocketAddr], bind: bool) {
+    fn add_server(
+        &mut self,
+        ip: IpAddr,
+        port: &ServicePort,
+        persistent: Option<u32>,
+        reals: &[SocketAddr],
+        bind: bool,
+    ) {
         let key = ServiceKey { protocol: port.protocol, address: SocketAddr::new(ip, port.port) };
         self.insert_server(key, persistent, reals);
         if bind {
@@ -285,7 +290,9 @@ impl Planner<'_> {
         for chain in [SERVICES, POSTROUTING, NODE_PORT, LOAD_BALANCER, MARK_MASQ] {
             rules.nat.add_chain(chain);
         }
-        for chain in [FORWARD, NODE_PORT, PROXY_FIREWALL, SOURCE_RANGES_FIREWALL, IPVS_FILTER, IPVS_OUT_FILTER] {
+        for chain in
+            [FORWARD, NODE_PORT, PROXY_FIREWALL, SOURCE_RANGES_FIREWALL, IPVS_FILTER, IPVS_OUT_FILTER]
+        {
             rules.filter.add_chain(chain);
         }
         // The jumps kube-proxy prepends (`iptablesJumpChain`), so the last listed comes first.
@@ -329,13 +336,35 @@ impl Planner<'_> {
             if let Some(p) = protocol {
                 rule.extend(args!["-p", p]);
             }
-            rule.extend(args!["-m", "comment", "--comment", set.comment(), "-m", "set", "--match-set", self.set(set), match_type, "-j", to]);
+            rule.extend(args![
+                "-m",
+                "comment",
+                "--comment",
+                set.comment(),
+                "-m",
+                "set",
+                "--match-set",
+                self.set(set),
+                match_type,
+                "-j",
+                to
+            ]);
             let table = if filter { &mut rules.filter } else { &mut rules.nat };
             table.append(from, rule);
         }
 
         if !self.sets.is_empty(SetName::ClusterIp) {
-            let mut rule = args!["-m", "comment", "--comment", SetName::ClusterIp.comment(), "-m", "set", "--match-set", self.set(SetName::ClusterIp), "dst,dst"];
+            let mut rule = args![
+                "-m",
+                "comment",
+                "--comment",
+                SetName::ClusterIp.comment(),
+                "-m",
+                "set",
+                "--match-set",
+                self.set(SetName::ClusterIp),
+                "dst,dst"
+            ];
             if !self.cluster.proxy.masquerade_all {
                 // The local-traffic detector by cluster CIDR: off-cluster sources are masqueraded.
                 rule = [args!["!", "-s", self.cluster.pod_cidr.trunc().to_string()], rule].concat();
@@ -349,13 +378,38 @@ impl Planner<'_> {
             if self.sets.is_empty(set) {
                 continue;
             }
-            let base = args!["-m", "comment", "--comment", set.comment(), "-m", "set", "--match-set", self.set(set), "dst,dst"];
+            let base = args![
+                "-m",
+                "comment",
+                "--comment",
+                set.comment(),
+                "-m",
+                "set",
+                "--match-set",
+                self.set(set),
+                "dst,dst"
+            ];
             if masquerade {
                 rules.nat.append(SERVICES, [base.clone(), args!["-j", MARK_MASQ]].concat());
             }
-            let off_machine = args!["-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "ACCEPT"];
+            let off_machine = args![
+                "-m",
+                "physdev",
+                "!",
+                "--physdev-is-in",
+                "-m",
+                "addrtype",
+                "!",
+                "--src-type",
+                "LOCAL",
+                "-j",
+                "ACCEPT"
+            ];
             rules.nat.append(SERVICES, [base.clone(), off_machine].concat());
-            rules.nat.append(SERVICES, [base, args!["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]].concat());
+            rules.nat.append(
+                SERVICES,
+                [base, args!["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]].concat(),
+            );
         }
 
         rules.nat.append(SERVICES, args!["-m", "addrtype", "--dst-type", "LOCAL", "-j", NODE_PORT]);
@@ -368,7 +422,10 @@ impl Planner<'_> {
         // `acceptIPVSTraffic`.
         for set in [SetName::ClusterIp, SetName::LoadBalancer] {
             if !self.sets.is_empty(set) {
-                rules.nat.append(SERVICES, args!["-m", "set", "--match-set", self.set(set), "dst,dst", "-j", "ACCEPT"]);
+                rules.nat.append(
+                    SERVICES,
+                    args!["-m", "set", "--match-set", self.set(set), "dst,dst", "-j", "ACCEPT"],
+                );
             }
         }
         let masq_mark = format!("{MASQ_MARK}/{MASQ_MARK}");
@@ -389,7 +446,10 @@ impl Planner<'_> {
             (SetName::ExternalIpLocal, "dst,dst"),
             (SetName::HealthCheckNodePort, "dst"),
         ] {
-            rules.filter.append(IPVS_FILTER, args!["-m", "set", "--match-set", self.set(set), match_type, "-j", "RETURN"]);
+            rules.filter.append(
+                IPVS_FILTER,
+                args!["-m", "set", "--match-set", self.set(set), match_type, "-j", "RETURN"],
+            );
         }
         #[rustfmt::skip]
         rules.filter.append(IPVS_FILTER, args!["-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set", self.set(SetName::IpvsIps), "dst", "-j", "REJECT"]);

@@ -2,7 +2,9 @@
 
 use super::ipset::SetName;
 use super::plan::{Breaks, family_plan};
-use crate::model::{Cluster, Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy};
+use crate::model::{
+    Cluster, Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
+};
 
 fn endpoint(ip: &str, node: &str) -> Endpoint {
     Endpoint {
@@ -32,7 +34,8 @@ fn web(service_type: ServiceType, etp: TrafficPolicy) -> Service {
 }
 
 fn reals(plan: &super::plan::FamilyPlan, addr: &str) -> Vec<String> {
-    let key = plan.servers.keys().find(|k| k.address.to_string() == addr).unwrap_or_else(|| panic!("no {addr}"));
+    let key =
+        plan.servers.keys().find(|k| k.address.to_string() == addr).unwrap_or_else(|| panic!("no {addr}"));
     plan.servers[key].reals.keys().map(|r| r.to_string()).collect()
 }
 
@@ -76,6 +79,9 @@ fn client_ip_affinity_is_persistence_with_the_timeout() {
 
 #[test]
 fn ipv6_sets_are_named_kube_6() {
-    assert_eq!(SetName::LoadBalancerSourceCidr.in_family(crate::model::IpFamily::V6), "KUBE-6-LOAD-BALANCER-SOURCE-CID");
+    assert_eq!(
+        SetName::LoadBalancerSourceCidr.in_family(crate::model::IpFamily::V6),
+        "KUBE-6-LOAD-BALANCER-SOURCE-CID"
+    );
     assert_eq!(SetName::ClusterIp.in_family(crate::model::IpFamily::V6), "KUBE-6-CLUSTER-IP");
 }

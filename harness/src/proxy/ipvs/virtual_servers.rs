@@ -142,7 +142,8 @@ pub fn parse_list(text: &str) -> Result<Table> {
             ["->", "RemoteAddress:Port", ..] | ["IP", "Virtual", ..] | ["Prot", ..] | [] => {}
             ["->", addr, _forward, weight, active, inactive, ..] => {
                 let key = current.with_context(|| format!("a real server before any service: {line:?}"))?;
-                let addr: SocketAddr = addr.parse().with_context(|| format!("real server address in {line:?}"))?;
+                let addr: SocketAddr =
+                    addr.parse().with_context(|| format!("real server address in {line:?}"))?;
                 let real = RealServer {
                     weight: weight.parse().with_context(|| format!("weight in {line:?}"))?,
                     connections: active.parse::<u64>().unwrap_or(0) + inactive.parse::<u64>().unwrap_or(0),
@@ -152,7 +153,8 @@ pub fn parse_list(text: &str) -> Result<Table> {
             [proto, addr, scheduler, rest @ ..] => {
                 let protocol = Protocol::parse_k8s(proto)
                     .with_context(|| format!("unknown IPVS protocol {proto:?} in {line:?}"))?;
-                let address: SocketAddr = addr.parse().with_context(|| format!("service address in {line:?}"))?;
+                let address: SocketAddr =
+                    addr.parse().with_context(|| format!("service address in {line:?}"))?;
                 let persistent = match rest {
                     ["persistent", timeout, ..] => Some(timeout.parse().context("persistence timeout")?),
                     _ => None,
@@ -210,10 +212,7 @@ mod tests {
         let want = table(vec![vs("10.96.0.10:80", Some(30), &[("10.244.1.5:8080", 1, 0)])]);
         assert_eq!(
             sync_commands(&Table::new(), &want),
-            [
-                "-A -t 10.96.0.10:80 -s rr -p 30",
-                "-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1"
-            ]
+            ["-A -t 10.96.0.10:80 -s rr -p 30", "-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1"]
         );
     }
 
@@ -235,7 +234,10 @@ mod tests {
             ]
         );
         // A drained backend that comes back gets its weight again; a gone service is deleted.
-        let have = table(vec![vs("10.96.0.10:80", None, &[("10.244.1.5:8080", 0, 1)]), vs("10.96.0.11:80", None, &[])]);
+        let have = table(vec![
+            vs("10.96.0.10:80", None, &[("10.244.1.5:8080", 0, 1)]),
+            vs("10.96.0.11:80", None, &[]),
+        ]);
         let want = table(vec![vs("10.96.0.10:80", None, &[("10.244.1.5:8080", 1, 0)])]);
         assert_eq!(
             sync_commands(&have, &want),
