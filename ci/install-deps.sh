@@ -7,7 +7,8 @@
 # with `--vm`, for the kernel matrix (vm/, harness/tests/vm_matrix.rs): qemu-system-x86 (qemu),
 # busybox-static (the guest's shell), kmod (depmod, and modprobe inside the guest), xz-utils
 # and zstd (to unpack kernel modules), debian-archive-keyring (to verify Debian's kernel
-# packages) and dpkg (dpkg-deb, to unpack them).
+# packages) and dpkg (dpkg-deb, to unpack them), ipvsadm and ipset (builtin-ipvs, which runs
+# only inside the VMs: the guest takes the host's tools).
 # Installs only what is missing; needs root (or sudo) when something is.
 set -euo pipefail
 
@@ -32,6 +33,8 @@ if [ "${1:-}" = "--vm" ]; then
     [zstd]=zstd
     [dpkg-deb]=dpkg
     [apt-get]=apt
+    [ipvsadm]=ipvsadm
+    [ipset]=ipset
   )
 fi
 

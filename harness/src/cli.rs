@@ -43,7 +43,7 @@ enum Command {
         /// parses, else as a string); repeatable.
         #[arg(long = "proxy-option", value_name = "KEY=VALUE", requires = "proxy")]
         proxy_options: Vec<String>,
-        /// Judge by this profile (kubernetes, kube-proxy-iptables, kube-proxy-nftables)
+        /// Judge by this profile (kubernetes, kube-proxy-iptables, kube-proxy-nftables, kube-proxy-ipvs)
         /// instead of the proxy's own; under `kubernetes`, outcomes Kubernetes leaves open are
         /// not judged.
         #[arg(long)]
@@ -369,6 +369,7 @@ fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result
     let text = match proxy_name {
         proxy::iptables::NAME => proxy::iptables::render_node(&s.cluster, &node, None),
         proxy::nftables::NAME => proxy::nftables::render_node(&s.cluster, &node, None),
+        proxy::ipvs::NAME => proxy::ipvs::render_node(&s.cluster, &node, None),
         proxy::nftables::NAME_V1_31 => {
             proxy::nftables::render_node_in(&s.cluster, &node, None, proxy::nftables::Layout::V1_31)
         }

@@ -113,7 +113,7 @@ pub fn preflight() -> Option<String> {
 /// distinct from probes that ran and failed.
 pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Result<ScenarioReport> {
     let started = Instant::now();
-    if let Some(reason) = unsupported(scenario) {
+    if let Some(reason) = unsupported(scenario).or_else(|| proxy.unavailable()) {
         return Ok(ScenarioReport::skipped(scenario, proxy.name(), reason));
     }
     // The oracle speaks first, before any namespace exists. Probes whose outcome the profile

@@ -60,6 +60,19 @@ const PRELOADED: &[&str] = &[
     "xt_tcpudp",
     "xt_multiport",
     "sctp",
+    // kube-proxy's IPVS mode (builtin-ipvs): virtual servers, its ipsets and their matches.
+    "dummy",
+    "ip_vs",
+    "ip_vs_rr",
+    "ip_set",
+    "ip_set_hash_ip",
+    "ip_set_hash_ipport",
+    "ip_set_hash_ipportip",
+    "ip_set_hash_ipportnet",
+    "ip_set_bitmap_port",
+    "xt_set",
+    "xt_ipvs",
+    "xt_physdev",
     "virtio_pci",
     "9pnet_virtio",
     "9p",
@@ -67,7 +80,7 @@ const PRELOADED: &[&str] = &[
 
 /// The archive's file name in the kernel's cache: a new name whenever the selection above
 /// changes, so that cached kernels get a fresh archive.
-pub const ARCHIVE_NAME: &str = "modules-v5.cpio";
+pub const ARCHIVE_NAME: &str = "modules-v6.cpio";
 
 /// Where the guest finds the preload list.
 pub const PRELOAD_LIST: &str = "etc/packetproof/preload";

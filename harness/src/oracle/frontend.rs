@@ -76,18 +76,20 @@ impl From<String> for NotAFrontend {
 }
 
 /// What `profile` makes of a destination where Kubernetes leaves it open: `iptables` in
-/// kube-proxy's iptables mode, `nftables` in its nftables mode; `kubernetes` chooses nothing
-/// (`open` says what is open).
+/// kube-proxy's iptables mode, `nftables` in its nftables mode, `ipvs` in its IPVS mode;
+/// `kubernetes` chooses nothing (`open` says what is open).
 fn chosen<'a>(
     profile: Profile,
     iptables: Frontend<'a>,
     nftables: Frontend<'a>,
+    ipvs: Frontend<'a>,
     open: &str,
 ) -> Result<Frontend<'a>, NotAFrontend> {
     let frontend = match profile {
         Profile::Kubernetes => return Err(NotAFrontend::Open(Open(open.to_string()))),
         Profile::KubeProxyIptables => iptables,
         Profile::KubeProxyNftables => nftables,
+        Profile::KubeProxyIpvs => ipvs,
     };
     Ok(Frontend::Chosen { frontend: Box::new(frontend), by: profile })
 }
@@ -221,8 +223,10 @@ fn node_port<'a>(
         }
         return chosen(
             profile,
-            served,
+            served.clone(),
             refused(node, "kube-proxy's nftables mode serves no node ports on 127.0.0.1"),
+            // Loopback addresses get no virtual server (`isValidForSet`, pkg/proxy/ipvs/netlink_linux.go).
+            refused(node, "kube-proxy's IPVS mode makes no virtual server on 127.0.0.1"),
             "node ports on 127.0.0.1 are kube-proxy iptables mode's extension (localhostNodePorts)",
         );
     }
@@ -231,11 +235,13 @@ fn node_port<'a>(
     }
     chosen(
         profile,
-        served,
+        served.clone(),
         refused(
             node,
             "kube-proxy's nftables mode serves node ports on the primary node IP only (--nodeport-addresses primary)",
         ),
+        // IPVS mode makes a virtual server on every address of the node (`syncProxyRules`).
+        served,
         "without nodePortAddresses, whether a node's other addresses serve node ports is the implementation's choice",
     )
 }
@@ -341,6 +347,11 @@ fn raw_address<'a>(
             Frontend::RejectedByRule {
                 why: "nftables mode rejects a cluster IP's ports that no Service port uses".into(),
             },
+            Frontend::RejectedByRule {
+                why: "IPVS mode rejects new connections to a service address's ports that no virtual server \
+                      has (KUBE-IPVS-FILTER, kubernetes/kubernetes#72236)"
+                    .into(),
+            },
             &format!("{dst} is a cluster IP of {} on a port it does not serve", svc.namespaced_name()),
         );
     }
@@ -349,6 +360,7 @@ fn raw_address<'a>(
             profile,
             passes(),
             nowhere("nftables mode drops traffic to service-CIDR addresses no Service has"),
+            passes(),
             "an address of the service CIDR that no Service has",
         );
     }

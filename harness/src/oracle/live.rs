@@ -54,6 +54,11 @@ pub fn predict_held(
                 ),
                 basis: Basis::Choice(profile),
             }),
+            Profile::KubeProxyIpvs => Prediction::Open(
+                "an out-of-window segment may reset the connection: IPVS mode does not drop \
+                 conntrack-invalid packets (no such rule in pkg/proxy/ipvs/proxier.go)"
+                    .into(),
+            ),
             Profile::KubeProxyNftables => Prediction::Open(
                 "an out-of-window segment may reset the connection: nftables mode does not drop \
                  conntrack-invalid packets (kubernetes/kubernetes#122663)"
@@ -112,6 +117,10 @@ pub fn predict_stream(
             "Kubernetes does not say whether a UDP flow keeps its endpoint ({}) once new flows go elsewhere",
             names.join("|")
         )),
+        // IPVS mode deletes a UDP real server as soon as new flows no longer go to it
+        // (`deleteRsFunc`, pkg/proxy/ipvs/graceful_termination.go), and with
+        // `expire_nodest_conn` the flow's next packet is scheduled afresh.
+        Profile::KubeProxyIpvs => fresh,
         _ => Prediction::Expected(Expectation {
             outcome: Outcome::Answered {
                 backends: before.clone(),

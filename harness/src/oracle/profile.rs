@@ -16,17 +16,20 @@ pub enum Profile {
     KubeProxyIptables,
     /// kube-proxy's nftables mode (v1.30+), with the same topology rules.
     KubeProxyNftables,
+    /// kube-proxy's IPVS mode (v1.30), with the same topology rules.
+    KubeProxyIpvs,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 3] =
-        [Profile::Kubernetes, Profile::KubeProxyIptables, Profile::KubeProxyNftables];
+    pub const ALL: [Profile; 4] =
+        [Profile::Kubernetes, Profile::KubeProxyIptables, Profile::KubeProxyNftables, Profile::KubeProxyIpvs];
 
     pub fn name(self) -> &'static str {
         match self {
             Profile::Kubernetes => "kubernetes",
             Profile::KubeProxyIptables => "kube-proxy-iptables",
             Profile::KubeProxyNftables => "kube-proxy-nftables",
+            Profile::KubeProxyIpvs => "kube-proxy-ipvs",
         }
     }
 }

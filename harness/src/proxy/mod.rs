@@ -11,6 +11,7 @@ pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
+pub mod ipvs;
 pub mod kube;
 mod loader;
 pub mod nftables;
@@ -45,6 +46,12 @@ pub trait Proxy: Send + Sync {
     /// Starts the proxy on every node of `env.topology` and returns once every node
     /// implements `state`.
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>>;
+
+    /// Why this machine cannot run the proxy at all (a kernel without what it needs), if it
+    /// cannot: every scenario is then skipped with the reason, never passed.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A started proxy. Dropping it must stop whatever it started, as [`Running::stop`] does
@@ -96,6 +103,7 @@ pub const KNOWN_PROXIES: &[&str] = &[
     iptables::NAME,
     nftables::NAME,
     nftables::NAME_V1_31,
+    ipvs::NAME,
     ruleset::NAME,
     command::NAME,
     apiserver::NAME,
@@ -115,12 +123,16 @@ pub fn breakable(name: &str) -> Option<Breakable> {
         nftables::NAME_V1_31 => {
             Some(|mutant| Box::new(nftables::BuiltinNftables { mutant, layout: nftables::Layout::V1_31 }))
         }
+        ipvs::NAME => Some(|mutant| Box::new(ipvs::BuiltinIpvs { mutant })),
         _ => None,
     }
 }
 
 /// The catalogued bugs the built-in proxy `name` can have.
 pub fn catalog(name: &str) -> Vec<iptables::Mutant> {
+    if name == ipvs::NAME {
+        return ipvs::mutants::CATALOG.to_vec();
+    }
     let nftables = name.starts_with(nftables::NAME);
     iptables::Mutant::ALL.into_iter().filter(|m| !nftables || m.exists_in_nftables()).collect()
 }

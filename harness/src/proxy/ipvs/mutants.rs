@@ -1,0 +1,97 @@
+//! The catalogued bugs (`proxy::iptables::Mutant`) that kube-proxy's IPVS mode can have, and
+//! how each breaks this mode: a wrong plan ([`breaks`]), a removed or altered iptables rule
+//! or ipset entry ([`apply`]), or a wrong sync ([`flushes_on_sync`]).
+
+use super::ipset::SetName;
+use super::plan::{Breaks, FamilyPlan};
+use crate::proxy::iptables::Mutant;
+
+/// The mutants that exist in IPVS mode. Left out: those of rules IPVS mode does not have
+/// (the localnet guard, the conntrack-INVALID drop, the node-port jump's position, the
+/// explicit no-local-endpoints DROP and node-port REJECT) and the Local-policy fallback that
+/// IPVS mode does on purpose.
+pub const CATALOG: [Mutant; 21] = [
+    Mutant::NoHairpinMasq,
+    Mutant::NoNodePortMasq,
+    Mutant::NoOffClusterMasq,
+    Mutant::LastEndpointNeverChosen,
+    Mutant::DropInsteadOfReject,
+    Mutant::DnatToServicePort,
+    Mutant::EtpLocalMasquerades,
+    Mutant::EtpLocalUsesRemoteEndpoints,
+    Mutant::SourceRangesNotEnforced,
+    Mutant::AffinityWithoutTimeout,
+    Mutant::NoAffinity,
+    Mutant::TerminatingUsedWhileReady,
+    Mutant::TerminatingNeverFallback,
+    Mutant::HealthCheckAlwaysOk,
+    Mutant::StaleUdpConntrackKept,
+    Mutant::HintsIgnored,
+    Mutant::HintsUsedWhenIncomplete,
+    Mutant::IpModeProxyIgnored,
+    Mutant::StaleUdpKeptWhenScaledToZero,
+    Mutant::AffinityLostOnSync,
+    Mutant::UdpConntrackClearedWhenNotReady,
+];
+
+/// How `mutant` changes the plan itself.
+pub fn breaks(mutant: Option<Mutant>) -> Breaks {
+    let Some(m) = mutant else { return Breaks::default() };
+    let mut b = Breaks { deviations: m.deviations(), ..Breaks::default() };
+    match m {
+        Mutant::LastEndpointNeverChosen => b.last_endpoint_missing = true,
+        Mutant::DnatToServicePort => b.real_server_on_service_port = true,
+        Mutant::AffinityWithoutTimeout => b.persistence_ignores_timeout = true,
+        Mutant::NoAffinity => b.no_persistence = true,
+        _ => {}
+    }
+    b
+}
+
+/// The rule and set edits of `mutant` on a finished plan.
+pub fn apply(mutant: Mutant, plan: &mut FamilyPlan) {
+    let matches_set = |set: SetName| {
+        let name = set.in_family(plan.family);
+        move |r: &crate::proxy::iptables::ruleset::Rule| r.args.iter().any(|a| *a == name)
+    };
+    match mutant {
+        // The hairpin masquerade matches KUBE-LOOP-BACK; node ports mark through
+        // KUBE-NODE-PORT-*; off-cluster sources through KUBE-CLUSTER-IP.
+        Mutant::NoHairpinMasq => plan.rules.nat.rules.retain(|r| !matches_set(SetName::LoopBack)(r)),
+        Mutant::NoNodePortMasq => plan
+            .rules
+            .nat
+            .rules
+            .retain(|r| !(r.chain == "KUBE-NODE-PORT" && r.target() == Some("KUBE-MARK-MASQ"))),
+        Mutant::NoOffClusterMasq => plan
+            .rules
+            .nat
+            .rules
+            .retain(|r| !(matches_set(SetName::ClusterIp)(r) && r.target() == Some("KUBE-MARK-MASQ"))),
+        Mutant::DropInsteadOfReject => {
+            for r in plan.rules.filter.rules.iter_mut().filter(|r| r.target() == Some("REJECT")) {
+                r.set_value("-j", "DROP");
+            }
+        }
+        // Local policy's RETURN before the mark leaves out: everything is masqueraded.
+        Mutant::EtpLocalMasquerades => plan.rules.nat.rules.retain(|r| {
+            let local = [
+                SetName::LoadBalancerLocal,
+                SetName::NodePortLocalTcp,
+                SetName::NodePortLocalUdp,
+                SetName::NodePortLocalSctp,
+            ];
+            !local.iter().any(|s| matches_set(*s)(r))
+        }),
+        Mutant::SourceRangesNotEnforced => {
+            plan.rules.filter.rules.retain(|r| r.target() != Some("KUBE-SOURCE-RANGES-FIREWALL"))
+        }
+        _ => {}
+    }
+}
+
+/// The bug where every sync deletes and re-creates the virtual servers (as `ipvsadm -C`
+/// would), so persistence templates and the connections of every backend go with them.
+pub fn flushes_on_sync(mutant: Option<Mutant>) -> bool {
+    mutant == Some(Mutant::AffinityLostOnSync)
+}

@@ -1,0 +1,87 @@
+//! The IPVS plan as a truth table: what each kind of Service port gets on one node.
+
+use super::ipset::SetName;
+use super::plan::{Breaks, family_plan};
+use crate::model::{
+    Cluster, Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
+};
+
+fn endpoint(ip: &str, node: &str) -> Endpoint {
+    Endpoint {
+        ip: ip.parse().unwrap(),
+        port: 8080,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node: Some(node.into()),
+        pod: format!("pod-{ip}"),
+        zone_hints: Vec::new(),
+    }
+}
+
+fn web(service_type: ServiceType, etp: TrafficPolicy) -> Service {
+    let mut svc = Service::new("default", "web", "10.96.0.10".parse().unwrap());
+    svc.service_type = service_type;
+    svc.external_traffic_policy = etp;
+    svc.ports = vec![ServicePort {
+        name: String::new(),
+        protocol: Protocol::Tcp,
+        port: 80,
+        node_port: Some(30080),
+        endpoints: vec![endpoint("10.244.0.5", "node-a"), endpoint("10.244.1.5", "node-b")],
+    }];
+    svc
+}
+
+fn reals(plan: &super::plan::FamilyPlan, addr: &str) -> Vec<String> {
+    let key =
+        plan.servers.keys().find(|k| k.address.to_string() == addr).unwrap_or_else(|| panic!("no {addr}"));
+    plan.servers[key].reals.keys().map(|r| r.to_string()).collect()
+}
+
+#[test]
+fn a_node_port_service_gets_virtual_servers_on_the_cluster_ip_and_every_node_address() {
+    let cluster = Cluster::example(vec![web(ServiceType::NodePort, TrafficPolicy::Cluster)]);
+    let plan = family_plan(&cluster, "node-a", Breaks::default());
+    let addresses: Vec<String> = plan.servers.keys().map(|k| k.address.to_string()).collect();
+    // The node IP and the pod bridge's gateway; never 127.0.0.1.
+    assert_eq!(addresses, ["10.96.0.10:80", "10.244.0.1:30080", "192.168.50.2:30080"]);
+    assert_eq!(reals(&plan, "10.96.0.10:80"), ["10.244.0.5:8080", "10.244.1.5:8080"]);
+    assert_eq!(plan.bound.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(), ["10.96.0.10"]);
+    assert_eq!(plan.sets.entries(SetName::ClusterIp).collect::<Vec<_>>(), ["10.96.0.10,tcp:80"]);
+    assert_eq!(plan.sets.entries(SetName::NodePortTcp).collect::<Vec<_>>(), ["30080"]);
+    assert_eq!(plan.sets.entries(SetName::LoopBack).collect::<Vec<_>>(), ["10.244.0.5,tcp:8080,10.244.0.5"]);
+    let text = plan.rules.render();
+    assert!(text.contains("-A KUBE-NODE-PORT -p tcp -m comment --comment \"Kubernetes nodeport TCP port for masquerade purpose\" -m set --match-set KUBE-NODE-PORT-TCP dst -j KUBE-MARK-MASQ"), "{text}");
+    assert!(text.contains("-A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment"), "{text}");
+}
+
+#[test]
+fn local_policy_uses_local_endpoints_and_falls_back_to_all_without_them() {
+    let cluster = Cluster::example(vec![web(ServiceType::NodePort, TrafficPolicy::Local)]);
+    let a = family_plan(&cluster, "node-a", Breaks::default());
+    assert_eq!(reals(&a, "192.168.50.2:30080"), ["10.244.0.5:8080"]);
+    assert_eq!(a.sets.entries(SetName::NodePortLocalTcp).collect::<Vec<_>>(), ["30080"]);
+    let mut lonely = cluster.clone();
+    lonely.services[0].ports[0].endpoints.retain(|e| e.node.as_deref() == Some("node-b"));
+    let a = family_plan(&lonely, "node-a", Breaks::default());
+    assert_eq!(reals(&a, "192.168.50.2:30080"), ["10.244.1.5:8080"]);
+}
+
+#[test]
+fn client_ip_affinity_is_persistence_with_the_timeout() {
+    let mut svc = web(ServiceType::ClusterIp, TrafficPolicy::Cluster);
+    svc.session_affinity = SessionAffinity::ClientIp { timeout_seconds: 30 };
+    let plan = family_plan(&Cluster::example(vec![svc]), "node-a", Breaks::default());
+    assert!(plan.servers.values().all(|vs| vs.persistent == Some(30)));
+    assert_eq!(plan.servers.len(), 1, "no node port on a ClusterIP Service");
+}
+
+#[test]
+fn ipv6_sets_are_named_kube_6() {
+    assert_eq!(
+        SetName::LoadBalancerSourceCidr.in_family(crate::model::IpFamily::V6),
+        "KUBE-6-LOAD-BALANCER-SOURCE-CID"
+    );
+    assert_eq!(SetName::ClusterIp.in_family(crate::model::IpFamily::V6), "KUBE-6-CLUSTER-IP");
+}
