@@ -25,7 +25,7 @@ use anyhow::Result;
 use crate::model::Cluster;
 use crate::oracle::Profile;
 use crate::proxy::iptables::Mutant;
-use crate::proxy::{Env, NodeProgrammer, Proxy, Running, State, healthcheck, program_nodes};
+use crate::proxy::{Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, program_nodes};
 use crate::topology::NodeHandle;
 
 pub const NAME: &str = "builtin-ipvs";
@@ -112,14 +112,14 @@ impl NodeProgrammer for BuiltinIpvs {
     }
 
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
-    fn program_node(&self, cluster: &Cluster, node: &NodeHandle) -> Result<()> {
+    fn program_node(&self, cluster: &Cluster, node: &NodeHandle, state: &mut NodeState) -> Result<()> {
         let plans = node_plans(cluster, &node.name, self.mutant);
         load::apply(node, &plans, mutants::flushes_on_sync(self.mutant))?;
-        let always_ok = self.mutant.is_some_and(Mutant::breaks_health_checks);
-        healthcheck::serve_node(node, &family_views(cluster), always_ok)
+        let bug = self.mutant.and_then(Mutant::health_bug);
+        healthcheck::serve_node(node, &mut state.health, &family_views(cluster), bug)
     }
 
-    fn dump_node(&self, node: &NodeHandle) -> Result<String> {
+    fn dump_node(&self, node: &NodeHandle, _state: &NodeState) -> Result<String> {
         // ip6tables-save on a node without IPv6 rules prints empty tables: harmless.
         load::dump(node, &[crate::model::IpFamily::V4, crate::model::IpFamily::V6])
     }
