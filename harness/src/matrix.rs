@@ -47,12 +47,16 @@ pub struct Args {
     /// (`ARTIFACTS/KERNEL/PROXY/`).
     #[arg(long, default_value = "artifacts")]
     artifacts: PathBuf,
-    /// Keep the output and reports of passing runs too.
+    /// Keep the output, reports and evidence (pcaps, conntrack, rules) of passing runs too.
     #[arg(long)]
     keep_evidence: bool,
     /// Write the combined JSON report here (every kernel × proxy with its run's own report).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write a combined JUnit XML report here: a test suite per kernel × proxy × scenario,
+    /// named `KERNEL (VERSION) PROXY: SCENARIO`, a test case per probe.
+    #[arg(long)]
+    junit: Option<PathBuf>,
     /// Fetch the kernels into the cache and stop (for CI's preparation step).
     #[arg(long)]
     fetch_only: bool,
@@ -146,6 +150,20 @@ pub fn main(args: Args) -> Result<i32> {
     cells.sort_by_key(order);
     if let Some(path) = &args.json {
         std::fs::write(path, combined_json(&cells)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.junit {
+        let runs: Vec<crate::matrix_junit::CellRun<'_>> = cells
+            .iter()
+            .map(|c| crate::matrix_junit::CellRun {
+                kernel: &c.kernel,
+                version: &c.version,
+                proxy: &c.proxy,
+                report: c.report.as_ref(),
+                error: c.error.as_deref(),
+            })
+            .collect();
+        std::fs::write(path, crate::matrix_junit::junit(&runs)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\n{}", table(&cells));
@@ -257,6 +275,9 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     }
     if let Some(profile) = &args.profile {
         a.extend(["--profile".into(), profile.clone()]);
+    }
+    if args.keep_evidence {
+        a.push("--keep-evidence".into());
     }
     if let Some(jobs) = args.jobs {
         a.extend(["--jobs".into(), jobs.to_string()]);
@@ -447,6 +468,7 @@ mod tests {
             artifacts: "artifacts".into(),
             keep_evidence: false,
             json: None,
+            junit: None,
             fetch_only: false,
             vm_limit_minutes: 30,
         };
