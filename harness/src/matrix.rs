@@ -167,6 +167,11 @@ pub fn main(args: Args) -> Result<i32> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\n{}", table(&cells));
+    // What holds on one kernel and not another shows here: skips carry their reason (minKernel,
+    // a missing module), per kernel × proxy.
+    for line in skipped(&cells) {
+        println!("{line}");
+    }
     let code = exit_code(&cells);
     println!("matrix: {} runs in {:.1}s (exit {code})", cells.len(), started.elapsed().as_secs_f64());
     Ok(code)
@@ -387,6 +392,25 @@ fn table(cells: &[Cell]) -> String {
     out
 }
 
+/// `5.10 builtin-iptables: skipped ipvs: needs kernel 5.15 or newer (minKernel); …`, one per
+/// skipped scenario of every kernel × proxy.
+fn skipped(cells: &[Cell]) -> Vec<String> {
+    let mut out = Vec::new();
+    for cell in cells {
+        let scenarios = cell.report.as_ref().and_then(|r| r["scenarios"].as_array());
+        for s in scenarios.into_iter().flatten().filter(|s| s["status"] == "skipped") {
+            out.push(format!(
+                "{} {}: skipped {}: {}",
+                cell.kernel,
+                cell.proxy,
+                s["name"].as_str().unwrap_or_default(),
+                s["reason"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
 /// 2 if any run could not be carried out, else 1 if any failed, else 0.
 fn exit_code(cells: &[Cell]) -> i32 {
     if cells.is_empty() || cells.iter().any(|c| c.exit_code != EXIT_PASS && c.exit_code != EXIT_FAIL) {
@@ -450,6 +474,20 @@ mod tests {
         );
         let t = table(&cells);
         assert!(t.contains("5.10 (5.10.1-1)  PASS              FAIL"), "{t}");
+    }
+
+    #[test]
+    fn skipped_scenarios_are_listed_per_kernel_with_their_reason() {
+        let mut old = cell("5.10", "builtin-nftables", 0);
+        old.report = Some(serde_json::json!({"scenarios": [
+            {"name": "sctp", "status": "passed"},
+            {"name": "new-feature", "status": "skipped", "reason": "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64"},
+        ]}));
+        let new = cell("7.3", "builtin-nftables", 0);
+        assert_eq!(
+            skipped(&[old, new]),
+            ["5.10 builtin-nftables: skipped new-feature: needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64"]
+        );
     }
 
     #[test]
