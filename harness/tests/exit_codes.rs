@@ -44,8 +44,10 @@ fn a_scenario_needing_a_newer_kernel_is_skipped_with_the_reason() {
     }
     let original =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml")).unwrap();
-    assert_eq!(original.matches("\nspec:\n").count(), 1);
-    let text = original.replacen("\nspec:\n", "\nspec:\n  minKernel: \"999.0\"\n", 1);
+    // The Scenario document's spec (the Kubernetes objects after it have their own).
+    let at = original.find("kind: Scenario").expect("a Scenario document");
+    let spec = at + original[at..].find("\nspec:\n").expect("its spec");
+    let text = format!("{}\nspec:\n  minKernel: \"999.0\"\n{}", &original[..spec], &original[spec + 7..]);
     let dir = std::env::temp_dir().join(format!("pp-min-kernel-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("hairpin.yaml"), text).unwrap();
