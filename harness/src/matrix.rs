@@ -486,7 +486,9 @@ mod tests {
         let new = cell("7.3", "builtin-nftables", 0);
         assert_eq!(
             skipped(&[old, new]),
-            ["5.10 builtin-nftables: skipped new-feature: needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64"]
+            [
+                "5.10 builtin-nftables: skipped new-feature: needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64"
+            ]
         );
     }
 

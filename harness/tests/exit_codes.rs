@@ -43,7 +43,8 @@ fn a_scenario_needing_a_newer_kernel_is_skipped_with_the_reason() {
         return;
     }
     let original =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml"))
+            .unwrap();
     // The Scenario document's spec (the Kubernetes objects after it have their own).
     let at = original.find("kind: Scenario").expect("a Scenario document");
     let spec = at + original[at..].find("\nspec:\n").expect("its spec");

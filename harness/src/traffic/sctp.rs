@@ -68,7 +68,9 @@ pub(super) fn attempt(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Re
     // unless CLOSED), so it returned "connected" before any INIT ACK, and an association that
     // never came up was reported as "associated, but no answer". A blocking connect waits for
     // ESTABLISHED (sctp_wait_for_connect) up to SO_SNDTIMEO, then fails with EINPROGRESS.
-    socket.set_write_timeout(Some(timeout)).map_err(|e| Unsent::Other(format!("setting SO_SNDTIMEO: {e}")))?;
+    socket
+        .set_write_timeout(Some(timeout))
+        .map_err(|e| Unsent::Other(format!("setting SO_SNDTIMEO: {e}")))?;
     match socket.connect(&dst.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => return Ok(Attempt::Silent),
