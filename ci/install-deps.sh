@@ -4,11 +4,14 @@
 # built-in proxy loads rules with), nftables (nft), conntrack (conntrack-tools), python3 (the
 # example proxy program scenarios/command-clusterip.yaml runs through the command adapter),
 # libxml2-utils (xmllint, which harness/tests/junit_schema.rs validates our JUnit XML with);
-# with `--vm`, for the kernel matrix (vm/, harness/tests/vm_matrix.rs): qemu-system-x86 (qemu),
-# busybox-static (the guest's shell), kmod (depmod, and modprobe inside the guest), xz-utils
-# and zstd (to unpack kernel modules), debian-archive-keyring (to verify Debian's kernel
-# packages) and dpkg (dpkg-deb, to unpack them), ipvsadm and ipset (builtin-ipvs, which runs
-# only inside the VMs: the guest takes the host's tools).
+# and for the kernel matrix (vm/, harness/tests/vm_matrix.rs, which `.ci/run` runs):
+# qemu-system-x86 (qemu), busybox-static (the guest's shell), kmod (depmod, and modprobe inside
+# the guest), xz-utils and zstd (to unpack kernel modules), debian-archive-keyring (to verify
+# Debian's kernel packages), dpkg (dpkg-deb, to unpack them) and binutils (strip: a debug
+# build's 290 MB binary goes into the guest without its debug sections), ipvsadm and ipset
+# (builtin-ipvs, which runs only inside the VMs: the guest takes the host's tools). `--no-vm` leaves
+# the matrix's packages out (vm_matrix.rs then skips, or fails under
+# PACKETPROOF_REQUIRE_PRIVILEGES=1); `--vm` is accepted for older callers.
 # Installs only what is missing; needs root (or sudo) when something is.
 set -euo pipefail
 
@@ -21,10 +24,13 @@ declare -A wanted=(
   [python3]=python3
   [xmllint]=libxml2-utils
 )
-# `--vm`: also what `packetproof matrix` needs (not yet part of `.ci/run`: see vm/README.md).
-vm=false
-if [ "${1:-}" = "--vm" ]; then
-  vm=true
+vm=true
+case "${1:-}" in
+  --no-vm) vm=false ;;
+  --vm | "") ;;
+  *) echo "ci/install-deps.sh: unknown option $1 (--no-vm leaves out the kernel matrix's packages)" >&2; exit 2 ;;
+esac
+if $vm; then
   wanted+=(
     [qemu-system-x86_64]=qemu-system-x86
     [busybox]=busybox-static
@@ -35,6 +41,7 @@ if [ "${1:-}" = "--vm" ]; then
     [apt-get]=apt
     [ipvsadm]=ipvsadm
     [ipset]=ipset
+    [strip]=binutils
   )
 fi
 

@@ -47,12 +47,16 @@ pub struct Args {
     /// (`ARTIFACTS/KERNEL/PROXY/`).
     #[arg(long, default_value = "artifacts")]
     artifacts: PathBuf,
-    /// Keep the output and reports of passing runs too.
+    /// Keep the output, reports and evidence (pcaps, conntrack, rules) of passing runs too.
     #[arg(long)]
     keep_evidence: bool,
     /// Write the combined JSON report here (every kernel × proxy with its run's own report).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write a combined JUnit XML report here: a test suite per kernel × proxy × scenario,
+    /// named `KERNEL (VERSION) PROXY: SCENARIO`, a test case per probe.
+    #[arg(long)]
+    junit: Option<PathBuf>,
     /// Fetch the kernels into the cache and stop (for CI's preparation step).
     #[arg(long)]
     fetch_only: bool,
@@ -148,7 +152,26 @@ pub fn main(args: Args) -> Result<i32> {
         std::fs::write(path, combined_json(&cells)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.junit {
+        let runs: Vec<crate::matrix_junit::CellRun<'_>> = cells
+            .iter()
+            .map(|c| crate::matrix_junit::CellRun {
+                kernel: &c.kernel,
+                version: &c.version,
+                proxy: &c.proxy,
+                report: c.report.as_ref(),
+                error: c.error.as_deref(),
+            })
+            .collect();
+        std::fs::write(path, crate::matrix_junit::junit(&runs)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     println!("\n{}", table(&cells));
+    // What holds on one kernel and not another shows here: skips carry their reason (minKernel,
+    // a missing module), per kernel × proxy.
+    for line in skipped(&cells) {
+        println!("{line}");
+    }
     let code = exit_code(&cells);
     println!("matrix: {} runs in {:.1}s (exit {code})", cells.len(), started.elapsed().as_secs_f64());
     Ok(code)
@@ -258,6 +281,9 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     if let Some(profile) = &args.profile {
         a.extend(["--profile".into(), profile.clone()]);
     }
+    if args.keep_evidence {
+        a.push("--keep-evidence".into());
+    }
     if let Some(jobs) = args.jobs {
         a.extend(["--jobs".into(), jobs.to_string()]);
     }
@@ -366,6 +392,25 @@ fn table(cells: &[Cell]) -> String {
     out
 }
 
+/// `5.10 builtin-iptables: skipped ipvs: needs kernel 5.15 or newer (minKernel); …`, one per
+/// skipped scenario of every kernel × proxy.
+fn skipped(cells: &[Cell]) -> Vec<String> {
+    let mut out = Vec::new();
+    for cell in cells {
+        let scenarios = cell.report.as_ref().and_then(|r| r["scenarios"].as_array());
+        for s in scenarios.into_iter().flatten().filter(|s| s["status"] == "skipped") {
+            out.push(format!(
+                "{} {}: skipped {}: {}",
+                cell.kernel,
+                cell.proxy,
+                s["name"].as_str().unwrap_or_default(),
+                s["reason"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
 /// 2 if any run could not be carried out, else 1 if any failed, else 0.
 fn exit_code(cells: &[Cell]) -> i32 {
     if cells.is_empty() || cells.iter().any(|c| c.exit_code != EXIT_PASS && c.exit_code != EXIT_FAIL) {
@@ -432,6 +477,22 @@ mod tests {
     }
 
     #[test]
+    fn skipped_scenarios_are_listed_per_kernel_with_their_reason() {
+        let mut old = cell("5.10", "builtin-nftables", 0);
+        old.report = Some(serde_json::json!({"scenarios": [
+            {"name": "sctp", "status": "passed"},
+            {"name": "new-feature", "status": "skipped", "reason": "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64"},
+        ]}));
+        let new = cell("7.3", "builtin-nftables", 0);
+        assert_eq!(
+            skipped(&[old, new]),
+            [
+                "5.10 builtin-nftables: skipped new-feature: needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64"
+            ]
+        );
+    }
+
+    #[test]
     fn the_guest_run_writes_its_reports_into_its_share_directory() {
         let args = Args {
             paths: vec![],
@@ -447,6 +508,7 @@ mod tests {
             artifacts: "artifacts".into(),
             keep_evidence: false,
             json: None,
+            junit: None,
             fetch_only: false,
             vm_limit_minutes: 30,
         };

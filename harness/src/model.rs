@@ -20,6 +20,8 @@ pub struct Scenario {
     /// The file it came from, as given on the command line.
     pub source: PathBuf,
     pub description: Option<String>,
+    /// The oldest kernel its outcome holds on (`spec.minKernel`); skipped on older ones.
+    pub min_kernel: Option<crate::kernel::KernelVersion>,
     /// Proxy implementation to program the nodes with, e.g. `builtin-iptables`.
     pub proxy: ProxyChoice,
     pub cluster: Cluster,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::model::{Life, Phase, Probe, Protocol, Scenario, Source, Target};
+use crate::observe::conntrack_events::NodeRecorders;
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
 use crate::proxy::{Env, Proxy, Running, State};
@@ -175,6 +176,9 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     };
 
     let captures = start_captures(&topology)?;
+    // Entries that expire before a phase's table is read are still announced: the evidence
+    // is the same however long the phase took.
+    let mut announced = NodeRecorders::start(topology.nodes.iter().map(|n| (n.name.as_str(), &n.netns)))?;
     let mut held = BTreeMap::new();
     let probed = probe_phases(
         &phases,
@@ -184,6 +188,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         &topology,
         &runtime,
         &captures,
+        &mut announced,
         options,
     );
     let frames = stop_captures(captures)?;
@@ -205,7 +210,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     let artifacts = match &options.artifacts {
         Some(dir) if !passed || options.keep_passing => {
             let dir = dir.join(&scenario.name);
-            keep_evidence(&dir, &topology, running.as_ref(), &evidence, &verdicts, scenario)?;
+            keep_evidence(&dir, &topology, running.as_ref(), &evidence, &verdicts, scenario, &announced)?;
             Some(dir)
         }
         _ => None,
@@ -214,6 +219,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     runtime.block_on(servers.stop());
     running.stop().with_context(|| format!("stopping {}", proxy.name()))?;
     drop(runtime);
+    drop(announced);
     topology.teardown().context("removing the scenario's namespaces")?;
     Ok(ScenarioReport {
         scenario: scenario.name.clone(),
@@ -406,6 +412,7 @@ fn probe_phases(
     topology: &Topology,
     runtime: &tokio::runtime::Runtime,
     captures: &[(String, Capture)],
+    announced: &mut NodeRecorders,
     options: &RunOptions,
 ) -> Result<Vec<(Vec<SentProbe>, ConntrackTables)>> {
     let ports = SourcePorts::default();
@@ -417,7 +424,7 @@ fn probe_phases(
             proxy.get()?.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
         let sent = send_probes(phase, topology, runtime, expected, &ports, held, captures, options)?;
-        out.push((sent, dump_conntrack(topology, expected)?));
+        out.push((sent, announced.complete(dump_conntrack(topology, expected)?)?));
     }
     Ok(out)
 }
@@ -653,6 +660,7 @@ fn keep_evidence(
     evidence: &Evidence,
     verdicts: &[ProbeVerdict],
     scenario: &Scenario,
+    announced: &NodeRecorders,
 ) -> Result<()> {
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
@@ -671,6 +679,7 @@ fn keep_evidence(
             Err(e) => format!("(no conntrack table: {e:#})\n"),
         };
         write(&format!("node-{}.conntrack", node.name), &table)?;
+        write(&format!("node-{}.conntrack-events", node.name), announced.log(&node.name))?;
     }
     for (name, contents) in proxy.artifacts() {
         let path = dir.join(format!("proxy-{name}"));
@@ -681,6 +690,16 @@ fn keep_evidence(
 
 /// Why this host cannot run `scenario`, if it cannot.
 pub fn unsupported(scenario: &Scenario) -> Option<String> {
+    if let Some(min) = scenario.min_kernel {
+        let Some((release, running)) = crate::kernel::KernelVersion::running() else {
+            return Some(format!(
+                "needs kernel {min} or newer (minKernel); this kernel's version is unreadable"
+            ));
+        };
+        if let Some(reason) = crate::kernel::too_old(min, &release, running) {
+            return Some(reason);
+        }
+    }
     let uses_sctp = scenario.probes.iter().any(|p| p.protocol == Protocol::Sctp);
     if uses_sctp && !sctp_available() {
         return Some("SCTP: this kernel has no SCTP sockets (run it in a VM with the sctp module)".into());

@@ -34,3 +34,38 @@ fn a_run_that_judged_nothing_fails() {
     assert!(stdout.contains("nothing was judged"), "{stdout}");
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A scenario stating a kernel newer than this one (`minKernel`) is skipped with the reason,
+/// never passed; a run of it alone judged nothing, so it fails as above.
+#[test]
+fn a_scenario_needing_a_newer_kernel_is_skipped_with_the_reason() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let original =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml"))
+            .unwrap();
+    // The Scenario document's spec (the Kubernetes objects after it have their own).
+    let at = original.find("kind: Scenario").expect("a Scenario document");
+    let spec = at + original[at..].find("\nspec:\n").expect("its spec");
+    let text = format!("{}\nspec:\n  minKernel: \"999.0\"\n{}", &original[..spec], &original[spec + 7..]);
+    let dir = std::env::temp_dir().join(format!("pp-min-kernel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("hairpin.yaml"), text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_packetproof"))
+        .args(["run", "--jobs", "1", "hairpin.yaml"])
+        .current_dir(&dir)
+        .output()
+        .expect("running packetproof");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert!(
+        stdout.contains(&format!(
+            "skipped: needs kernel 999.0 or newer (minKernel); this kernel is {}",
+            release.trim()
+        )),
+        "{stdout}"
+    );
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+}

@@ -197,6 +197,46 @@ fn conntrack_shows_the_dnat_of_a_udp_flow_and_deletes_it() {
 }
 
 #[test]
+fn conntrack_events_keep_an_entry_that_was_gone_before_the_table_was_read() {
+    use packetproof::observe::conntrack_events::NodeRecorders;
+    if !have_root() {
+        return;
+    }
+    let pair = Pair::new("ev");
+    pair.a.exec("ip", &["route", "add", "10.99.0.0/24", "via", B], None).unwrap();
+    let rules = format!(
+        "*nat\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -d 10.99.0.1/32 -p udp -j DNAT --to-destination {B}:9\nCOMMIT\n"
+    );
+    pair.a.exec("iptables-restore", &[], Some(rules.as_bytes())).unwrap();
+    let mut recorders = NodeRecorders::start([("a", &pair.a)]).unwrap();
+
+    // Phase one: an entry made, then gone (flushed, as an expired entry is) before the dump.
+    pair.a.run(|| udp_to_closed_port(sa(A, 40011), sa("10.99.0.1", 53))).unwrap();
+    conntrack::flush(&pair.a).unwrap();
+    let dumped = conntrack::dump(&pair.a).unwrap();
+    assert_eq!(dumped, [], "the table alone has lost it");
+    let tables = recorders.complete([("a".to_string(), dumped)].into()).unwrap();
+    let shown: Vec<String> = tables["a"].iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "udp src=10.77.0.1 dst=10.99.0.1 sport=40011 dport=53 [UNREPLIED] src=10.77.0.2 dst=10.77.0.1 sport=9 dport=40011"
+        ],
+        "the announced entry, with its DNAT"
+    );
+    let log = recorders.log("a");
+    assert!(log.starts_with("[new] udp src=10.77.0.1 dst=10.99.0.1 sport=40011"), "{log}");
+    assert!(log.contains("[destroy] udp src=10.77.0.1 dst=10.99.0.1 sport=40011"), "{log}");
+
+    // Phase two starts afresh: what phase one announced is not announced again, and an entry
+    // still in the table is there once, as dumped.
+    pair.a.run(|| udp_to_closed_port(sa(A, 40012), sa("10.99.0.1", 53))).unwrap();
+    let dumped = conntrack::dump(&pair.a).unwrap();
+    let tables = recorders.complete([("a".to_string(), dumped.clone())].into()).unwrap();
+    assert_eq!(tables["a"], dumped);
+}
+
+#[test]
 fn timings() {
     if !have_root() {
         return;

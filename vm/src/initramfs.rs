@@ -87,7 +87,8 @@ pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
     for data in DATA.iter().filter(|d| Path::new(d).exists()) {
         tree.copy_any(Path::new(data), data.trim_start_matches('/'))?;
     }
-    tree.program("usr/bin/packetproof", payload.binary)?;
+    let binary = without_debug_sections(payload.binary, out)?;
+    tree.program("usr/bin/packetproof", &binary)?;
     for file in payload.files {
         ensure!(
             file.is_relative(),
@@ -99,6 +100,22 @@ pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
     tree.text("init", &guest::init_script(), true);
     tree.add_libraries()?;
     tree.write(out)
+}
+
+/// `binary` without its debug sections, written beside `out`: a debug build (`cargo test`'s
+/// binary) is 290 MB, nearly all DWARF the guest never reads, and the initramfs lives in the
+/// guest's memory. `strip --strip-debug` keeps the symbols, so backtraces still name functions.
+fn without_debug_sections(binary: &Path, out: &Path) -> Result<PathBuf> {
+    let stripped = out.with_extension("packetproof");
+    let status = Command::new("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(binary)
+        .status()
+        .context("running strip (install binutils)")?;
+    ensure!(status.success(), "strip --strip-debug {} failed ({status})", binary.display());
+    Ok(stripped)
 }
 
 fn find(name: &str) -> Option<PathBuf> {

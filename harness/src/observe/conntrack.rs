@@ -135,7 +135,7 @@ fn is_enoent(e: &anyhow::Error) -> bool {
 }
 
 /// A flow from the attributes of one entry; `None` if it lacks either tuple.
-fn from_netlink(attrs: &[ConntrackAttribute]) -> Option<Flow> {
+pub(super) fn from_netlink(attrs: &[ConntrackAttribute]) -> Option<Flow> {
     let (mut original, mut reply, mut state, mut seen_reply) = (None, None, None, false);
     for attr in attrs {
         match attr {

@@ -3,6 +3,7 @@
 
 pub mod capture;
 pub mod conntrack;
+pub mod conntrack_events;
 mod nfnetlink;
 pub mod packet;
 pub(crate) mod packet_socket;

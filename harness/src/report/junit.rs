@@ -21,7 +21,7 @@ pub fn junit_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
 /// quick-junit writes a `skipped` count on `<testsuites>`, which Jenkins' schema (junit-10.xsd)
 /// does not allow there; the xUnit plugin validates against it and rejects the whole file.
 /// The root is rewritten without it; each `<testsuite>` keeps its own `skipped` count.
-fn root_without_skipped(xml: &str) -> anyhow::Result<String> {
+pub(crate) fn root_without_skipped(xml: &str) -> anyhow::Result<String> {
     let mut reader = quick_xml::Reader::from_str(xml);
     let mut writer = quick_xml::Writer::new(Vec::with_capacity(xml.len()));
     loop {

@@ -7,6 +7,7 @@ pub mod terminal;
 
 pub use json::json_report;
 pub use junit::junit_report;
+pub(crate) use junit::root_without_skipped as junit_root_without_skipped;
 pub use terminal::Paint;
 
 use std::fmt::Write;

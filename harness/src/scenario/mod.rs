@@ -36,6 +36,7 @@ mod held;
 mod hints;
 mod host_routes;
 mod lists;
+mod min_kernel;
 mod names;
 mod net;
 mod node_objects;

@@ -78,6 +78,7 @@ pub(crate) struct ScenarioDoc<'a> {
     pub probes: Vec<(usize, FieldPath, ProbeSpec)>,
     /// `spec.flows` with `all: true`.
     pub flows: Option<Flows>,
+    pub min_kernel: Option<crate::kernel::KernelVersion>,
 }
 
 impl ScenarioDoc<'_> {
@@ -99,6 +100,7 @@ impl ScenarioDoc<'_> {
             external_hosts,
             probes: Vec::new(),
             flows: None,
+            min_kernel: None,
         }
     }
 }
@@ -146,6 +148,7 @@ pub(crate) fn read<'a>(
     }
 
     let proxy = read_proxy(&site, sections.proxy, diag);
+    let min_kernel = super::min_kernel::read(&site, diag);
 
     ScenarioDoc {
         name,
@@ -157,6 +160,7 @@ pub(crate) fn read<'a>(
         external_hosts,
         probes,
         flows,
+        min_kernel,
         site: Some(site),
     }
 }
@@ -544,7 +548,9 @@ fn check_families(
                 diag.value(
                     site,
                     &path.key(name),
-                    format!("the cluster is dual-stack: a node needs {name} with one entry per family{first}"),
+                    format!(
+                        "the cluster is dual-stack: a node needs {name} with one entry per family{first}"
+                    ),
                 );
             }
         }

@@ -56,6 +56,9 @@ pub(crate) struct Sections {
     pub probes: Vec<IgnoredAny>,
     #[allow(dead_code)]
     pub flows: Option<IgnoredAny>,
+    /// Read by `min_kernel.rs`.
+    #[allow(dead_code)]
+    pub min_kernel: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -207,6 +207,7 @@ fn assemble<'a>(
         name: doc.name?,
         source: source.to_path_buf(),
         description: doc.description,
+        min_kernel: doc.min_kernel,
         proxy: doc.proxy,
         cluster,
         probes,

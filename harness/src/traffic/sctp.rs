@@ -49,7 +49,8 @@ pub fn into_tokio(listener: Socket) -> std::io::Result<tokio::net::TcpListener> 
 }
 
 /// One association from `src` to `dst`: answered (the reply line), refused (ABORT or an ICMP
-/// error), silent (no INIT ACK before the timeout) or broken.
+/// error), silent (not established before the timeout) or broken (established, then no
+/// answer).
 pub(super) fn attempt(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Result<Attempt, Unsent> {
     let socket = socket(dst).map_err(|e| {
         Unsent::Other(if unsupported(&e) {
@@ -62,8 +63,18 @@ pub(super) fn attempt(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Re
     // its INIT (sctp_v4_err and sctp_v6_err in net/sctp), so a reject would look like silence.
     report_icmp_errors(&socket, dst).map_err(|e| Unsent::Other(format!("setting IP_RECVERR: {e}")))?;
     socket.bind(&src.into()).map_err(|e| bind_error(e, src))?;
-    if let Err(e) = socket.connect_timeout(&dst.into(), timeout) {
-        return Ok(classify_error(e));
+    // Not `connect_timeout`: a non-blocking SCTP connect reports the socket writable as soon as
+    // the INIT is sent (sctp_poll in net/sctp/socket.c: writable whenever there is send buffer,
+    // unless CLOSED), so it returned "connected" before any INIT ACK, and an association that
+    // never came up was reported as "associated, but no answer". A blocking connect waits for
+    // ESTABLISHED (sctp_wait_for_connect) up to SO_SNDTIMEO, then fails with EINPROGRESS.
+    socket
+        .set_write_timeout(Some(timeout))
+        .map_err(|e| Unsent::Other(format!("setting SO_SNDTIMEO: {e}")))?;
+    match socket.connect(&dst.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => return Ok(Attempt::Silent),
+        Err(e) => return Ok(classify_error(e)),
     }
     let _ = socket.set_read_timeout(Some(timeout));
     let mut stream = std::net::TcpStream::from(socket);

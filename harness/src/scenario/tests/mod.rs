@@ -14,6 +14,7 @@ mod happy;
 mod ipv6;
 mod kubernetes;
 mod lists;
+mod min_kernel;
 mod nodes;
 mod probes;
 mod served;
