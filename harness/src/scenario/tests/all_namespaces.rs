@@ -91,3 +91,20 @@ fn a_probe_from_a_host_network_pod_names_no_pod() {
     let errors = errors(&text);
     assert!(errors.iter().any(|e| e.message.contains("agent")), "{}", super::show(&errors));
 }
+
+#[test]
+fn two_pod_ips_of_one_family_are_refused_in_a_single_stack_cluster() {
+    // The API server refuses them (validatePodIPs); the second was silently unused before.
+    let text = edit(
+        WEB,
+        "status: {podIP: 10.244.1.20}",
+        "status: {podIP: 10.244.1.20, podIPs: [{ip: 10.244.1.20}, {ip: 10.244.1.21}]}",
+    );
+    let errors = parse_errors(&text);
+    assert_only(
+        &errors,
+        at(&text, "10.244.1.21"),
+        "Pod default/client: status.podIPs[1].ip",
+        "10.244.1.21 is IPv4 like status.podIP 10.244.1.20: a pod has one address per family",
+    );
+}
