@@ -62,7 +62,15 @@ pub(crate) fn read(
             if let Err(e) = check_name(&p.name) {
                 diag.value(&p.site, &FieldPath::parse("metadata.name"), e);
             }
-            pods.host_network.extend(host_network::read(p, nodes, diag));
+            if let Some(pod) = host_network::read(p, nodes, diag) {
+                let why = format!(
+                    "is a hostNetwork pod, on the network of node {0}: no pod is built for it; probe from \
+                     {{node: {0}}}",
+                    pod.node
+                );
+                pods.registry.note(&p.name, why);
+                pods.host_network.push(pod);
+            }
             continue;
         }
         let before = diag.count();

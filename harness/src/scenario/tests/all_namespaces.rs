@@ -82,14 +82,16 @@ fn slices_derived_over_a_host_network_pod_are_refused_with_what_to_paste() {
 }
 
 #[test]
-fn a_probe_from_a_host_network_pod_names_no_pod() {
-    let text = edit(
-        &with_host_network_pod("192.168.50.11", "{app: agent}"),
-        "from: {pod: client}",
-        "from: {pod: agent}",
+fn a_probe_from_a_host_network_pod_is_told_to_probe_from_its_node() {
+    let text =
+        edit(&with_host_network_pod("192.168.50.11", "{app: agent}"), "from: {pod: client}", "from: {pod: agent}");
+    assert_only(
+        &errors(&text),
+        at_in(&text, "from: {pod: agent}", "agent"),
+        "spec.probes[0].from.pod",
+        "Pod \"agent\" is a hostNetwork pod, on the network of node node-a: no pod is built for it; probe from \
+         {node: node-a}",
     );
-    let errors = errors(&text);
-    assert!(errors.iter().any(|e| e.message.contains("agent")), "{}", super::show(&errors));
 }
 
 #[test]
