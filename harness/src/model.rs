@@ -675,8 +675,8 @@ impl Cluster {
     }
 
     /// The single-family cluster of `family`: what a proxier of that family sees (kube-proxy
-    /// runs one per family). Everything of the other family is left out: for the second
-    /// family, each element's second-family values take the primary fields, and nodes, pods,
+    /// runs one per family). Everything of the other family is left out: each element's
+    /// [`PerFamily`] values keep only that family's ([`PerFamily::only`]), and nodes, pods,
     /// hosts and Services without an address of it are dropped. A family the cluster lacks
     /// gives the cluster unchanged.
     pub fn family_view(&self, family: IpFamily) -> Cluster {
