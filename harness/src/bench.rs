@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::engine::{Engine, Run};
-use crate::model::{Cluster, ContainerPort, ExternalHost, Node, Pod, Protocol};
+use crate::model::{Cluster, ContainerPort, ExternalHost, Node, PerFamily, Pod, Protocol};
 use crate::runner::RunOptions;
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
@@ -85,7 +85,7 @@ fn round_trips_between_nodes(
         Servers::start(cluster, &topology)?
     };
     let target = cluster.pod("pod-b0").context("bench pod")?;
-    let dst = std::net::SocketAddr::new(target.ip, BENCH_PORT);
+    let dst = std::net::SocketAddr::new(target.ip(), BENCH_PORT);
     let prober = Prober::new(&topology.pods["pod-a0"], SourcePorts::default(), Duration::from_secs(1))?;
     // Warm up neighbour tables so the first samples do not time ARP.
     prober.probe(Protocol::Tcp, dst, 3)?;
@@ -117,29 +117,26 @@ pub fn two_nodes_eight_pods() -> Cluster {
         Node {
             zone: None,
             name: "node-a".into(),
-            ip: ip("192.168.50.11"),
+            ips: PerFamily::single(ip("192.168.50.11")),
             secondary_ips: vec![],
-            pod_cidr: net("10.244.1.0/24"),
-            second: None,
+            pod_cidrs: PerFamily::single(net("10.244.1.0/24")),
         },
         Node {
             zone: None,
             name: "node-b".into(),
-            ip: ip("192.168.50.12"),
+            ips: PerFamily::single(ip("192.168.50.12")),
             secondary_ips: vec![],
-            pod_cidr: net("10.244.2.0/24"),
-            second: None,
+            pod_cidrs: PerFamily::single(net("10.244.2.0/24")),
         },
     ];
     let pods = (0..8)
         .map(|i| {
             let (node, subnet) = if i % 2 == 0 { ("a", 1) } else { ("b", 2) };
             Pod {
-                second_ip: None,
                 namespace: "default".into(),
                 name: format!("pod-{node}{}", i / 2),
                 node: format!("node-{node}"),
-                ip: ip(&format!("10.244.{subnet}.{}", 10 + i / 2)),
+                ips: PerFamily::single(ip(&format!("10.244.{subnet}.{}", 10 + i / 2))),
                 labels: Default::default(),
                 ports: vec![ContainerPort { name: None, port: BENCH_PORT, protocol: Protocol::Tcp }],
             }
@@ -153,8 +150,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
         nodes,
         external_hosts: vec![ExternalHost {
             name: "outside".into(),
-            ip: ip("192.168.50.100"),
-            second_ip: None,
+            ips: PerFamily::single(ip("192.168.50.100")),
             routes: vec![],
         }],
         pods,

@@ -205,19 +205,17 @@ fn client_addresses(cluster: &Cluster, from: &Source) -> Vec<IpAddr> {
     match from {
         Source::Node(name) => cluster.node(name).map(|n| node_addresses(n).collect()).unwrap_or_default(),
         Source::Pod(name) => {
-            cluster.pod(name).map(|p| std::iter::once(p.ip).chain(p.second_ip).collect()).unwrap_or_default()
+            cluster.pod(name).map(|p| p.ips.copied().collect()).unwrap_or_default()
         }
         Source::External(name) => cluster
             .external_host(name)
-            .map(|h| std::iter::once(h.ip).chain(h.second_ip).collect())
+            .map(|h| h.ips.copied().collect())
             .unwrap_or_default(),
     }
 }
 
 fn node_addresses(n: &crate::model::Node) -> impl Iterator<Item = IpAddr> + '_ {
-    let bridges = std::iter::once(bridge_address(&n.pod_cidr))
-        .chain(n.second.as_ref().map(|s| bridge_address(&s.pod_cidr)));
-    n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).chain(bridges)
+    n.all_ips().chain(n.pod_cidrs.iter().map(bridge_address))
 }
 
 fn source_class(cluster: &Cluster, client: &[IpAddr], seen: IpAddr) -> String {
@@ -261,6 +259,7 @@ pub fn table(left: &str, right: &str, diffs: &[FlowDiff]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PerFamily;
 
     fn answered(pod: &str, seen: &str) -> Attempt {
         Attempt::Answered { pod: pod.into(), seen: format!("{seen}:40000").parse().unwrap() }
@@ -294,8 +293,7 @@ mod tests {
         let mut c = Cluster::example(vec![]);
         c.external_hosts.push(crate::model::ExternalHost {
             name: "outside".into(),
-            ip: "192.168.50.100".parse().unwrap(),
-            second_ip: None,
+            ips: PerFamily::single("192.168.50.100".parse().unwrap()),
             routes: vec![],
         });
         let b = |attempts: Vec<Attempt>| behaviour(&c, &verdict(attempts));

@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+mod per_family;
+pub use per_family::{OfFamily, PerFamily};
+
 /// One scenario file, validated.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -159,12 +162,11 @@ impl Node {
     /// A node of the unit tests: one address, no secondary IPs, one family.
     pub fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
         Node {
-            second: None,
             zone: None,
             name: name.to_string(),
-            ip: ip.parse().unwrap(),
+            ips: PerFamily::single(ip.parse().unwrap()),
             secondary_ips: vec![],
-            pod_cidr: pod_cidr.parse().unwrap(),
+            pod_cidrs: PerFamily::single(pod_cidr.parse().unwrap()),
         }
     }
 }
@@ -248,38 +250,48 @@ impl Default for ProxyConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
     pub name: String,
-    /// The node's InternalIP on the node network.
-    pub ip: IpAddr,
-    /// Further addresses of the node on the node network (same prefix as `ip`).
+    /// The node's InternalIP of each family on the node network.
+    pub ips: PerFamily<IpAddr>,
+    /// Further addresses of the node on the node network (same prefix as the `ips` of their
+    /// family), of either family.
     pub secondary_ips: Vec<IpAddr>,
-    /// This node's share of the pod CIDR; the first address is the node's bridge (gateway) address.
-    pub pod_cidr: IpNet,
-    /// The node's address and pod CIDR of the cluster's second family (dual-stack clusters).
-    pub second: Option<NodeSecond>,
+    /// This node's share of the pod CIDR of each family (`spec.podCIDRs`); the first address
+    /// is the node's bridge (gateway) address. Of the same families as `ips`.
+    pub pod_cidrs: PerFamily<IpNet>,
     /// Its `topology.kubernetes.io/zone` label: the zone topology hints are matched against.
     pub zone: Option<String>,
 }
 
-/// A node's InternalIP and `spec.podCIDRs` entry of the cluster's second family.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeSecond {
-    pub ip: IpAddr,
-    pub pod_cidr: IpNet,
-}
-
 impl Node {
-    /// Every address on the node's node-network interface, primary first.
+    /// The node's InternalIP of the (primary) family: in a [`Cluster::family_view`], the
+    /// view's.
+    pub fn ip(&self) -> IpAddr {
+        *self.ips.primary()
+    }
+
+    /// The node's pod CIDR of the (primary) family: in a [`Cluster::family_view`], the view's.
+    pub fn pod_cidr(&self) -> IpNet {
+        *self.pod_cidrs.primary()
+    }
+
+    /// Every address on the node's node-network interface: the primary family's InternalIP,
+    /// then the secondary addresses (of either family).
     pub fn node_network_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        std::iter::once(self.ip).chain(self.secondary_ips.iter().copied())
+        std::iter::once(self.ip()).chain(self.secondary_ips.iter().copied())
+    }
+
+    /// Every address of the node of every family: its InternalIPs, primary first, then the
+    /// secondary addresses.
+    pub fn all_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.ips.copied().chain(self.secondary_ips.iter().copied())
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExternalHost {
     pub name: String,
-    pub ip: IpAddr,
-    /// Its address of the cluster's second family, if it has one.
-    pub second_ip: Option<IpAddr>,
+    /// Its address of each family it has.
+    pub ips: PerFamily<IpAddr>,
     /// Its routes through nodes, e.g. the service CIDR via a node, as a router that learned
     /// the cluster IPs over BGP has them.
     pub routes: Vec<HostRoute>,
@@ -293,6 +305,11 @@ pub struct HostRoute {
 }
 
 impl ExternalHost {
+    /// Its address of the (primary) family: in a [`Cluster::family_view`], the view's.
+    pub fn ip(&self) -> IpAddr {
+        *self.ips.primary()
+    }
+
     /// The node this host's traffic to `ip` goes through, by the longest matching route.
     pub fn route_to(&self, ip: IpAddr) -> Option<&HostRoute> {
         self.routes.iter().filter(|r| r.to.contains(&ip)).max_by_key(|r| r.to.prefix_len())
@@ -304,12 +321,18 @@ pub struct Pod {
     pub namespace: String,
     pub name: String,
     pub node: String,
-    pub ip: IpAddr,
-    /// `status.podIPs[1]`: its address of the cluster's second family (dual-stack clusters).
-    pub second_ip: Option<IpAddr>,
+    /// `status.podIPs`: its address of each family it has.
+    pub ips: PerFamily<IpAddr>,
     pub labels: BTreeMap<String, String>,
     /// Ports the pod's containers declare; the harness serves each of them.
     pub ports: Vec<ContainerPort>,
+}
+
+impl Pod {
+    /// Its address of the (primary) family: in a [`Cluster::family_view`], the view's.
+    pub fn ip(&self) -> IpAddr {
+        *self.ips.primary()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -379,10 +402,9 @@ pub struct Service {
     pub namespace: String,
     pub name: String,
     pub service_type: ServiceType,
-    /// `spec.clusterIP`, of either family in a dual-stack cluster (a single-stack Service).
-    pub cluster_ip: IpAddr,
-    /// `spec.clusterIPs[1]`: a dual-stack Service's cluster IP of its second family.
-    pub second_cluster_ip: Option<IpAddr>,
+    /// `spec.clusterIPs`: its cluster IP of each of its families (a single-stack Service's
+    /// may be of either family of a dual-stack cluster).
+    pub cluster_ips: PerFamily<IpAddr>,
     pub external_traffic_policy: TrafficPolicy,
     pub internal_traffic_policy: TrafficPolicy,
     pub ports: Vec<ServicePort>,
@@ -421,7 +443,7 @@ impl Service {
     /// `serviceToServiceMap`).
     pub fn family_view(&self, family: IpFamily) -> Option<Service> {
         let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
-        let cluster_ip = std::iter::once(self.cluster_ip).chain(self.second_cluster_ip).find(of)?;
+        let cluster_ips = self.cluster_ips.only(family)?;
         let ports = self
             .ports
             .iter()
@@ -431,8 +453,7 @@ impl Service {
             })
             .collect();
         Some(Service {
-            cluster_ip,
-            second_cluster_ip: None,
+            cluster_ips,
             ports,
             external_ips: self.external_ips.iter().copied().filter(of).collect(),
             load_balancer_ips: self.load_balancer_ips.iter().copied().filter(of).collect(),
@@ -454,8 +475,7 @@ impl Service {
             namespace: namespace.into(),
             name: name.into(),
             service_type: ServiceType::ClusterIp,
-            cluster_ip,
-            second_cluster_ip: None,
+            cluster_ips: PerFamily::single(cluster_ip),
             external_traffic_policy: TrafficPolicy::Cluster,
             internal_traffic_policy: TrafficPolicy::Cluster,
             ports: Vec::new(),
@@ -467,6 +487,12 @@ impl Service {
             session_affinity: SessionAffinity::None,
             hints_annotation: None,
         }
+    }
+
+    /// `spec.clusterIP`: its cluster IP of the (primary) family; in a [`Cluster::family_view`],
+    /// the view's.
+    pub fn cluster_ip(&self) -> IpAddr {
+        *self.cluster_ips.primary()
     }
 
     /// `namespace/name`, as kube-proxy prints it in rule comments.
@@ -671,15 +697,12 @@ impl Cluster {
     }
 
     /// The single-family cluster of `family`: what a proxier of that family sees (kube-proxy
-    /// runs one per family). Everything of the other family is left out: for the second
-    /// family, each element's second-family values take the primary fields, and nodes, pods,
+    /// runs one per family). Everything of the other family is left out: each element's
+    /// [`PerFamily`] values keep only that family's ([`PerFamily::only`]), and nodes, pods,
     /// hosts and Services without an address of it are dropped. A family the cluster lacks
     /// gives the cluster unchanged.
     pub fn family_view(&self, family: IpFamily) -> Cluster {
         let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
-        let pick = |first: IpAddr, second: Option<IpAddr>| {
-            std::iter::once(first).chain(second).find(|ip| IpFamily::of(*ip) == family)
-        };
         let (pod_cidr, service_cidr, node_network) = match &self.second_family {
             Some(s) if family != self.ip_family() => (s.pod_cidr, s.service_cidr, s.node_network),
             _ if family != self.ip_family() => return self.clone(),
@@ -689,19 +712,11 @@ impl Cluster {
             .nodes
             .iter()
             .filter_map(|n| {
-                let (ip, pod_cidr) = if family == self.ip_family() {
-                    (n.ip, n.pod_cidr)
-                } else {
-                    let s = n.second.as_ref()?;
-                    (s.ip, s.pod_cidr)
-                };
-                let secondary_ips = n.secondary_ips.iter().copied().filter(of).collect();
                 Some(Node {
                     name: n.name.clone(),
-                    ip,
-                    secondary_ips,
-                    pod_cidr,
-                    second: None,
+                    ips: n.ips.only(family)?,
+                    secondary_ips: n.secondary_ips.iter().copied().filter(of).collect(),
+                    pod_cidrs: n.pod_cidrs.only(family)?,
                     zone: n.zone.clone(),
                 })
             })
@@ -711,18 +726,13 @@ impl Cluster {
             .iter()
             .filter_map(|h| {
                 let routes = h.routes.iter().filter(|r| IpFamily::of_net(&r.to) == family).cloned().collect();
-                Some(ExternalHost {
-                    name: h.name.clone(),
-                    ip: pick(h.ip, h.second_ip)?,
-                    second_ip: None,
-                    routes,
-                })
+                Some(ExternalHost { name: h.name.clone(), ips: h.ips.only(family)?, routes })
             })
             .collect();
         let pods = self
             .pods
             .iter()
-            .filter_map(|p| Some(Pod { ip: pick(p.ip, p.second_ip)?, second_ip: None, ..p.clone() }))
+            .filter_map(|p| Some(Pod { ips: p.ips.only(family)?, ..p.clone() }))
             .collect();
         let services = self.services.iter().filter_map(|s| s.family_view(family)).collect();
         let proxy = ProxyConfig {
@@ -782,15 +792,15 @@ impl Cluster {
     }
 
     pub fn pod_by_ip(&self, ip: IpAddr) -> Option<&Pod> {
-        self.pods.iter().find(|p| p.ip == ip)
+        self.pods.iter().find(|p| p.ip() == ip)
     }
 
     /// The address a probe source sends from.
     pub fn source_ip(&self, source: &Source) -> Option<IpAddr> {
         match source {
-            Source::Pod(n) => self.pod(n).map(|p| p.ip),
-            Source::Node(n) => self.node(n).map(|n| n.ip),
-            Source::External(n) => self.external_host(n).map(|h| h.ip),
+            Source::Pod(n) => self.pod(n).map(Pod::ip),
+            Source::Node(n) => self.node(n).map(Node::ip),
+            Source::External(n) => self.external_host(n).map(ExternalHost::ip),
         }
     }
 
@@ -839,11 +849,11 @@ impl Cluster {
         match target {
             Target::ClusterIp { service, port } => {
                 let (svc, sp) = self.service_port(service, port)?;
-                Some(SocketAddr::new(svc.cluster_ip, sp.port))
+                Some(SocketAddr::new(svc.cluster_ip(), sp.port))
             }
             Target::NodePort { service, port, node, address } => {
                 let (_, sp) = self.service_port(service, port)?;
-                Some(SocketAddr::new(address.unwrap_or(self.node(node)?.ip), sp.node_port?))
+                Some(SocketAddr::new(address.unwrap_or(self.node(node)?.ip()), sp.node_port?))
             }
             Target::ExternalIp { service, port, ip, .. } | Target::LoadBalancer { service, port, ip, .. } => {
                 let (_, sp) = self.service_port(service, port)?;
@@ -851,7 +861,7 @@ impl Cluster {
             }
             Target::HealthCheck { service, node } => {
                 let svc = self.service(service)?;
-                Some(SocketAddr::new(self.node(node)?.ip, svc.health_check_node_port?))
+                Some(SocketAddr::new(self.node(node)?.ip(), svc.health_check_node_port?))
             }
             Target::Address(addr) => Some(*addr),
             Target::Localhost { port, .. } => Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), *port)),
@@ -951,7 +961,7 @@ mod tests {
             zone_hints: vec![],
         };
         let service = |name: &str, first: &str, second: Option<&str>| Service {
-            second_cluster_ip: second.map(ip),
+            cluster_ips: PerFamily::dual(ip(first), second.map(ip)),
             ports: vec![ServicePort {
                 name: "http".into(),
                 protocol: Protocol::Tcp,
@@ -967,8 +977,7 @@ mod tests {
             namespace: "default".into(),
             name: name.into(),
             node: "node-a".into(),
-            ip: ip(first),
-            second_ip: second.map(ip),
+            ips: PerFamily::dual(ip(first), second.map(ip)),
             labels: BTreeMap::new(),
             ports: vec![],
         };
@@ -978,19 +987,14 @@ mod tests {
             node_network: net("192.168.50.0/24"),
             nodes: vec![Node {
                 name: "node-a".into(),
-                ip: ip("192.168.50.11"),
+                ips: PerFamily::dual(ip("192.168.50.11"), Some(ip("fd00:192:168:50::11"))),
                 secondary_ips: vec![ip("192.168.50.21"), ip("fd00:192:168:50::21")],
-                pod_cidr: net("10.244.1.0/24"),
-                second: Some(NodeSecond {
-                    ip: ip("fd00:192:168:50::11"),
-                    pod_cidr: net("fd00:10:244:1::/64"),
-                }),
+                pod_cidrs: PerFamily::dual(net("10.244.1.0/24"), Some(net("fd00:10:244:1::/64"))),
                 zone: None,
             }],
             external_hosts: vec![ExternalHost {
                 name: "outside".into(),
-                ip: ip("192.168.50.100"),
-                second_ip: Some(ip("fd00:192:168:50::100")),
+                ips: PerFamily::dual(ip("192.168.50.100"), Some(ip("fd00:192:168:50::100"))),
                 routes: vec![],
             }],
             pods: vec![
@@ -1025,12 +1029,12 @@ mod tests {
         assert!(v4.second_family.is_none());
         assert_eq!(v4.service_cidr.to_string(), "10.96.0.0/12");
         assert_eq!(shown(&v4.nodes[0].secondary_ips), ["192.168.50.21"]);
-        assert!(v4.nodes[0].second.is_none());
-        assert_eq!(shown(v4.pods.iter().map(|p| p.ip)), ["10.244.1.10", "10.244.1.11"]);
+        assert!(v4.nodes[0].ips.second().is_none() && v4.nodes[0].pod_cidrs.second().is_none());
+        assert_eq!(shown(v4.pods.iter().map(Pod::ip)), ["10.244.1.10", "10.244.1.11"]);
         // The IPv6-only Service has no place in the IPv4 proxier.
         assert_eq!(shown(v4.services.iter().map(|s| &s.name)), ["web"]);
         let web = &v4.services[0];
-        assert_eq!((web.cluster_ip.to_string(), web.second_cluster_ip), ("10.96.0.80".into(), None));
+        assert_eq!(web.cluster_ips, PerFamily::single("10.96.0.80".parse().unwrap()));
         assert_eq!(shown(web.ports[0].endpoints.iter().map(|e| e.ip)), ["10.244.1.10"]);
         assert_eq!(shown(&web.external_ips), ["203.0.113.1"]);
         assert_eq!(shown(&web.load_balancer_source_ranges), ["198.51.100.0/24"]);
@@ -1048,14 +1052,14 @@ mod tests {
         );
         let node = &v6.nodes[0];
         assert_eq!(
-            (node.ip.to_string(), node.pod_cidr.to_string()),
+            (node.ip().to_string(), node.pod_cidr().to_string()),
             ("fd00:192:168:50::11".into(), "fd00:10:244:1::/64".into())
         );
         assert_eq!(shown(&node.secondary_ips), ["fd00:192:168:50::21"]);
-        assert_eq!(v6.external_hosts[0].ip.to_string(), "fd00:192:168:50::100");
+        assert_eq!(v6.external_hosts[0].ip().to_string(), "fd00:192:168:50::100");
         // A pod without an IPv6 address is not in the IPv6 view.
-        assert_eq!(shown(v6.pods.iter().map(|p| p.ip)), ["fd00:10:244:1::10"]);
-        let ips = shown(v6.services.iter().map(|s| s.cluster_ip));
+        assert_eq!(shown(v6.pods.iter().map(Pod::ip)), ["fd00:10:244:1::10"]);
+        let ips = shown(v6.services.iter().map(Service::cluster_ip));
         assert_eq!(ips, ["fd00:10:96::80", "fd00:10:96::81"]);
         assert_eq!(shown(v6.services[0].ports[0].endpoints.iter().map(|e| e.ip)), ["fd00:10:244:1::10"]);
         assert_eq!(shown(&v6.services[0].external_ips), ["fd00:203::1"]);

@@ -508,7 +508,7 @@ fn send_probes(
                         let point = format!("pod/{}", h.pod);
                         let capture = captures.iter().find(|(k, _)| *k == point).map(|(_, c)| c);
                         let frames = capture.with_context(|| format!("no capture at {point}"))?.frames();
-                        let segment = OutOfWindow::after(&frames, h.seen, backend.ip)?;
+                        let segment = OutOfWindow::after(&frames, h.seen, backend.ip())?;
                         segment.send(topology.pods.get(&h.pod).context("the backend's namespace")?)?;
                         poked = Some(segment);
                     }
@@ -558,7 +558,7 @@ fn send_probes(
             .target_address(&probe.to)
             .with_context(|| format!("probe {}: no destination address", probe.name))?;
         if let (Source::External(host), Some(via)) = (&probe.from, view.entry_node(&probe.to)) {
-            runtime.block_on(topology.steer(host, dst.ip(), via.ip))?;
+            runtime.block_on(topology.steer(host, dst.ip(), via.ip()))?;
         }
         let before = frame_counts(captures);
         let sent = match (&probe.to, &probe.from) {
@@ -625,7 +625,7 @@ fn send_martian(
         Some(std::net::IpAddr::V4(ip)) => ip,
         _ => anyhow::bail!("external host {host} has no IPv4 address to send from"),
     };
-    let node_ip = match cluster.node(node).map(|n| n.ip) {
+    let node_ip = match cluster.node(node).map(|n| n.ip()) {
         Some(std::net::IpAddr::V4(ip)) => ip,
         _ => anyhow::bail!("node {node} has no IPv4 address"),
     };

@@ -129,10 +129,9 @@ fn list_selects_pages_and_reports_its_resource_version() {
         let node = |name: &str| {
             node_object(&packetproof::model::Node {
                 name: name.into(),
-                ip: "192.168.50.11".parse().unwrap(),
+                ips: packetproof::model::PerFamily::single("192.168.50.11".parse().unwrap()),
                 secondary_ips: vec![],
-                pod_cidr: "10.244.1.0/24".parse().unwrap(),
-                second: None,
+                pod_cidrs: packetproof::model::PerFamily::single("10.244.1.0/24".parse().unwrap()),
                 zone: None,
             })
         };
@@ -460,7 +459,7 @@ fn an_update_reaches_every_node_and_stop_ends_every_proxy() {
     let mut running = proxy.start(&state, &env).unwrap();
     eprintln!("reference-proxy: first sync on {} nodes after {:?}", topology.nodes.len(), started.elapsed());
     let service = &scenario.cluster.services[0];
-    let vip = service.cluster_ip.to_string();
+    let vip = service.cluster_ip().to_string();
     for node in &topology.nodes {
         let rules = running.dump_node(node).unwrap();
         assert!(rules.contains(&vip), "node {} lacks {vip}:\n{rules}", node.name);

@@ -230,7 +230,7 @@ fn node_port<'a>(
             "node ports on 127.0.0.1 are kube-proxy iptables mode's extension (localhostNodePorts)",
         );
     }
-    if cidrs_given || node.ip == addr {
+    if cidrs_given || node.ip() == addr {
         return Ok(served);
     }
     chosen(
@@ -298,7 +298,7 @@ fn raw_address<'a>(
     let matches = |sp: &ServicePort, port: u16| sp.protocol == probe.protocol && sp.port == port;
     for svc in &cluster.services {
         for sp in &svc.ports {
-            if svc.cluster_ip == dst.ip() && matches(sp, dst.port()) {
+            if svc.cluster_ip() == dst.ip() && matches(sp, dst.port()) {
                 return Ok(Frontend::ClusterIp { svc, port: sp });
             }
             let external = svc.external_ips.contains(&dst.ip()) || svc.load_balancer_ips.contains(&dst.ip());
@@ -340,7 +340,7 @@ fn raw_address<'a>(
               and nothing answers there"
             .into(),
     };
-    if let Some(svc) = cluster.services.iter().find(|s| s.cluster_ip == dst.ip()) {
+    if let Some(svc) = cluster.services.iter().find(|s| s.cluster_ip() == dst.ip()) {
         return chosen(
             profile,
             passes(),
@@ -378,5 +378,5 @@ fn node_owning<'a>(cluster: &'a Cluster, from: &Source, ip: IpAddr) -> Option<&'
             _ => None,
         };
     }
-    cluster.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ip) || bridge_address(&n.pod_cidr) == ip)
+    cluster.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ip) || bridge_address(&n.pod_cidr()) == ip)
 }

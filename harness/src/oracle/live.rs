@@ -156,7 +156,7 @@ fn still_serving(cluster: &Cluster, target: &Target, pod: &str) -> bool {
 mod tests {
     use super::*;
     use crate::model::{
-        Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, Source, TrafficPolicy,
+        Endpoint, PerFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, Source, TrafficPolicy,
     };
     use crate::oracle::SeenSource;
 
@@ -179,8 +179,7 @@ mod tests {
             namespace: "default".into(),
             name: "web".into(),
             service_type: ServiceType::ClusterIp,
-            cluster_ip: "10.96.0.10".parse().unwrap(),
-            second_cluster_ip: None,
+            cluster_ips: PerFamily::single("10.96.0.10".parse().unwrap()),
             external_traffic_policy: TrafficPolicy::Cluster,
             internal_traffic_policy: TrafficPolicy::Cluster,
             ports: vec![ServicePort {

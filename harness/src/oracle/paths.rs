@@ -56,7 +56,7 @@ fn cluster_ip(
     let name = format!("ClusterIP {}", describe(svc, port));
     // An external host reaches a cluster IP only through a node its routes name, which
     // handles it as any traffic from outside the pod CIDR.
-    let routed = cluster.routed_through(&probe.from, svc.cluster_ip);
+    let routed = cluster.routed_through(&probe.from, svc.cluster_ip());
     let Some(client_node) = cluster.source_node(&probe.from).or(routed) else {
         return Err(format!(
             "{} has no route to cluster IPs: only pods, nodes and external hosts with a route \
@@ -332,7 +332,7 @@ fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSourc
         _ if super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) => {
             node_addresses(node)
         }
-        Some(n) if n == node.name => vec![bridge_address(&node.pod_cidr)],
+        Some(n) if n == node.name => vec![bridge_address(&node.pod_cidr())],
         Some(_) => node_network_addresses(node),
         None => node_addresses(node),
     };
@@ -345,14 +345,14 @@ fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSourc
 /// with the destination wins), which may pick any of the node's addresses on the node network.
 fn node_addresses(node: &Node) -> Vec<std::net::IpAddr> {
     let mut addrs = node_network_addresses(node);
-    addrs.push(bridge_address(&node.pod_cidr));
+    addrs.push(bridge_address(&node.pod_cidr()));
     addrs
 }
 
 /// The node's address on the node network: the primary for IPv4, any of them for IPv6.
 fn node_network_addresses(node: &Node) -> Vec<std::net::IpAddr> {
-    let mut addrs = vec![node.ip];
-    if node.ip.is_ipv6() {
+    let mut addrs = vec![node.ip()];
+    if node.ip().is_ipv6() {
         addrs.extend(&node.secondary_ips);
     }
     addrs

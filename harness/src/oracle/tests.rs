@@ -23,11 +23,10 @@ fn endpoint(pod: &str, ip: &str, node: &str) -> Endpoint {
 
 fn pod(name: &str, ip: &str, node: &str) -> Pod {
     Pod {
-        second_ip: None,
         namespace: "default".into(),
         name: name.into(),
         node: node.into(),
-        ip: ip.parse().unwrap(),
+        ips: PerFamily::single(ip.parse().unwrap()),
         labels: Default::default(),
         ports: vec![ContainerPort { name: None, port: 8080, protocol: Protocol::Tcp }],
     }
@@ -49,8 +48,7 @@ fn cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
     Cluster {
         external_hosts: vec![ExternalHost {
             name: "ext".into(),
-            ip: "192.168.50.100".parse().unwrap(),
-            second_ip: None,
+            ips: PerFamily::single("192.168.50.100".parse().unwrap()),
             routes: vec![],
         }],
         pods: vec![
@@ -222,8 +220,7 @@ fn lb_cluster(etp: TrafficPolicy, ranges: &[&str]) -> Cluster {
     svc.load_balancer_source_ranges = ranges.iter().map(|r| r.parse().unwrap()).collect();
     c.external_hosts.push(ExternalHost {
         name: "blocked".into(),
-        ip: "192.168.50.200".parse().unwrap(),
-        second_ip: None,
+        ips: PerFamily::single("192.168.50.200".parse().unwrap()),
         routes: vec![],
     });
     c
@@ -400,15 +397,15 @@ fn v6_cluster(endpoints: Vec<Endpoint>, etp: TrafficPolicy) -> Cluster {
     c.pod_cidr = "fd00:10:244::/56".parse().unwrap();
     c.service_cidr = "fd00:10:96::/112".parse().unwrap();
     c.node_network = "fd00:192:168:50::/64".parse().unwrap();
-    c.nodes[0].ip = v6("fd00:192:168:50::11");
-    c.nodes[0].pod_cidr = "fd00:10:244:1::/64".parse().unwrap();
-    c.nodes[1].ip = v6("fd00:192:168:50::12");
-    c.nodes[1].pod_cidr = "fd00:10:244:2::/64".parse().unwrap();
-    c.external_hosts[0].ip = v6("fd00:192:168:50::100");
+    c.nodes[0].ips = crate::model::PerFamily::single(v6("fd00:192:168:50::11"));
+    c.nodes[0].pod_cidrs = crate::model::PerFamily::single("fd00:10:244:1::/64".parse().unwrap());
+    c.nodes[1].ips = crate::model::PerFamily::single(v6("fd00:192:168:50::12"));
+    c.nodes[1].pod_cidrs = crate::model::PerFamily::single("fd00:10:244:2::/64".parse().unwrap());
+    c.external_hosts[0].ips = crate::model::PerFamily::single(v6("fd00:192:168:50::100"));
     for (pod, ip) in c.pods.iter_mut().zip(["fd00:10:244:1::5", "fd00:10:244:2::5", "fd00:10:244:1::9"]) {
-        pod.ip = v6(ip);
+        pod.ips = crate::model::PerFamily::single(v6(ip));
     }
-    c.services[0].cluster_ip = v6("fd00:10:96::20");
+    c.services[0].cluster_ips = crate::model::PerFamily::single(v6("fd00:10:96::20"));
     for ep in &mut c.services[0].ports[0].endpoints {
         ep.ip = if ep.pod == "web-a" { v6("fd00:10:244:1::5") } else { v6("fd00:10:244:2::5") };
     }
@@ -476,7 +473,7 @@ fn a_node_port_shadowed_by_an_external_ip_on_the_same_address_is_refused_as_ambi
     let mut c = cluster(both(), TrafficPolicy::Cluster);
     let mut legacy = c.services[0].clone();
     legacy.name = "legacy".into();
-    legacy.cluster_ip = "10.96.0.21".parse().unwrap();
+    legacy.cluster_ips = crate::model::PerFamily::single("10.96.0.21".parse().unwrap());
     legacy.service_type = ServiceType::ClusterIp;
     legacy.external_ips = vec!["192.168.50.11".parse().unwrap()];
     legacy.ports[0].port = 30080;

@@ -193,8 +193,9 @@ fn still_serving(endpoint: &Endpoint, now: &[Endpoint]) -> bool {
 
 /// Every address traffic to the Service arrives at, besides node ports.
 fn frontends(service: &Service) -> impl Iterator<Item = IpAddr> + '_ {
-    std::iter::once(service.cluster_ip)
-        .chain(service.second_cluster_ip)
+    service
+        .cluster_ips
+        .copied()
         .chain(service.external_ips.iter().copied())
         .chain(service.load_balancer_ips.iter().copied())
 }

@@ -40,7 +40,7 @@ pub struct HealthService {
 pub fn node_services(cluster: &Cluster, node: &str) -> Vec<HealthService> {
     let family = cluster.ip_family();
     let mut out: Vec<HealthService> = Vec::new();
-    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip) == family) {
+    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip()) == family) {
         let needs = svc.service_type == ServiceType::LoadBalancer
             && svc.external_traffic_policy == TrafficPolicy::Local;
         let Some(port) = svc.health_check_node_port.filter(|_| needs) else { continue };
@@ -384,8 +384,8 @@ mod tests {
         c.pod_cidr = "fd00:10:244::/56".parse().unwrap();
         c.service_cidr = "fd00:10:96::/112".parse().unwrap();
         c.node_network = "fd00:192:168:50::/64".parse().unwrap();
-        c.nodes[0].ip = "fd00:192:168:50::2".parse().unwrap();
-        c.nodes[0].pod_cidr = "fd00:10:244::/64".parse().unwrap();
+        c.nodes[0].ips = crate::model::PerFamily::single("fd00:192:168:50::2".parse().unwrap());
+        c.nodes[0].pod_cidrs = crate::model::PerFamily::single("fd00:10:244::/64".parse().unwrap());
         c
     }
 
@@ -393,7 +393,7 @@ mod tests {
     fn ipv6_clusters_serve_their_services_on_ipv6_addresses() {
         let mut svc =
             lb("web", TrafficPolicy::Local, Some(32000), vec![vec![ep("fd00:10:244::5", "node-a", true)]]);
-        svc.cluster_ip = "fd00:10:96::80".parse().unwrap();
+        svc.cluster_ips = crate::model::PerFamily::single("fd00:10:96::80".parse().unwrap());
         svc.load_balancer_ips = vec!["fd00:203:0:113::10".parse().unwrap()];
         let mut c = v6_cluster(vec![svc]);
         assert_eq!(node_services(&c, "node-a")[0].local_endpoints, 1);

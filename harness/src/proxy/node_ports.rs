@@ -91,7 +91,7 @@ fn interface_addresses(node: Option<&Node>, family: IpFamily) -> Vec<IpAddr> {
     let mut ips: Vec<IpAddr> = Vec::new();
     if let Some(node) = node {
         ips.extend(node.node_network_ips());
-        ips.push(bridge_address(&node.pod_cidr));
+        ips.push(bridge_address(&node.pod_cidr()));
     }
     ips.push(match family {
         IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -111,6 +111,7 @@ pub fn localhost_node_ports(config: &ProxyConfig, family: IpFamily) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PerFamily;
 
     fn config(cidrs: &[&str], localhost: bool) -> ProxyConfig {
         ProxyConfig {
@@ -123,12 +124,11 @@ mod tests {
 
     fn node() -> Node {
         Node {
-            second: None,
             zone: None,
             name: "node-a".into(),
-            ip: "192.168.50.2".parse().unwrap(),
+            ips: PerFamily::single("192.168.50.2".parse().unwrap()),
             secondary_ips: vec!["192.168.50.102".parse().unwrap()],
-            pod_cidr: "10.244.0.0/24".parse().unwrap(),
+            pod_cidrs: PerFamily::single("10.244.0.0/24".parse().unwrap()),
         }
     }
 
@@ -167,12 +167,11 @@ mod tests {
 
     fn v6_node() -> Node {
         Node {
-            second: None,
             zone: None,
             name: "node-a".into(),
-            ip: "fd00:192:168:50::2".parse().unwrap(),
+            ips: PerFamily::single("fd00:192:168:50::2".parse().unwrap()),
             secondary_ips: vec!["fd00:192:168:50::102".parse().unwrap()],
-            pod_cidr: "fd00:10:244:1::/64".parse().unwrap(),
+            pod_cidrs: PerFamily::single("fd00:10:244:1::/64".parse().unwrap()),
         }
     }
 

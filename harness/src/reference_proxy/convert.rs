@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node as K8sNode, Service as K8sService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::model::{
-    Cluster, Endpoint, IpFamily, Node, NodeSecond, Protocol, ProxyConfig, SecondFamily, Service, ServicePort,
+    Cluster, Endpoint, IpFamily, Node, PerFamily, Protocol, ProxyConfig, SecondFamily, Service, ServicePort,
     ServiceType, SessionAffinity, TrafficPolicy,
 };
 
@@ -67,13 +67,13 @@ pub fn node(object: &K8sNode, primary: IpFamily) -> Result<Node> {
     let (Some(ip), Some(pod_cidr)) = (ip_of(primary), cidr_of(primary)) else {
         bail!("Node {name} has no {primary} InternalIP and podCIDR");
     };
-    let second = match (ip_of(other), cidr_of(other)) {
-        (Some(ip), Some(pod_cidr)) => Some(NodeSecond { ip, pod_cidr }),
-        _ => None,
+    let (ips, pod_cidrs) = match (ip_of(other), cidr_of(other)) {
+        (Some(ip2), Some(cidr2)) => (PerFamily::dual(ip, Some(ip2)), PerFamily::dual(pod_cidr, Some(cidr2))),
+        _ => (PerFamily::single(ip), PerFamily::single(pod_cidr)),
     };
     // v1.LabelTopologyZone, which canUseTopology reads from the node's labels.
     let zone = object.metadata.labels.as_ref().and_then(|l| l.get(ZONE_LABEL)).cloned();
-    Ok(Node { name, ip, secondary_ips: Vec::new(), pod_cidr, second, zone })
+    Ok(Node { name, ips, secondary_ips: Vec::new(), pod_cidrs, zone })
 }
 
 /// The cluster as one node's proxy sees it: itself, and every Service with its endpoints,
@@ -89,7 +89,7 @@ pub fn cluster(
     let whole = |f: IpFamily| IpNet::new(f.unspecified(), 0).expect("a /0 is valid");
     let service_cidr = flags.service_cidrs.first().copied().unwrap_or_else(|| whole(family));
     let host = |ip: IpAddr| IpNet::new(ip, IpFamily::of(ip).host_prefix()).expect("a host prefix is valid");
-    let second_family = match (flags.cluster_cidrs.get(1), &node.second) {
+    let second_family = match (flags.cluster_cidrs.get(1), node.ips.second()) {
         (Some(&pod_cidr), Some(second)) => Some(SecondFamily {
             pod_cidr,
             service_cidr: flags
@@ -97,7 +97,7 @@ pub fn cluster(
                 .get(1)
                 .copied()
                 .unwrap_or_else(|| whole(IpFamily::of_net(&pod_cidr))),
-            node_network: host(second.ip),
+            node_network: host(*second),
         }),
         _ => None,
     };
@@ -112,7 +112,7 @@ pub fn cluster(
         pod_cidr,
         service_cidr,
         // Only the node's own address matters to a proxy.
-        node_network: host(node.ip),
+        node_network: host(node.ip()),
         nodes: vec![node],
         external_hosts: Vec::new(),
         pods: Vec::new(),
@@ -139,8 +139,10 @@ pub fn service(object: &K8sService) -> Option<Service> {
         _ => return None,
     };
     let cluster_ip: IpAddr = spec.cluster_ip.as_deref()?.parse().ok()?;
-    let second_cluster_ip =
+    let second_cluster_ip: Option<IpAddr> =
         spec.cluster_ips.as_ref().and_then(|ips| ips.get(1)).and_then(|ip| ip.parse().ok());
+    // Two of one family are refused by the API server's validation; kube-proxy would use the first.
+    let second_cluster_ip = second_cluster_ip.filter(|ip| IpFamily::of(*ip) != IpFamily::of(cluster_ip));
     let policy = |p: Option<&str>| match p {
         Some("Local") => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
@@ -199,8 +201,7 @@ pub fn service(object: &K8sService) -> Option<Service> {
         namespace: object.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         name: object.metadata.name.clone()?,
         service_type,
-        cluster_ip,
-        second_cluster_ip,
+        cluster_ips: PerFamily::dual(cluster_ip, second_cluster_ip),
         external_traffic_policy,
         internal_traffic_policy: policy(spec.internal_traffic_policy.as_deref()),
         ports,
@@ -295,8 +296,8 @@ mod tests {
             for model_node in &c.nodes {
                 let object: K8sNode = serde_json::from_value(node_object(model_node)).unwrap();
                 let node = node(&object, c.ip_family()).unwrap();
-                assert_eq!(node.ip, model_node.ip, "{}", file.display());
-                assert_eq!(node.second, model_node.second, "{}", file.display());
+                assert_eq!(node.ips, model_node.ips, "{}", file.display());
+                assert_eq!(node.pod_cidrs, model_node.pod_cidrs, "{}", file.display());
                 assert_eq!(node.zone, model_node.zone, "{}", file.display());
                 let mut got =
                     cluster(node, &scenario.objects.services, &scenario.objects.endpoint_slices, &flags)
@@ -305,8 +306,8 @@ mod tests {
                 // parser infers it. Fill it the same way to compare.
                 for ep in got.services.iter_mut().flat_map(|s| &mut s.ports).flat_map(|p| &mut p.endpoints) {
                     let pod =
-                        c.pods.iter().find(|p| p.ip == ep.ip || p.second_ip == Some(ep.ip)).map(|p| &p.name);
-                    let host = c.external_hosts.iter().find(|h| h.ip == ep.ip || h.second_ip == Some(ep.ip));
+                        c.pods.iter().find(|p| p.ips.contains(&ep.ip)).map(|p| &p.name);
+                    let host = c.external_hosts.iter().find(|h| h.ips.contains(&ep.ip));
                     let node =
                         c.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ep.ip)).map(|n| &n.name);
                     if ep.pod.is_empty() {

@@ -42,8 +42,7 @@ pub(crate) fn derive(
     }
     let many = groups.len() > 1;
     // The controller makes slices per family of the Service: one set for a single-stack one.
-    let families: Vec<IpFamily> =
-        std::iter::once(service.cluster_ip).chain(service.second_cluster_ip).map(IpFamily::of).collect();
+    let families: Vec<IpFamily> = service.cluster_ips.copied().map(IpFamily::of).collect();
     let mut out = Vec::new();
     for &family in &families {
         for (i, (ports, members)) in groups.iter().enumerate() {
@@ -70,7 +69,7 @@ pub(crate) fn derive(
 
 /// The pod's address of `family`, if it has one.
 fn address_of(pod: &PodEntry, family: IpFamily) -> Option<std::net::IpAddr> {
-    std::iter::once(pod.pod.ip).chain(pod.pod.second_ip).find(|ip| IpFamily::of(*ip) == family)
+    pod.pod.ips.get(family).copied()
 }
 
 /// Whether the controller puts `pod` in the Service's slices: same namespace, labels match,

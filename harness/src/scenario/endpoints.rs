@@ -281,11 +281,11 @@ fn read_endpoint(
     let node_owner = cx
         .nodes
         .values()
-        .find(|n| n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).any(|a| a == ip));
+        .find(|n| n.all_ips().any(|a| a == ip));
     // endpointslicecache.go reads the zone names of forZones (TopologyAwareHints, on in v1.30).
     let zone_hints: Vec<String> =
         ep.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.clone()).collect();
-    let host = cx.external_hosts.values().find(|h| h.ip == ip || h.second_ip == Some(ip)).map(|h| &h.name);
+    let host = cx.external_hosts.values().find(|h| h.ips.contains(&ip)).map(|h| &h.name);
     if let Some(owner) = host.or(node_owner.map(|n| &n.name)) {
         let c = ep.conditions.as_ref();
         let (ready, serving, terminating) = SliceEndpoint::conditions(

@@ -61,7 +61,7 @@
 //! | `metadata.labels`, `metadata.deletionTimestamp` | modelled | EndpointSlice controller |
 //! | `spec.nodeName`, `status.podIP`, `status.podIPs` | modelled | EndpointSlice controller |
 //! | `spec.containers[].ports` | modelled | FindPort (pkg/api/v1/pod; v1.30 reads no init container) |
-//! | `spec.hostNetwork` | refused (`pods.rs`) | — (the endpoint is the node's address) |
+//! | `spec.hostNetwork` | modelled: the pod is its node (no pod built; its addresses must be the node's; derived slices over it and probes from it refused) (`host_network.rs`) | — (the endpoint is the node's address) |
 //! | `status.conditions[type=Ready]`, `status.phase` | modelled | EndpointSlice controller |
 //! | `spec.hostname`, `spec.subdomain` | irrelevant (endpoint hostname) | — |
 //!

@@ -113,7 +113,7 @@ impl Paths<'_> {
         let cluster_ip = Target::ClusterIp { service: name.clone(), port: port_name.clone() };
         self.push(&self.inside, &dest, "clusterIP", &cluster_ip, out);
         let routed: Vec<Source> = (self.external_hosts.iter())
-            .filter(|h| h.route_to(service.cluster_ip).is_some())
+            .filter(|h| h.route_to(service.cluster_ip()).is_some())
             .map(|h| Source::External(h.name.clone()))
             .collect();
         self.push(&routed, &dest, "clusterIP", &cluster_ip, out);

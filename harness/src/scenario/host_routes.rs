@@ -60,8 +60,7 @@ pub(crate) fn read(
             continue;
         }
         let Some(node) = nodes.resolve(&spec.via, site, &at.key("via"), diag) else { continue };
-        let has_family = std::iter::once(node.ip).chain(node.second.as_ref().map(|s| s.ip));
-        if !has_family.into_iter().any(|ip| IpFamily::of(ip) == family) {
+        if node.ips.get(family).is_none() {
             diag.value(
                 site,
                 &at.key("via"),

@@ -34,6 +34,7 @@ mod fields;
 mod flows;
 mod held;
 mod hints;
+mod host_network;
 mod host_routes;
 mod lists;
 mod min_kernel;

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::Node as K8sNode;
 use serde_json::Value;
 
-use crate::model::{IpFamily, Node, NodeSecond, bridge_address};
+use crate::model::{IpFamily, Node, PerFamily, bridge_address};
 
 use super::addresses::Addresses;
 use super::error::{Diagnostics, Site};
@@ -128,14 +128,15 @@ fn read_one(
     let zone = FieldPath::parse("metadata.labels").key(ZONE_LABEL).lookup(&site.doc.value);
     let zone = zone.and_then(Value::as_str).map(str::to_string);
     let secondary_ips = secondary_ips?;
-    let node = |ip, pod_cidr, second| Node { name: name.clone(), ip, secondary_ips, pod_cidr, second, zone };
-    match (ips.as_slice(), cidrs.as_slice()) {
-        ([Some(ip)], [Some(cidr)]) => Some(node(*ip, *cidr, None)),
+    // One address and one pod CIDR of each family, chosen family by family above.
+    let (ips, pod_cidrs) = match (ips.as_slice(), cidrs.as_slice()) {
+        ([Some(ip)], [Some(cidr)]) => (PerFamily::single(*ip), PerFamily::single(*cidr)),
         ([Some(ip), Some(ip2)], [Some(cidr), Some(cidr2)]) => {
-            Some(node(*ip, *cidr, Some(NodeSecond { ip: *ip2, pod_cidr: *cidr2 })))
+            (PerFamily::pair(*ip, Some(*ip2))?, PerFamily::pair(*cidr, Some(*cidr2))?)
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    Some(Node { name: name.clone(), ips, secondary_ips, pod_cidrs, zone })
 }
 
 /// A node address on the node network of its family, claimed for the node.

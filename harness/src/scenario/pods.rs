@@ -6,10 +6,11 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Pod as K8sPod;
 
-use crate::model::{ContainerPort, IpFamily, Node, Pod};
+use crate::model::{ContainerPort, IpFamily, Node, PerFamily, Pod};
 
 use super::addresses::Addresses;
 use super::error::{Diagnostics, Site};
+use super::host_network::{self, HostNetworkPod};
 use super::names::check_name;
 use super::net::{ip_at, not_a_host_of, parse_ip, port_number, protocol};
 use super::objects::{Kind, Parsed, Unparsed};
@@ -35,6 +36,8 @@ pub(crate) struct Pods {
     pub by_ip: HashMap<IpAddr, String>,
     /// Some pod's address could not be read, so an unknown endpoint address may be its.
     pub ips_incomplete: bool,
+    /// Pods on their node's network: no pod of their own is built (`host_network.rs`).
+    pub host_network: Vec<HostNetworkPod>,
 }
 
 pub(crate) fn read(
@@ -45,7 +48,8 @@ pub(crate) fn read(
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
 ) -> Pods {
-    let mut pods = Pods { registry: Registry::new("Pod"), by_ip: HashMap::new(), ips_incomplete: false };
+    let mut pods =
+        Pods { registry: Registry::new("Pod"), by_ip: HashMap::new(), ips_incomplete: false, host_network: Vec::new() };
     for u in unparsed.iter().filter(|u| u.kind == Kind::Pod) {
         pods.ips_incomplete = true;
         match &u.name {
@@ -54,6 +58,21 @@ pub(crate) fn read(
         }
     }
     for p in parsed {
+        if host_network::is_host_network(p) {
+            if let Err(e) = check_name(&p.name) {
+                diag.value(&p.site, &FieldPath::parse("metadata.name"), e);
+            }
+            if let Some(pod) = host_network::read(p, nodes, diag) {
+                let why = format!(
+                    "is a hostNetwork pod, on the network of node {0}: no pod is built for it; probe from \
+                     {{node: {0}}}",
+                    pod.node
+                );
+                pods.registry.note(&p.name, why);
+                pods.host_network.push(pod);
+            }
+            continue;
+        }
         let before = diag.count();
         let ips = read_one(p, nodes, dual, addresses, diag, &mut pods);
         let entry = ips.filter(|_| diag.count() == before).and_then(|ips| entry(p, ips));
@@ -80,9 +99,6 @@ fn read_one(
         pods.ips_incomplete = true;
         return None;
     };
-    if spec.host_network == Some(true) {
-        diag.value(site, &FieldPath::parse("spec.hostNetwork"), "hostNetwork pods are not supported yet");
-    }
     let node = match &spec.node_name {
         None => {
             diag.value(
@@ -127,9 +143,7 @@ fn read_one(
 /// Why `ip` can't be an address of a pod on `node`: outside its pod CIDR of that family.
 fn outside_node(ip: IpAddr, node: &Node) -> Option<String> {
     let family = IpFamily::of(ip);
-    let cidr = std::iter::once(node.pod_cidr)
-        .chain(node.second.as_ref().map(|s| s.pod_cidr))
-        .find(|c| IpFamily::of_net(c) == family)?;
+    let cidr = *node.pod_cidrs.get(family)?;
     not_a_host_of(ip, &cidr, &format!("the podCIDR {cidr} of node {}", node.name))
 }
 
@@ -166,12 +180,13 @@ fn read_ip(
                 diag.value(site, &path, format!("{first} differs from status.podIP {ip}"))
             }
             Ok(_) if k == 0 => {}
-            // A dual-stack pod lists one address per family.
-            Ok(other) if k == 1 && dual && IpFamily::of(other) == IpFamily::of(ip) => diag.value(
+            // A pod lists one address per family (the API server refuses two of one family,
+            // pkg/apis/core/validation validatePodIPs).
+            Ok(other) if k == 1 && IpFamily::of(other) == IpFamily::of(ip) => diag.value(
                 site,
                 &path,
                 format!(
-                    "{other} is {} like status.podIP {ip}: a dual-stack pod has one address per family",
+                    "{other} is {} like status.podIP {ip}: a pod has one address per family",
                     IpFamily::of(ip)
                 ),
             ),
@@ -233,6 +248,8 @@ fn check_ports(site: &Site<'_>, spec: &k8s_openapi::api::core::v1::PodSpec, diag
 }
 
 fn entry(p: &Parsed<'_, K8sPod>, (ip, second_ip): (IpAddr, Option<IpAddr>)) -> Option<PodEntry> {
+    // Two of one family were reported by read_ip.
+    let ips = PerFamily::pair(ip, second_ip)?;
     let spec = p.object.spec.as_ref()?;
     let ports = spec
         .containers
@@ -254,11 +271,10 @@ fn entry(p: &Parsed<'_, K8sPod>, (ip, second_ip): (IpAddr, Option<IpAddr>)) -> O
     let phase = status.and_then(|s| s.phase.as_deref());
     Some(PodEntry {
         pod: Pod {
-            second_ip,
             namespace: p.namespace.clone(),
             name: p.name.clone(),
             node: spec.node_name.clone()?,
-            ip,
+            ips,
             labels: p.object.metadata.labels.clone().unwrap_or_default(),
             ports,
         },

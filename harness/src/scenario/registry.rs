@@ -2,7 +2,7 @@
 //! that report unknown names without cascading: a name whose definition was itself broken
 //! resolves to nothing, silently, because its definition already carries the error.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::error::{Diagnostics, Site};
 use super::yaml::{FieldPath, Pos};
@@ -15,6 +15,8 @@ pub(crate) struct Registry<T> {
     incomplete: bool,
     /// Names of documents whose kind could not be read: they may be definitions of this.
     tolerated: HashSet<String>,
+    /// Why a name that is not defined is not, when its document says (a hostNetwork pod).
+    notes: HashMap<String, String>,
 }
 
 struct Entry<T> {
@@ -32,7 +34,7 @@ pub(crate) enum Lookup<'a, T> {
 
 impl<T> Registry<T> {
     pub fn new(what: &'static str) -> Self {
-        Registry { what, entries: Vec::new(), incomplete: false, tolerated: HashSet::new() }
+        Registry { what, entries: Vec::new(), incomplete: false, tolerated: HashSet::new(), notes: HashMap::new() }
     }
 
     /// Adds a definition; on a duplicate name, keeps the first and returns where it is.
@@ -113,7 +115,16 @@ impl<T> Registry<T> {
         }
     }
 
+    /// Says why `name`, which the file has but this registry does not define, is absent: a
+    /// reference to it is told that rather than the known names.
+    pub fn note(&mut self, name: &str, why: String) {
+        self.notes.insert(name.to_string(), why);
+    }
+
     pub fn missing_message(&self, name: &str) -> String {
+        if let Some(why) = self.notes.get(name) {
+            return format!("{} {name:?} {why}", self.what);
+        }
         format!("no {} named {name:?} in the scenario (known: {})", self.what, known(self.names()))
     }
 

@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use serde_json::Value;
 
 use crate::model::{
-    ExternalHost, IpFamily, Node, NodeSecond, ProxyChoice, ProxyConfig, SecondFamily, bridge_address,
+    ExternalHost, IpFamily, Node, PerFamily, ProxyChoice, ProxyConfig, SecondFamily, bridge_address,
 };
 
 use super::addresses::Addresses;
@@ -356,21 +356,22 @@ fn read_nodes(
         let node = match (read_ips.as_slice(), read_cidrs.as_slice(), secondary_ips) {
             ([Some(ip)], [Some(pod_cidr)], Some(secondary_ips)) if !networks.is_dual() => Some(Node {
                 name: spec.name.clone(),
-                ip: *ip,
+                ips: PerFamily::single(*ip),
                 secondary_ips,
-                pod_cidr: *pod_cidr,
-                second: None,
+                pod_cidrs: PerFamily::single(*pod_cidr),
                 zone: spec.zone.clone(),
             }),
+            // Two of one family were reported by check_families.
             ([Some(ip), Some(ip2)], [Some(pod_cidr), Some(cidr2)], Some(secondary_ips))
                 if networks.is_dual() =>
             {
-                Some(Node {
+                let ips = PerFamily::pair(*ip, Some(*ip2));
+                let pod_cidrs = PerFamily::pair(*pod_cidr, Some(*cidr2));
+                ips.zip(pod_cidrs).map(|(ips, pod_cidrs)| Node {
                     name: spec.name.clone(),
-                    ip: *ip,
+                    ips,
                     secondary_ips,
-                    pod_cidr: *pod_cidr,
-                    second: Some(NodeSecond { ip: *ip2, pod_cidr: *cidr2 }),
+                    pod_cidrs,
                     zone: spec.zone.clone(),
                 })
             }
@@ -425,9 +426,7 @@ pub(super) fn check_node_pod_cidr(
     if cidr.hosts().nth(1).is_none() {
         diag.value(site, path, format!("{cidr} is too small: the node's pod bridge takes the first address"));
     }
-    let theirs = nodes.values().flat_map(|n| {
-        std::iter::once(n.pod_cidr).chain(n.second.as_ref().map(|s| s.pod_cidr)).map(move |c| (c, n))
-    });
+    let theirs = nodes.values().flat_map(|n| n.pod_cidrs.copied().map(move |c| (c, n)));
     if let Some((other, node)) = theirs.into_iter().find(|(c, _)| overlaps(c, cidr)) {
         diag.value(site, path, format!("{cidr} overlaps the podCIDR {other} of node {}", node.name));
     }
@@ -474,10 +473,11 @@ fn read_external_hosts(
         }
         let own: Vec<IpAddr> = read_ips.iter().flatten().copied().collect();
         let routes = host_routes::read(site, &path.key("routes"), &spec.routes, &own, networks, nodes, diag);
-        let host = |ip: IpAddr, second_ip| ExternalHost { name: spec.name.clone(), ip, second_ip, routes };
+        let host = |ips| ExternalHost { name: spec.name.clone(), ips, routes };
         let host = match read_ips.as_slice() {
-            [Some(ip)] => Some(host(*ip, None)),
-            [Some(ip), Some(second)] => Some(host(*ip, Some(*second))),
+            [Some(ip)] => Some(host(PerFamily::single(*ip))),
+            // Two of one family were reported above.
+            [Some(ip), Some(second)] => PerFamily::pair(*ip, Some(*second)).map(host),
             _ => None,
         };
         hosts.define(&spec.name, host, site, &path.key("name"), diag);

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::model::{IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
+use crate::model::{IpFamily, PerFamily, Service, ServicePort, ServiceType, TrafficPolicy};
 
 use super::addresses::Addresses;
 use super::affinity;
@@ -138,8 +138,8 @@ fn read_one<'a>(
         namespace: p.namespace.clone(),
         name: p.name.clone(),
         service_type: service_type?,
-        cluster_ip: cluster_ips?.0,
-        second_cluster_ip: cluster_ips?.1,
+        // Two of one family were reported by cluster_ips.
+        cluster_ips: PerFamily::pair(cluster_ips?.0, cluster_ips?.1)?,
         external_traffic_policy: external_traffic_policy?,
         internal_traffic_policy: internal_traffic_policy?,
         ports: model_ports,

@@ -269,7 +269,7 @@ fn node_address(cx: &Cx<'_, '_, '_, '_>, text: &str, node: &Node, diag: &mut Dia
         return Some(ip);
     }
     let known: Vec<String> = node.node_network_ips().map(|a| a.to_string()).collect();
-    let localhost = if node.ip.is_ipv4() { "; or 127.0.0.1 from the node itself" } else { "" };
+    let localhost = if node.ip().is_ipv4() { "; or 127.0.0.1 from the node itself" } else { "" };
     diag.value(
         cx.site,
         &path,

@@ -13,7 +13,9 @@ use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
-use super::{backend_names, defaults, derive, flows, held, node_objects, pods, probes, scenario_doc, services};
+use super::{
+    backend_names, defaults, derive, flows, held, host_network, node_objects, pods, probes, scenario_doc, services,
+};
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
     let (first, step_docs) = steps::split(docs);
@@ -137,11 +139,12 @@ fn assemble<'a>(
     let cx =
         Context { services: &services, pods: &pods, nodes: &doc.nodes, external_hosts: &doc.external_hosts };
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
-    let derived: Vec<_> = services
-        .values()
-        .filter(|e| !given.services_with_slices.contains(&e.service.name))
-        .flat_map(|e| derive::derive(e, &pods.registry, &doc.nodes, diag))
-        .collect();
+    let mut derived = Vec::new();
+    for e in services.values().filter(|e| !given.services_with_slices.contains(&e.service.name)) {
+        if !host_network::refuse_derived(e, &pods.host_network, diag) {
+            derived.extend(derive::derive(e, &pods.registry, &doc.nodes, diag));
+        }
+    }
     let names = probes::Names {
         nodes: &doc.nodes,
         external_hosts: &doc.external_hosts,

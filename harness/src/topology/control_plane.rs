@@ -60,7 +60,7 @@ pub fn unused_address(cluster: &Cluster) -> Option<IpAddr> {
         .nodes
         .iter()
         .flat_map(|n| n.node_network_ips())
-        .chain(cluster.external_hosts.iter().map(|h| h.ip))
+        .chain(cluster.external_hosts.iter().map(|h| h.ip()))
         .collect();
     let net = cluster.node_network;
     let (low, high, v4) = match net {
@@ -96,9 +96,9 @@ mod tests {
         let mut cluster = scenario.cluster.clone();
         let ip = unused_address(&cluster).unwrap();
         assert!(cluster.node_network.contains(&ip));
-        assert!(cluster.nodes.iter().all(|n| n.ip != ip));
+        assert!(cluster.nodes.iter().all(|n| n.ip() != ip));
         // Taken by a host: the next one down.
-        cluster.external_hosts[0].ip = ip;
+        cluster.external_hosts[0].ips = crate::model::PerFamily::single(ip);
         let next = unused_address(&cluster).unwrap();
         assert_ne!(next, ip);
         assert!(cluster.node_network.contains(&next));

@@ -134,7 +134,7 @@ fn parse_addresses(json: &str) -> Result<Vec<Address>> {
 /// The scenario's node must be the existing one: each of its node-network addresses on the
 /// uplink ([`NODE_UPLINK`], where captures listen), with the scenario's node-network prefix.
 fn check_addresses(node: &Node, reference: &NodeRef, found: &[Address]) -> Result<()> {
-    let want = node.node_network_ips().chain(node.second.as_ref().map(|s| s.ip));
+    let want = node.all_ips();
     for ip in want {
         if !found.iter().any(|a| a.interface == NODE_UPLINK && a.ip == ip) {
             let held: Vec<String> = found
@@ -419,20 +419,20 @@ async fn wire(topo: &Topology, cluster: &Cluster, tag: &str) -> Result<()> {
         additions.push(Undo::Link { netns: ns.clone(), name: bridge.clone() });
         let cni0 = links.bridge(&bridge).await?;
         for (_, node) in on_node(&views, &node.name) {
-            links.address(cni0, bridge_address(&node.pod_cidr), node.pod_cidr.prefix_len()).await?;
+            links.address(cni0, bridge_address(&node.pod_cidr()), node.pod_cidr().prefix_len()).await?;
         }
         for (view, node) in on_node(&views, &node.name) {
             // The other nodes' scenario pod CIDRs, as a routed CNI adds them.
             for other in view.nodes.iter().filter(|o| o.name != node.name) {
                 let args = vec![
-                    other.pod_cidr.to_string(),
+                    other.pod_cidr().to_string(),
                     "via".into(),
-                    other.ip.to_string(),
+                    other.ip().to_string(),
                     "dev".into(),
                     NODE_UPLINK.into(),
                 ];
                 additions.push(Undo::Route { netns: ns.clone(), args });
-                links.route_via(other.pod_cidr, other.ip, uplink).await?;
+                links.route_via(other.pod_cidr(), other.ip(), uplink).await?;
             }
             // A node without a route to the service CIDR (no default route) gets one, or
             // untranslated service traffic fails with ENETUNREACH before the proxy's REJECT.
@@ -456,6 +456,7 @@ async fn wire(topo: &Topology, cluster: &Cluster, tag: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PerFamily;
 
     #[test]
     fn node_references_read_like_the_engines_name_them() {
@@ -481,10 +482,9 @@ mod tests {
         assert_eq!(found.len(), 3);
         let node = |ip: &str| Node {
             name: "kind-worker".into(),
-            ip: ip.parse().unwrap(),
+            ips: PerFamily::single(ip.parse().unwrap()),
             secondary_ips: vec![],
-            pod_cidr: "10.244.1.0/24".parse().unwrap(),
-            second: None,
+            pod_cidrs: PerFamily::single("10.244.1.0/24".parse().unwrap()),
             zone: None,
         };
         let r: NodeRef = "docker:kind-worker".parse().unwrap();

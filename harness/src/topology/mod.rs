@@ -162,13 +162,13 @@ impl Topology {
             // Pod bridge with the node's gateway address for its pod CIDR.
             let cni0 = links.bridge(POD_BRIDGE).await?;
             for (_, node) in on_node(&views, &node.name) {
-                links.address(cni0, bridge_address(&node.pod_cidr), node.pod_cidr.prefix_len()).await?;
+                links.address(cni0, bridge_address(&node.pod_cidr()), node.pod_cidr().prefix_len()).await?;
             }
 
             for (view, node) in on_node(&views, &node.name) {
                 // Other nodes' pods are reached through those nodes, as a simple routed CNI does.
                 for other in view.nodes.iter().filter(|o| o.name != node.name) {
-                    links.route_via(other.pod_cidr, other.ip, uplink).await?;
+                    links.route_via(other.pod_cidr(), other.ip(), uplink).await?;
                 }
                 // Without a route covering the service CIDR, traffic to a VIP that the proxy
                 // does not translate fails locally with ENETUNREACH instead of reaching its
@@ -198,7 +198,7 @@ impl Topology {
             let eth0 = links.index(POD_INTERFACE).await?;
             for view in &views {
                 if let Some(host) = view.external_host(&host.name) {
-                    links.address(eth0, host.ip, view.node_network.prefix_len()).await?;
+                    links.address(eth0, host.ip(), view.node_network.prefix_len()).await?;
                 }
             }
             links.up(eth0).await?;
@@ -206,7 +206,7 @@ impl Topology {
             for view in &views {
                 for route in view.external_host(&host.name).map(|h| h.routes.as_slice()).unwrap_or_default() {
                     let via = view.node(&route.via).with_context(|| format!("no node {}", route.via))?;
-                    links.route_via(route.to, via.ip, eth0).await?;
+                    links.route_via(route.to, via.ip(), eth0).await?;
                 }
             }
         }
@@ -299,11 +299,11 @@ async fn wire_pod(
     let families: Vec<(&Pod, &Node)> =
         on_node(views, &node.name).filter_map(|(view, node)| Some((view.pod(&pod.name)?, node))).collect();
     for (pod, node) in &families {
-        pod_links.address(eth0, pod.ip, node.pod_cidr.prefix_len()).await?;
+        pod_links.address(eth0, pod.ip(), node.pod_cidr().prefix_len()).await?;
     }
     pod_links.up(eth0).await?;
     for (_, node) in &families {
-        pod_links.default_route(bridge_address(&node.pod_cidr), eth0).await?;
+        pod_links.default_route(bridge_address(&node.pod_cidr()), eth0).await?;
     }
     Ok(())
 }
@@ -332,5 +332,5 @@ fn external_destinations(cluster: &Cluster) -> Vec<IpAddr> {
 /// host prefix for a secondary address, as VIP managers (kube-vip, keepalived) add a VIP, so
 /// that the kernel sends the node's own traffic to it from the VIP, not from the node IP.
 pub(crate) fn node_network_prefix(node: &crate::model::Node, ip: std::net::IpAddr, net: ipnet::IpNet) -> u8 {
-    if ip == node.ip { net.prefix_len() } else { crate::model::IpFamily::of(ip).host_prefix() }
+    if ip == node.ip() { net.prefix_len() } else { crate::model::IpFamily::of(ip).host_prefix() }
 }

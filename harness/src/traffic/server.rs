@@ -33,7 +33,7 @@ impl Servers {
             let ns =
                 topology.pods.get(&pod.name).with_context(|| format!("no namespace for pod {}", pod.name))?;
             // `0.0.0.0` and/or `[::]`, after the pod's own families.
-            let families = std::iter::once(pod.ip).chain(pod.second_ip).map(IpFamily::of);
+            let families = pod.ips.copied().map(IpFamily::of);
             for (unspecified, port) in
                 families.flat_map(|f| pod.ports.iter().map(move |p| (f.unspecified(), p)))
             {
@@ -49,11 +49,11 @@ impl Servers {
         // External hosts and nodes that are endpoints (no pod: a database outside the cluster,
         // host-network API servers) serve the endpoint ports the slices name for them.
         let hosts = cluster.external_hosts.iter().map(|h| {
-            let ips: Vec<IpAddr> = std::iter::once(h.ip).chain(h.second_ip).collect();
+            let ips: Vec<IpAddr> = h.ips.copied().collect();
             (h.name.as_str(), ips, topology.external_hosts.get(&h.name), "external host")
         });
         let nodes = cluster.nodes.iter().map(|n| {
-            let ips: Vec<IpAddr> = n.node_network_ips().chain(n.second.as_ref().map(|s| s.ip)).collect();
+            let ips: Vec<IpAddr> = n.all_ips().collect();
             let ns = topology.nodes.iter().find(|h| h.name == n.name).map(|h| &h.netns);
             (n.name.as_str(), ips, ns, "node")
         });

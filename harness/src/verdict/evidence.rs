@@ -146,14 +146,14 @@ fn holder(cluster: &Cluster, ip: std::net::IpAddr) -> Option<String> {
     if let Some(n) = cluster
         .nodes
         .iter()
-        .find(|n| n.node_network_ips().any(|a| a == ip) || crate::model::bridge_address(&n.pod_cidr) == ip)
+        .find(|n| n.node_network_ips().any(|a| a == ip) || crate::model::bridge_address(&n.pod_cidr()) == ip)
     {
         return Some(format!("node {}", n.name));
     }
     if let Some(p) = cluster.pod_by_ip(ip) {
         return Some(format!("pod {}", p.name));
     }
-    let host = cluster.external_hosts.iter().find(|h| h.ip == ip || h.second_ip == Some(ip))?;
+    let host = cluster.external_hosts.iter().find(|h| h.ips.contains(&ip))?;
     Some(format!("external host {}", host.name))
 }
 
@@ -426,12 +426,12 @@ fn backend_address(cluster: &Cluster, probe: &Probe, dst: SocketAddr, pod: &str)
         | Target::LoadBalancer { service, port, .. } => endpoint_of(service, port),
         Target::HealthCheck { .. } | Target::Localhost { .. } => None,
         Target::Address(_) => {
-            if cluster.pod(pod).is_some_and(|p| p.ip == dst.ip()) {
+            if cluster.pod(pod).is_some_and(|p| p.ip() == dst.ip()) {
                 return Some(dst);
             }
             cluster.services.iter().flat_map(|s| s.ports.iter().map(move |p| (s, p))).find_map(|(s, p)| {
                 let frontend =
-                    (s.cluster_ip == dst.ip() && p.port == dst.port()) || p.node_port == Some(dst.port());
+                    (s.cluster_ip() == dst.ip() && p.port == dst.port()) || p.node_port == Some(dst.port());
                 if frontend && p.protocol == probe.protocol {
                     p.endpoints.iter().find(|e| e.pod == pod).map(|e| e.address())
                 } else {

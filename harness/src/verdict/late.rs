@@ -6,8 +6,12 @@
 //!
 //! UDP answers name their attempt: the request carries an id the pod's server echoes
 //! (traffic/reply.rs), so among attempts that share a fixed source port each late answer goes
-//! to its own attempt. TCP and SCTP attempts are left as the client saw them: their
-//! handshake answers come from the kernel, not from a pod, and name no backend.
+//! to its own attempt. An SCTP association that came up but whose answer the client's stack
+//! did not take (seen on 5.10 under emulation: the pod's DATA overtook the COOKIE ACK, was
+//! discarded in COOKIE-ECHOED state, and came again after the retransmission timeout, past the
+//! probe's) is judged by the DATA chunk its capture holds: each association has its own source
+//! port. TCP attempts are left as the client saw them: a late SYN-ACK comes from the kernel,
+//! not from a pod, and names no backend.
 
 use std::net::SocketAddr;
 
@@ -29,6 +33,9 @@ pub fn reconcile(
     evidence: &Evidence,
     window: &Window,
 ) -> Vec<Sent> {
+    if probe.protocol == Protocol::Sctp {
+        return reconcile_sctp(probe, dst, sent, evidence, window);
+    }
     if probe.protocol != Protocol::Udp {
         return sent;
     }
@@ -66,6 +73,55 @@ fn answer_to(frame: &Frame, dst: SocketAddr, s: &Sent) -> Option<reply::Answer> 
     let Some(TransportSlice::Udp(udp)) = sliced.transport else { return None };
     let answer = reply::parse(std::str::from_utf8(udp.payload()).ok()?)?;
     (answer.re == s.request).then_some(answer)
+}
+
+/// The SCTP form of [`reconcile`]: an association that came up without an answer the client
+/// took, whose capture holds a DATA chunk from `dst` to its source port within the probe's
+/// window carrying a pod's reply, got that reply.
+fn reconcile_sctp(probe: &Probe, dst: SocketAddr, mut sent: Vec<Sent>, evidence: &Evidence, window: &Window) -> Vec<Sent> {
+    let points = client_capture_points(probe);
+    let frames: Vec<&Frame> = points
+        .iter()
+        .filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?)))
+        .flat_map(|(frames, range)| frames.get(range.start.min(frames.len())..range.end.min(frames.len())).unwrap_or_default())
+        .collect();
+    for s in sent.iter_mut().filter(|s| matches!(s.attempt, Attempt::Broken { .. } | Attempt::Silent)) {
+        if let Some(answer) = frames.iter().find_map(|f| sctp_answer_to(f, dst, s.source_port)) {
+            s.attempt = Attempt::Answered { pod: answer.pod, seen: answer.seen };
+        }
+    }
+    sent
+}
+
+/// The pod's reply in the first DATA chunk of `frame`, an SCTP packet from `dst` to `port`.
+fn sctp_answer_to(frame: &Frame, dst: SocketAddr, port: u16) -> Option<reply::Answer> {
+    let p = frame.packet.as_ref()?;
+    let to_attempt = matches!(p.l4, L4::Sctp { src_port, dst_port } if src_port == dst.port() && dst_port == port);
+    if !to_attempt || p.src != dst.ip() {
+        return None;
+    }
+    let sliced = LaxSlicedPacket::from_ethernet(&frame.data).ok()?;
+    let payload = sliced.net.as_ref()?.ip_payload_ref()?.payload;
+    let data = first_data_chunk(payload)?;
+    reply::parse(std::str::from_utf8(data).ok()?)
+}
+
+/// The user data of the first DATA chunk (type 0) of an SCTP packet (RFC 9260 3.2, 3.3.1): a
+/// 12-byte common header, then chunks of type, flags, length, padded to 4 bytes; a DATA
+/// chunk's user data follows its 16-byte header.
+fn first_data_chunk(packet: &[u8]) -> Option<&[u8]> {
+    let mut at = 12;
+    while at + 4 <= packet.len() {
+        let length = usize::from(u16::from_be_bytes([packet[at + 2], packet[at + 3]]));
+        if length < 4 {
+            return None;
+        }
+        if packet[at] == 0 {
+            return packet.get(at + 16..at + length);
+        }
+        at += length.div_ceil(4) * 4;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -191,5 +247,24 @@ mod tests {
         let frames = vec![datagram(VIP, CLIENT, &reply::encode("dns-old", addr(CLIENT)), false)];
         let attempts = vec![sent(None, Attempt::Silent)];
         assert_eq!(judge(&tcp, attempts.clone(), frames), attempts);
+    }
+}
+
+#[cfg(test)]
+mod sctp_tests {
+    use super::first_data_chunk;
+
+    /// A packet as the 5.10 capture held it: common header, then a DATA chunk whose 5-byte
+    /// user data is padded to 4 bytes, after a COOKIE ACK (type 11) in front of it.
+    #[test]
+    fn the_first_data_chunks_user_data_is_found_after_other_chunks() {
+        let mut packet = vec![0u8; 12];
+        packet.extend([11, 0, 0, 4]);
+        packet.extend([0, 3, 0, 21]);
+        packet.extend([0; 12]);
+        packet.extend(b"hello\0\0\0");
+        assert_eq!(first_data_chunk(&packet), Some(&b"hello"[..]));
+        assert_eq!(first_data_chunk(&packet[..16]), None, "no DATA chunk");
+        assert_eq!(first_data_chunk(&[0u8; 16]), None, "a zero chunk length is refused, not looped on");
     }
 }

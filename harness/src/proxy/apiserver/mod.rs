@@ -348,7 +348,7 @@ impl Proxy for ApiServerProxy {
             let vars = Vars {
                 kubeconfig: kubeconfig_path.clone(),
                 node: node.name.clone(),
-                node_ip: model.ip.to_string(),
+                node_ip: model.ip().to_string(),
                 netns: node.netns.name().to_string(),
                 cluster_cidr: cluster_cidr.clone(),
                 service_cidr: service_cidr.clone(),

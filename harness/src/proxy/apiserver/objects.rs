@@ -13,14 +13,15 @@ use crate::reference_proxy::PROXY_LABEL_SELECTOR;
 
 use super::sync::Families;
 
-/// The Node object kubelet would register for `node`.
+/// The Node object kubelet would register for `node`: every node address an InternalIP, the
+/// zone label the model gives it (pasted Node objects' `topology.kubernetes.io/zone`).
 pub fn node_object(node: &Node) -> Value {
-    let mut addresses = vec![json!({"type": "InternalIP", "address": node.ip.to_string()})];
-    let mut pod_cidrs = vec![node.pod_cidr.to_string()];
-    if let Some(second) = &node.second {
-        addresses.push(json!({"type": "InternalIP", "address": second.ip.to_string()}));
-        pod_cidrs.push(second.pod_cidr.to_string());
-    }
+    // The node's IP of each family first, primary first: kube-proxy takes the first InternalIP
+    // as the primary and the first of the other family as the second (pkg/util/node
+    // GetNodeHostIPs), so a secondary address of either family must follow both.
+    let mut addresses: Vec<Value> =
+        node.all_ips().map(|ip| json!({"type": "InternalIP", "address": ip.to_string()})).collect();
+    let pod_cidrs: Vec<String> = node.pod_cidrs.iter().map(|c| c.to_string()).collect();
     addresses.push(json!({"type": "Hostname", "address": node.name}));
     let mut labels = json!({"kubernetes.io/hostname": node.name});
     if let Some(zone) = &node.zone {
@@ -131,28 +132,60 @@ pub fn cidrs(cluster: &Cluster) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PerFamily;
+
+    /// The node IPs kube-proxy takes from a served Node: the first InternalIP, then the first
+    /// InternalIP of the other family (v1.30 pkg/util/node/node.go GetNodeHostIPs; the served
+    /// nodes have no ExternalIP).
+    fn kube_proxy_node_ips(object: &k8s_openapi::api::core::v1::Node) -> Vec<std::net::IpAddr> {
+        let internal: Vec<std::net::IpAddr> = object
+            .status
+            .iter()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .filter(|a| a.type_ == "InternalIP")
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        let mut ips = vec![internal[0]];
+        ips.extend(internal.iter().find(|ip| ip.is_ipv6() != internal[0].is_ipv6()));
+        ips
+    }
 
     #[test]
     fn a_node_object_carries_its_internal_ips_and_pod_cidrs() {
-        let node = Node {
-            zone: None,
-            name: "node-a".into(),
-            ip: "192.168.50.11".parse().unwrap(),
-            secondary_ips: vec![],
-            pod_cidr: "10.244.1.0/24".parse().unwrap(),
-            second: None,
-        };
+        let node = Node::example("node-a", "192.168.50.11", "10.244.1.0/24");
         let object: k8s_openapi::api::core::v1::Node = serde_json::from_value(node_object(&node)).unwrap();
-        let status = object.status.unwrap();
-        let internal: Vec<_> = status
-            .addresses
-            .unwrap()
-            .into_iter()
-            .filter(|a| a.type_ == "InternalIP")
-            .map(|a| a.address)
-            .collect();
-        assert_eq!(internal, ["192.168.50.11"]);
+        assert_eq!(kube_proxy_node_ips(&object), [node.ip()]);
         assert_eq!(object.spec.unwrap().pod_cidrs.unwrap(), ["10.244.1.0/24"]);
+        assert!(!object.metadata.labels.unwrap().contains_key("topology.kubernetes.io/zone"));
+    }
+
+    #[test]
+    fn kube_proxy_reads_the_model_s_node_ips_and_zone_from_the_served_node() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let node = Node {
+            zone: Some("zone-b".into()),
+            name: "node-a".into(),
+            ips: PerFamily::dual(ip("fd00:50::11"), Some(ip("192.168.50.11"))),
+            // A secondary address of the second family listed first, as a pasted Node may.
+            secondary_ips: vec![ip("192.168.50.21"), ip("fd00:50::21")],
+            pod_cidrs: PerFamily::dual(
+                "fd00:10:244:1::/64".parse().unwrap(),
+                Some("10.244.1.0/24".parse().unwrap()),
+            ),
+        };
+        let value = node_object(&node);
+        let object: k8s_openapi::api::core::v1::Node = serde_json::from_value(value).unwrap();
+        assert_eq!(kube_proxy_node_ips(&object), node.ips.copied().collect::<Vec<_>>());
+        let internal: Vec<String> = object.status.as_ref().unwrap().addresses.iter().flatten()
+            .filter(|a| a.type_ == "InternalIP")
+            .map(|a| a.address.clone())
+            .collect();
+        // Every address is served, the secondary ones after both node IPs.
+        assert_eq!(internal, ["fd00:50::11", "192.168.50.11", "192.168.50.21", "fd00:50::21"]);
+        let labels = object.metadata.labels.unwrap();
+        // pkg/proxy/topology.go reads v1.LabelTopologyZone from the node kube-proxy runs on.
+        assert_eq!(labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("zone-b"));
+        assert_eq!(object.spec.unwrap().pod_cidrs.unwrap(), ["fd00:10:244:1::/64", "10.244.1.0/24"]);
     }
 
     #[test]

@@ -250,7 +250,7 @@ impl Launched {
         Ok(BTreeMap::from([
             ("state", run.state().to_string_lossy().into_owned()),
             ("node", node.name.clone()),
-            ("nodeIP", node.ip.to_string()),
+            ("nodeIP", node.ip().to_string()),
             ("clusterCIDR", joined(cluster.pod_cidr, second.map(|s| s.pod_cidr))),
             ("serviceCIDR", joined(cluster.service_cidr, second.map(|s| s.service_cidr))),
             ("generation", self.generation.to_string()),

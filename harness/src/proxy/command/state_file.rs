@@ -39,10 +39,10 @@ pub fn render(cluster: &Cluster, objects: &Objects, generation: u64) -> Result<V
 /// What kubelet and the node controller publish of a node: its InternalIPs (every family) and
 /// pod CIDRs.
 pub fn node_object(node: &Node) -> K8sNode {
-    let second = node.second.as_ref();
-    let ips = node.node_network_ips().chain(second.map(|s| s.ip));
-    let pod_cidrs: Vec<String> =
-        std::iter::once(node.pod_cidr).chain(second.map(|s| s.pod_cidr)).map(|c| c.to_string()).collect();
+    // The InternalIP of each family first: kube-proxy takes the first of each family as the
+    // node's (pkg/util/node GetNodeHostIPs), so no secondary address may precede them.
+    let ips = node.all_ips();
+    let pod_cidrs: Vec<String> = node.pod_cidrs.iter().map(|c| c.to_string()).collect();
     K8sNode {
         metadata: ObjectMeta {
             name: Some(node.name.clone()),
@@ -83,19 +83,18 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::NodeSecond;
+    use crate::model::PerFamily;
 
     fn node() -> Node {
         Node {
             zone: None,
             name: "node-a".into(),
-            ip: "192.168.50.11".parse().unwrap(),
-            secondary_ips: vec!["192.168.50.21".parse().unwrap()],
-            pod_cidr: "10.244.1.0/24".parse().unwrap(),
-            second: Some(NodeSecond {
-                ip: "fd00:50::11".parse().unwrap(),
-                pod_cidr: "fd00:10:244:1::/64".parse().unwrap(),
-            }),
+            ips: PerFamily::dual("192.168.50.11".parse().unwrap(), Some("fd00:50::11".parse().unwrap())),
+            secondary_ips: vec!["fd00:50::21".parse().unwrap(), "192.168.50.21".parse().unwrap()],
+            pod_cidrs: PerFamily::dual(
+                "10.244.1.0/24".parse().unwrap(),
+                Some("fd00:10:244:1::/64".parse().unwrap()),
+            ),
         }
     }
 
@@ -117,9 +116,12 @@ mod tests {
         assert_eq!(
             addresses,
             [
+                // The first InternalIP of each family is the node's (GetNodeHostIPs): a
+                // secondary address of either family comes after both.
                 internal("192.168.50.11"),
-                internal("192.168.50.21"),
                 internal("fd00:50::11"),
+                internal("fd00:50::21"),
+                internal("192.168.50.21"),
                 ("Hostname".into(), "node-a".into())
             ]
         );

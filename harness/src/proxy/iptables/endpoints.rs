@@ -40,7 +40,7 @@ pub struct PortPolicy {
 impl PortPolicy {
     pub fn of(svc: &Service, port: &ServicePort) -> PortPolicy {
         let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
-        let family = IpFamily::of(svc.cluster_ip);
+        let family = IpFamily::of(svc.cluster_ip());
         let has_ours = |ips: &[IpAddr]| ips.iter().any(|ip| IpFamily::of(*ip) == family);
         PortPolicy {
             internal_local: svc.internal_traffic_policy == TrafficPolicy::Local,
@@ -287,11 +287,11 @@ mod tests {
         svc.external_ips = vec!["fd00::1".parse().unwrap()];
         assert!(!PortPolicy::of(&svc, &p).externally_accessible, "IPv6 addresses are the other proxier's");
         // An IPv6 Service's are its own, and the IPv4 ones the other proxier's.
-        svc.cluster_ip = "fd00:10:96::1".parse().unwrap();
+        svc.cluster_ips = crate::model::PerFamily::single("fd00:10:96::1".parse().unwrap());
         assert!(PortPolicy::of(&svc, &p).externally_accessible);
         svc.external_ips = vec!["192.168.99.1".parse().unwrap()];
         assert!(!PortPolicy::of(&svc, &p).externally_accessible);
-        svc.cluster_ip = "10.96.0.1".parse().unwrap();
+        svc.cluster_ips = crate::model::PerFamily::single("10.96.0.1".parse().unwrap());
         svc.external_ips.clear();
         svc.service_type = ServiceType::LoadBalancer;
         svc.load_balancer_ips = vec!["203.0.113.7".parse().unwrap()];

@@ -115,7 +115,7 @@ pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations) ->
     write_chains(&mut rules);
     write_hooks(&mut rules);
     write_fixed_rules(&mut rules, family);
-    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip) == family) {
+    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip()) == family) {
         for port in &svc.ports {
             let p = Port::new(cluster, svc, port, node, deviations);
             write_service_port(&mut rules, &p);
@@ -346,7 +346,7 @@ impl<'a> Port<'a> {
         let name = naming::service_port_name(svc, port);
         let choice = dev.choose(cluster, svc, port, node);
         // Each proxier sees only the addresses of its own family.
-        let family = IpFamily::of(svc.cluster_ip);
+        let family = IpFamily::of(svc.cluster_ip());
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
         let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
         let source_ranges: Vec<IpNet> = svc
@@ -355,7 +355,7 @@ impl<'a> Port<'a> {
             .filter(|n| IpFamily::of_net(n) == family)
             .map(IpNet::trunc)
             .collect();
-        let node_ip = cluster.node(node).map(|n| n.ip).filter(|ip| IpFamily::of(*ip) == family);
+        let node_ip = cluster.node(node).map(|n| n.ip()).filter(|ip| IpFamily::of(*ip) == family);
         let allow_from_node = node_ip.is_some_and(|ip| source_ranges.iter().any(|r| r.contains(&ip)));
         // `NeedsHealthCheck`: kube-proxy ignores the port on any other Service.
         let needs_health_check = svc.service_type == ServiceType::LoadBalancer
@@ -365,7 +365,7 @@ impl<'a> Port<'a> {
             protocol: port.protocol,
             proto: port.protocol.as_lower(),
             family,
-            cluster_ip: host(svc.cluster_ip),
+            cluster_ip: host(svc.cluster_ip()),
             port: port.port.to_string(),
             node_port: port.node_port.filter(|_| external_type).map(|p| p.to_string()),
             external_ips: hosts(&svc.external_ips),

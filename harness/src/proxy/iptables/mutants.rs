@@ -439,7 +439,7 @@ fn service_ports(cluster: &Cluster) -> impl Iterator<Item = (&Service, &ServiceP
     cluster
         .services
         .iter()
-        .filter(move |s| IpFamily::of(s.cluster_ip) == family)
+        .filter(move |s| IpFamily::of(s.cluster_ip()) == family)
         .flat_map(|s| s.ports.iter().map(move |p| (s, p, naming::service_port_name(s, p))))
 }
 

@@ -81,7 +81,7 @@ pub fn node_port_ips(cluster: &Cluster, node: Option<&Node>) -> Vec<IpAddr> {
     let family = cluster.ip_family();
     let addresses = NodePortAddresses::new(&cluster.proxy, family);
     let mut ips: Vec<IpAddr> = if addresses.match_all() {
-        node.map(|n| n.node_network_ips().chain([bridge_address(&n.pod_cidr)]).collect()).unwrap_or_default()
+        node.map(|n| n.node_network_ips().chain([bridge_address(&n.pod_cidr())]).collect()).unwrap_or_default()
     } else {
         addresses.node_ips(node)
     };
@@ -94,7 +94,7 @@ pub fn node_port_ips(cluster: &Cluster, node: Option<&Node>) -> Vec<IpAddr> {
 /// load-balancer IP that is one of them is not bound to the dummy interface.
 fn node_addresses(cluster: &Cluster, node: Option<&Node>) -> BTreeSet<IpAddr> {
     let family = cluster.ip_family();
-    node.map(|n| n.node_network_ips().chain([bridge_address(&n.pod_cidr)]).collect::<BTreeSet<_>>())
+    node.map(|n| n.node_network_ips().chain([bridge_address(&n.pod_cidr())]).collect::<BTreeSet<_>>())
         .unwrap_or_default()
         .into_iter()
         .filter(|ip| IpFamily::of(*ip) == family)
@@ -112,13 +112,13 @@ pub fn family_plan(cluster: &Cluster, node_name: &str, breaks: Breaks) -> Family
         family,
         node_port_ips: node_port_ips(cluster, node),
         node_addresses: node_addresses(cluster, node),
-        node_ip: node.map(|n| n.ip).filter(|ip| IpFamily::of(*ip) == family),
+        node_ip: node.map(|n| n.ip()).filter(|ip| IpFamily::of(*ip) == family),
         sets: Sets::new(family),
         servers: Table::new(),
         bound: BTreeSet::new(),
         no_node_access: Vec::new(),
     };
-    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip) == family) {
+    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip()) == family) {
         for port in &svc.ports {
             plan.service_port(svc, port);
         }
@@ -170,9 +170,9 @@ impl Planner<'_> {
             }
         }
 
-        self.sets.insert(SetName::ClusterIp, ip_port(svc.cluster_ip, proto, port.port));
+        self.sets.insert(SetName::ClusterIp, ip_port(svc.cluster_ip(), proto, port.port));
         let reals = self.reals(&choice, port, choice.policy.internal_local);
-        self.add_server(svc.cluster_ip, port, persistent, &reals, true);
+        self.add_server(svc.cluster_ip(), port, persistent, &reals, true);
 
         let external_reals = self.reals(&choice, port, external_local);
         for &ip in svc.external_ips.iter().filter(ours) {

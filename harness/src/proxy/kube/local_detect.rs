@@ -35,7 +35,7 @@ pub fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
     match &cluster.proxy.detect_local {
         DetectLocal::ClusterCidr => of_family(cluster.pod_cidr),
         // kube-proxy waits for the Node's podCIDRs before it starts in this mode.
-        DetectLocal::NodeCidr => cluster.node(node).and_then(|n| of_family(n.pod_cidr)),
+        DetectLocal::NodeCidr => cluster.node(node).and_then(|n| of_family(n.pod_cidr())),
         DetectLocal::BridgeInterface(name) => Some(LocalDetector::ByBridge(name.clone())),
         DetectLocal::InterfaceNamePrefix(prefix) => Some(LocalDetector::ByPrefix(prefix.clone())),
     }

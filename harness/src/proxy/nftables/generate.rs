@@ -132,8 +132,8 @@ pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations, la
     let family = cluster.ip_family();
     let mut rules = RuleSet::new(family);
     write_setup(&mut rules, cluster, node, layout);
-    let node_ip = cluster.node(node).map(|n| n.ip).filter(|ip| IpFamily::of(*ip) == family);
-    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip) == family) {
+    let node_ip = cluster.node(node).map(|n| n.ip()).filter(|ip| IpFamily::of(*ip) == family);
+    for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip()) == family) {
         for port in &svc.ports {
             let p = Port::new(cluster, svc, port, node, node_ip, deviations, layout);
             write_service_port(&mut rules, &p);
@@ -311,7 +311,7 @@ impl<'a> Port<'a> {
         layout: Layout,
     ) -> Port<'a> {
         let choice = dev.choose(cluster, svc, port, node);
-        let family = IpFamily::of(svc.cluster_ip);
+        let family = IpFamily::of(svc.cluster_ip());
         let ours = |ip: &&IpAddr| IpFamily::of(**ip) == family;
         let texts = |ips: &[IpAddr]| ips.iter().filter(ours).map(|ip| ip.to_string()).collect();
         let external_type = matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
@@ -321,7 +321,7 @@ impl<'a> Port<'a> {
             name: crate::proxy::iptables::naming::service_port_name(svc, port),
             proto: naming::proto(port.protocol),
             ip: super::ruleset::nft_family(family),
-            cluster_ip: svc.cluster_ip.to_string(),
+            cluster_ip: svc.cluster_ip().to_string(),
             port_number: port.port.to_string(),
             node_port: port.node_port.filter(|_| external_type).map(|p| p.to_string()),
             external_ips: texts(&svc.external_ips),

@@ -54,7 +54,7 @@ pub fn effective_cluster(cluster: &Cluster, node: &str) -> Cluster {
     if cluster.proxy.node_port_addresses.is_empty()
         && let Some(n) = cluster.node(node)
     {
-        let primary = std::iter::once(n.ip).chain(n.second.as_ref().map(|s| s.ip));
+        let primary = n.ips.copied();
         effective.proxy.node_port_addresses = primary
             .filter(|ip| !ip.is_loopback())
             .map(|ip| IpNet::new(ip, IpFamily::of(ip).host_prefix()).expect("a host prefix is valid"))

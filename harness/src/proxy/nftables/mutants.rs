@@ -142,7 +142,7 @@ fn service_ports(
     cluster
         .services
         .iter()
-        .filter(move |s| IpFamily::of(s.cluster_ip) == family)
+        .filter(move |s| IpFamily::of(s.cluster_ip()) == family)
         .flat_map(|s| s.ports.iter().map(move |p| (s, p)))
 }
 

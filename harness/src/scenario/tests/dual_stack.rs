@@ -15,12 +15,12 @@ fn the_shipped_scenario_has_both_families_everywhere() {
     let second = c.second_family.as_ref().unwrap();
     assert_eq!(second.service_cidr.to_string(), "fd00:10:96::/112");
     let node = c.node("node-a").unwrap();
-    assert_eq!(node.ip.to_string(), "192.168.50.11");
-    assert_eq!(node.second.as_ref().unwrap().pod_cidr.to_string(), "fd00:10:244:1::/64");
-    assert_eq!(c.external_host("outside").unwrap().second_ip.unwrap().to_string(), "fd00:192:168:50::100");
-    assert_eq!(c.pod("web-a").unwrap().second_ip.unwrap().to_string(), "fd00:10:244:1::10");
+    assert_eq!(node.ip().to_string(), "192.168.50.11");
+    assert_eq!(node.pod_cidrs.get(IpFamily::V6).unwrap().to_string(), "fd00:10:244:1::/64");
+    assert_eq!(c.external_host("outside").unwrap().ips.get(IpFamily::V6).unwrap().to_string(), "fd00:192:168:50::100");
+    assert_eq!(c.pod("web-a").unwrap().ips.get(IpFamily::V6).unwrap().to_string(), "fd00:10:244:1::10");
     let web = c.service("web").unwrap();
-    assert_eq!(web.second_cluster_ip.unwrap().to_string(), "fd00:10:96::80");
+    assert_eq!(web.cluster_ips.get(IpFamily::V6).unwrap().to_string(), "fd00:10:96::80");
     // Derived slices: one per family, so each port has an endpoint of each family per pod.
     let ips: Vec<String> = web.ports[0].endpoints.iter().map(|e| e.ip.to_string()).collect();
     assert_eq!(ips, ["10.244.1.10", "10.244.2.10", "fd00:10:244:1::10", "fd00:10:244:2::10"]);
@@ -28,7 +28,7 @@ fn the_shipped_scenario_has_both_families_everywhere() {
     assert!(types.contains(&"IPv4") && types.contains(&"IPv6"), "{types:?}");
     // A single-stack IPv6 Service: one cluster IP, IPv6 endpoints only.
     let web6 = c.service("web6").unwrap();
-    assert_eq!((web6.cluster_ip.to_string(), web6.second_cluster_ip), ("fd00:10:96::81".to_string(), None));
+    assert_eq!(web6.cluster_ips, crate::model::PerFamily::single("fd00:10:96::81".parse().unwrap()));
     assert!(web6.ports[0].endpoints.iter().all(|e| e.ip.is_ipv6()));
     assert_eq!(s.probes[1].family, Some(IpFamily::V6));
     assert_eq!(c.probe_view(&s.probes[1]).ip_family(), IpFamily::V6);

@@ -37,7 +37,7 @@ fn kube_dns_udp_derives_both_coredns_endpoints() {
 
     let (svc, dns) = s.cluster.service_port("kube-dns", "dns").unwrap();
     assert_eq!(svc.namespace, "kube-system");
-    assert_eq!(svc.cluster_ip, ip("10.96.0.10"));
+    assert_eq!(svc.cluster_ip(), ip("10.96.0.10"));
     assert_eq!(dns.protocol, Protocol::Udp);
     let endpoints: Vec<(SocketAddr, &str, Option<&str>)> =
         dns.endpoints.iter().map(|e| (e.address(), e.pod.as_str(), e.node.as_deref())).collect();
@@ -137,7 +137,7 @@ fn targets_and_defaults() {
     assert_eq!(raw.to, Target::Address("10.96.0.99:80".parse().unwrap()));
     assert_eq!(raw.protocol, Protocol::Tcp);
     assert_eq!(raw.expect.as_ref().unwrap().verdict, StatedVerdict::Forwarded);
-    assert_eq!(s.cluster.external_hosts[0].ip, ip("192.168.50.100"));
+    assert_eq!(s.cluster.external_hosts[0].ip(), ip("192.168.50.100"));
 }
 
 #[test]

@@ -104,7 +104,7 @@ fn the_shipped_ipv6_scenarios_load() {
     for text in [SHIPPED_CLUSTER_IP, SHIPPED_NODE_PORT, SHIPPED_HAIRPIN_AND_REJECT] {
         let s = load(text);
         assert_eq!(s.cluster.ip_family(), IpFamily::V6, "{}", s.name);
-        assert!(s.cluster.services.iter().all(|svc| svc.cluster_ip.is_ipv6()), "{}", s.name);
+        assert!(s.cluster.services.iter().all(|svc| svc.cluster_ip().is_ipv6()), "{}", s.name);
     }
     // The cluster-IP scenario's endpoints come from its own addressType IPv6 slice.
     let s = load(SHIPPED_CLUSTER_IP);

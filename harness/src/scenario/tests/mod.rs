@@ -3,6 +3,7 @@
 //! Positions are found by searching the text (`at`), so fixtures can change without
 //! recounting lines by hand.
 
+mod all_namespaces;
 mod cluster;
 mod detect_local;
 mod dual_stack;

@@ -73,9 +73,9 @@ fn the_shipped_paste_builds_its_nodes_from_node_objects() {
     let names: Vec<&str> = s.cluster.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["worker-1", "worker-2"]);
     let n = s.cluster.node("worker-2").unwrap();
-    assert_eq!((n.ip.to_string(), n.pod_cidr.to_string()), ("172.18.0.4".into(), "10.244.2.0/24".into()));
+    assert_eq!((n.ip().to_string(), n.pod_cidr().to_string()), ("172.18.0.4".into(), "10.244.2.0/24".into()));
     assert_eq!(n.zone.as_deref(), Some("zone-b"));
-    assert!(n.secondary_ips.is_empty() && n.second.is_none());
+    assert!(n.secondary_ips.is_empty() && n.ips.second().is_none() && n.pod_cidrs.second().is_none());
     assert_eq!(s.cluster.pods.len(), 3);
 }
 
@@ -85,18 +85,17 @@ fn dual_stack_node_objects_give_each_family_its_address_and_pod_cidr() {
     let c = &s.cluster;
     assert_eq!(c.families(), [IpFamily::V4, IpFamily::V6]);
     let a = c.node("node-a").unwrap();
-    assert_eq!(a.ip.to_string(), "192.168.50.11");
+    assert_eq!(a.ip().to_string(), "192.168.50.11");
     assert_eq!(a.secondary_ips.iter().map(ToString::to_string).collect::<Vec<_>>(), ["192.168.50.21"]);
-    let second = a.second.as_ref().unwrap();
     assert_eq!(
-        (second.ip.to_string(), second.pod_cidr.to_string()),
+        (a.ips.second().unwrap().to_string(), a.pod_cidrs.second().unwrap().to_string()),
         ("fd00:192:168:50::11".into(), "fd00:10:244:1::/64".into())
     );
     assert_eq!(a.zone.as_deref(), Some("zone-a"));
     let b = c.node("node-b").unwrap();
     // InternalIP before ExternalIP, whatever their order (GetNodeHostIPs).
-    assert_eq!(b.ip.to_string(), "192.168.50.12");
-    assert_eq!(b.second.as_ref().unwrap().ip.to_string(), "fd00:192:168:50::12");
+    assert_eq!(b.ip().to_string(), "192.168.50.12");
+    assert_eq!(b.ips.second().unwrap().to_string(), "fd00:192:168:50::12");
     assert_eq!(b.zone, None);
 }
 

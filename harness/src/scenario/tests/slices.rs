@@ -212,5 +212,5 @@ fn an_endpoint_may_be_a_nodes_own_address() {
     let s = load(&text);
     let (_, dns) = s.cluster.service_port("kube-dns", "dns").unwrap();
     let ep = dns.endpoints.iter().find(|e| e.ip.to_string() == "192.168.50.12").unwrap();
-    assert_eq!(ep.pod, s.cluster.nodes.iter().find(|n| n.ip == ep.ip).unwrap().name);
+    assert_eq!(ep.pod, s.cluster.nodes.iter().find(|n| n.ip() == ep.ip).unwrap().name);
 }

@@ -50,18 +50,18 @@ pub(super) fn v6(c: &Cluster) -> Cluster {
     c.service_cidr = v6_net(c.service_cidr);
     c.node_network = v6_net(c.node_network);
     for n in &mut c.nodes {
-        n.ip = v6_ip(n.ip);
+        n.ips = n.ips.map(|ip| v6_ip(*ip));
         n.secondary_ips.iter_mut().for_each(|ip| *ip = v6_ip(*ip));
-        n.pod_cidr = v6_net(n.pod_cidr);
+        n.pod_cidrs = n.pod_cidrs.map(|c| v6_net(*c));
     }
     for h in &mut c.external_hosts {
-        h.ip = v6_ip(h.ip);
+        h.ips = h.ips.map(|ip| v6_ip(*ip));
     }
     for p in &mut c.pods {
-        p.ip = v6_ip(p.ip);
+        p.ips = p.ips.map(|ip| v6_ip(*ip));
     }
     for s in &mut c.services {
-        s.cluster_ip = v6_ip(s.cluster_ip);
+        s.cluster_ips = s.cluster_ips.map(|ip| v6_ip(*ip));
         s.external_ips.iter_mut().for_each(|ip| *ip = v6_ip(*ip));
         s.load_balancer_ips.iter_mut().for_each(|ip| *ip = v6_ip(*ip));
         s.load_balancer_source_ranges.iter_mut().for_each(|n| *n = v6_net(*n));
@@ -83,11 +83,11 @@ fn the_converter_keeps_containment() {
     let c = v6(&everything());
     assert_eq!(c.ip_family(), IpFamily::V6);
     for n in &c.nodes {
-        assert!(c.pod_cidr.contains(&n.pod_cidr) && c.node_network.contains(&n.ip), "{n:?}");
+        assert!(c.pod_cidr.contains(&n.pod_cidr()) && c.node_network.contains(&n.ip()), "{n:?}");
     }
     let (v4, moved) = (everything(), v6(&everything()));
     for (s, m) in v4.services.iter().zip(&moved.services) {
-        assert_eq!(v4.service_cidr.contains(&s.cluster_ip), moved.service_cidr.contains(&m.cluster_ip));
+        assert_eq!(v4.service_cidr.contains(&s.cluster_ip()), moved.service_cidr.contains(&m.cluster_ip()));
     }
 }
 

@@ -106,7 +106,7 @@ fn every_scenario_cluster_loads_and_reads_back() {
         for node in &s.cluster.nodes {
             // Health check servers bind the node's addresses (nftables mode's default
             // `--nodeport-addresses` is the node's primary IPs).
-            for ip in std::iter::once(node.ip).chain(node.second.as_ref().map(|n| n.ip)) {
+            for ip in node.ips.copied() {
                 scratch.add_host_address(ip);
             }
             let what = format!("{} on {}", s.name, node.name);

@@ -7,7 +7,7 @@ mod mutants;
 
 use super::*;
 use crate::model::{
-    Endpoint, Node, NodeSecond, Protocol, SecondFamily, Service, ServiceType, SessionAffinity, TrafficPolicy,
+    Endpoint, Node, PerFamily, Protocol, SecondFamily, Service, ServiceType, SessionAffinity, TrafficPolicy,
 };
 use crate::proxy::test_support::{diff_lines, ep, port, service};
 
@@ -105,13 +105,11 @@ fn dual_stack() -> Cluster {
         node_network: "fd00:192:168:50::/64".parse().unwrap(),
     });
     for (i, n) in c.nodes.iter_mut().enumerate() {
-        n.second = Some(NodeSecond {
-            ip: format!("fd00:192:168:50::{}", i + 2).parse().unwrap(),
-            pod_cidr: format!("fd00:10:244:{i}::/64").parse().unwrap(),
-        });
+        n.ips = PerFamily::dual(n.ip(), Some(format!("fd00:192:168:50::{}", i + 2).parse().unwrap()));
+        n.pod_cidrs = PerFamily::dual(n.pod_cidr(), Some(format!("fd00:10:244:{i}::/64").parse().unwrap()));
     }
     for (i, svc) in c.services.iter_mut().enumerate() {
-        svc.second_cluster_ip = Some(format!("fd00:10:96::{}", 10 + i).parse().unwrap());
+        svc.cluster_ips = PerFamily::dual(svc.cluster_ip(), Some(format!("fd00:10:96::{}", 10 + i).parse().unwrap()));
         for p in &mut svc.ports {
             let twins: Vec<Endpoint> = p
                 .endpoints
