@@ -93,7 +93,12 @@ pub fn diff(
     };
     let runs: Vec<Run> = scenarios
         .iter()
-        .flat_map(|s| [Run { scenario: s, proxy: RunProxy::Choice(left) }, Run { scenario: s, proxy: RunProxy::Choice(right) }])
+        .flat_map(|s| {
+            [
+                Run { scenario: s, proxy: RunProxy::Choice(left) },
+                Run { scenario: s, proxy: RunProxy::Choice(right) },
+            ]
+        })
         .collect();
     let mut results = engine.execute(&runs, reporters)?.into_iter().map(|(_, result)| result);
     let mut out = Vec::new();
@@ -204,13 +209,10 @@ pub fn behaviour(cluster: &Cluster, verdict: &ProbeVerdict) -> Behaviour {
 fn client_addresses(cluster: &Cluster, from: &Source) -> Vec<IpAddr> {
     match from {
         Source::Node(name) => cluster.node(name).map(|n| node_addresses(n).collect()).unwrap_or_default(),
-        Source::Pod(name) => {
-            cluster.pod(name).map(|p| p.ips.copied().collect()).unwrap_or_default()
+        Source::Pod(name) => cluster.pod(name).map(|p| p.ips.copied().collect()).unwrap_or_default(),
+        Source::External(name) => {
+            cluster.external_host(name).map(|h| h.ips.copied().collect()).unwrap_or_default()
         }
-        Source::External(name) => cluster
-            .external_host(name)
-            .map(|h| h.ips.copied().collect())
-            .unwrap_or_default(),
     }
 }
 

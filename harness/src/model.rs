@@ -729,11 +729,8 @@ impl Cluster {
                 Some(ExternalHost { name: h.name.clone(), ips: h.ips.only(family)?, routes })
             })
             .collect();
-        let pods = self
-            .pods
-            .iter()
-            .filter_map(|p| Some(Pod { ips: p.ips.only(family)?, ..p.clone() }))
-            .collect();
+        let pods =
+            self.pods.iter().filter_map(|p| Some(Pod { ips: p.ips.only(family)?, ..p.clone() })).collect();
         let services = self.services.iter().filter_map(|s| s.family_view(family)).collect();
         let proxy = ProxyConfig {
             node_port_addresses: self

@@ -123,7 +123,8 @@ fn run_each(
         options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() },
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let runs: Vec<Run> = scenarios.iter().map(|scenario| Run { scenario, proxy: RunProxy::Built(proxy) }).collect();
+    let runs: Vec<Run> =
+        scenarios.iter().map(|scenario| Run { scenario, proxy: RunProxy::Built(proxy) }).collect();
     engine.execute(&runs, &mut [&mut EachResult(on_result)])?;
     Ok(())
 }

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use packetproof::diff::{FlowDiff, diff};
+use packetproof::engine::Engine;
 use packetproof::model::{ProxyChoice, Scenario};
 use packetproof::runner::RunOptions;
-use packetproof::engine::Engine;
 use packetproof::scenario;
 
 /// The named scenarios, or `None` (with the reason printed) where scenarios cannot run.

@@ -51,14 +51,32 @@ impl<'a> Run<'a> {
 /// What happened, in the order the reporters see it. `index` is the run's position in the
 /// list given to [`execute`].
 pub enum Event<'e> {
-    SuiteStarted { total: usize },
-    ScenarioStarted { index: usize, scenario: &'e Scenario },
+    SuiteStarted {
+        total: usize,
+    },
+    ScenarioStarted {
+        index: usize,
+        scenario: &'e Scenario,
+    },
     /// One probe's verdict, for each probe of a judged scenario, just before its
     /// `ScenarioFinished`.
-    ProbeJudged { index: usize, scenario: &'e Scenario, verdict: &'e ProbeVerdict },
-    ScenarioFinished { index: usize, scenario: &'e Scenario, result: &'e Result<ScenarioReport>, done: usize, total: usize },
+    ProbeJudged {
+        index: usize,
+        scenario: &'e Scenario,
+        verdict: &'e ProbeVerdict,
+    },
+    ScenarioFinished {
+        index: usize,
+        scenario: &'e Scenario,
+        result: &'e Result<ScenarioReport>,
+        done: usize,
+        total: usize,
+    },
     /// Every run ended (or the rest were cancelled by a reporter's [`Control::Stop`]).
-    SuiteFinished { results: &'e [(&'e Scenario, Result<ScenarioReport>)], elapsed: Duration },
+    SuiteFinished {
+        results: &'e [(&'e Scenario, Result<ScenarioReport>)],
+        elapsed: Duration,
+    },
 }
 
 /// A reporter's answer to an event: go on, or start no further runs (a mutant already killed).
@@ -184,7 +202,11 @@ impl Engine {
             .zip(results)
             .map(|(run, result)| {
                 let result = result.unwrap_or_else(|| {
-                    Err(anyhow::anyhow!(if stopped { "not run: the suite was stopped" } else { "the scenario never ran" }))
+                    Err(anyhow::anyhow!(if stopped {
+                        "not run: the suite was stopped"
+                    } else {
+                        "the scenario never ran"
+                    }))
                 });
                 (run.scenario, result)
             })
@@ -205,15 +227,16 @@ enum Message {
 
 /// One run; a panic becomes its error, so the other runs go on and reporters hear of it.
 fn run_caught(run: &Run<'_>, options: &RunOptions, skip_all: Option<&str>) -> Result<ScenarioReport> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(run, options, skip_all)))
-        .unwrap_or_else(|panic| {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(run, options, skip_all))).unwrap_or_else(
+        |panic| {
             let what = panic
                 .downcast_ref::<String>()
                 .map(String::as_str)
                 .or_else(|| panic.downcast_ref::<&str>().copied())
                 .unwrap_or("a panic");
             Err(anyhow::anyhow!("the run panicked: {what}"))
-        })
+        },
+    )
 }
 
 /// Runs one scenario with its proxy; skipped with `skip_reason` when the host cannot run it.

@@ -56,7 +56,8 @@ impl Reporter for TerminalReport {
             Event::SuiteFinished { results, elapsed } => {
                 self.progress.event(event)?;
                 let errors = results.iter().filter(|(_, r)| r.is_err()).count();
-                let reports: Vec<&ScenarioReport> = results.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
+                let reports: Vec<&ScenarioReport> =
+                    results.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
                 let summary = Summary {
                     errors,
                     failed: !reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))),

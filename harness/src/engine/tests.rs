@@ -25,7 +25,11 @@ impl Reporter for Log {
             Event::ScenarioStarted { scenario, .. } => format!("started {}", scenario.name),
             Event::ProbeJudged { verdict, .. } => format!("judged {}", verdict.probe.name),
             Event::ScenarioFinished { scenario, result, done, total, .. } => {
-                format!("finished {} {done}/{total} {}", scenario.name, if result.is_ok() { "ok" } else { "error" })
+                format!(
+                    "finished {} {done}/{total} {}",
+                    scenario.name,
+                    if result.is_ok() { "ok" } else { "error" }
+                )
             }
             Event::SuiteFinished { results, .. } => format!("suite finished: {}", results.len()),
         };
@@ -92,7 +96,8 @@ fn every_reporter_hears_every_event_and_an_error_is_returned_after_the_runs() {
     let unknown = ProxyChoice::named("no-such-proxy");
     let engine = Engine { options: RunOptions::default(), jobs: 2 };
     let mut log = Log { lines: Vec::new(), stop_after: None };
-    let error = engine.execute(&Run::each(&suite, Some(&unknown)), &mut [&mut Failing, &mut log]).unwrap_err();
+    let error =
+        engine.execute(&Run::each(&suite, Some(&unknown)), &mut [&mut Failing, &mut log]).unwrap_err();
     assert_eq!(error.to_string(), "cannot write the report");
     assert_eq!(log.lines.len(), 6, "the other reporter heard the whole suite: {:?}", log.lines);
 }

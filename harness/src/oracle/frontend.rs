@@ -378,5 +378,8 @@ fn node_owning<'a>(cluster: &'a Cluster, from: &Source, ip: IpAddr) -> Option<&'
             _ => None,
         };
     }
-    cluster.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ip) || bridge_address(&n.pod_cidr()) == ip)
+    cluster
+        .nodes
+        .iter()
+        .find(|n| n.node_network_ips().any(|a| a == ip) || bridge_address(&n.pod_cidr()) == ip)
 }

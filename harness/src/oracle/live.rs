@@ -156,7 +156,8 @@ fn still_serving(cluster: &Cluster, target: &Target, pod: &str) -> bool {
 mod tests {
     use super::*;
     use crate::model::{
-        Endpoint, PerFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, Source, TrafficPolicy,
+        Endpoint, PerFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, Source,
+        TrafficPolicy,
     };
     use crate::oracle::SeenSource;
 

@@ -269,11 +269,16 @@ async fn apply(client: &Client, key: &Key, object: &Value, new: bool) -> Result<
 
 /// Deletes one object packetproof wrote; one already gone is fine.
 /// Deletes an object a run killed outright wrote (from its journal: `packetproof cleanup`).
-pub(crate) fn delete_leftover(kubeconfig: &std::path::Path, kind: &str, namespace: &str, name: &str) -> Result<()> {
-    let kind = [Kind::Service, Kind::EndpointSlice]
-        .into_iter()
-        .find(|k| k.kind() == kind)
-        .with_context(|| format!("a journal names an object of kind {kind:?}, which packetproof never writes"))?;
+pub(crate) fn delete_leftover(
+    kubeconfig: &std::path::Path,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    let kind =
+        [Kind::Service, Kind::EndpointSlice].into_iter().find(|k| k.kind() == kind).with_context(|| {
+            format!("a journal names an object of kind {kind:?}, which packetproof never writes")
+        })?;
     let key = Key { kind, namespace: namespace.to_string(), name: name.to_string() };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

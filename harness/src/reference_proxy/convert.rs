@@ -305,8 +305,7 @@ mod tests {
                 // The API does not say which scenario pod (or external host) an address is: the
                 // parser infers it. Fill it the same way to compare.
                 for ep in got.services.iter_mut().flat_map(|s| &mut s.ports).flat_map(|p| &mut p.endpoints) {
-                    let pod =
-                        c.pods.iter().find(|p| p.ips.contains(&ep.ip)).map(|p| &p.name);
+                    let pod = c.pods.iter().find(|p| p.ips.contains(&ep.ip)).map(|p| &p.name);
                     let host = c.external_hosts.iter().find(|h| h.ips.contains(&ep.ip));
                     let node =
                         c.nodes.iter().find(|n| n.node_network_ips().any(|a| a == ep.ip)).map(|n| &n.name);

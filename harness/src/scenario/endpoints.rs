@@ -278,10 +278,7 @@ fn read_endpoint(
     // front of an external database). The harness serves every port the slice names there.
     // Or a node's own address: a host-network endpoint, such as the API servers behind
     // `kubernetes.default`. The harness serves the slice's ports in the node's namespace.
-    let node_owner = cx
-        .nodes
-        .values()
-        .find(|n| n.all_ips().any(|a| a == ip));
+    let node_owner = cx.nodes.values().find(|n| n.all_ips().any(|a| a == ip));
     // endpointslicecache.go reads the zone names of forZones (TopologyAwareHints, on in v1.30).
     let zone_hints: Vec<String> =
         ep.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.clone()).collect();

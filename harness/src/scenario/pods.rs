@@ -48,8 +48,12 @@ pub(crate) fn read(
     addresses: &mut Addresses,
     diag: &mut Diagnostics,
 ) -> Pods {
-    let mut pods =
-        Pods { registry: Registry::new("Pod"), by_ip: HashMap::new(), ips_incomplete: false, host_network: Vec::new() };
+    let mut pods = Pods {
+        registry: Registry::new("Pod"),
+        by_ip: HashMap::new(),
+        ips_incomplete: false,
+        host_network: Vec::new(),
+    };
     for u in unparsed.iter().filter(|u| u.kind == Kind::Pod) {
         pods.ips_incomplete = true;
         match &u.name {

@@ -34,7 +34,13 @@ pub(crate) enum Lookup<'a, T> {
 
 impl<T> Registry<T> {
     pub fn new(what: &'static str) -> Self {
-        Registry { what, entries: Vec::new(), incomplete: false, tolerated: HashSet::new(), notes: HashMap::new() }
+        Registry {
+            what,
+            entries: Vec::new(),
+            incomplete: false,
+            tolerated: HashSet::new(),
+            notes: HashMap::new(),
+        }
     }
 
     /// Adds a definition; on a duplicate name, keeps the first and returns where it is.

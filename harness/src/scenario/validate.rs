@@ -14,7 +14,8 @@ use super::objects::{self, Classified};
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
 use super::{
-    backend_names, defaults, derive, flows, held, host_network, node_objects, pods, probes, scenario_doc, services,
+    backend_names, defaults, derive, flows, held, host_network, node_objects, pods, probes, scenario_doc,
+    services,
 };
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {

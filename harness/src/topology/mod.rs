@@ -33,7 +33,8 @@ pub use netns::Netns;
 /// namespaces, and their additions to existing nodes. Returns what was removed, for the user.
 pub fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
     let namespaces = netns::cleanup(include_live)?.into_iter().map(|name| format!("namespace {name}"));
-    let additions = existing::undo_orphans(include_live)?.into_iter().map(|j| format!("the additions of {j}"));
+    let additions =
+        existing::undo_orphans(include_live)?.into_iter().map(|j| format!("the additions of {j}"));
     Ok(namespaces.chain(additions).collect())
 }
 

@@ -114,7 +114,8 @@ impl Servers {
                     }
                 }
                 listener => {
-                    let listener = super::sctp::into_tokio(listener.with_context(context)?).with_context(context)?;
+                    let listener =
+                        super::sctp::into_tokio(listener.with_context(context)?).with_context(context)?;
                     self.tasks.spawn(serve_sctp(listener, name));
                 }
             },

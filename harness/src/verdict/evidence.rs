@@ -88,7 +88,9 @@ pub fn check(
             (Attempt::Refused { .. }, Outcome::Rejected) => {
                 rejected(cluster, &flow, &client_frames, evidence)
             }
-            (Attempt::Refused { .. }, Outcome::Closed { host }) => closed(&flow, host, &client_frames, evidence),
+            (Attempt::Refused { .. }, Outcome::Closed { host }) => {
+                closed(&flow, host, &client_frames, evidence)
+            }
             (Attempt::Silent | Attempt::Refused { .. }, Outcome::Dropped) => {
                 dropped(cluster, &flow, &s.attempt, &client_frames, evidence)
             }
@@ -244,7 +246,10 @@ fn seen_at(evidence: &Evidence, flow: &FlowOf<'_>, p: &Packet) -> String {
     client_capture_points(flow.probe)
         .into_iter()
         .find(|k| {
-            evidence.frames.get(k).is_some_and(|fs| fs.iter().any(|f| f.packet.as_ref().is_some_and(|q| std::ptr::eq(q, p))))
+            evidence
+                .frames
+                .get(k)
+                .is_some_and(|fs| fs.iter().any(|f| f.packet.as_ref().is_some_and(|q| std::ptr::eq(q, p))))
         })
         .unwrap_or_else(|| "the client".into())
 }

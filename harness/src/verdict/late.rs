@@ -78,12 +78,20 @@ fn answer_to(frame: &Frame, dst: SocketAddr, s: &Sent) -> Option<reply::Answer> 
 /// The SCTP form of [`reconcile`]: an association that came up without an answer the client
 /// took, whose capture holds a DATA chunk from `dst` to its source port within the probe's
 /// window carrying a pod's reply, got that reply.
-fn reconcile_sctp(probe: &Probe, dst: SocketAddr, mut sent: Vec<Sent>, evidence: &Evidence, window: &Window) -> Vec<Sent> {
+fn reconcile_sctp(
+    probe: &Probe,
+    dst: SocketAddr,
+    mut sent: Vec<Sent>,
+    evidence: &Evidence,
+    window: &Window,
+) -> Vec<Sent> {
     let points = client_capture_points(probe);
     let frames: Vec<&Frame> = points
         .iter()
         .filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?)))
-        .flat_map(|(frames, range)| frames.get(range.start.min(frames.len())..range.end.min(frames.len())).unwrap_or_default())
+        .flat_map(|(frames, range)| {
+            frames.get(range.start.min(frames.len())..range.end.min(frames.len())).unwrap_or_default()
+        })
         .collect();
     for s in sent.iter_mut().filter(|s| matches!(s.attempt, Attempt::Broken { .. } | Attempt::Silent)) {
         if let Some(answer) = frames.iter().find_map(|f| sctp_answer_to(f, dst, s.source_port)) {
@@ -96,7 +104,8 @@ fn reconcile_sctp(probe: &Probe, dst: SocketAddr, mut sent: Vec<Sent>, evidence:
 /// The pod's reply in the first DATA chunk of `frame`, an SCTP packet from `dst` to `port`.
 fn sctp_answer_to(frame: &Frame, dst: SocketAddr, port: u16) -> Option<reply::Answer> {
     let p = frame.packet.as_ref()?;
-    let to_attempt = matches!(p.l4, L4::Sctp { src_port, dst_port } if src_port == dst.port() && dst_port == port);
+    let to_attempt =
+        matches!(p.l4, L4::Sctp { src_port, dst_port } if src_port == dst.port() && dst_port == port);
     if !to_attempt || p.src != dst.ip() {
         return None;
     }

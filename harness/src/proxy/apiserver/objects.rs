@@ -176,7 +176,13 @@ mod tests {
         let value = node_object(&node);
         let object: k8s_openapi::api::core::v1::Node = serde_json::from_value(value).unwrap();
         assert_eq!(kube_proxy_node_ips(&object), node.ips.copied().collect::<Vec<_>>());
-        let internal: Vec<String> = object.status.as_ref().unwrap().addresses.iter().flatten()
+        let internal: Vec<String> = object
+            .status
+            .as_ref()
+            .unwrap()
+            .addresses
+            .iter()
+            .flatten()
             .filter(|a| a.type_ == "InternalIP")
             .map(|a| a.address.clone())
             .collect();

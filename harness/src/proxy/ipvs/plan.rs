@@ -81,7 +81,8 @@ pub fn node_port_ips(cluster: &Cluster, node: Option<&Node>) -> Vec<IpAddr> {
     let family = cluster.ip_family();
     let addresses = NodePortAddresses::new(&cluster.proxy, family);
     let mut ips: Vec<IpAddr> = if addresses.match_all() {
-        node.map(|n| n.node_network_ips().chain([bridge_address(&n.pod_cidr())]).collect()).unwrap_or_default()
+        node.map(|n| n.node_network_ips().chain([bridge_address(&n.pod_cidr())]).collect())
+            .unwrap_or_default()
     } else {
         addresses.node_ips(node)
     };

@@ -78,9 +78,9 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
         }
         Mutant::NodePortOnAllAddresses => node_ports_everywhere(rules),
         Mutant::NodePortsNotLast => node_ports_first(rules),
-        Mutant::NodePortWithoutEndpointsNotRejected => rules
-            .elements
-            .retain(|e| !(e.set == NO_ENDPOINT_NODEPORTS && e.value.as_deref().is_some_and(|v| v.ends_with(REJECT_CHAIN)))),
+        Mutant::NodePortWithoutEndpointsNotRejected => rules.elements.retain(|e| {
+            !(e.set == NO_ENDPOINT_NODEPORTS && e.value.as_deref().is_some_and(|v| v.ends_with(REJECT_CHAIN)))
+        }),
         Mutant::SourceRangesNodeReachesFirstLbIpOnly => node_admitted_on_first_lb_ip_only(cluster, rules),
         outside_the_rules!() => {}
         // No route_localnet, so no localnet guard to leave out (`Mutant::exists_in_nftables`).

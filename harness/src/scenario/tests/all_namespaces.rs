@@ -83,8 +83,11 @@ fn slices_derived_over_a_host_network_pod_are_refused_with_what_to_paste() {
 
 #[test]
 fn a_probe_from_a_host_network_pod_is_told_to_probe_from_its_node() {
-    let text =
-        edit(&with_host_network_pod("192.168.50.11", "{app: agent}"), "from: {pod: client}", "from: {pod: agent}");
+    let text = edit(
+        &with_host_network_pod("192.168.50.11", "{app: agent}"),
+        "from: {pod: client}",
+        "from: {pod: agent}",
+    );
     assert_only(
         &errors(&text),
         at_in(&text, "from: {pod: agent}", "agent"),

@@ -17,7 +17,10 @@ fn the_shipped_scenario_has_both_families_everywhere() {
     let node = c.node("node-a").unwrap();
     assert_eq!(node.ip().to_string(), "192.168.50.11");
     assert_eq!(node.pod_cidrs.get(IpFamily::V6).unwrap().to_string(), "fd00:10:244:1::/64");
-    assert_eq!(c.external_host("outside").unwrap().ips.get(IpFamily::V6).unwrap().to_string(), "fd00:192:168:50::100");
+    assert_eq!(
+        c.external_host("outside").unwrap().ips.get(IpFamily::V6).unwrap().to_string(),
+        "fd00:192:168:50::100"
+    );
     assert_eq!(c.pod("web-a").unwrap().ips.get(IpFamily::V6).unwrap().to_string(), "fd00:10:244:1::10");
     let web = c.service("web").unwrap();
     assert_eq!(web.cluster_ips.get(IpFamily::V6).unwrap().to_string(), "fd00:10:96::80");

@@ -275,7 +275,13 @@ mod tests {
         let m = metrics(1.7e9, 1.6e9, 3.0, 0.25);
         assert_eq!(
             m.0[&None],
-            Gauges { last_synced: 1.7e9, last_queued: 1.6e9, syncs: 3.0, sync_seconds: 0.25, restore_failures: 0.0 }
+            Gauges {
+                last_synced: 1.7e9,
+                last_queued: 1.6e9,
+                syncs: 3.0,
+                sync_seconds: 0.25,
+                restore_failures: 0.0
+            }
         );
         let labelled = SyncMetrics::parse(&format!(
             "{LAST_SYNCED}{{ip_family=\"IPv4\"}} 5\n{LAST_SYNCED}{{ip_family=\"IPv6\"}} 6\n\

@@ -109,7 +109,8 @@ fn dual_stack() -> Cluster {
         n.pod_cidrs = PerFamily::dual(n.pod_cidr(), Some(format!("fd00:10:244:{i}::/64").parse().unwrap()));
     }
     for (i, svc) in c.services.iter_mut().enumerate() {
-        svc.cluster_ips = PerFamily::dual(svc.cluster_ip(), Some(format!("fd00:10:96::{}", 10 + i).parse().unwrap()));
+        svc.cluster_ips =
+            PerFamily::dual(svc.cluster_ip(), Some(format!("fd00:10:96::{}", 10 + i).parse().unwrap()));
         for p in &mut svc.ports {
             let twins: Vec<Endpoint> = p
                 .endpoints
