@@ -99,6 +99,13 @@ pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
 }
 
+/// A second load-balancer IP (203.0.113.12) on the fixture's `lb` Service: the node's own
+/// traffic must be admitted on each VIP (kubernetes PR #109826).
+pub fn add_second_lb_ip(cluster: &mut crate::model::Cluster) {
+    let lb = cluster.services.iter_mut().find(|s| s.name == "lb").expect("the fixture's lb Service");
+    lb.load_balancer_ips.push("203.0.113.12".parse().unwrap());
+}
+
 /// Puts node-a in zone-a and node-b in zone-b, and adds two Services with the topology
 /// annotation: `zoned`, one endpoint on each node hinted for its node's zone, and
 /// `zoned-partial`, the same with node-b's endpoint unhinted (so kube-proxy ignores hints).

@@ -39,17 +39,8 @@ pub fn reconcile(
     if probe.protocol != Protocol::Udp {
         return sent;
     }
-    let frames = |to_the_end: bool| -> Vec<&Frame> {
-        let points = client_capture_points(probe);
-        let taken = points.iter().filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?)));
-        taken
-            .flat_map(|(frames, range)| {
-                let end = if to_the_end { frames.len() } else { range.end.min(frames.len()) };
-                frames.get(range.start.min(end)..end).unwrap_or_default()
-            })
-            .collect()
-    };
-    let (named, in_window) = (frames(true), frames(false));
+    let (named, in_window) =
+        (client_frames(probe, evidence, window, true), client_frames(probe, evidence, window, false));
     for s in sent.iter_mut().filter(|s| s.attempt == Attempt::Silent) {
         let frames = if s.request.is_some() { &named } else { &in_window };
         if let Some(answer) = frames.iter().find_map(|f| answer_to(f, dst, s)) {
@@ -85,20 +76,31 @@ fn reconcile_sctp(
     evidence: &Evidence,
     window: &Window,
 ) -> Vec<Sent> {
-    let points = client_capture_points(probe);
-    let frames: Vec<&Frame> = points
-        .iter()
-        .filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?)))
-        .flat_map(|(frames, range)| {
-            frames.get(range.start.min(frames.len())..range.end.min(frames.len())).unwrap_or_default()
-        })
-        .collect();
+    let frames = client_frames(probe, evidence, window, false);
     for s in sent.iter_mut().filter(|s| matches!(s.attempt, Attempt::Broken { .. } | Attempt::Silent)) {
         if let Some(answer) = frames.iter().find_map(|f| sctp_answer_to(f, dst, s.source_port)) {
             s.attempt = Attempt::Answered { pod: answer.pod, seen: answer.seen };
         }
     }
     sent
+}
+
+/// The frames of the client's capture points from the start of the probe's `window` to its
+/// end, or with `to_the_end` to the end of the capture.
+fn client_frames<'e>(
+    probe: &Probe,
+    evidence: &'e Evidence,
+    window: &Window,
+    to_the_end: bool,
+) -> Vec<&'e Frame> {
+    let points = client_capture_points(probe);
+    let taken = points.iter().filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?)));
+    taken
+        .flat_map(|(frames, range)| {
+            let end = if to_the_end { frames.len() } else { range.end.min(frames.len()) };
+            frames.get(range.start.min(end)..end).unwrap_or_default()
+        })
+        .collect()
 }
 
 /// The pod's reply in the first DATA chunk of `frame`, an SCTP packet from `dst` to `port`.

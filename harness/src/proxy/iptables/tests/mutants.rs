@@ -354,13 +354,7 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
     // A mutant that ignores detectLocalMode shows only where the mode is not the default.
     let mut node_cidr = c.clone();
     node_cidr.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
-    // A second VIP: the node's own traffic must be admitted on each (kubernetes PR #109826).
-    c.services
-        .iter_mut()
-        .find(|s| s.name == "lb")
-        .unwrap()
-        .load_balancer_ips
-        .push("203.0.113.12".parse().unwrap());
+    crate::proxy::test_support::add_second_lb_ip(&mut c);
     for m in Mutant::ALL {
         let changed = [&c, &node_cidr].iter().any(|c| {
             ["node-a", "node-b", "node-c"]
@@ -419,12 +413,7 @@ fn ip_mode_proxy_ignored_intercepts_the_proxied_ip() {
 #[test]
 fn source_ranges_node_reaches_first_lb_ip_only_drops_the_second_vip_admission() {
     let mut c = everything();
-    c.services
-        .iter_mut()
-        .find(|s| s.name == "lb")
-        .unwrap()
-        .load_balancer_ips
-        .push("203.0.113.12".parse().unwrap());
+    crate::proxy::test_support::add_second_lb_ip(&mut c);
     let (before, after) = broken_in(&c, Mutant::SourceRangesNodeReachesFirstLbIpOnly, "node-a");
     let (gone, new) = diff(&before, &after);
     assert_eq!(gone.len(), 1, "{gone:?}");

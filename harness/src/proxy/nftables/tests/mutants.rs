@@ -4,13 +4,7 @@ use super::*;
 
 fn mutated(m: Mutant, node: &str) -> (RuleSet, RuleSet) {
     let mut c = everything();
-    // A second VIP: the node's own traffic must be admitted on each (kubernetes PR #109826).
-    c.services
-        .iter_mut()
-        .find(|s| s.name == "lb")
-        .unwrap()
-        .load_balancer_ips
-        .push("203.0.113.12".parse().unwrap());
+    crate::proxy::test_support::add_second_lb_ip(&mut c);
     // Ignoring detectLocalMode shows only where the mode is not the default.
     if m == Mutant::DetectLocalModeIgnored {
         c.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
