@@ -26,6 +26,7 @@ use crate::model::{
 use crate::proxy::iptables::endpoints::Choice;
 use crate::proxy::iptables::generate::Deviations;
 use crate::proxy::iptables::ruleset::{RuleSet, args};
+use crate::proxy::kube::local_detect;
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The name of the dummy interface holding service addresses (`defaultDummyDevice`).
@@ -285,6 +286,22 @@ impl Planner<'_> {
         set.in_family(self.family)
     }
 
+    /// `-m comment --comment C -m set --match-set SET TYPE`: how kube-proxy matches one of
+    /// its sets in a rule, named by the set's comment.
+    fn commented_match(&self, set: SetName, match_type: &str) -> Vec<String> {
+        args![
+            "-m",
+            "comment",
+            "--comment",
+            set.comment(),
+            "-m",
+            "set",
+            "--match-set",
+            self.set(set),
+            match_type
+        ]
+    }
+
     /// `createAndLinkKubeChain` and `writeIptablesRules`, in their order.
     fn iptables_rules(&self) -> RuleSet {
         let mut rules = RuleSet::default();
@@ -337,38 +354,20 @@ impl Planner<'_> {
             if let Some(p) = protocol {
                 rule.extend(args!["-p", p]);
             }
-            rule.extend(args![
-                "-m",
-                "comment",
-                "--comment",
-                set.comment(),
-                "-m",
-                "set",
-                "--match-set",
-                self.set(set),
-                match_type,
-                "-j",
-                to
-            ]);
+            rule.extend(self.commented_match(set, match_type));
+            rule.extend(args!["-j", to]);
             let table = if filter { &mut rules.filter } else { &mut rules.nat };
             table.append(from, rule);
         }
 
         if !self.sets.is_empty(SetName::ClusterIp) {
-            let mut rule = args![
-                "-m",
-                "comment",
-                "--comment",
-                SetName::ClusterIp.comment(),
-                "-m",
-                "set",
-                "--match-set",
-                self.set(SetName::ClusterIp),
-                "dst,dst"
-            ];
-            if !self.cluster.proxy.masquerade_all {
-                // The local-traffic detector by cluster CIDR: off-cluster sources are masqueraded.
-                rule = [args!["!", "-s", self.cluster.pod_cidr.trunc().to_string()], rule].concat();
+            let mut rule = self.commented_match(SetName::ClusterIp, "dst,dst");
+            // Off-cluster sources are masqueraded, as the local-traffic detector (detectLocalMode)
+            // tells them; without a detector, traffic sent from a service address (proxier.go).
+            match local_detect::detector(self.cluster, self.node_name) {
+                _ if self.cluster.proxy.masquerade_all => {}
+                Some(local) => rule = [local.iptables_if_not_local(), rule].concat(),
+                None => *rule.last_mut().expect("the set's match type") = "src,dst".to_string(),
             }
             rules.nat.append(SERVICES, [rule, args!["-j", MARK_MASQ]].concat());
         }
@@ -379,17 +378,7 @@ impl Planner<'_> {
             if self.sets.is_empty(set) {
                 continue;
             }
-            let base = args![
-                "-m",
-                "comment",
-                "--comment",
-                set.comment(),
-                "-m",
-                "set",
-                "--match-set",
-                self.set(set),
-                "dst,dst"
-            ];
+            let base = self.commented_match(set, "dst,dst");
             if masquerade {
                 rules.nat.append(SERVICES, [base.clone(), args!["-j", MARK_MASQ]].concat());
             }
@@ -436,7 +425,7 @@ impl Planner<'_> {
         rules.filter.append(FORWARD, args!["-m", "comment", "--comment", "kubernetes forwarding conntrack rule", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]);
         let hc = SetName::HealthCheckNodePort;
         #[rustfmt::skip]
-        rules.filter.append(NODE_PORT, args!["-m", "comment", "--comment", hc.comment(), "-m", "set", "--match-set", self.set(hc), "dst", "-j", "ACCEPT"]);
+        rules.filter.append(NODE_PORT, [self.commented_match(hc, "dst"), args!["-j", "ACCEPT"]].concat());
 
         // New connections to a service address on a port no virtual server has are rejected
         // (kubernetes/kubernetes#72236): the node's own ports are not reachable through a VIP.

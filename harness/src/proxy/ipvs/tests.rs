@@ -85,3 +85,18 @@ fn ipv6_sets_are_named_kube_6() {
     );
     assert_eq!(SetName::ClusterIp.in_family(crate::model::IpFamily::V6), "KUBE-6-CLUSTER-IP");
 }
+
+/// The off-cluster masquerade of cluster IPs follows detectLocalMode, through the detector
+/// the other modes use (proxy/kube/local_detect.rs), as kube-proxy's IPVS proxier takes its
+/// `localDetector` (pkg/proxy/ipvs/proxier.go, `IfNotLocal`).
+#[test]
+fn the_cluster_ip_masquerade_tells_local_traffic_by_the_detect_local_mode() {
+    let mut cluster = Cluster::example(vec![web(ServiceType::NodePort, TrafficPolicy::Cluster)]);
+    let node_cidr = cluster.node("node-a").unwrap().pod_cidr().to_string();
+    cluster.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
+    let text = family_plan(&cluster, "node-a", Breaks::default()).rules.render();
+    assert!(text.contains(&format!("-A KUBE-SERVICES ! -s {node_cidr} -m comment")), "{text}");
+    cluster.proxy.detect_local = crate::model::DetectLocal::BridgeInterface("cni0".into());
+    let text = family_plan(&cluster, "node-a", Breaks::default()).rules.render();
+    assert!(text.contains("-A KUBE-SERVICES ! -i cni0 -m comment"), "{text}");
+}
