@@ -2,34 +2,15 @@
 
 use super::ipset::SetName;
 use super::plan::{Breaks, family_plan};
-use crate::model::{
-    Cluster, Endpoint, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
-};
-
-fn endpoint(ip: &str, node: &str) -> Endpoint {
-    Endpoint {
-        ip: ip.parse().unwrap(),
-        port: 8080,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node: Some(node.into()),
-        pod: format!("pod-{ip}"),
-        zone_hints: Vec::new(),
-    }
-}
+use crate::model::{Cluster, Protocol, Service, ServiceType, SessionAffinity, TrafficPolicy};
+use crate::proxy::test_support::{ep, port};
 
 fn web(service_type: ServiceType, etp: TrafficPolicy) -> Service {
     let mut svc = Service::new("default", "web", "10.96.0.10".parse().unwrap());
     svc.service_type = service_type;
     svc.external_traffic_policy = etp;
-    svc.ports = vec![ServicePort {
-        name: String::new(),
-        protocol: Protocol::Tcp,
-        port: 80,
-        node_port: Some(30080),
-        endpoints: vec![endpoint("10.244.0.5", "node-a"), endpoint("10.244.1.5", "node-b")],
-    }];
+    let endpoints = vec![ep("10.244.0.5", 8080, Some("node-a")), ep("10.244.1.5", 8080, Some("node-b"))];
+    svc.ports = vec![port("", Protocol::Tcp, 80, Some(30080), endpoints)];
     svc
 }
 
