@@ -12,6 +12,7 @@ pub mod diff;
 pub mod engine;
 pub mod kernel;
 mod matrix;
+mod matrix_differences;
 mod matrix_junit;
 pub mod model;
 pub mod mutants;

@@ -152,17 +152,17 @@ pub fn main(args: Args) -> Result<i32> {
         std::fs::write(path, combined_json(&cells)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    let runs: Vec<crate::matrix_junit::CellRun<'_>> = cells
+        .iter()
+        .map(|c| crate::matrix_junit::CellRun {
+            kernel: &c.kernel,
+            version: &c.version,
+            proxy: &c.proxy,
+            report: c.report.as_ref(),
+            error: c.error.as_deref(),
+        })
+        .collect();
     if let Some(path) = &args.junit {
-        let runs: Vec<crate::matrix_junit::CellRun<'_>> = cells
-            .iter()
-            .map(|c| crate::matrix_junit::CellRun {
-                kernel: &c.kernel,
-                version: &c.version,
-                proxy: &c.proxy,
-                report: c.report.as_ref(),
-                error: c.error.as_deref(),
-            })
-            .collect();
         std::fs::write(path, crate::matrix_junit::junit(&runs)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -171,6 +171,9 @@ pub fn main(args: Args) -> Result<i32> {
     // a missing module), per kernel × proxy.
     for line in skipped(&cells) {
         println!("{line}");
+    }
+    for line in crate::matrix_differences::by_kernel(&runs) {
+        println!("differs by kernel: {line}");
     }
     let code = exit_code(&cells);
     println!("matrix: {} runs in {:.1}s (exit {code})", cells.len(), started.elapsed().as_secs_f64());

@@ -1,0 +1,108 @@
+//! What one kernel does and another does not: for each proxy, the scenarios whose outcome is
+//! not the same on every kernel the matrix ran, with the kernels of each outcome. A line per
+//! scenario, so that a kernel-specific failure (or skip) is named beside the kernel table.
+
+use serde_json::Value;
+
+use crate::matrix_junit::CellRun;
+
+/// `sctp with builtin-iptables: passed on 6.12, 7.3; failed on 5.10`, in the order the
+/// scenarios and kernels first appear. A run without a report counts as `error` for every
+/// scenario the other kernels ran.
+pub(crate) fn by_kernel(cells: &[CellRun<'_>]) -> Vec<String> {
+    let mut proxies: Vec<&str> = Vec::new();
+    for c in cells {
+        if !proxies.contains(&c.proxy) {
+            proxies.push(c.proxy);
+        }
+    }
+    let mut out = Vec::new();
+    for proxy in proxies {
+        let runs: Vec<&CellRun<'_>> = cells.iter().filter(|c| c.proxy == proxy).collect();
+        if runs.len() < 2 {
+            continue;
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for run in &runs {
+            for s in scenarios(run) {
+                let name = s["name"].as_str().unwrap_or_default();
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        for name in names {
+            // Outcome → kernels, in first-seen order of outcomes.
+            let mut outcomes: Vec<(String, Vec<&str>)> = Vec::new();
+            for run in &runs {
+                let status = scenarios(run)
+                    .find(|s| s["name"] == name)
+                    .map(|s| s["status"].as_str().unwrap_or("error").to_string())
+                    .unwrap_or_else(|| if run.report.is_some() { "not run".into() } else { "error".into() });
+                match outcomes.iter_mut().find(|(o, _)| *o == status) {
+                    Some((_, kernels)) => kernels.push(run.kernel),
+                    None => outcomes.push((status, vec![run.kernel])),
+                }
+            }
+            if outcomes.len() > 1 {
+                let parts: Vec<String> =
+                    outcomes.iter().map(|(o, kernels)| format!("{o} on {}", kernels.join(", "))).collect();
+                out.push(format!("{name} with {proxy}: {}", parts.join("; ")));
+            }
+        }
+    }
+    out
+}
+
+fn scenarios<'v>(run: &CellRun<'v>) -> impl Iterator<Item = &'v Value> {
+    run.report.and_then(|r| r["scenarios"].as_array()).into_iter().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn report(statuses: &[(&str, &str)]) -> Value {
+        let scenarios: Vec<Value> = statuses.iter().map(|(n, s)| json!({"name": n, "status": s})).collect();
+        json!({ "scenarios": scenarios })
+    }
+
+    fn cell<'a>(kernel: &'a str, proxy: &'a str, report: Option<&'a Value>) -> CellRun<'a> {
+        CellRun { kernel, version: "x", proxy, report, error: None }
+    }
+
+    #[test]
+    fn a_scenario_whose_outcome_differs_between_kernels_is_named_with_the_kernels_of_each_outcome() {
+        let old = report(&[("sctp", "failed"), ("hairpin", "passed")]);
+        let new = report(&[("sctp", "passed"), ("hairpin", "passed")]);
+        let newer = report(&[("sctp", "passed"), ("hairpin", "passed")]);
+        let cells = [
+            cell("5.10", "builtin-iptables", Some(&old)),
+            cell("6.12", "builtin-iptables", Some(&new)),
+            cell("7.3", "builtin-iptables", Some(&newer)),
+        ];
+        let lines = by_kernel(&cells);
+        assert_eq!(lines, ["sctp with builtin-iptables: failed on 5.10; passed on 6.12, 7.3"]);
+    }
+
+    #[test]
+    fn proxies_are_compared_only_with_themselves_and_a_run_without_report_is_an_error() {
+        let passed = report(&[("sctp", "passed")]);
+        let skipped = report(&[("sctp", "skipped")]);
+        let cells = [
+            cell("5.10", "builtin-iptables", Some(&passed)),
+            cell("5.10", "builtin-nftables", Some(&skipped)),
+            cell("7.3", "builtin-iptables", Some(&passed)),
+            cell("7.3", "builtin-nftables", None),
+        ];
+        assert_eq!(by_kernel(&cells), ["sctp with builtin-nftables: skipped on 5.10; error on 7.3"]);
+    }
+
+    #[test]
+    fn one_kernel_has_nothing_to_differ_from() {
+        let failed = report(&[("sctp", "failed")]);
+        assert!(by_kernel(&[cell("5.10", "builtin-iptables", Some(&failed))]).is_empty());
+    }
+}
