@@ -1,10 +1,12 @@
 //! The kernel matrix's combined JUnit report: every kernel × proxy's scenarios as test suites
 //! named `KERNEL (VERSION) PROXY: SCENARIO`, so that a CI system tells the same scenario on two
-//! kernels apart, built by quick-junit from the guests' JSON reports (the same fields `run`'s
-//! own JUnit report shows: a test case per probe, its failures, skipped with the reason).
+//! kernels apart, read back from the guests' JSON reports into the shape `run`'s own reports are written
+//! from, and turned into suites by the same function (`report::junit`).
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde_json::Value;
+
+use crate::report::{JunitOrigin, ReportedScenario, junit_suite};
 
 /// One kernel × proxy as the matrix ended it.
 pub(crate) struct CellRun<'a> {
@@ -20,20 +22,21 @@ pub(crate) struct CellRun<'a> {
 pub(crate) fn junit(cells: &[CellRun<'_>]) -> anyhow::Result<String> {
     let mut report = Report::new("packetproof matrix");
     for cell in cells {
-        let prefix = format!("{} ({}) {}", cell.kernel, cell.version, cell.proxy);
-        let scenarios = cell.report.and_then(|r| r["scenarios"].as_array());
-        match (scenarios, cell.error) {
-            (Some(scenarios), None) => {
-                for scenario in scenarios {
-                    report.add_test_suite(suite(&prefix, scenario));
+        let run = format!("{} ({}) {}", cell.kernel, cell.version, cell.proxy);
+        let read = match cell.error {
+            Some(error) => Err(error.to_string()),
+            None => scenarios(cell),
+        };
+        match read {
+            Ok(scenarios) => {
+                for scenario in &scenarios {
+                    report.add_test_suite(junit_suite(JunitOrigin::Guest(&run), scenario));
                 }
             }
-            (_, error) => {
-                let mut suite = TestSuite::new(prefix.as_str());
+            Err(why) => {
+                let mut suite = TestSuite::new(run.as_str());
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-                status
-                    .set_message("the run could not be carried out")
-                    .set_description(error.unwrap_or("the guest wrote no report"));
+                status.set_message("the run could not be carried out").set_description(why);
                 suite.add_test_case(TestCase::new("run", status));
                 report.add_test_suite(suite);
             }
@@ -43,92 +46,37 @@ pub(crate) fn junit(cells: &[CellRun<'_>]) -> anyhow::Result<String> {
     crate::report::junit_root_without_skipped(&xml)
 }
 
-fn text<'v>(value: &'v Value, key: &str) -> &'v str {
-    value[key].as_str().unwrap_or_default()
-}
-
-/// A scenario of one kernel × proxy, as `run`'s JUnit report shows it.
-fn suite(prefix: &str, scenario: &Value) -> TestSuite {
-    let name = text(scenario, "name");
-    let mut suite = TestSuite::new(format!("{prefix}: {name}"));
-    if let Some(seconds) = scenario["elapsed_seconds"].as_f64() {
-        suite.set_time(std::time::Duration::from_secs_f64(seconds.max(0.0)));
-    }
-    let classname = format!("{prefix}::{}::{name}", text(scenario, "file"));
-    let mut add = |case_name: &str, status: TestCaseStatus| {
-        let mut case = TestCase::new(case_name, status);
-        case.set_classname(classname.as_str());
-        suite.add_test_case(case);
-    };
-    match text(scenario, "status") {
-        "skipped" => {
-            let mut status = TestCaseStatus::skipped();
-            status.set_message(text(scenario, "reason"));
-            add("scenario", status);
-        }
-        "error" => {
-            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-            status.set_message("the scenario could not be set up").set_description(text(scenario, "reason"));
-            add("setup", status);
-        }
-        _ => {
-            for probe in scenario["probes"].as_array().into_iter().flatten() {
-                let status = if probe["passed"].as_bool() == Some(true) {
-                    TestCaseStatus::success()
-                } else {
-                    let failures: Vec<&str> = probe["failures"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .collect();
-                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                    status.set_message(failures.first().copied().unwrap_or("failed")).set_description(
-                        format!(
-                            "from {} to {}\nexpected: {} ({}; by {})\nobserved: {}\n{}{}",
-                            text(probe, "from"),
-                            text(probe, "to"),
-                            text(probe, "expected"),
-                            text(probe, "because"),
-                            text(probe, "required_by"),
-                            text(probe, "observed"),
-                            failures.iter().map(|f| format!("✗ {f}\n")).collect::<String>(),
-                            scenario["evidence"]
-                                .as_str()
-                                .map(|e| format!("evidence (in the guest): {e}\n"))
-                                .unwrap_or_default(),
-                        ),
-                    );
-                    status
-                };
-                add(text(probe, "name"), status);
-            }
-            for flow in scenario["not_judged"].as_array().into_iter().flatten() {
-                let mut status = TestCaseStatus::skipped();
-                status.set_message(format!("not judged: {}", text(flow, "reason")));
-                add(text(flow, "flow"), status);
-            }
-        }
-    }
-    suite
+/// The guest's scenarios, read back into the shape the host's reports are written from.
+fn scenarios(cell: &CellRun<'_>) -> Result<Vec<ReportedScenario>, String> {
+    let report = cell.report.ok_or("the guest wrote no report")?;
+    serde_json::from_value(report["scenarios"].clone())
+        .map_err(|e| format!("the guest's JSON report does not read as a packetproof report: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn probe(name: &str, failures: &[&str]) -> Value {
+        serde_json::json!({
+            "name": name, "from": "pod a", "to": "svc web", "attempts": 1, "expected": "answered",
+            "because": "the contract", "required_by": "contract", "observed": "answered",
+            "passed": failures.is_empty(), "failures": failures,
+        })
+    }
+
     fn report() -> Value {
         serde_json::json!({
             "passed": 1, "failed": 1, "skipped": 1, "errors": 0,
             "scenarios": [
                 {"name": "sctp", "file": "scenarios/sctp.yaml", "status": "passed", "elapsed_seconds": 7.0,
-                 "probes": [{"name": "pod-to-cluster-ip", "passed": true, "failures": []}], "not_judged": []},
+                 "probes": [probe("pod-to-cluster-ip", &[])], "not_judged": []},
                 {"name": "hairpin", "file": "scenarios/hairpin.yaml", "status": "failed", "elapsed_seconds": 3.0,
                  "evidence": "/share/builtin-iptables/artifacts/hairpin",
-                 "probes": [{"name": "self", "passed": false, "from": "pod a", "to": "svc web",
-                             "failures": ["conntrack on node-a: no entry"]}], "not_judged": []},
+                 "probes": [probe("self", &["conntrack on node-a: no entry"])], "not_judged": []},
                 {"name": "ipvs-only", "file": "scenarios/x.yaml", "status": "skipped",
-                 "reason": "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64", "probes": []},
+                 "reason": "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64",
+                 "elapsed_seconds": 0.0, "probes": [], "not_judged": []},
             ]
         })
     }
@@ -167,6 +115,8 @@ mod tests {
             "{xml}"
         );
         assert!(xml.contains("qemu exited with 1"), "{xml}");
+        assert!(xml.contains("by the Kubernetes contract"), "{xml}");
+        assert!(xml.contains("evidence (in the guest): /share/builtin-iptables/artifacts/hairpin"), "{xml}");
         assert!(
             xml.contains(r#"<testsuites name="packetproof matrix" tests="4" failures="1" errors="1">"#),
             "no skipped count on the root: {xml}"

@@ -1,63 +1,77 @@
-//! The same content as the JUnit report, as JSON for tools that would rather not parse XML.
+//! A run's report as JSON, for tools that would rather not parse XML. It is also the one
+//! shape the JUnit writer reads (`junit.rs`), on the host and from a guest's report read back
+//! by the kernel matrix, so the two JUnit reports cannot drift apart.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Finished, destination, expected};
 use crate::oracle::Basis;
 use crate::runner::Outcome;
 
 #[derive(Serialize)]
-struct Run<'a> {
+struct Run {
     passed: usize,
     failed: usize,
     skipped: usize,
     errors: usize,
-    scenarios: Vec<Scenario<'a>>,
+    scenarios: Vec<Scenario>,
 }
 
-#[derive(Serialize)]
-struct Scenario<'a> {
-    name: &'a str,
-    file: String,
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Scenario {
+    pub name: String,
+    pub file: String,
     /// `passed`, `failed`, `skipped` or `error`.
-    status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    proxy: Option<&'a str>,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    proxy: Option<String>,
     /// The profile the probes were judged under.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     profile: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
-    elapsed_seconds: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    evidence: Option<String>,
-    probes: Vec<Probe>,
-    not_judged: Vec<NotJudged<'a>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub elapsed_seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+    pub probes: Vec<Probe>,
+    pub not_judged: Vec<NotJudged>,
 }
 
-#[derive(Serialize)]
-struct Probe {
-    name: String,
-    from: String,
-    to: String,
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Probe {
+    pub name: String,
+    pub from: String,
+    pub to: String,
     attempts: usize,
-    expected: String,
-    because: String,
+    pub expected: String,
+    pub because: String,
     /// `contract` (Kubernetes requires it) or the profile whose choice it is.
-    required_by: String,
-    observed: String,
-    passed: bool,
-    failures: Vec<String>,
+    pub required_by: String,
+    pub observed: String,
+    pub passed: bool,
+    pub failures: Vec<String>,
 }
 
-#[derive(Serialize)]
-struct NotJudged<'a> {
-    flow: &'a str,
-    reason: &'a str,
+impl Probe {
+    /// `the Kubernetes contract` or `kube-proxy-ipvs's choice`, as [`Basis`] shows itself.
+    pub fn basis(&self) -> String {
+        match self.required_by.as_str() {
+            CONTRACT => Basis::Contract.to_string(),
+            profile => format!("{profile}'s choice"),
+        }
+    }
+}
+
+const CONTRACT: &str = "contract";
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct NotJudged {
+    pub flow: String,
+    pub reason: String,
 }
 
 pub fn json_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
-    let scenarios: Vec<Scenario> = finished.iter().map(scenario).collect();
+    let scenarios = scenarios(finished);
     let count = |status| scenarios.iter().filter(|s| s.status == status).count();
     let run = Run {
         passed: count("passed"),
@@ -69,13 +83,18 @@ pub fn json_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
     Ok(serde_json::to_string_pretty(&run)?)
 }
 
-fn scenario<'a>(finished: &'a Finished<'a>) -> Scenario<'a> {
+/// Every finished scenario in the report's shape.
+pub(crate) fn scenarios(finished: &[Finished<'_>]) -> Vec<Scenario> {
+    finished.iter().map(scenario).collect()
+}
+
+fn scenario(finished: &Finished<'_>) -> Scenario {
     let (s, report) = match finished {
         Finished::Error { scenario, error } => {
             return Scenario {
-                name: &scenario.name,
+                name: scenario.name.clone(),
                 file: scenario.source.display().to_string(),
-                status: "error",
+                status: "error".into(),
                 proxy: None,
                 profile: None,
                 reason: Some(error.clone()),
@@ -100,7 +119,7 @@ fn scenario<'a>(finished: &'a Finished<'a>) -> Scenario<'a> {
                     expected: expected(&v.expected.outcome),
                     because: v.expected.because.clone(),
                     required_by: match v.expected.basis {
-                        Basis::Contract => "contract".to_string(),
+                        Basis::Contract => CONTRACT.to_string(),
                         Basis::Choice(profile) => profile.to_string(),
                     },
                     observed: v.observed_summary(),
@@ -112,15 +131,19 @@ fn scenario<'a>(finished: &'a Finished<'a>) -> Scenario<'a> {
         }
     };
     Scenario {
-        name: &s.name,
+        name: s.name.clone(),
         file: s.source.display().to_string(),
-        status,
-        proxy: Some(&report.proxy),
+        status: status.into(),
+        proxy: Some(report.proxy.clone()),
         profile: report.profile.map(|p| p.to_string()),
         reason,
         elapsed_seconds: report.elapsed.as_secs_f64(),
         evidence: report.artifacts.as_ref().map(|d| d.display().to_string()),
         probes,
-        not_judged: report.unjudged.iter().map(|(flow, reason)| NotJudged { flow, reason }).collect(),
+        not_judged: report
+            .unjudged
+            .iter()
+            .map(|(flow, reason)| NotJudged { flow: flow.clone(), reason: reason.clone() })
+            .collect(),
     }
 }

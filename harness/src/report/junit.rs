@@ -2,17 +2,19 @@
 //! quick-junit (no string formatting of XML here), made to validate against Jenkins' JUnit
 //! schema (`tests/junit_schema.rs` checks it with xmllint).
 
+use std::time::Duration;
+
 use anyhow::Context;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use quick_xml::events::{BytesStart, Event};
 
-use super::{Finished, destination, expected};
-use crate::runner::Outcome;
+use super::Finished;
+use super::json::{Probe, Scenario, scenarios};
 
 pub fn junit_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
     let mut report = Report::new("packetproof");
-    for f in finished {
-        report.add_test_suite(suite(f));
+    for scenario in scenarios(finished) {
+        report.add_test_suite(suite(Origin::Host, &scenario));
     }
     let xml = report.to_string()?;
     root_without_skipped(&xml)
@@ -39,67 +41,77 @@ pub(crate) fn root_without_skipped(xml: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8(writer.into_inner())?)
 }
 
-fn suite(finished: &Finished<'_>) -> TestSuite {
-    match finished {
-        Finished::Error { scenario, error } => {
-            let mut suite = TestSuite::new(scenario.name.as_str());
-            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-            status.set_message("the scenario could not be set up").set_description(error.as_str());
-            suite.add_test_case(case(scenario, "setup", status));
-            suite
-        }
-        Finished::Ran { scenario, report } => {
-            let mut suite = TestSuite::new(scenario.name.as_str());
-            suite.set_time(report.elapsed);
-            match &report.outcome {
-                Outcome::Skipped(reason) => {
-                    for probe in &scenario.probes {
-                        let mut status = TestCaseStatus::skipped();
-                        status.set_message(reason.as_str());
-                        suite.add_test_case(case(scenario, &probe.name, status));
-                    }
-                }
-                Outcome::Judged(verdicts) => {
-                    for v in verdicts {
-                        let status = if v.passed() {
-                            TestCaseStatus::success()
-                        } else {
-                            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                            status.set_message(v.failures[0].as_str()).set_description(format!(
-                                "from {} to {}\nexpected: {} ({}; by {})\nobserved: {}\n{}{}",
-                                v.probe.from,
-                                destination(&scenario.cluster, &v.probe.to, v),
-                                expected(&v.expected.outcome),
-                                v.expected.because,
-                                v.expected.basis,
-                                v.observed_summary(),
-                                v.failures.iter().map(|f| format!("✗ {f}\n")).collect::<String>(),
-                                report
-                                    .artifacts
-                                    .as_ref()
-                                    .map(|d| format!("evidence: {}\n", d.display()))
-                                    .unwrap_or_default(),
-                            ));
-                            status
-                        };
-                        suite.add_test_case(case(scenario, &v.probe.name, status));
-                    }
-                    for (flow, why) in &report.unjudged {
-                        let mut status = TestCaseStatus::skipped();
-                        status.set_message(format!("not judged: {why}"));
-                        suite.add_test_case(case(scenario, flow, status));
-                    }
-                }
-            }
-            suite
-        }
-    }
+/// Where a report's scenarios ran: on this host, or in a guest of the kernel matrix
+/// (`5.10 (5.10.262) builtin-iptables`), whose name prefixes each suite and test class so
+/// that a CI system tells the same scenario on two kernels apart.
+#[derive(Clone, Copy)]
+pub(crate) enum Origin<'a> {
+    Host,
+    Guest(&'a str),
 }
 
-fn case(scenario: &crate::model::Scenario, name: &str, status: TestCaseStatus) -> TestCase {
-    let mut case = TestCase::new(name, status);
-    case.set_classname(format!("{}::{}", scenario.source.display(), scenario.name));
-    case
+/// A scenario as a test suite with a test case per probe: failures with expected beside
+/// observed, flows left unjudged and skipped scenarios as skipped cases with their reason.
+pub(crate) fn suite(origin: Origin<'_>, scenario: &Scenario) -> TestSuite {
+    let (name, classname) = match origin {
+        Origin::Host => (scenario.name.clone(), format!("{}::{}", scenario.file, scenario.name)),
+        Origin::Guest(run) => {
+            (format!("{run}: {}", scenario.name), format!("{run}::{}::{}", scenario.file, scenario.name))
+        }
+    };
+    let mut suite = TestSuite::new(name);
+    suite.set_time(Duration::from_secs_f64(scenario.elapsed_seconds.max(0.0)));
+    let mut add = |case_name: &str, status: TestCaseStatus| {
+        let mut case = TestCase::new(case_name, status);
+        case.set_classname(classname.as_str());
+        suite.add_test_case(case);
+    };
+    let reason = scenario.reason.as_deref().unwrap_or_default();
+    match scenario.status.as_str() {
+        "skipped" => {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(reason);
+            add("scenario", status);
+        }
+        "error" => {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+            status.set_message("the scenario could not be set up").set_description(reason);
+            add("setup", status);
+        }
+        _ => {
+            for probe in &scenario.probes {
+                let status =
+                    if probe.passed { TestCaseStatus::success() } else { failure(origin, scenario, probe) };
+                add(&probe.name, status);
+            }
+            for flow in &scenario.not_judged {
+                let mut status = TestCaseStatus::skipped();
+                status.set_message(format!("not judged: {}", flow.reason));
+                add(&flow.flow, status);
+            }
+        }
+    }
+    suite
+}
+
+fn failure(origin: Origin<'_>, scenario: &Scenario, probe: &Probe) -> TestCaseStatus {
+    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+    let evidence = match (origin, &scenario.evidence) {
+        (_, None) => String::new(),
+        (Origin::Host, Some(dir)) => format!("evidence: {dir}\n"),
+        (Origin::Guest(_), Some(dir)) => format!("evidence (in the guest): {dir}\n"),
+    };
+    status.set_message(probe.failures.first().map_or("failed", String::as_str)).set_description(format!(
+        "from {} to {}\nexpected: {} ({}; by {})\nobserved: {}\n{}{evidence}",
+        probe.from,
+        probe.to,
+        probe.expected,
+        probe.because,
+        probe.basis(),
+        probe.observed,
+        probe.failures.iter().map(|f| format!("✗ {f}\n")).collect::<String>(),
+    ));
+    status
 }
 
 #[cfg(test)]

@@ -5,9 +5,12 @@ mod json;
 mod junit;
 pub mod terminal;
 
+pub(crate) use json::Scenario as ReportedScenario;
 pub use json::json_report;
 pub use junit::junit_report;
-pub(crate) use junit::root_without_skipped as junit_root_without_skipped;
+pub(crate) use junit::{
+    Origin as JunitOrigin, root_without_skipped as junit_root_without_skipped, suite as junit_suite,
+};
 pub use terminal::Paint;
 
 use std::fmt::Write;
