@@ -121,6 +121,7 @@ impl Proxy for ClusterProxy {
 
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
         let client = self.client(&env.runtime)?;
+        env.runtime.block_on(super::cluster_settings::require_same(&client, state.cluster))?;
         let written: Arc<Mutex<BTreeMap<Key, Value>>> = Arc::default();
         // On Ctrl-C (or a drop without stop) the objects go; the nodes' proxies then clean up.
         let additions = Additions::default();

@@ -7,6 +7,7 @@
 
 pub mod apiserver;
 pub mod cluster;
+mod cluster_settings;
 pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;

@@ -76,7 +76,54 @@ fn detect_local(mode: &DetectLocal) -> Value {
     }
 }
 
-/// The configuration file's content (JSON, which kube-proxy's YAML loader reads).
+/// The scenario's proxy settings as a KubeProxyConfiguration: the fields of `spec.proxyConfig`
+/// (and the cluster CIDR and node name they depend on), nothing of how the proxy is run. The
+/// `command` adapter hands exactly this to a user's proxy (`{proxyConfig}`); the `apiserver`
+/// adapter adds kube-proxy's own settings to it.
+pub fn scenario_settings(cluster: &Cluster, node: &str, cluster_cidr: &str) -> Value {
+    let proxy = &cluster.proxy;
+    let mut ranges: Vec<String> = proxy.node_port_addresses.iter().map(|r| r.to_string()).collect();
+    ranges.sort();
+    json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "hostnameOverride": node,
+        "featureGates": with_scenario_gates(&Map::new(), proxy),
+        "clusterCIDR": cluster_cidr,
+        "detectLocalMode": detect_local_mode(&proxy.detect_local),
+        "detectLocal": detect_local(&proxy.detect_local),
+        "nodePortAddresses": ranges,
+        "iptables": {"masqueradeAll": proxy.masquerade_all, "localhostNodePorts": proxy.localhost_node_ports},
+        "nftables": {"masqueradeAll": proxy.masquerade_all},
+    })
+}
+
+/// The fields of `spec.proxyConfig` a scenario sets to other than kube-proxy's defaults, as
+/// the scenario spells them: what a proxy that is not told the scenario's settings would get
+/// wrong.
+pub fn changed_settings(proxy: &crate::model::ProxyConfig) -> Vec<&'static str> {
+    let default = crate::model::ProxyConfig::default();
+    let mut changed = Vec::new();
+    if proxy.masquerade_all != default.masquerade_all {
+        changed.push("masqueradeAll");
+    }
+    if proxy.node_port_addresses != default.node_port_addresses {
+        changed.push("nodePortAddresses");
+    }
+    if proxy.localhost_node_ports != default.localhost_node_ports {
+        changed.push("localhostNodePorts");
+    }
+    if proxy.service_traffic_distribution != default.service_traffic_distribution {
+        changed.push("featureGates.ServiceTrafficDistribution");
+    }
+    if proxy.detect_local != default.detect_local {
+        changed.push("detectLocalMode");
+    }
+    changed
+}
+
+/// The configuration file's content (JSON, which kube-proxy's YAML loader reads): the
+/// scenario's settings plus how this kube-proxy runs.
 ///
 /// `featureGates` are passed as given (e.g. `NFTablesProxyMode: true` for nftables mode in
 /// v1.30, where it is alpha). `conntrack.maxPerCore: 0` leaves `nf_conntrack_max` alone: it is
@@ -87,32 +134,19 @@ pub fn kube_proxy_configuration(
     feature_gates: &Map<String, Value>,
     node: &NodeSettings<'_>,
 ) -> Value {
-    let proxy = &cluster.proxy;
-    let mut ranges: Vec<String> = proxy.node_port_addresses.iter().map(|r| r.to_string()).collect();
-    ranges.sort();
+    let mut config = scenario_settings(cluster, node.node, node.cluster_cidr);
     let address = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
-    json!({
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-        "kind": "KubeProxyConfiguration",
-        "clientConnection": {"kubeconfig": node.kubeconfig},
-        "hostnameOverride": node.node,
-        "mode": mode.name(),
-        "featureGates": with_scenario_gates(feature_gates, proxy),
-        "clusterCIDR": node.cluster_cidr,
-        "healthzBindAddress": address(node.healthz),
-        "metricsBindAddress": address(node.metrics),
-        "detectLocalMode": detect_local_mode(&proxy.detect_local),
-        "detectLocal": detect_local(&proxy.detect_local),
-        "nodePortAddresses": ranges,
-        "iptables": {
-            "masqueradeAll": proxy.masquerade_all,
-            "localhostNodePorts": proxy.localhost_node_ports,
-            "syncPeriod": "30s",
-            "minSyncPeriod": "1s",
-        },
-        "nftables": {"masqueradeAll": proxy.masquerade_all, "syncPeriod": "30s", "minSyncPeriod": "1s"},
-        "conntrack": {"maxPerCore": 0},
-    })
+    config["clientConnection"] = json!({"kubeconfig": node.kubeconfig});
+    config["mode"] = json!(mode.name());
+    config["featureGates"] = Value::Object(with_scenario_gates(feature_gates, &cluster.proxy));
+    config["healthzBindAddress"] = json!(address(node.healthz));
+    config["metricsBindAddress"] = json!(address(node.metrics));
+    for table in ["iptables", "nftables"] {
+        config[table]["syncPeriod"] = json!("30s");
+        config[table]["minSyncPeriod"] = json!("1s");
+    }
+    config["conntrack"] = json!({"maxPerCore": 0});
+    config
 }
 
 #[cfg(test)]
@@ -150,5 +184,23 @@ mod tests {
         assert_eq!(c["detectLocalMode"], "InterfaceNamePrefix");
         assert_eq!(c["detectLocal"], json!({"interfaceNamePrefix": "cni"}));
         assert!(Mode::parse("ipvs").is_err());
+        assert_eq!(c["iptables"]["syncPeriod"], "30s");
+        assert_eq!(
+            changed_settings(&cluster.proxy),
+            ["masqueradeAll", "nodePortAddresses", "localhostNodePorts", "detectLocalMode"]
+        );
+    }
+
+    #[test]
+    fn the_scenario_settings_alone_say_nothing_of_how_kube_proxy_runs() {
+        let cluster = Cluster::example(vec![]);
+        let c = scenario_settings(&cluster, "node-a", "10.244.0.0/16");
+        assert_eq!(c["kind"], "KubeProxyConfiguration");
+        assert_eq!(c["detectLocalMode"], "ClusterCIDR");
+        assert_eq!(c["iptables"], json!({"masqueradeAll": false, "localhostNodePorts": true}));
+        for absent in ["mode", "clientConnection", "metricsBindAddress", "conntrack"] {
+            assert!(c.get(absent).is_none(), "{absent}: {c}");
+        }
+        assert!(changed_settings(&cluster.proxy).is_empty());
     }
 }

@@ -17,8 +17,12 @@
 //!  "timeoutSeconds": 30}
 //! ```
 //! - `command` (required): the argv, with placeholders (see [`template`]: `{state}`, `{node}`,
-//!   `{nodeIP}`, `{clusterCIDR}`, `{serviceCIDR}`, `{generation}`). A relative program path
-//!   with a `/` is taken from the scenario's directory, the working directory of every command.
+//!   `{nodeIP}`, `{clusterCIDR}`, `{serviceCIDR}`, `{generation}`, `{proxyConfig}`). A relative
+//!   program path with a `/` is taken from the scenario's directory, the working directory of
+//!   every command. `{proxyConfig}` is a KubeProxyConfiguration (JSON) of the scenario's
+//!   `spec.proxyConfig` (`proxy::apiserver::config::scenario_settings`): a scenario that sets
+//!   any of it is refused unless the command or `ready` passes that file, since the proxy could
+//!   not know settings the verdicts depend on.
 //! - `mode`: `oneshot` (default) runs the command to its end on every node, at start and again
 //!   after each update; exit status 0 means the node is programmed, anything else is a setup
 //!   error carrying the command's stderr. `daemon` starts it once per node and keeps it running
@@ -176,6 +180,7 @@ impl Proxy for CommandProxy {
             Some(config) => config.clone(),
             None => CommandProxy::conventional(env.source)?.config.expect("from_options sets it"),
         };
+        refuse_unknown_settings(&config, state.cluster)?;
         let dir = work_dir()?;
         // From here, dropping `launched` (on any error) stops what started and removes `dir`.
         let mut launched = Launched { config, dir, nodes: Vec::new(), generation: 1, stopped: false };
@@ -196,6 +201,24 @@ impl Proxy for CommandProxy {
         }
         Ok(Box::new(launched))
     }
+}
+
+/// The scenario's proxy settings reach the proxy only through `{proxyConfig}`; a scenario that
+/// changes them for a command that never reads them would be judged by settings the proxy
+/// does not have.
+fn refuse_unknown_settings(config: &Config, cluster: &Cluster) -> Result<()> {
+    let changed = crate::proxy::apiserver::config::changed_settings(&cluster.proxy);
+    let passed =
+        config.command.uses("proxyConfig") || config.ready.as_ref().is_some_and(|r| r.uses("proxyConfig"));
+    if changed.is_empty() || passed {
+        return Ok(());
+    }
+    bail!(
+        "the scenario sets spec.proxyConfig.{}, which the command adapter hands to the proxy only as \
+         the {{proxyConfig}} file (a KubeProxyConfiguration): the command does not pass it, so the \
+         proxy could not know it; add {{proxyConfig}} to the command's arguments",
+        changed.join(", spec.proxyConfig.")
+    )
 }
 
 /// A fresh directory for the state files and logs of one start.
@@ -222,6 +245,9 @@ impl NodeRun {
     fn state(&self) -> PathBuf {
         self.dir.join("state.yaml")
     }
+    fn proxy_config(&self) -> PathBuf {
+        self.dir.join("proxy-config.json")
+    }
     fn log(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -243,25 +269,34 @@ impl Launched {
             .iter()
             .find(|n| n.name == run.node.name)
             .with_context(|| format!("node {} is not in the desired state", run.node.name))?;
-        let second = cluster.second_family.as_ref();
-        let joined = |first: ipnet::IpNet, second: Option<ipnet::IpNet>| {
-            std::iter::once(first).chain(second).map(|c| c.to_string()).collect::<Vec<_>>().join(",")
-        };
+        let (cluster_cidr, service_cidr) = crate::proxy::apiserver::objects::cidrs(cluster);
         Ok(BTreeMap::from([
             ("state", run.state().to_string_lossy().into_owned()),
             ("node", node.name.clone()),
             ("nodeIP", node.ip().to_string()),
-            ("clusterCIDR", joined(cluster.pod_cidr, second.map(|s| s.pod_cidr))),
-            ("serviceCIDR", joined(cluster.service_cidr, second.map(|s| s.service_cidr))),
+            ("clusterCIDR", cluster_cidr),
+            ("serviceCIDR", service_cidr),
             ("generation", self.generation.to_string()),
+            ("proxyConfig", run.proxy_config().to_string_lossy().into_owned()),
         ]))
     }
 
     fn write_states(&self, state: &State<'_>) -> Result<()> {
         let contents = state_file::render(state.cluster, state.objects, self.generation)?;
+        let (cluster_cidr, _) = crate::proxy::apiserver::objects::cidrs(state.cluster);
         for run in &self.nodes {
             state_file::write_atomically(&run.state(), &contents)
                 .with_context(|| format!("writing the state file of node {}", run.node.name))?;
+            let settings = crate::proxy::apiserver::config::scenario_settings(
+                state.cluster,
+                &run.node.name,
+                &cluster_cidr,
+            );
+            state_file::write_atomically(
+                &run.proxy_config(),
+                &serde_json::to_string_pretty(&settings)?.as_bytes(),
+            )
+            .with_context(|| format!("writing the proxy settings of node {}", run.node.name))?;
         }
         Ok(())
     }
@@ -448,6 +483,28 @@ mod tests {
 
     fn options(v: serde_json::Value) -> Result<CommandProxy> {
         CommandProxy::from_options(&v, Path::new("/suite"))
+    }
+
+    #[test]
+    fn a_scenario_that_changes_proxy_settings_needs_a_command_that_passes_them() {
+        let mut cluster = Cluster::example(vec![]);
+        let plain = options(serde_json::json!({"command": ["p", "{state}"]})).unwrap().config.unwrap();
+        refuse_unknown_settings(&plain, &cluster).expect("default settings need not be passed");
+        cluster.proxy.masquerade_all = true;
+        let refused = refuse_unknown_settings(&plain, &cluster).unwrap_err().to_string();
+        assert!(
+            refused.contains("spec.proxyConfig.masqueradeAll") && refused.contains("{proxyConfig}"),
+            "{refused}"
+        );
+        let literal =
+            options(serde_json::json!({"command": ["p", "{{proxyConfig}}"]})).unwrap().config.unwrap();
+        assert!(
+            refuse_unknown_settings(&literal, &cluster).is_err(),
+            "a literal brace is not the placeholder"
+        );
+        let passing =
+            options(serde_json::json!({"command": ["p", "--config={proxyConfig}"]})).unwrap().config.unwrap();
+        refuse_unknown_settings(&passing, &cluster).expect("passed as the file");
     }
 
     #[test]

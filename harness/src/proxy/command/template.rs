@@ -2,14 +2,16 @@
 //!
 //! Known names: `{state}` (the state file), `{node}`, `{nodeIP}` (the node's primary
 //! InternalIP), `{clusterCIDR}` and `{serviceCIDR}` (comma-separated, primary family first, as
-//! kube-proxy's flags take them), `{generation}` (1 at start, +1 on every update). `{{` and `}}`
-//! stand for literal braces.
+//! kube-proxy's flags take them), `{generation}` (1 at start, +1 on every update),
+//! `{proxyConfig}` (the scenario's `spec.proxyConfig` as a KubeProxyConfiguration file). `{{`
+//! and `}}` stand for literal braces.
 
 use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
 
-pub const PLACEHOLDERS: &[&str] = &["state", "node", "nodeIP", "clusterCIDR", "serviceCIDR", "generation"];
+pub const PLACEHOLDERS: &[&str] =
+    &["state", "node", "nodeIP", "clusterCIDR", "serviceCIDR", "generation", "proxyConfig"];
 
 /// An argv with placeholders, checked when the options are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +35,16 @@ impl Template {
     /// The argv with every placeholder replaced by its value in `vars`.
     pub fn render(&self, vars: &BTreeMap<&str, String>) -> Result<Vec<String>> {
         self.args.iter().map(|a| fill(a, vars)).collect()
+    }
+
+    /// Whether some argument holds `{name}` (a literal `{{name}}` does not count).
+    pub fn uses(&self, name: &str) -> bool {
+        let marker = "\u{0}";
+        let probe: BTreeMap<&str, String> = PLACEHOLDERS
+            .iter()
+            .map(|p| (*p, if *p == name { marker.to_string() } else { String::new() }))
+            .collect();
+        self.args.iter().any(|a| fill(a, &probe).is_ok_and(|filled| filled.contains(marker)))
     }
 
     pub fn program(&self) -> &str {
