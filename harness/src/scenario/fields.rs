@@ -59,7 +59,7 @@
 //! | field | outcome | read by |
 //! |---|---|---|
 //! | `metadata.labels`, `metadata.deletionTimestamp` | modelled | EndpointSlice controller |
-//! | `spec.nodeName`, `status.podIP`, `status.podIPs` | modelled | EndpointSlice controller |
+//! | `spec.nodeName`, `status.podIP`, `status.podIPs` | modelled; a pod without an address whose phase is Pending, Succeeded or Failed (a cluster dump's unscheduled or finished pod) is not built and serves nothing (`pods.rs` `without_address`) | EndpointSlice controller (ShouldPodBeInEndpoints) |
 //! | `spec.containers[].ports` | modelled | FindPort (pkg/api/v1/pod; v1.30 reads no init container) |
 //! | `spec.hostNetwork` | modelled: the pod is its node (no pod built; its addresses must be the node's; derived slices over it and probes from it refused) (`host_network.rs`) | — (the endpoint is the node's address) |
 //! | `status.conditions[type=Ready]`, `status.phase` | modelled | EndpointSlice controller |

@@ -113,3 +113,41 @@ fn two_pod_ips_of_one_family_are_refused_in_a_single_stack_cluster() {
         "10.244.1.21 is IPv4 like status.podIP 10.244.1.20: a pod has one address per family",
     );
 }
+
+/// WEB with a pod `pending` whose status is `status`, labelled like web's backends.
+fn with_pod_status(status: &str) -> String {
+    format!(
+        "{WEB}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: pending, namespace: default, labels: {{app: web}}}}\n\
+         spec:\n  containers: [{{name: web}}]\n{status}\n"
+    )
+}
+
+#[test]
+fn a_pending_pod_without_an_address_is_not_built_and_serves_nothing() {
+    // As `kubectl get pods -A -o yaml` shows a pod not yet scheduled: no nodeName, no podIP.
+    let s = load(&with_pod_status(
+        "status: {phase: Pending, conditions: [{type: PodScheduled, status: \"False\"}]}",
+    ));
+    assert!(s.cluster.pod("pending").is_none());
+    let web = s.cluster.service("web").unwrap();
+    assert!(web.ports[0].endpoints.iter().all(|e| e.pod != "pending"), "{web:?}");
+    let text =
+        edit(&with_pod_status("status: {phase: Pending}"), "from: {pod: client}", "from: {pod: pending}");
+    assert_only(
+        &errors(&text),
+        at_in(&text, "from: {pod: pending}", "pending"),
+        "spec.probes[0].from.pod",
+        "Pod \"pending\" is Pending without an address (status.podIP): not built, and no Service's endpoint, as \
+         the EndpointSlice controller leaves out pods without addresses",
+    );
+}
+
+#[test]
+fn a_pod_without_an_address_or_a_phase_saying_why_is_still_refused() {
+    let text = with_pod_status("status: {}");
+    let errors = errors(&text);
+    assert!(
+        errors.iter().any(|e| e.message.contains("podIP") && e.message.contains("missing")),
+        "{errors:?}"
+    );
+}
