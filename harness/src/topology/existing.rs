@@ -393,7 +393,22 @@ pub(super) async fn build(cluster: &Cluster, nodes: &NodeMap, prefix: &str, inde
         topo.pods.insert(pod.name.clone(), ns);
     }
     wire(&topo, cluster, &link_tag(index)).await?;
+    wait_until_ready(&topo, &link_tag(index)).await?;
     Ok(topo)
+}
+
+/// As on packetproof's own nodes (`ready.rs`), no probe goes out before the kernel has acted
+/// on the new links' carrier: every link of the pods' namespaces, and on each node the links
+/// this run added there (named with its tag), the node's own left alone.
+async fn wait_until_ready(topo: &Topology, tag: &str) -> Result<()> {
+    for ns in &topo.created {
+        super::ready::wait_until_ready(&Links::connect(ns).await?).await?;
+    }
+    for node in &topo.nodes {
+        let links = Links::connect(&node.netns).await?;
+        super::ready::wait_until_ready_named(&links, |name| name.starts_with(tag)).await?;
+    }
+    Ok(())
 }
 
 /// What a CNI adds to a node for its pods, recorded before each step.

@@ -32,13 +32,20 @@ const POLL: Duration = Duration::from_millis(5);
 /// Returns once every link in `links`' namespace carries traffic (see the module's note), or
 /// fails naming those that still do not after [`LIMIT`].
 pub(super) async fn wait_until_ready(links: &Links) -> Result<()> {
+    wait_until_ready_named(links, |_| true).await
+}
+
+/// As [`wait_until_ready`], for the links whose name `ours` accepts: on a node that already
+/// exists, only the links the harness added (a link of the node's own may be down for good).
+pub(super) async fn wait_until_ready_named(links: &Links, ours: impl Fn(&str) -> bool) -> Result<()> {
     let give_up = Instant::now() + LIMIT;
     loop {
         let messages: Vec<LinkMessage> =
             links.handle().link().get().execute().try_collect().await.map_err(|e| {
                 anyhow::anyhow!("{}: {e}", links.context("listing links to see whether they are up"))
             })?;
-        let waiting: Vec<String> = messages.iter().filter_map(not_ready).collect();
+        let waiting: Vec<String> =
+            messages.iter().filter(|m| name(m).is_some_and(&ours)).filter_map(not_ready).collect();
         if waiting.is_empty() {
             return Ok(());
         }
@@ -49,12 +56,16 @@ pub(super) async fn wait_until_ready(links: &Links) -> Result<()> {
     }
 }
 
-/// Why `link` cannot carry traffic yet, or `None` if it can.
-fn not_ready(link: &LinkMessage) -> Option<String> {
-    let name = link.attributes.iter().find_map(|a| match a {
+fn name(link: &LinkMessage) -> Option<&str> {
+    link.attributes.iter().find_map(|a| match a {
         LinkAttribute::IfName(n) => Some(n.as_str()),
         _ => None,
-    })?;
+    })
+}
+
+/// Why `link` cannot carry traffic yet, or `None` if it can.
+fn not_ready(link: &LinkMessage) -> Option<String> {
+    let name = name(link)?;
     let infos = || {
         link.attributes.iter().filter_map(|a| match a {
             LinkAttribute::LinkInfo(infos) => Some(infos),
