@@ -135,7 +135,10 @@ pub fn catalog(name: &str) -> Vec<iptables::Mutant> {
         return ipvs::mutants::CATALOG.to_vec();
     }
     let nftables = name.starts_with(nftables::NAME);
-    iptables::Mutant::ALL.into_iter().filter(|m| !nftables || m.exists_in_nftables()).collect()
+    iptables::Mutant::ALL
+        .into_iter()
+        .filter(|m| !m.only_in_ipvs() && (!nftables || m.exists_in_nftables()))
+        .collect()
 }
 
 /// A built-in proxy from its one option, `mutant: NAME` (a deliberately broken build of it,

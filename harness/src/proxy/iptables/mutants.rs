@@ -38,6 +38,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::iptables::Mutant::AffinityToNotReady
             | $crate::proxy::iptables::Mutant::UdpConntrackFlushedOnRestart
             | $crate::proxy::iptables::Mutant::HealthCheckKeptWhenEndpointsGo
+            | $crate::proxy::iptables::Mutant::ServiceAddressesNotBound
     };
 }
 pub(crate) use outside_the_rules;
@@ -120,10 +121,16 @@ pub enum Mutant {
     /// <https://github.com/kubernetes/kubernetes/issues/44311>: the server's count of local
     /// endpoints was not refreshed once a Service had none left on the node.
     HealthCheckKeptWhenEndpointsGo,
+    /// IPVS mode only: the service addresses are missing from the dummy link `kube-ipvs0`, so
+    /// the node does not take their packets as its own and IPVS (at LOCAL_IN) never sees them:
+    /// cluster IPs unreachable on a node until kube-proxy restarts
+    /// (<https://github.com/kubernetes/kubernetes/issues/85422>,
+    /// <https://github.com/kubernetes/kubernetes/issues/72197>).
+    ServiceAddressesNotBound,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 34] = [
+    pub const ALL: [Mutant; 35] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -158,6 +165,7 @@ impl Mutant {
         Mutant::SourceRangesNodeReachesFirstLbIpOnly,
         Mutant::UdpConntrackFlushedOnRestart,
         Mutant::HealthCheckKeptWhenEndpointsGo,
+        Mutant::ServiceAddressesNotBound,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -197,6 +205,7 @@ impl Mutant {
             Mutant::SourceRangesNodeReachesFirstLbIpOnly => "source-ranges-node-reaches-first-lb-ip-only",
             Mutant::UdpConntrackFlushedOnRestart => "udp-conntrack-flushed-on-restart",
             Mutant::HealthCheckKeptWhenEndpointsGo => "health-check-kept-when-endpoints-go",
+            Mutant::ServiceAddressesNotBound => "service-addresses-not-bound",
         }
     }
 
@@ -304,6 +313,9 @@ impl Mutant {
             Mutant::HealthCheckKeptWhenEndpointsGo => {
                 "the health check node port keeps its last answer when the node's last local endpoint goes: it answers 200 to the load balancer although the node has none"
             }
+            Mutant::ServiceAddressesNotBound => {
+                "(IPVS mode) kube-ipvs0 holds no service address: packets to a cluster IP are not the node's own, so IPVS never sees them and they are routed on untranslated"
+            }
         }
     }
 
@@ -347,7 +359,13 @@ impl Mutant {
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
     /// guard to leave out, and (v1.30) drops no conntrack-invalid packets.
     pub fn exists_in_nftables(self) -> bool {
-        !matches!(self, Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped)
+        !matches!(self, Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped) && !self.only_in_ipvs()
+    }
+
+    /// A bug of IPVS mode's own machinery (virtual servers, the dummy link), which the
+    /// iptables and nftables modes do not have.
+    pub fn only_in_ipvs(self) -> bool {
+        self == Mutant::ServiceAddressesNotBound
     }
 
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.

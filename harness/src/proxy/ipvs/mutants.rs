@@ -10,7 +10,7 @@ use crate::proxy::iptables::Mutant;
 /// (the localnet guard, the conntrack-INVALID drop, the node-port jump's position, the
 /// explicit no-local-endpoints DROP and node-port REJECT) and the Local-policy fallback that
 /// IPVS mode does on purpose.
-pub const CATALOG: [Mutant; 21] = [
+pub const CATALOG: [Mutant; 22] = [
     Mutant::NoHairpinMasq,
     Mutant::NoNodePortMasq,
     Mutant::NoOffClusterMasq,
@@ -32,6 +32,7 @@ pub const CATALOG: [Mutant; 21] = [
     Mutant::StaleUdpKeptWhenScaledToZero,
     Mutant::AffinityLostOnSync,
     Mutant::UdpConntrackClearedWhenNotReady,
+    Mutant::ServiceAddressesNotBound,
 ];
 
 /// How `mutant` changes the plan itself.
@@ -43,6 +44,7 @@ pub fn breaks(mutant: Option<Mutant>) -> Breaks {
         Mutant::DnatToServicePort => b.real_server_on_service_port = true,
         Mutant::AffinityWithoutTimeout => b.persistence_ignores_timeout = true,
         Mutant::NoAffinity => b.no_persistence = true,
+        Mutant::ServiceAddressesNotBound => b.no_dummy_addresses = true,
         _ => {}
     }
     b

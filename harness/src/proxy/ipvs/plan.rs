@@ -125,11 +125,12 @@ pub fn family_plan(cluster: &Cluster, node_name: &str, breaks: Breaks) -> Family
             plan.service_port(svc, port);
         }
     }
-    if breaks.no_dummy_addresses {
-        plan.bound.clear();
-    }
     for ip in &plan.bound {
         plan.sets.insert(SetName::IpvsIps, ip.to_string());
+    }
+    // The addresses go from the link, as in kubernetes#85422; the sets still name them.
+    if breaks.no_dummy_addresses {
+        plan.bound.clear();
     }
     let rules = plan.iptables_rules();
     FamilyPlan { family, sets: plan.sets, rules, servers: plan.servers, bound: plan.bound }

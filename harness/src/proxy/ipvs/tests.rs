@@ -81,3 +81,15 @@ fn the_cluster_ip_masquerade_tells_local_traffic_by_the_detect_local_mode() {
     let text = family_plan(&cluster, "node-a", Breaks::default()).rules.render();
     assert!(text.contains("-A KUBE-SERVICES ! -i cni0 -m comment"), "{text}");
 }
+
+/// kubernetes#85422: the addresses leave `kube-ipvs0` while the virtual servers and the sets
+/// that name them stay.
+#[test]
+fn the_unbound_addresses_mutant_empties_the_dummy_link_only() {
+    let cluster = Cluster::example(vec![web(ServiceType::NodePort, TrafficPolicy::Cluster)]);
+    let breaks = super::mutants::breaks(Some(crate::proxy::iptables::Mutant::ServiceAddressesNotBound));
+    let plan = family_plan(&cluster, "node-a", breaks);
+    assert!(plan.bound.is_empty());
+    assert_eq!(plan.sets.entries(SetName::IpvsIps).collect::<Vec<_>>(), ["10.96.0.10"]);
+    assert_eq!(reals(&plan, "10.96.0.10:80"), ["10.244.0.5:8080", "10.244.1.5:8080"]);
+}

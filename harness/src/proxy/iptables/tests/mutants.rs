@@ -361,7 +361,8 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
                 .iter()
                 .any(|node| node_rules(c, node) != node_ruleset(c, node, Some(m)))
         });
-        let elsewhere = m.breaks_health_checks() || m.keeps_stale_conntrack() || m.breaks_loading();
+        let elsewhere =
+            m.breaks_health_checks() || m.keeps_stale_conntrack() || m.breaks_loading() || m.only_in_ipvs();
         assert!(changed || elsewhere, "{m} changes nothing on the fixture");
     }
 }
@@ -374,6 +375,7 @@ fn the_mutants_outside_the_rules_are_the_generators_the_health_servers_and_the_c
             || m.breaks_health_checks()
             || m.keeps_stale_conntrack()
             || m.breaks_loading()
+            || m.only_in_ipvs()
             || misreads;
         assert_eq!(matches!(m, outside_the_rules!()), elsewhere, "{m}");
     }
