@@ -109,8 +109,9 @@ enum Command {
     /// Run the suite against every catalogued mutant (deliberately broken proxy) and print
     /// which scenarios kill each; exit 1 if any mutant survives.
     Mutants {
+        /// Scenario files or directories.
         #[arg(default_value = "scenarios")]
-        suite: PathBuf,
+        suite: Vec<PathBuf>,
         /// Only these mutants (names as printed), instead of the whole catalog.
         #[arg(long = "only")]
         only: Vec<String>,
@@ -120,6 +121,9 @@ enum Command {
         /// Built-in proxy to break: builtin-iptables, builtin-nftables[-v1.34].
         #[arg(long, default_value = proxy::iptables::NAME)]
         proxy: String,
+        /// Write every mutant's verdict as JSON here (what `matrix --mutants` reads back).
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Run scenarios with two proxies and list every flow whose observed behaviour differs
     /// (outcome, backends reached, source they saw), whether or not either side passes. Exit
@@ -204,7 +208,9 @@ pub fn main() -> i32 {
                 .and_then(|choice| crate::bench::sync_times(&sync_scenario, &choice, sync_rounds))
                 .map(|()| EXIT_PASS)
         }
-        Command::Mutants { suite, only, first_kill, proxy } => mutants(&suite, &only, first_kill, &proxy),
+        Command::Mutants { suite, only, first_kill, proxy, json } => {
+            mutants(&suite, &only, first_kill, &proxy, json.as_deref())
+        }
         Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs } => {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
             proxy_choice(&left, &left_options).and_then(|left| {
@@ -379,10 +385,16 @@ fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result
     Ok(EXIT_PASS)
 }
 
-fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_name: &str) -> Result<i32> {
+fn mutants(
+    suite: &[PathBuf],
+    only: &[String],
+    first_kill: bool,
+    proxy_name: &str,
+    json: Option<&std::path::Path>,
+) -> Result<i32> {
     let breakable = crate::mutants::breakable(proxy_name)
         .with_context(|| format!("no mutants of proxy {proxy_name:?} (built-in proxies only)"))?;
-    let Some(scenarios) = load_all(&[suite.to_path_buf()])? else { return Ok(EXIT_ERROR) };
+    let Some(scenarios) = load_all(suite)? else { return Ok(EXIT_ERROR) };
     if let Some(reason) = runner::preflight() {
         anyhow::bail!("cannot hunt mutants here: {reason}");
     }
@@ -421,6 +433,10 @@ fn mutants(suite: &std::path::Path, only: &[String], first_kill: bool, proxy_nam
     });
     progress.finish();
     println!("\n{}", crate::mutants::table(&hunts));
+    if let Some(path) = json {
+        std::fs::write(path, crate::mutants::json(proxy_name, &hunts, &baseline)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let survivors = hunts.iter().filter(|h| !h.killed()).count();
     println!("{} killed, {survivors} survived", hunts.len() - survivors);
     Ok(if survivors == 0 { EXIT_PASS } else { EXIT_FAIL })

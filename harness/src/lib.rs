@@ -14,6 +14,7 @@ pub mod kernel;
 mod matrix;
 mod matrix_differences;
 mod matrix_junit;
+mod matrix_mutants;
 pub mod model;
 pub mod mutants;
 pub mod observe;

@@ -63,6 +63,14 @@ pub struct Args {
     /// Minutes a VM may run before it is killed and reported as an error (a hung guest).
     #[arg(long, default_value_t = 30)]
     vm_limit_minutes: u64,
+    /// Hunt the proxies' mutation catalogs in each VM (`packetproof mutants --first-kill`
+    /// over the scenarios) instead of running the scenarios: for IPVS mode, whose kernel
+    /// machinery the host may lack.
+    #[arg(long)]
+    mutants: bool,
+    /// With `--mutants`: only these mutants (names as `packetproof mutants` prints them).
+    #[arg(long = "only", requires = "mutants")]
+    only: Vec<String>,
 }
 
 /// One kernel × proxy, as it ended.
@@ -100,6 +108,9 @@ pub fn main(args: Args) -> Result<i32> {
     for spec in &args.kernels {
         eprintln!("packetproof: kernel {spec}…");
         kernels.push(vm::kernel(spec).with_context(|| format!("kernel {spec}"))?);
+    }
+    if args.mutants && args.junit.is_some() {
+        anyhow::bail!("--junit reports scenario runs; a --mutants hunt has its verdicts in --json");
     }
     if args.fetch_only {
         for k in &kernels {
@@ -277,6 +288,12 @@ fn run_kernel(
 fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     let mut run = vm::GuestRun { name: proxy.to_string(), args: Vec::new() };
     let dir = run.guest_dir();
+    if args.mutants {
+        let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        run.args =
+            crate::matrix_mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
+        return run;
+    }
     let mut a: Vec<String> = vec!["run".into(), "--proxy".into(), proxy.into()];
     for option in &args.proxy_options {
         a.extend(["--proxy-option".into(), option.clone()]);
@@ -337,6 +354,9 @@ fn failing_part(output: &str) -> String {
 }
 
 fn counts(report: &serde_json::Value) -> String {
+    if let Some(hunt) = crate::matrix_mutants::counts(report) {
+        return hunt;
+    }
     let n = |k: &str| report.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     format!(
         "{} passed, {} failed, {} skipped, {} errors",
@@ -514,6 +534,8 @@ mod tests {
             junit: None,
             fetch_only: false,
             vm_limit_minutes: 30,
+            mutants: false,
+            only: vec![],
         };
         let run = guest_run("builtin-iptables", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
         let line = run.args.join(" ");

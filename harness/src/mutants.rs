@@ -151,6 +151,32 @@ fn killers(names: &[String]) -> String {
     text
 }
 
+/// Every hunt as JSON: `{"proxy", "killed", "survived", "errors", "mutants": [{"name",
+/// "killed", "killed_by", "errors"}], "baseline": [[scenario, probe]]}`. A mutant whose
+/// hunt could not set up some scenario counts among `errors`, killed or not.
+pub fn json(proxy: &str, hunts: &[Hunt], baseline: &Baseline) -> anyhow::Result<String> {
+    let mutants: Vec<serde_json::Value> = hunts
+        .iter()
+        .map(|h| {
+            serde_json::json!({
+                "name": h.mutant.name(),
+                "killed": h.killed(),
+                "killed_by": h.killed_by,
+                "errors": h.errors,
+            })
+        })
+        .collect();
+    let killed = hunts.iter().filter(|h| h.killed()).count();
+    Ok(serde_json::to_string_pretty(&serde_json::json!({
+        "proxy": proxy,
+        "killed": killed,
+        "survived": hunts.len() - killed,
+        "errors": hunts.iter().filter(|h| !h.errors.is_empty()).count(),
+        "mutants": mutants,
+        "baseline": baseline,
+    }))?)
+}
+
 /// The catalog as a Markdown table: mutant, what it breaks, killed or survived, by whom.
 pub fn table(hunts: &[Hunt]) -> String {
     let mut out = String::from("| mutant | the bug | verdict | killed by |\n| --- | --- | --- | --- |\n");
