@@ -97,6 +97,9 @@ pub fn check(
             (Attempt::Silent | Attempt::Refused { .. }, Outcome::Forwarded) => {
                 forwarded_unanswered(cluster, &flow, &client_frames, evidence)
             }
+            (Attempt::Silent, Outcome::Unanswered { backends, translated_by }) => {
+                unanswered(cluster, &flow, backends, translated_by, &client_frames, evidence)
+            }
             // A wrong classification is already a failure of its own; no second opinion needed.
             _ => None,
         };
@@ -371,6 +374,48 @@ fn forwarded_unanswered(
     None
 }
 
+/// Forwarded to an endpoint, unanswered: a frame of the flow, translated to the address of
+/// one of `backends` with the client's own source port (not masqueraded), left the translating
+/// node or reached that backend's interface, and nothing for the flow came back to the client.
+fn unanswered(
+    cluster: &Cluster,
+    flow: &FlowOf<'_>,
+    backends: &[String],
+    translated_by: &str,
+    client_frames: &[&Frame],
+    evidence: &Evidence,
+) -> Option<String> {
+    if let Some(p) = silent(client_frames, flow.source_port, flow.dst) {
+        return Some(p);
+    }
+    let sent_on = backends.iter().any(|pod| {
+        let Some(addr) = backend_address(cluster, flow.probe, flow.dst, pod) else { return false };
+        let toward = |p: &Packet| {
+            flow.is_forward(p) && p.dst == addr.ip() && p.l4.ports().is_some_and(|(_, d)| d == addr.port())
+        };
+        let left = evidence
+            .frames
+            .get(&format!("node/{translated_by}"))
+            .into_iter()
+            .flatten()
+            .filter(|f| f.outgoing);
+        let arrived = [format!("pod/{pod}"), format!("node/{pod}")]
+            .into_iter()
+            .filter_map(|k| evidence.frames.get(&k))
+            .flatten()
+            .filter(|f| !f.outgoing);
+        left.chain(arrived).filter_map(|f| f.packet.as_ref()).any(toward)
+    });
+    (!sent_on).then(|| {
+        format!(
+            "expected forwarded to {} and unanswered, but no frame of {} translated to them left node {translated_by} \
+             or reached them",
+            backends.join("|"),
+            flow.describe()
+        )
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn answered(
     cluster: &Cluster,
@@ -399,7 +444,13 @@ fn answered(
         return Some(format!("on the wire: nothing was captured at {pod}"));
     }
     let arrived = frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, backend));
-    if !arrived {
+    // A host-network endpoint on the very node that translates: IPVS rewrites the destination
+    // in LOCAL_IN, after every capture point, and hands the packet to the node's own stack, so
+    // the translated packet crosses no interface. The flow entering that node for the frontend
+    // is the wire's witness there; the conntrack entry below names the backend.
+    let own_node_backend = cluster.node(pod).is_some() && translated_by == Some(pod);
+    let entered = || frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, dst));
+    if !arrived && !(own_node_backend && entered()) {
         return Some(format!("on the wire: no packet {seen} > {backend} reached {pod}'s interface"));
     }
     // Traffic sent straight to a pod is translated nowhere.
