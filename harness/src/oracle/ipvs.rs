@@ -44,9 +44,11 @@ pub(super) fn predict(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> 
         _ => None,
     };
     let prediction = match choice {
-        Some(Prediction::Expected(e)) => {
-            Prediction::Expected(Expectation { basis: Basis::Choice(Profile::KubeProxyIpvs), ..e })
-        }
+        // Where IPVS mode's path ends where the contract's does, the contract is the basis.
+        Some(Prediction::Expected(e)) => match paths::expect(cluster, probe, front.clone()) {
+            Ok(contract) if contract.outcome == e.outcome => Prediction::Expected(contract),
+            _ => Prediction::Expected(Expectation { basis: Basis::Choice(Profile::KubeProxyIpvs), ..e }),
+        },
         Some(open) => open,
         None => Prediction::Expected(paths::expect(cluster, probe, front)?),
     };
@@ -300,3 +302,7 @@ fn persistence(probe: &Probe, prediction: Prediction) -> Prediction {
         ..e
     })
 }
+
+#[cfg(test)]
+#[path = "ipvs_tests.rs"]
+mod tests;
