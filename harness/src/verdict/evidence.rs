@@ -860,4 +860,72 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn unanswered_needs_the_translated_flow_sent_on_and_nothing_back() {
+        let outcome =
+            Outcome::Unanswered { backends: vec!["coredns-b".into()], translated_by: "node-a".into() };
+        // Left the translating node toward the backend, or reached it, with the client's port.
+        let left = at(vec![("node/node-a", vec![outgoing(udp(CLIENT, BACKEND))])]);
+        assert!(run(&left, &outcome, &silent()).is_empty());
+        let reached = at(vec![("pod/coredns-b", vec![frame(udp(CLIENT, BACKEND))])]);
+        assert!(run(&reached, &outcome, &silent()).is_empty());
+        // Never sent on, or sent on masqueraded (another source port): not this outcome.
+        assert!(run(&Evidence::default(), &outcome, &silent())[0].contains("no frame of :20000"));
+        let masqueraded = at(vec![("node/node-a", vec![outgoing(udp("192.168.50.11:41000", BACKEND))])]);
+        assert_eq!(run(&masqueraded, &outcome, &silent()).len(), 1);
+        // Something came back to the client's capture.
+        let mut answered = left;
+        answered.frames.insert("pod/client".into(), vec![frame(udp(VIP, CLIENT))]);
+        assert!(run(&answered, &outcome, &silent())[0].contains("silent to the client's socket"));
+    }
+
+    #[test]
+    fn a_host_network_endpoint_on_the_translating_node_is_witnessed_by_the_flow_entering_it() {
+        let text = include_str!("../../../scenarios/kubernetes-host-network-endpoints.yaml");
+        let path = std::path::Path::new("kubernetes-host-network-endpoints.yaml");
+        let cluster = crate::scenario::load_str(text, path).unwrap().cluster;
+        let to = Target::ClusterIp { service: "kubernetes".into(), port: "https".into() };
+        let probe = Probe::example(Source::Pod("operator-0".into()), to);
+        let (client, vip, backend) =
+            (addr("10.244.1.70:20001"), addr("10.96.0.1:443"), addr("192.168.50.11:6443"));
+        let syn = Packet {
+            src: client.ip(),
+            dst: vip.ip(),
+            l4: L4::Tcp {
+                src_port: client.port(),
+                dst_port: vip.port(),
+                syn: true,
+                ack: false,
+                rst: false,
+                fin: false,
+            },
+        };
+        let entry = Flow {
+            ip_protocol: 6,
+            original: Tuple { src: client, dst: vip },
+            reply: Tuple { src: backend, dst: client },
+            state: None,
+            seen_reply: true,
+        };
+        let sent = vec![Sent {
+            source_port: 20001,
+            request: None,
+            attempt: Attempt::Answered { pod: "control-plane-a".into(), seen: client },
+        }];
+        let outcome = |node: &str| Outcome::Answered {
+            backends: [("control-plane-a".to_string(), SeenSource::Client { addrs: vec![client.ip()] })]
+                .into(),
+            spread: Spread::Uniform,
+            translated_by: Some(node.into()),
+        };
+        let e = Evidence {
+            frames: [("bridge/control-plane-a".to_string(), vec![frame(syn)])].into(),
+            conntrack: [("control-plane-a".to_string(), vec![entry])].into(),
+        };
+        assert!(check(&cluster, &probe, vip, &outcome("control-plane-a"), &sent, &e).is_empty());
+        // Translated elsewhere, the translated packet must have crossed control-plane-a's interface.
+        let elsewhere = check(&cluster, &probe, vip, &outcome("control-plane-b"), &sent, &e);
+        assert!(elsewhere[0].contains("no packet 10.244.1.70:20001 > 192.168.50.11:6443"), "{elsewhere:?}");
+    }
 }
