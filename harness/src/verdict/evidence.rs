@@ -443,14 +443,14 @@ fn answered(
     if points.iter().all(|p| !evidence.frames.contains_key(p)) {
         return Some(format!("on the wire: nothing was captured at {pod}"));
     }
-    let arrived = frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, backend));
+    let opened =
+        |to: SocketAddr| frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, to));
     // A host-network endpoint on the very node that translates: IPVS rewrites the destination
     // in LOCAL_IN, after every capture point, and hands the packet to the node's own stack, so
     // the translated packet crosses no interface. The flow entering that node for the frontend
     // is the wire's witness there; the conntrack entry below names the backend.
     let own_node_backend = cluster.node(pod).is_some() && translated_by == Some(pod);
-    let entered = || frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, dst));
-    if !arrived && !(own_node_backend && entered()) {
+    if !opened(backend) && (!own_node_backend || !opened(dst)) {
         return Some(format!("on the wire: no packet {seen} > {backend} reached {pod}'s interface"));
     }
     // Traffic sent straight to a pod is translated nowhere.
