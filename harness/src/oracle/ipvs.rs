@@ -119,17 +119,18 @@ fn external(
 ) -> Result<Option<Prediction>, String> {
     let name = format!("{} of {} on {}", kind.describe(), describe(svc, port), node.name);
     let dst = cluster.target_address(&probe.to).expect("classified from this address").ip();
-    if let Some(reason) = arp_race(cluster, probe, kind, dst) {
-        return Ok(Some(Prediction::Open(format!("{name}: {reason}"))));
-    }
-    if svc.external_traffic_policy != TrafficPolicy::Local || cluster_wide(port).is_empty() {
-        return Ok(None);
-    }
-    // loadBalancerSourceRanges drop before any endpoint choice, as the contract's path says.
+    // loadBalancerSourceRanges drop before any endpoint choice, as the contract's path says,
+    // and on every node alike (so whichever node answered ARP for the address drops it).
     let source = cluster.source_ip(&probe.from).expect("validated source");
     let ranges = &svc.load_balancer_source_ranges;
     if kind == ExternalKind::LoadBalancer && !ranges.is_empty() && !ranges.iter().any(|r| r.contains(&source))
     {
+        return Ok(None);
+    }
+    if let Some(reason) = arp_race(cluster, probe, kind, dst) {
+        return Ok(Some(Prediction::Open(format!("{name}: {reason}"))));
+    }
+    if svc.external_traffic_policy != TrafficPolicy::Local || cluster_wide(port).is_empty() {
         return Ok(None);
     }
     let local = local_to(port, &node.name);
@@ -173,7 +174,7 @@ fn external(
 /// or the endpoint replies straight to the source it saw, past the node that translated.
 fn why_unanswered(cluster: &Cluster, node: &Node, e: &Endpoint, seen: &SeenSource) -> String {
     let endpoint_node = node_of(cluster, e).and_then(|n| cluster.node(n));
-    let SeenSource::Client { addrs } = seen else { unreachable!("masqueraded traffic returns") };
+    let (SeenSource::Client { addrs } | SeenSource::Masqueraded { addrs, .. }) = seen;
     let own = |n: &Node| {
         addrs.iter().any(|&ip| {
             n.node_network_ips().any(|a| a == ip)

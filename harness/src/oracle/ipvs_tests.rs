@@ -62,6 +62,13 @@ fn cluster() -> Cluster {
         session_affinity: SessionAffinity::ClientIp { timeout_seconds: 1 },
         ..service("sticky", "10.96.0.55", None)
     };
+    // A load-balancer IP on the node network that admits only 10.0.0.0/8.
+    let portal = Service {
+        service_type: ServiceType::LoadBalancer,
+        load_balancer_ips: vec!["192.168.50.201".parse().unwrap()],
+        load_balancer_source_ranges: vec!["10.0.0.0/8".parse().unwrap()],
+        ..service("portal", "10.96.0.56", Some(30443))
+    };
     Cluster {
         external_hosts: vec![ExternalHost {
             name: "ext".into(),
@@ -73,7 +80,7 @@ fn cluster() -> Cluster {
             pod("client-a", "10.244.1.9", "a"),
             pod("client-b", "10.244.2.9", "b"),
         ],
-        ..Cluster::example(vec![web, dns, mixed, sticky])
+        ..Cluster::example(vec![web, dns, mixed, sticky, portal])
             .with_nodes(&[("a", "192.168.50.11", "10.244.1.0/24"), ("b", "192.168.50.12", "10.244.2.0/24")])
     }
 }
@@ -206,6 +213,18 @@ fn ipvs_mode_flows_beside_the_contract() {
             external_ip("192.168.50.200", Some("a")),
             "OPEN",
             "web-a seeing client 192.168.50.100",
+        ),
+        (
+            "the same race, but outside loadBalancerSourceRanges: every node drops it alike",
+            ext(),
+            Target::LoadBalancer {
+                service: "portal".into(),
+                port: "http".into(),
+                ip: "192.168.50.201".parse().unwrap(),
+                via: Some("a".into()),
+            },
+            "DROP",
+            "DROP",
         ),
     ];
     for (flow, from, target, ipvs, contract) in flows {
