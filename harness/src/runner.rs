@@ -641,7 +641,7 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
         _ => Speech::Plain(probe.protocol),
     };
     let pace = match expected.outcome {
-        oracle::Outcome::Dropped | oracle::Outcome::Forwarded
+        oracle::Outcome::Dropped | oracle::Outcome::Forwarded | oracle::Outcome::Unanswered { .. }
             if probe.interval.is_none() && probe.source_port.is_none() =>
         {
             Pace::Concurrent

@@ -27,6 +27,7 @@
 
 mod endpoints;
 mod frontend;
+mod ipvs;
 pub mod live;
 mod local;
 mod paths;
@@ -90,6 +91,11 @@ pub enum Outcome {
     /// and nothing answers (or, once the node's neighbour resolution fails, an ICMP host
     /// unreachable comes back).
     Forwarded,
+    /// Translated on `translated_by` and sent on toward one of `backends`, and nothing comes
+    /// back to the client: the backend's reply bypasses that node, or the backend's node drops
+    /// the packet for a source address of its own (kube-proxy's IPVS mode sending
+    /// un-masqueraded traffic to another node's endpoint).
+    Unanswered { backends: Vec<String>, translated_by: String },
 }
 
 /// How the attempts of one probe spread over the backends.
@@ -138,6 +144,9 @@ impl fmt::Display for Outcome {
             Outcome::Closed { host } => write!(f, "CLOSED {host}"),
             Outcome::Dropped => f.write_str("DROP"),
             Outcome::Forwarded => f.write_str("FORWARD un-translated"),
+            Outcome::Unanswered { backends, .. } => {
+                write!(f, "FORWARD to {}, unanswered", backends.join("|"))
+            }
             Outcome::Http { status, local_endpoints } => {
                 write!(f, "HTTP {status} localEndpoints={local_endpoints}")
             }
@@ -176,6 +185,7 @@ pub fn predict(cluster: &Cluster, probe: &Probe, profile: Profile) -> Result<Pre
         .target_address(&probe.to)
         .ok_or_else(|| "the destination does not resolve to an address".to_string())?;
     match frontend::classify(cluster, probe, dst, profile) {
+        Ok(front) if profile == Profile::KubeProxyIpvs => ipvs::predict(cluster, probe, front),
         Ok(front) => paths::expect(cluster, probe, front).map(Prediction::Expected),
         Err(NotAFrontend::Invalid(reason)) => Err(reason),
         Err(NotAFrontend::Open(frontend::Open(reason))) => {

@@ -39,7 +39,7 @@ pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> R
     }
 }
 
-fn describe(svc: &Service, port: &ServicePort) -> String {
+pub(super) fn describe(svc: &Service, port: &ServicePort) -> String {
     if port.name.is_empty() {
         svc.namespaced_name()
     } else {
@@ -240,7 +240,7 @@ fn direct_to_pod(cluster: &Cluster, probe: &Probe, pod: &Pod) -> Expectation {
     )
 }
 
-fn answered(
+pub(super) fn answered(
     probe: &Probe,
     svc: &Service,
     chosen: &[&Endpoint],
@@ -299,11 +299,11 @@ fn spread(svc: &Service, probe: &Probe) -> Result<Spread, String> {
     }
 }
 
-fn is_hairpin(probe: &Probe, e: &Endpoint) -> bool {
+pub(super) fn is_hairpin(probe: &Probe, e: &Endpoint) -> bool {
     matches!(&probe.from, Source::Pod(p) if *p == e.pod)
 }
 
-fn rejected(because: String) -> Expectation {
+pub(super) fn rejected(because: String) -> Expectation {
     Expectation::required(Outcome::Rejected, because)
 }
 
@@ -313,7 +313,7 @@ fn dropped(because: String) -> Expectation {
 
 /// The client's own addresses: a node may send from its node address or its bridge address,
 /// depending on the route to the backend.
-fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
+pub(super) fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
     match source {
         Source::Node(n) => {
             SeenSource::Client { addrs: node_addresses(cluster.node(n).expect("validated source")) }
@@ -326,7 +326,7 @@ fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
 /// gateway for an endpoint on `node`, its node-network address for one elsewhere. So a node's
 /// own process reaching a local endpoint through a cluster IP arrives from the bridge address
 /// when masqueraded, and from the node IP (the source its route to the cluster IP chose) when not.
-fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSource {
+pub(super) fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSource {
     let addrs = match super::endpoints::node_of(cluster, e) {
         // The node's own address: masquerade on `lo` takes any of the node's addresses.
         _ if super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) => {

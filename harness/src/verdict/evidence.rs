@@ -97,6 +97,9 @@ pub fn check(
             (Attempt::Silent | Attempt::Refused { .. }, Outcome::Forwarded) => {
                 forwarded_unanswered(cluster, &flow, &client_frames, evidence)
             }
+            (Attempt::Silent, Outcome::Unanswered { backends, translated_by }) => {
+                unanswered(cluster, &flow, backends, translated_by, &client_frames, evidence)
+            }
             // A wrong classification is already a failure of its own; no second opinion needed.
             _ => None,
         };
@@ -371,6 +374,48 @@ fn forwarded_unanswered(
     None
 }
 
+/// Forwarded to an endpoint, unanswered: a frame of the flow, translated to the address of
+/// one of `backends` with the client's own source port (not masqueraded), left the translating
+/// node or reached that backend's interface, and nothing for the flow came back to the client.
+fn unanswered(
+    cluster: &Cluster,
+    flow: &FlowOf<'_>,
+    backends: &[String],
+    translated_by: &str,
+    client_frames: &[&Frame],
+    evidence: &Evidence,
+) -> Option<String> {
+    if let Some(p) = silent(client_frames, flow.source_port, flow.dst) {
+        return Some(p);
+    }
+    let sent_on = backends.iter().any(|pod| {
+        let Some(addr) = backend_address(cluster, flow.probe, flow.dst, pod) else { return false };
+        let toward = |p: &Packet| {
+            flow.is_forward(p) && p.dst == addr.ip() && p.l4.ports().is_some_and(|(_, d)| d == addr.port())
+        };
+        let left = evidence
+            .frames
+            .get(&format!("node/{translated_by}"))
+            .into_iter()
+            .flatten()
+            .filter(|f| f.outgoing);
+        let arrived = [format!("pod/{pod}"), format!("node/{pod}")]
+            .into_iter()
+            .filter_map(|k| evidence.frames.get(&k))
+            .flatten()
+            .filter(|f| !f.outgoing);
+        left.chain(arrived).filter_map(|f| f.packet.as_ref()).any(toward)
+    });
+    (!sent_on).then(|| {
+        format!(
+            "expected forwarded to {} and unanswered, but no frame of {} translated to them left node {translated_by} \
+             or reached them",
+            backends.join("|"),
+            flow.describe()
+        )
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn answered(
     cluster: &Cluster,
@@ -398,8 +443,14 @@ fn answered(
     if points.iter().all(|p| !evidence.frames.contains_key(p)) {
         return Some(format!("on the wire: nothing was captured at {pod}"));
     }
-    let arrived = frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, backend));
-    if !arrived {
+    let opened =
+        |to: SocketAddr| frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, to));
+    // A host-network endpoint on the very node that translates: IPVS rewrites the destination
+    // in LOCAL_IN, after every capture point, and hands the packet to the node's own stack, so
+    // the translated packet crosses no interface. The flow entering that node for the frontend
+    // is the wire's witness there; the conntrack entry below names the backend.
+    let own_node_backend = cluster.node(pod).is_some() && translated_by == Some(pod);
+    if !opened(backend) && (!own_node_backend || !opened(dst)) {
         return Some(format!("on the wire: no packet {seen} > {backend} reached {pod}'s interface"));
     }
     // Traffic sent straight to a pod is translated nowhere.
@@ -808,5 +859,73 @@ mod tests {
               (1 of 1 attempts)"
             ]
         );
+    }
+
+    #[test]
+    fn unanswered_needs_the_translated_flow_sent_on_and_nothing_back() {
+        let outcome =
+            Outcome::Unanswered { backends: vec!["coredns-b".into()], translated_by: "node-a".into() };
+        // Left the translating node toward the backend, or reached it, with the client's port.
+        let left = at(vec![("node/node-a", vec![outgoing(udp(CLIENT, BACKEND))])]);
+        assert!(run(&left, &outcome, &silent()).is_empty());
+        let reached = at(vec![("pod/coredns-b", vec![frame(udp(CLIENT, BACKEND))])]);
+        assert!(run(&reached, &outcome, &silent()).is_empty());
+        // Never sent on, or sent on masqueraded (another source port): not this outcome.
+        assert!(run(&Evidence::default(), &outcome, &silent())[0].contains("no frame of :20000"));
+        let masqueraded = at(vec![("node/node-a", vec![outgoing(udp("192.168.50.11:41000", BACKEND))])]);
+        assert_eq!(run(&masqueraded, &outcome, &silent()).len(), 1);
+        // Something came back to the client's capture.
+        let mut answered = left;
+        answered.frames.insert("pod/client".into(), vec![frame(udp(VIP, CLIENT))]);
+        assert!(run(&answered, &outcome, &silent())[0].contains("silent to the client's socket"));
+    }
+
+    #[test]
+    fn a_host_network_endpoint_on_the_translating_node_is_witnessed_by_the_flow_entering_it() {
+        let text = include_str!("../../../scenarios/kubernetes-host-network-endpoints.yaml");
+        let path = std::path::Path::new("kubernetes-host-network-endpoints.yaml");
+        let cluster = crate::scenario::load_str(text, path).unwrap().cluster;
+        let to = Target::ClusterIp { service: "kubernetes".into(), port: "https".into() };
+        let probe = Probe::example(Source::Pod("operator-0".into()), to);
+        let (client, vip, backend) =
+            (addr("10.244.1.70:20001"), addr("10.96.0.1:443"), addr("192.168.50.11:6443"));
+        let syn = Packet {
+            src: client.ip(),
+            dst: vip.ip(),
+            l4: L4::Tcp {
+                src_port: client.port(),
+                dst_port: vip.port(),
+                syn: true,
+                ack: false,
+                rst: false,
+                fin: false,
+            },
+        };
+        let entry = Flow {
+            ip_protocol: 6,
+            original: Tuple { src: client, dst: vip },
+            reply: Tuple { src: backend, dst: client },
+            state: None,
+            seen_reply: true,
+        };
+        let sent = vec![Sent {
+            source_port: 20001,
+            request: None,
+            attempt: Attempt::Answered { pod: "control-plane-a".into(), seen: client },
+        }];
+        let outcome = |node: &str| Outcome::Answered {
+            backends: [("control-plane-a".to_string(), SeenSource::Client { addrs: vec![client.ip()] })]
+                .into(),
+            spread: Spread::Uniform,
+            translated_by: Some(node.into()),
+        };
+        let e = Evidence {
+            frames: [("bridge/control-plane-a".to_string(), vec![frame(syn)])].into(),
+            conntrack: [("control-plane-a".to_string(), vec![entry])].into(),
+        };
+        assert!(check(&cluster, &probe, vip, &outcome("control-plane-a"), &sent, &e).is_empty());
+        // Translated elsewhere, the translated packet must have crossed control-plane-a's interface.
+        let elsewhere = check(&cluster, &probe, vip, &outcome("control-plane-b"), &sent, &e);
+        assert!(elsewhere[0].contains("no packet 10.244.1.70:20001 > 192.168.50.11:6443"), "{elsewhere:?}");
     }
 }

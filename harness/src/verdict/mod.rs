@@ -60,6 +60,11 @@ pub fn judge(
             check_all(&observed, "refused", |a| matches!(a, Attempt::Refused { .. }))
         }
         Outcome::Dropped => check_all(&observed, "silent (dropped)", |a| matches!(a, Attempt::Silent)),
+        Outcome::Unanswered { .. } => {
+            check_all(&observed, "silent (forwarded to an endpoint, unanswered)", |a| {
+                matches!(a, Attempt::Silent)
+            })
+        }
         // Silent until the node's neighbour resolution gives up (about 3 s), then refused with
         // host unreachable: the evidence tells the two from a rule's refusal.
         Outcome::Forwarded => check_all(&observed, "silent or unreachable (forwarded, unanswered)", |a| {
