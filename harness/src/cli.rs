@@ -433,6 +433,9 @@ fn mutants(
     });
     progress.finish();
     println!("\n{}", crate::mutants::table(&hunts));
+    for (mutant, why) in crate::mutants::not_observable(proxy_name) {
+        println!("not hunted: {}: {why}", mutant.name());
+    }
     if let Some(path) = json {
         std::fs::write(path, crate::mutants::json(proxy_name, &hunts, &baseline)?)
             .with_context(|| format!("writing {}", path.display()))?;

@@ -10,7 +10,7 @@ use crate::proxy::Proxy;
 use crate::proxy::iptables::Mutant;
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
 
-pub use crate::proxy::{Breakable, breakable, catalog};
+pub use crate::proxy::{Breakable, breakable, catalog, not_observable};
 
 /// Probes (scenario, probe) that fail against the unbroken proxy. A failure among them
 /// proves nothing about a mutant: a kill needs a probe that passes unbroken.

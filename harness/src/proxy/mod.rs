@@ -129,6 +129,12 @@ pub fn breakable(name: &str) -> Option<Breakable> {
     }
 }
 
+/// Bugs the built-in proxy `name` can have that no scenario can show, with why (IPVS mode's
+/// own connection table hides conntrack bugs): named as not hunted.
+pub fn not_observable(name: &str) -> &'static [(iptables::Mutant, &'static str)] {
+    if name == ipvs::NAME { &ipvs::mutants::NOT_OBSERVABLE } else { &[] }
+}
+
 /// The catalogued bugs the built-in proxy `name` can have.
 pub fn catalog(name: &str) -> Vec<iptables::Mutant> {
     if name == ipvs::NAME {
@@ -149,6 +155,9 @@ fn built_in(choice: &ProxyChoice, breakable: Breakable) -> Result<Box<dyn Proxy>
         match (key.as_str(), value) {
             ("mutant", serde_json::Value::String(name)) => {
                 let m = name.parse::<iptables::Mutant>().map_err(anyhow::Error::msg)?;
+                if let Some((_, why)) = not_observable(&choice.name).iter().find(|(n, _)| *n == m) {
+                    anyhow::bail!("{} cannot show the bug {name}: {why}", choice.name);
+                }
                 anyhow::ensure!(
                     catalog(&choice.name).contains(&m),
                     "{} cannot have the bug {name}",

@@ -8,9 +8,9 @@ use crate::proxy::iptables::Mutant;
 
 /// The mutants that exist in IPVS mode. Left out: those of rules IPVS mode does not have
 /// (the localnet guard, the conntrack-INVALID drop, the node-port jump's position, the
-/// explicit no-local-endpoints DROP and node-port REJECT) and the Local-policy fallback that
-/// IPVS mode does on purpose.
-pub const CATALOG: [Mutant; 22] = [
+/// explicit no-local-endpoints DROP and node-port REJECT), the Local-policy fallback that
+/// IPVS mode does on purpose, and those of [`NOT_OBSERVABLE`].
+pub const CATALOG: [Mutant; 18] = [
     Mutant::NoHairpinMasq,
     Mutant::NoNodePortMasq,
     Mutant::NoOffClusterMasq,
@@ -20,19 +20,42 @@ pub const CATALOG: [Mutant; 22] = [
     Mutant::EtpLocalMasquerades,
     Mutant::EtpLocalUsesRemoteEndpoints,
     Mutant::SourceRangesNotEnforced,
-    Mutant::AffinityWithoutTimeout,
     Mutant::NoAffinity,
     Mutant::TerminatingUsedWhileReady,
     Mutant::TerminatingNeverFallback,
     Mutant::HealthCheckAlwaysOk,
-    Mutant::StaleUdpConntrackKept,
     Mutant::HintsIgnored,
     Mutant::HintsUsedWhenIncomplete,
     Mutant::IpModeProxyIgnored,
-    Mutant::StaleUdpKeptWhenScaledToZero,
     Mutant::AffinityLostOnSync,
-    Mutant::UdpConntrackClearedWhenNotReady,
     Mutant::ServiceAddressesNotBound,
+];
+
+/// Bugs IPVS mode's code can have but no traffic can show within a scenario, each with why;
+/// measured by hunting them in a VM (6.12: each survived the whole suite). `packetproof
+/// mutants` names them as not hunted rather than leaving them out silently.
+pub const NOT_OBSERVABLE: [(Mutant, &str); 4] = [
+    (
+        Mutant::AffinityWithoutTimeout,
+        "a persistence template lives while a connection it scheduled does (ip_vs_conn_expire), and a closed TCP \
+         connection lingers 120 s in TIME_WAIT: only attempts over 122 s apart tell a day's persistence from \
+         timeoutSeconds",
+    ),
+    (
+        Mutant::StaleUdpConntrackKept,
+        "IPVS steers a flow by its own connection table, not by conntrack's NAT: with expire_nodest_conn=1 \
+         (proxier.go) a flow to a deleted real server is rescheduled whatever conntrack still holds",
+    ),
+    (
+        Mutant::StaleUdpKeptWhenScaledToZero,
+        "IPVS steers a flow by its own connection table, not by conntrack's NAT: a virtual server without real \
+         servers refuses the next datagram whatever conntrack still holds",
+    ),
+    (
+        Mutant::UdpConntrackClearedWhenNotReady,
+        "clearing conntrack entries leaves IPVS's own connection to the real server in place: the flow keeps \
+         its endpoint",
+    ),
 ];
 
 /// How `mutant` changes the plan itself.
