@@ -55,10 +55,13 @@ pub fn command(
 ) -> Result<Command> {
     let qemu = binary().context("qemu-system-x86_64 is not installed (install qemu-system-x86)")?;
     let mut cmd = Command::new(qemu);
-    let (accel, cpu) = match machine.accel {
+    let (accel, default_cpu) = match machine.accel {
         Accel::Kvm => ("kvm", "host"),
         Accel::Tcg => ("tcg,thread=multi", "max"),
     };
+    // A CPU model to try against the default (PACKETPROOF_VM_CPU=qemu64, say).
+    let chosen = std::env::var("PACKETPROOF_VM_CPU").ok().filter(|c| !c.is_empty());
+    let cpu = chosen.as_deref().unwrap_or(default_cpu);
     cmd.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
         .args(["-accel", accel, "-cpu", cpu])
         .args(["-smp", &machine.cpus.to_string(), "-m", &machine.memory_mib.to_string()])
