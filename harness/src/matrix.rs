@@ -34,10 +34,11 @@ pub struct Args {
     /// Scenarios run at once inside each VM (default: `run`'s, two per vCPU).
     #[arg(long)]
     jobs: Option<usize>,
-    /// VMs at once (default: as many as the host's cores hold vCPUs and its memory holds VMs).
+    /// VMs at once (default: two one-vCPU VMs per core, or as many as the cores hold vCPUs,
+    /// and no more than the host's memory holds).
     #[arg(long)]
     vms: Option<usize>,
-    /// vCPUs per VM (one: see `fitting_in_cores`).
+    /// vCPUs per VM (one: see `vms_for_cores`).
     #[arg(long, default_value_t = 1)]
     cpus: u32,
     /// Memory per VM in MiB (6.1 needs ≥ 320).
@@ -207,13 +208,22 @@ fn fitting_in_memory(memory_mib: u32) -> usize {
     (available_kib / per_vm_kib).max(1) as usize
 }
 
-/// VMs whose vCPUs together do not outnumber the host's cores. Measured (2 cores, TCG, the
-/// whole suite on four kernels × two modes): four VMs of two vCPUs took 620 s wall and 1174 s
-/// of qemu CPU, two VMs of one vCPU 428 s and 523 s: overcommitted vCPU threads preempt each
-/// other inside the guests' locks and thrash the translation caches.
+/// VMs at once for the host's cores.
 fn fitting_in_cores(cpus: u32) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cores / cpus.max(1) as usize).max(1)
+    vms_for_cores(std::thread::available_parallelism().map_or(1, |n| n.get()), cpus)
+}
+
+/// Two one-vCPU VMs per core; VMs of several vCPUs never outnumber the cores. Measured (2
+/// cores, TCG, the whole suite on four kernels × two modes; vm/README.md):
+/// - a one-vCPU guest is idle 40 % of its run (its /proc/stat; a profile inside it: 43 % in
+///   the idle loop), waiting for answers and for a flow's silence to last its timeout, so a
+///   second VM on the core fills that time: four VMs of one vCPU took 303 s wall and 549 s of
+///   qemu CPU, two took 428 s and 523 s;
+/// - four VMs of two vCPUs took 620 s and 1174 s: vCPU threads of one guest preempted on a
+///   busy core hold its locks while its other vCPUs spin, and thrash the translation caches.
+fn vms_for_cores(cores: usize, cpus: u32) -> usize {
+    let vcpus_per_core = if cpus <= 1 { 2 } else { 1 };
+    (cores * vcpus_per_core / cpus.max(1) as usize).max(1)
 }
 
 /// Boots `kernel` once and runs every proxy inside, one after another.
@@ -254,13 +264,7 @@ fn run_kernel(
                 let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
                 let (exit_code, error) = match run.exit_code {
                     Some(code) => (code, None),
-                    None => (
-                        EXIT_ERROR,
-                        Some(format!(
-                            "the guest never finished; console:\n{}",
-                            vm::tail(&booted.console, 30)
-                        )),
-                    ),
+                    None => (EXIT_ERROR, Some(unfinished(&booted.console))),
                 };
                 let mut cell = Cell {
                     kernel: kernel.spec.clone(),
@@ -293,6 +297,16 @@ fn run_kernel(
     };
     let _ = std::fs::remove_dir_all(&share);
     cells
+}
+
+/// Why a run inside the guest never finished: the guest kernel's crash when its console
+/// shows one, and the console's end.
+fn unfinished(console: &str) -> String {
+    let tail = vm::tail(console, 30);
+    match vm::kernel_crash(console) {
+        Some(crash) => format!("the guest kernel crashed: {crash}; console:\n{tail}"),
+        None => format!("the guest never finished; console:\n{tail}"),
+    }
 }
 
 /// The `packetproof run` command line of one proxy inside the guest.
@@ -489,6 +503,14 @@ mod tests {
             error: None,
             kept: None,
         }
+    }
+
+    #[test]
+    fn one_vcpu_vms_share_a_core_by_two_and_bigger_ones_never_outnumber_the_cores() {
+        assert_eq!(vms_for_cores(2, 1), 4);
+        assert_eq!(vms_for_cores(2, 2), 1);
+        assert_eq!(vms_for_cores(8, 2), 4);
+        assert_eq!(vms_for_cores(1, 4), 1);
     }
 
     #[test]

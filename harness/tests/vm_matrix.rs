@@ -188,3 +188,63 @@ fn ipvs_mutants_are_killed_inside_a_vm() {
     assert_eq!(code, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Ctrl-C while a VM runs: the matrix kills its VMs, removes its scratch directory and exits
+/// 130. When to interrupt is decided by what is seen (a qemu child of the harness), not by a
+/// wait.
+#[test]
+fn an_interrupted_matrix_leaves_no_vm_and_no_scratch_directory() {
+    if !vms_can_run() {
+        return;
+    }
+    let mut run = Command::new(env!("CARGO_BIN_EXE_packetproof"))
+        .args(["matrix", "--kernels", "7.3", "scenarios/hairpin.yaml"])
+        .current_dir(repo())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting packetproof matrix");
+    let harness = run.id();
+    let scratch = std::env::temp_dir().join(format!("packetproof-vm.{harness}"));
+    let started = std::time::Instant::now();
+    while qemu_processes(&scratch).is_empty() {
+        if let Some(status) = run.try_wait().unwrap() {
+            panic!("the matrix ended ({status}) before its VM was seen running");
+        }
+        assert!(started.elapsed().as_secs() < 300, "no VM started within 300 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(harness as i32), nix::sys::signal::Signal::SIGINT)
+        .expect("interrupting the matrix");
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "an interrupted matrix exits 130");
+    // SIGKILL is delivered before the harness exits; a killed qemu is gone once reaped (by
+    // init, now that its parent is gone).
+    let gone = std::time::Instant::now();
+    while !qemu_processes(&scratch).is_empty() {
+        assert!(
+            gone.elapsed().as_secs() < 30,
+            "qemu outlived the interrupted matrix: {:?}",
+            qemu_processes(&scratch)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
+}
+
+/// Live qemu processes whose command line names `scratch` (the VMs of that matrix run: their
+/// initramfs and share are there; the tools that build the initramfs name it too).
+fn qemu_processes(scratch: &Path) -> Vec<u32> {
+    let needle = scratch.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            let program = cmdline.split('\0').next().unwrap_or_default();
+            program.ends_with("qemu-system-x86_64") && cmdline.contains(&needle)
+        })
+        .collect()
+}

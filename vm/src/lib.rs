@@ -92,6 +92,32 @@ pub fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The guest kernel's own account of a crash, if its console holds one: the first oops line
+/// (`Oops:`, `BUG:`, `general protection fault`), the task it hit, and the panic line.
+pub fn kernel_crash(console: &str) -> Option<String> {
+    // Console lines carry the kernel's timestamp, `[  645.050908] `.
+    let message = |line: &str| match line.strip_prefix('[').and_then(|l| l.split_once("] ")) {
+        Some((_, rest)) => rest.to_string(),
+        None => line.to_string(),
+    };
+    let lines: Vec<String> = console.lines().map(message).collect();
+    let oops = ["Oops:", "BUG:", "general protection fault"];
+    let first = lines.iter().position(|l| oops.iter().any(|o| l.starts_with(o)));
+    let panic = lines.iter().find(|l| l.starts_with("Kernel panic"));
+    let mut parts = Vec::new();
+    if let Some(at) = first {
+        // `CPU: 0 UID: 0 PID: 20163 Comm: tokio-rt-worker Not tainted …`: the pid and the name.
+        let task = lines[at..].iter().take(5).find_map(|l| {
+            let (_, rest) = l.split_once(" PID: ")?;
+            let words: Vec<&str> = rest.split_whitespace().take(3).collect();
+            Some(format!(" (PID: {})", words.join(" ")))
+        });
+        parts.push(format!("{}{}", lines[at], task.unwrap_or_default()));
+    }
+    parts.extend(panic.cloned());
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
 /// Several cpio archives one after another: the kernel unpacks them all as one initramfs.
 fn concatenate(parts: &[&Path], out: &Path) -> Result<()> {
     let mut file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
@@ -100,4 +126,36 @@ fn concatenate(parts: &[&Path], out: &Path) -> Result<()> {
         std::io::copy(&mut input, &mut file).with_context(|| format!("copying {}", part.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_crash_is_told_by_its_oops_its_task_and_its_panic() {
+        let console = "[  644.999305] IPVS: starting estimator thread 0...
+[  645.049354] traps: PANIC: double fault, error_code: 0x0
+[  645.050908] Oops: double fault: 0000 [#1] PREEMPT SMP NOPTI
+[  645.051335] CPU: 0 UID: 0 PID: 20163 Comm: tokio-rt-worker Not tainted 6.12.118+deb13-amd64 #1  Debian 6.12.118-1
+[  645.053389]  sock_alloc_inode+0x22/0x90
+[  645.059574] Kernel panic - not syncing: Fatal exception in interrupt
+";
+        assert_eq!(
+            kernel_crash(console).as_deref(),
+            Some(
+                "Oops: double fault: 0000 [#1] PREEMPT SMP NOPTI (PID: 20163 Comm: tokio-rt-worker); \
+                 Kernel panic - not syncing: Fatal exception in interrupt"
+            )
+        );
+        assert_eq!(kernel_crash("[    1.0] packetproof-guest: up\n"), None);
+        let tainted = "[ 9.1] BUG: kernel NULL pointer dereference, address: 0000000000000008
+[ 9.2] CPU: 0 PID: 77 Comm: packetproof Tainted: G      D            6.1.0-56-amd64 #1  Debian";
+        assert_eq!(
+            kernel_crash(tainted).as_deref(),
+            Some(
+                "BUG: kernel NULL pointer dereference, address: 0000000000000008 (PID: 77 Comm: packetproof)"
+            )
+        );
+    }
 }
