@@ -217,8 +217,10 @@ fn fitting_in_cores(cpus: u32) -> usize {
 /// cores, TCG, the whole suite on four kernels × two modes; vm/README.md):
 /// - a one-vCPU guest is idle 40 % of its run (its /proc/stat; a profile inside it: 43 % in
 ///   the idle loop), waiting for answers and for a flow's silence to last its timeout, so a
-///   second VM on the core fills that time: four VMs of one vCPU took 303 s wall and 549 s of
-///   qemu CPU, two took 428 s and 523 s;
+///   second VM on the core fills that time: four VMs of one vCPU took 303 s wall (549 s of
+///   qemu CPU) and 373 s (704 s), two took 428 s (523 s) and 394 s (475 s). Sharing a core
+///   costs CPU (the translation caches of four qemus contend for the host's caches), and still
+///   finished first both times;
 /// - four VMs of two vCPUs took 620 s and 1174 s: vCPU threads of one guest preempted on a
 ///   busy core hold its locks while its other vCPUs spin, and thrash the translation caches.
 fn vms_for_cores(cores: usize, cpus: u32) -> usize {
