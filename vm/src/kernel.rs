@@ -59,6 +59,7 @@ pub fn get(spec: &str) -> Result<Kernel> {
         "kernel {spec:?}: expected a version (5.10, 6.12.117) or a Debian suite (trixie-backports)"
     );
     let dir = cache_dir().join("kernels").join(spec);
+    let _lock = CacheLock::take()?;
     if cached(spec, &dir).is_none() {
         fetch(spec, &dir).with_context(|| format!("fetching kernel {spec} from Debian's archive"))?;
     }
@@ -70,6 +71,36 @@ pub fn get(spec: &str) -> Result<Kernel> {
         std::fs::rename(&partial, &kernel.modules)?;
     }
     Ok(kernel)
+}
+
+/// An exclusive lock on the cache while a kernel is looked up, fetched or completed. Matrix
+/// runs at once (`cargo test` runs the VM tests in parallel) share the private apt state, whose
+/// lists apt writes without its own locking, and the half-built archives: on an empty cache
+/// three fetches at once corrupted each other's lists ("BADSIG", "Failed to stat
+/// …/lists/partial/…"). The lock goes with the file, when this is dropped or the process dies.
+struct CacheLock {
+    _held: std::fs::File,
+}
+
+impl CacheLock {
+    fn take() -> Result<CacheLock> {
+        use std::os::fd::AsRawFd;
+        let dir = cache_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns; it blocks until the lock is free.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("locking {}", path.display()));
+        }
+        Ok(CacheLock { _held: file })
+    }
 }
 
 /// The kernel's modules (its `lib/modules/<release>`), kept whole in the cache.
