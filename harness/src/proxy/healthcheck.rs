@@ -137,9 +137,15 @@ fn response(answer: &Answer) -> Vec<u8> {
     .into_bytes()
 }
 
-/// A running server: the answer it gives (updated in place) and its accept loop.
+/// A running server: the answer it gives (updated in place), its listening socket and its
+/// accept loop.
 struct Running {
     answer: Arc<Mutex<Answer>>,
+    /// Shared with the accept loop, so that stopping can shut the socket down: closing the
+    /// descriptor alone leaves it listening while a child forked by another thread (an
+    /// `iptables-restore` between fork and exec) holds a copy, and a stopped server then still
+    /// accepts connections (seen once under load in `.ci/run`).
+    listener: Arc<tokio::net::TcpListener>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -156,6 +162,8 @@ impl Servers {
         let mut stopped = Vec::new();
         self.running.retain(|addr, r| {
             if stop(addr) {
+                // Ends the LISTEN state of the socket itself, whoever holds its descriptor.
+                let _ = socket2::SockRef::from(r.listener.as_ref()).shutdown(std::net::Shutdown::Both);
                 r.task.abort();
                 stopped.push(r.task.abort_handle());
             }
@@ -219,10 +227,10 @@ pub fn serve(
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             anyhow!("serving health check node port {addr} needs a tokio runtime entered on this thread")
         })?;
-        let listener = bind(netns, addr, stopped)?;
+        let listener = Arc::new(bind(netns, addr, stopped)?);
         let answer = Arc::new(Mutex::new(answer));
-        let task = runtime.spawn(accept_loop(listener, Arc::clone(&answer)));
-        running.insert(addr, Running { answer, task });
+        let task = runtime.spawn(accept_loop(Arc::clone(&listener), Arc::clone(&answer)));
+        running.insert(addr, Running { answer, listener, task });
     }
     Ok(())
 }
@@ -267,7 +275,7 @@ fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, answer: Arc<Mutex<Answer>>) {
+async fn accept_loop(listener: Arc<tokio::net::TcpListener>, answer: Arc<Mutex<Answer>>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {

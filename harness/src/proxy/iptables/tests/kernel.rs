@@ -164,6 +164,47 @@ fn health_check_node_port_answers_from_inside_the_node() {
     assert!(!answers(&scratch.0, "127.0.0.1:32100"), "the server of a Cluster-policy service still answers");
 }
 
+/// A stopped server stops listening even while a child forked by another thread holds its
+/// descriptor (an `iptables-restore` between fork and exec, under load): it is shut down, not
+/// only closed. The child here holds every descriptor until the check is done.
+#[test]
+fn a_stopped_health_check_server_stops_listening_while_a_forked_child_holds_its_socket() {
+    if !privileged() {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+
+    use crate::proxy::NodeProgrammer;
+    use crate::topology::NodeHandle;
+
+    let scratch = Scratch::new("health-fork");
+    let runtime = runtime();
+    let _in_runtime = runtime.enter();
+    let mut c = cluster(vec![lb_service()]);
+    let mut state = crate::proxy::NodeState::default();
+    let handle = NodeHandle { name: "node-a".to_string(), netns: scratch.0.clone() };
+    BuiltinIptables { mutant: None }.program_node(&c, &handle, &mut state).unwrap();
+    assert!(answers(&scratch.0, "127.0.0.1:32100"), "the Local-policy service's server answers");
+
+    let (hold, release) = nix::unistd::pipe().unwrap();
+    // SAFETY: the child only calls async-signal-safe functions (close, read, _exit).
+    let child = match unsafe { nix::unistd::fork() }.unwrap() {
+        nix::unistd::ForkResult::Child => unsafe {
+            libc::close(release.as_raw_fd());
+            let mut byte = 0u8;
+            libc::read(hold.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+            libc::_exit(0)
+        },
+        nix::unistd::ForkResult::Parent { child } => child,
+    };
+    c.services[0].external_traffic_policy = TrafficPolicy::Cluster;
+    BuiltinIptables { mutant: None }.program_node(&c, &handle, &mut state).unwrap();
+    let still_answers = answers(&scratch.0, "127.0.0.1:32100");
+    drop(release);
+    nix::sys::wait::waitpid(child, None).unwrap();
+    assert!(!still_answers, "the stopped server still accepts while the child holds its socket");
+}
+
 /// A running proxy's servers are its own: stopping it (dropping its node state) stops them,
 /// and a proxy started again on the node binds the port anew (a restart step).
 #[test]
