@@ -190,8 +190,8 @@ fn ipvs_mutants_are_killed_inside_a_vm() {
 }
 
 /// Ctrl-C while a VM runs: the matrix kills its VMs, removes its scratch directory and exits
-/// 130. When to interrupt is decided by what is seen (a qemu child of the harness), not by a
-/// wait.
+/// 130. When to interrupt is decided by what is seen (a qemu whose command line names the
+/// run's scratch directory), not by a wait.
 #[test]
 fn an_interrupted_matrix_leaves_no_vm_and_no_scratch_directory() {
     if !vms_can_run() {
