@@ -1,30 +1,39 @@
 //! packetproof: proves what a Kubernetes service proxy does with real packets.
 //!
-//! The pipeline runs one way (see `../shared/STYLE.md`):
-//! `scenario` (files → [`model`]) → `oracle` (expected outcome per probe) and
-//! `topology` (namespaces) → `proxy` (programs nodes) → `traffic` (real probes) →
-//! `verdict` (expected vs observed) → `report`.
+//! The modules form layers that only point down (`tests/layers.rs` holds the build to it):
+//!
+//! ```text
+//! cli                 clap only
+//! commands            run · check · rules · diff · mutants · bench · matrix · cleanup
+//! engine              schedules runs, emits events to reporters
+//! report              terminal · JUnit · JSON
+//! runner              one scenario: build, program, probe, observe, judge
+//! scenario            files → model, checked (names the proxies it validates options with)
+//! verdict             expected vs observed, with evidence
+//! proxy               iptables | nftables | ipvs | ruleset | command | apiserver | cluster,
+//!                     and the reference proxy (a stand-in kube-proxy the `apiserver` adapter runs)
+//! apiserver           the embedded Kubernetes API server
+//! traffic · observe · topology · privileges      the kernel side
+//! oracle              expected outcomes, from Kubernetes semantics alone
+//! kubernetes          Kubernetes and kube-proxy semantics shared by oracle and proxies
+//! model · yaml · kernel                          plain data
+//! ```
 
 pub mod apiserver;
-pub mod bench;
 pub mod cli;
-pub mod diff;
+pub mod commands;
 pub mod engine;
 pub mod kernel;
-mod matrix;
-mod matrix_differences;
-mod matrix_junit;
-mod matrix_mutants;
+pub mod kubernetes;
 pub mod model;
-pub mod mutants;
 pub mod observe;
 pub mod oracle;
 pub mod privileges;
 pub mod proxy;
-pub mod reference_proxy;
 pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod topology;
 pub mod traffic;
 pub mod verdict;
+mod yaml;

@@ -12,8 +12,27 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+/// Names of the links a node is made of, fixed so dumps and captures read the same everywhere:
+/// the node's uplink to the node network, the bridge its pods hang off, the node network's
+/// bridge, and a pod's own interface. Local-traffic detection by interface matches on them.
+pub const NODE_UPLINK: &str = "eth0";
+pub const POD_BRIDGE: &str = "cni0";
+pub const NODE_NETWORK_BRIDGE: &str = "br0";
+pub const POD_INTERFACE: &str = "eth0";
+
 mod per_family;
+mod profile;
 pub use per_family::{OfFamily, PerFamily};
+pub use profile::Profile;
+
+/// The folder a file sits in, which relative paths in it start from: `.` for a bare file
+/// name (whose `parent()` is the empty path, which cannot be made absolute).
+pub fn folder_of(file: &std::path::Path) -> &std::path::Path {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    }
+}
 
 /// One scenario file, validated.
 #[derive(Debug, Clone)]
@@ -220,7 +239,7 @@ pub struct ProxyConfig {
 
 /// kube-proxy's `detectLocalMode` and its `detectLocal` value: what makes traffic "local"
 /// (from a pod), which kube-proxy neither masquerades to cluster IPs nor holds to an
-/// externalTrafficPolicy Local (`proxy::kube::local_detect` says what each mode matches).
+/// externalTrafficPolicy Local (`kubernetes::local_detect` says what each mode matches).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum DetectLocal {
     /// Sources inside the cluster CIDR (`--cluster-cidr`, the scenario's `podCIDR`).
@@ -662,7 +681,7 @@ pub struct StatedExpectation {
     pub http_status: Option<u16>,
     /// The profile whose choice this is, where Kubernetes leaves the outcome open; `None`
     /// states what Kubernetes requires of every proxy.
-    pub profile: Option<crate::oracle::Profile>,
+    pub profile: Option<Profile>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,8 +12,9 @@ use crate::model::{Life, Phase, Probe, Protocol, Scenario, Source, Target};
 use crate::observe::conntrack_events::NodeRecorders;
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
-use crate::proxy::{Env, Proxy, Running, State};
-use crate::topology::{NODE_UPLINK, POD_INTERFACE, Topology};
+use crate::proxy::{Env, Proxy, ProxyFailed, Running, State};
+use crate::model::{NODE_UPLINK, POD_INTERFACE};
+use crate::topology::Topology;
 use crate::traffic::Attempt;
 use crate::traffic::client::SourcePorts;
 use crate::traffic::handmade::Martian;
@@ -32,7 +33,7 @@ pub struct RunOptions {
     /// Keep evidence for passing scenarios too, not only for failing ones.
     pub keep_passing: bool,
     /// The profile to judge by; none takes the proxy's own.
-    pub profile: Option<oracle::Profile>,
+    pub profile: Option<crate::model::Profile>,
     /// Nodes that already exist (kind nodes, containers, namespaces), by scenario node name;
     /// empty: packetproof makes the nodes.
     pub nodes: crate::topology::existing::NodeMap,
@@ -56,6 +57,9 @@ impl Default for RunOptions {
 pub enum Outcome {
     /// Every probe was judged; some may have failed.
     Judged(Vec<ProbeVerdict>),
+    /// The proxy under test failed at its own job (failed syncs, exited) before its probes
+    /// could be judged: the scenario fails, as a probe would.
+    ProxyFailed(String),
     /// The scenario could not run here; never counts as passed.
     Skipped(String),
 }
@@ -73,7 +77,7 @@ pub struct ScenarioReport {
     /// profile), with the reason.
     pub unjudged: Vec<(String, String)>,
     /// The profile the probes were judged under (none for a scenario that did not run).
-    pub profile: Option<oracle::Profile>,
+    pub profile: Option<crate::model::Profile>,
 }
 
 impl ScenarioReport {
@@ -84,7 +88,16 @@ impl ScenarioReport {
     pub fn failed_probes(&self) -> usize {
         match &self.outcome {
             Outcome::Judged(v) => v.iter().filter(|p| !p.passed()).count(),
-            Outcome::Skipped(_) => 0,
+            Outcome::ProxyFailed(_) | Outcome::Skipped(_) => 0,
+        }
+    }
+
+    /// Whether the scenario failed: a probe failed, or the proxy did.
+    pub fn failed(&self) -> bool {
+        match &self.outcome {
+            Outcome::Judged(v) => !v.iter().all(ProbeVerdict::passed),
+            Outcome::ProxyFailed(_) => true,
+            Outcome::Skipped(_) => false,
         }
     }
 
@@ -102,18 +115,61 @@ impl ScenarioReport {
     }
 }
 
-/// Why scenarios cannot run on this machine at all, if they cannot (checked once per run).
-pub fn preflight() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces".into());
-    }
-    None
-}
-
-/// Runs `scenario` with `proxy`. An `Err` is a setup failure (topology, proxy programming),
-/// distinct from probes that ran and failed.
+/// Runs `scenario` with `proxy`. An `Err` is a setup failure (the input, the machine), distinct
+/// from probes that ran and failed and from a proxy that failed at its job ([`ProxyFailed`]).
 pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Result<ScenarioReport> {
     let started = Instant::now();
+    // Evidence of an earlier run of this scenario would be read as this run's.
+    let evidence_dir = match &options.artifacts {
+        Some(root) => Some(clear_evidence_dir(root, &scenario.name)?),
+        None => None,
+    };
+    let error = match run_in(scenario, proxy, options, evidence_dir.clone(), started) {
+        Ok(report) => return Ok(report),
+        Err(error) => error,
+    };
+    let Some(failed) = error.chain().find_map(|c| c.downcast_ref::<ProxyFailed>()) else { return Err(error) };
+    let artifacts = match evidence_dir {
+        Some(dir) => {
+            write_proxy_log(&dir, failed)?;
+            Some(dir)
+        }
+        None => None,
+    };
+    Ok(ScenarioReport {
+        scenario: scenario.name.clone(),
+        source: scenario.source.clone(),
+        proxy: proxy.name().to_string(),
+        outcome: Outcome::ProxyFailed(format!("{error:#}")),
+        elapsed: started.elapsed(),
+        artifacts,
+        unjudged: scenario.unjudged_flows.clone(),
+        profile: Some(options.profile.unwrap_or_else(|| proxy.profile())),
+    })
+}
+
+/// The evidence of a proxy that failed: its log, and the error that says how.
+fn write_proxy_log(dir: &std::path::Path, failed: &ProxyFailed) -> Result<()> {
+    if let Some(root) = dir.parent() {
+        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    }
+    std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut files = failed.log.clone();
+    files.push(("failure.txt".into(), format!("{}\n", failed.message).into_bytes()));
+    for (name, contents) in files {
+        let path = dir.join(format!("proxy-{name}"));
+        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn run_in(
+    scenario: &Scenario,
+    proxy: &dyn Proxy,
+    options: &RunOptions,
+    evidence_dir: Option<PathBuf>,
+    started: Instant,
+) -> Result<ScenarioReport> {
     if let Some(reason) = unsupported(scenario).or_else(|| proxy.unavailable()) {
         return Ok(ScenarioReport::skipped(scenario, proxy.name(), reason));
     }
@@ -207,10 +263,9 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         verdicts.extend(judged);
     }
     let passed = verdicts.iter().all(ProbeVerdict::passed);
-    let artifacts = match &options.artifacts {
+    let artifacts = match evidence_dir {
         Some(dir) if !passed || options.keep_passing => {
-            let dir = dir.join(&scenario.name);
-            keep_evidence(&dir, &topology, running.as_ref(), &evidence, &verdicts, scenario, &announced)?;
+            keep_evidence(&dir, &topology, running.as_ref(), &evidence, &announced)?;
             Some(dir)
         }
         _ => None,
@@ -299,7 +354,7 @@ fn localhost_targets(phases: &[Phase<'_>]) -> std::collections::BTreeSet<(String
 /// `unjudged` with the reason.
 fn predict_phase(
     phase: &Phase<'_>,
-    profile: oracle::Profile,
+    profile: crate::model::Profile,
     opened: &mut BTreeMap<String, oracle::Expectation>,
     streams: &mut BTreeMap<(Source, u16), oracle::Expectation>,
     unjudged: &mut Vec<(String, String)>,
@@ -651,23 +706,49 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
     Plan { dst, source_port: probe.source_port, count: probe.count, speech, pace }
 }
 
-/// Writes what a reviewer needs to fix a failure without re-running: the flow table, a pcap
+/// The folder for `name`'s evidence under `root`, emptied of an earlier run's. `name` must be
+/// one plain path component: the reader allows only DNS-1123 names, and this refuses anything
+/// else again, since the folder is written as root.
+pub fn clear_evidence_dir(root: &std::path::Path, name: &str) -> Result<PathBuf> {
+    use std::path::Component;
+    let mut components = std::path::Path::new(name).components();
+    let single = matches!(components.next(), Some(Component::Normal(c)) if c == name)
+        && components.next().is_none();
+    if !single || name.contains(['/', '\\', '\0']) {
+        anyhow::bail!("scenario name {name:?} cannot name an evidence folder: it must be one plain path component");
+    }
+    let dir = root.join(name);
+    match std::fs::symlink_metadata(&dir) {
+        // A link is removed, never followed.
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&dir),
+        Ok(_) => std::fs::remove_file(&dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+    .with_context(|| format!("removing the earlier evidence in {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Writes what a reviewer needs to fix a failure without re-running (the engine adds the flow
+/// table as `summary.txt`): a pcap
 /// per capture point, each node's conntrack table and rules as loaded.
 fn keep_evidence(
     dir: &std::path::Path,
     topology: &Topology,
     proxy: &dyn Running,
     evidence: &Evidence,
-    verdicts: &[ProbeVerdict],
-    scenario: &Scenario,
     announced: &NodeRecorders,
 ) -> Result<()> {
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
     };
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write("summary.txt", &crate::report::flow_table(&scenario.cluster, verdicts))?;
+    if let Some(root) = dir.parent() {
+        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    }
+    // A fresh folder (cleared when the scenario started): create_dir fails rather than write
+    // through anything planted there since.
+    std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (key, frames) in &evidence.frames {
         write_pcap(&dir.join(format!("{}.pcap", key.replace('/', "-"))), frames)?;
     }

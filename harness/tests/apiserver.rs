@@ -20,7 +20,7 @@ use kube::{Api, Client, ResourceExt};
 use packetproof::apiserver::{ApiServer, Kind};
 use packetproof::proxy::apiserver::{ApiServerProxy, objects::node_object};
 use packetproof::proxy::{Env, Proxy, State};
-use packetproof::reference_proxy::PROXY_LABEL_SELECTOR;
+use packetproof::proxy::reference::PROXY_LABEL_SELECTOR;
 use packetproof::runner::{self, RunOptions};
 use packetproof::topology::Topology;
 use packetproof::topology::netns::{self, Netns};
@@ -53,7 +53,7 @@ where
 {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.worker_threads(2).enable_all();
-    let namespace = runner::preflight().is_none().then(|| {
+    let namespace = packetproof::privileges::preflight().is_none().then(|| {
         let n = NEXT_NAMESPACE.fetch_add(1, Ordering::Relaxed);
         let ns = Removed(Netns::create(&format!("{}api-{n}", netns::process_prefix())).unwrap());
         ns.0.exec("ip", &["link", "set", "lo", "up"], None).unwrap();
@@ -341,7 +341,7 @@ fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
     if !privileged() {
         return;
     }
-    use packetproof::proxy::apiserver::config::{Mode, NodeSettings, kube_proxy_configuration};
+    use packetproof::proxy::kube_proxy_config::{Mode, NodeSettings, kube_proxy_configuration};
     use packetproof::proxy::apiserver::sync::{SyncJudge, SyncMetrics, http_get, unix_now};
 
     let cluster = scenario("hairpin.yaml").cluster;

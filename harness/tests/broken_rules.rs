@@ -6,7 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use packetproof::model::Scenario;
-use packetproof::proxy::iptables::{BuiltinIptables, Mutant};
+use packetproof::proxy::Mutant;
+use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::{report, scenario};
 

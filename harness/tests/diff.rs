@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use packetproof::diff::{FlowDiff, diff};
+use packetproof::commands::diff::{FlowDiff, diff};
 use packetproof::engine::Engine;
 use packetproof::model::{ProxyChoice, Scenario};
 use packetproof::runner::RunOptions;
@@ -25,7 +25,7 @@ fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
 fn differing(scenarios: &[Scenario], left: &ProxyChoice, right: &ProxyChoice) -> BTreeSet<(String, String)> {
     let engine = Engine { options: RunOptions::default(), jobs: 2 };
     let diffs: Vec<FlowDiff> = diff(scenarios, left, right, &engine, &mut []).expect("the runs end");
-    eprint!("{}", packetproof::diff::table(&left.name, &right.name, &diffs));
+    eprint!("{}", packetproof::commands::diff::table(&left.name, &right.name, &diffs));
     diffs.into_iter().map(|d| (d.scenario, d.probe)).collect()
 }
 

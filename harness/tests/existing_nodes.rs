@@ -1,6 +1,6 @@
 //! Running against nodes that already exist, with the cluster's own API server and proxy
 //! (`run --node NAME=REF --proxy cluster`), proved on a stand-in cluster
-//! (`topology::stand_in`): nodes that are privileged podman containers found through `podman
+//! (`proxy::apiserver::stand_in`): nodes that are privileged podman containers found through `podman
 //! inspect` (or, where podman or its image is missing, plain namespaces; the container tests
 //! then say skipped and why), each running the reference proxy against an embedded API server.
 //! Every test compares each node's links, addresses, routes, rules and settings before and
@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use packetproof::apiserver::Kind;
 use packetproof::model::Scenario;
-use packetproof::oracle::Profile;
-use packetproof::proxy::apiserver::config::Mode;
+use packetproof::model::Profile;
+use packetproof::proxy::kube_proxy_config::Mode;
 use packetproof::proxy::apiserver::sync::unix_now;
 use packetproof::proxy::cluster::ClusterProxy;
 use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
-use packetproof::topology::stand_in::{NodeProxy, Nodes, StandIns, podman_unavailable};
+use packetproof::proxy::apiserver::stand_in::{NodeProxy, Nodes, StandIns, podman_unavailable};
 
 const SCENARIO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/existing-nodes.yaml");
 
@@ -117,6 +117,7 @@ fn failures(report: &ScenarioReport) -> String {
     match &report.outcome {
         Outcome::Judged(v) => v.iter().map(|p| format!("{}: {:?}\n", p.probe.name, p.failures)).collect(),
         Outcome::Skipped(reason) => format!("skipped: {reason}"),
+        Outcome::ProxyFailed(reason) => format!("the proxy failed: {reason}"),
     }
 }
 
@@ -124,6 +125,7 @@ fn judged(report: &ScenarioReport) -> Vec<(String, bool)> {
     match &report.outcome {
         Outcome::Judged(v) => v.iter().map(|p| (p.probe.name.clone(), p.passed())).collect(),
         Outcome::Skipped(reason) => panic!("skipped: {reason}"),
+        Outcome::ProxyFailed(reason) => panic!("the proxy failed: {reason}"),
     }
 }
 

@@ -10,12 +10,14 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use packetproof::model::Scenario;
-use packetproof::oracle::{Expectation, Outcome as Expected, Profile};
-use packetproof::proxy::iptables::{BuiltinIptables, Mutant};
+use packetproof::model::Profile;
+use packetproof::oracle::{Expectation, Outcome as Expected};
+use packetproof::proxy::Mutant;
+use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::report::{self, Finished};
 use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
 use packetproof::traffic::Attempt;
-use packetproof::{cli, scenario, verdict};
+use packetproof::{commands, scenario, verdict};
 
 fn schema() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/junit-10.xsd")
@@ -152,7 +154,7 @@ fn reports_of_real_runs_validate() {
     assert!(matches!(fail_report.outcome, Outcome::Judged(_)) && !fail_report.passed());
 
     let skip = load("pod-same-node");
-    let skip_report = cli::run_one(&skip, None, &options, Some("needs root (pretend)")).expect("skipping");
+    let skip_report = commands::run_one(&skip, None, &options, Some("needs root (pretend)")).expect("skipping");
 
     let open = load("localhost-node-port");
     let kubernetes = RunOptions { profile: Some(Profile::Kubernetes), ..options.clone() };

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use packetproof::model::{Life, Scenario};
 use packetproof::proxy::Proxy;
-use packetproof::proxy::iptables::{BuiltinIptables, Mutant};
+use packetproof::proxy::Mutant;
+use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::{report, scenario};

@@ -24,7 +24,7 @@ use packetproof::model::Scenario;
 use packetproof::runner::ScenarioReport;
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::topology::netns;
-use packetproof::{cli, proxy, report, scenario};
+use packetproof::{commands, proxy, report, scenario};
 
 /// The proxies every scenario of a built-in proxy runs against: the built-in generators, and
 /// the reference proxy through the embedded API server in both modes.
@@ -85,7 +85,7 @@ fn main() {
     let suite =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
     let files = only_named(scenario::discover(&[suite]).expect("listing scenarios/"), &args);
-    let skip_reason = runner::preflight();
+    let skip_reason = packetproof::privileges::preflight();
     let require = packetproof::privileges::required();
     if let Some(reason) = &skip_reason {
         eprintln!("packetproof: scenarios cannot run here: {reason}");
@@ -148,7 +148,7 @@ fn run_trial(file: &Path, proxy: Option<&str>, missing_privileges: Option<&str>)
     let artifacts = artifacts_dir().join(proxy.unwrap_or(&scenario.proxy.name));
     let options = RunOptions { artifacts: Some(artifacts), ..RunOptions::default() };
     let choice = proxy.map(ProxyChoice::named);
-    let result = cli::run_one(&scenario, choice.as_ref(), &options, None);
+    let result = commands::run_one(&scenario, choice.as_ref(), &options, None);
     let report = match result {
         Ok(report) => report,
         Err(e) => {
@@ -167,7 +167,7 @@ static FINISHED: Mutex<Vec<(Scenario, Result<ScenarioReport, String>)>> = Mutex:
 
 /// `PACKETPROOF_JUNIT=path` and `PACKETPROOF_JSON=path` ask for machine-readable reports.
 fn write_reports() -> anyhow::Result<()> {
-    let outputs = cli::Outputs {
+    let outputs = commands::Outputs {
         junit: std::env::var_os("PACKETPROOF_JUNIT").map(Into::into),
         json: std::env::var_os("PACKETPROOF_JSON").map(Into::into),
     };
@@ -195,6 +195,7 @@ fn judge(scenario: &Scenario, report: &ScenarioReport) -> Result<(), Failed> {
             eprint!("{}", report::unjudged_lines(report));
             Ok(())
         }
+        Outcome::ProxyFailed(_) => Err(report::scenario_line(report).into()),
         // Never a pass: a scenario that could not run fails with its reason.
         Outcome::Skipped(reason) => Err(format!("could not run: {reason}").into()),
     }

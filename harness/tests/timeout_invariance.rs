@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use packetproof::model::Scenario;
 use packetproof::proxy::Proxy;
-use packetproof::proxy::iptables::{BuiltinIptables, Mutant};
+use packetproof::proxy::Mutant;
+use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::scenario;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::model::{ProxyChoice, Scenario};
 use crate::proxy::{self, Proxy};
@@ -135,7 +135,7 @@ impl Engine {
         };
         tell(&Event::SuiteStarted { total }, &mut failure);
         // Once per suite: a host that cannot run scenarios skips every one with the reason.
-        let skip_all = runner::preflight();
+        let skip_all = crate::privileges::preflight();
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<Message>();
@@ -250,14 +250,21 @@ pub fn run_one(run: &Run<'_>, options: &RunOptions, skip_reason: Option<&str>) -
                 RunProxy::Choice(c) => c,
                 _ => &s.proxy,
             };
-            built = proxy::build(choice, s.source.parent().unwrap_or(std::path::Path::new(".")))?;
+            built = proxy::build(choice, crate::model::folder_of(&s.source))?;
             built.as_ref()
         }
     };
     if let Some(reason) = skip_reason {
         return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
     }
-    runner::run(s, proxy, options)
+    let report = runner::run(s, proxy, options)?;
+    // The runner keeps the kernel's evidence; the flow table is a report's, written beside it.
+    if let (Some(dir), runner::Outcome::Judged(verdicts)) = (&report.artifacts, &report.outcome) {
+        let path = dir.join("summary.txt");
+        std::fs::write(&path, crate::report::flow_table(&s.cluster, verdicts))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
 }
 
 #[cfg(test)]

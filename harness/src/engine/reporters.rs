@@ -15,7 +15,7 @@ use crate::runner::{Outcome, ScenarioReport};
 pub struct TerminalReport {
     paint: Paint,
     progress: RunProgress,
-    /// The closing line, once the suite finished: `N passed, N failed, N skipped in Ts`.
+    /// The closing line, once the suite finished: `N passed, N failed, N skipped, N errors in Ts`.
     pub summary: Option<Summary>,
 }
 
@@ -61,7 +61,9 @@ impl Reporter for TerminalReport {
                 let summary = Summary {
                     errors,
                     failed: !reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))),
-                    judged_something: reports.iter().any(|r| matches!(r.outcome, Outcome::Judged(_))),
+                    judged_something: reports
+                        .iter()
+                        .any(|r| matches!(r.outcome, Outcome::Judged(_) | Outcome::ProxyFailed(_))),
                 };
                 let line = report::summary_line(&reports, errors);
                 let clean = errors == 0 && !summary.failed && summary.judged_something;

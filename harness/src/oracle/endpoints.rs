@@ -1,16 +1,14 @@
 //! Which endpoints receive traffic: kube-proxy's choice, applied to a set of endpoints (the
 //! whole cluster's, or one node's).
 
+use crate::kubernetes::endpoints::{is_local, ready_else_terminating};
+use crate::kubernetes::topology::{self, Hints};
 use crate::model::{Cluster, Endpoint, Service, ServicePort};
-use crate::proxy::kube::topology::{self, Hints};
 
-/// The ready endpoints of `set`, or, when none is ready, its serving terminating ones.
-pub(super) fn usable<'a>(set: impl Iterator<Item = &'a Endpoint> + Clone) -> Vec<&'a Endpoint> {
-    let ready: Vec<&Endpoint> = set.clone().filter(|e| e.ready).collect();
-    if !ready.is_empty() {
-        return ready;
-    }
-    set.filter(|e| e.serving && e.terminating).collect()
+/// The ready endpoints of `set`, or, when none is ready, its serving terminating ones: the
+/// same choice the backends make (`kubernetes::endpoints`).
+pub(super) fn usable<'a>(set: impl Iterator<Item = &'a Endpoint>) -> Vec<&'a Endpoint> {
+    ready_else_terminating(set)
 }
 
 pub(super) fn cluster_wide(port: &ServicePort) -> Vec<&Endpoint> {
@@ -18,7 +16,7 @@ pub(super) fn cluster_wide(port: &ServicePort) -> Vec<&Endpoint> {
 }
 
 /// The Cluster-policy endpoints as the proxy on `node` chooses them: topology hints, where
-/// they apply (`proxy::kube::topology`, kube-proxy's `canUseTopology`), keep the ready
+/// they apply (`kubernetes::topology`, kube-proxy's `canUseTopology`), keep the ready
 /// endpoints hinted for the node's zone; otherwise [`cluster_wide`].
 pub(super) fn cluster_wide_on<'a>(
     cluster: &Cluster,
@@ -48,11 +46,6 @@ pub(super) fn local_to<'a>(port: &'a ServicePort, node: &str) -> Vec<&'a Endpoin
     usable(port.endpoints.iter().filter(move |e| is_local(e, node)))
 }
 
-/// Whether kube-proxy on `node` counts `e` as local: by its `nodeName` alone
-/// (pkg/proxy/endpointslicecache.go, `isLocal`), wherever the address really is.
-pub(super) fn is_local(e: &Endpoint, node: &str) -> bool {
-    e.node.as_deref() == Some(node)
-}
 
 /// The node an endpoint's address really is on, for where its traffic goes: its pod's node,
 /// or the node itself for a host-network endpoint; none for an address outside the cluster,

@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::profile::Profile;
+use crate::model::Profile;
 use crate::model::{
     Cluster, IpFamily, Node, Pod, Probe, Protocol, ProxyConfig, Service, ServicePort, Source, Target,
     bridge_address,

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::model::*;
-use crate::oracle::{Basis, Outcome, Prediction, Profile, SeenSource, Spread, predict};
+use crate::model::Profile;
+use crate::oracle::{Basis, Outcome, Prediction, SeenSource, Spread, predict};
 
 const IPVS: Profile = Profile::KubeProxyIpvs;
 const CONTRACT: Profile = Profile::Kubernetes;

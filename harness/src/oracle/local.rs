@@ -1,9 +1,9 @@
 //! Which traffic kube-proxy on a node counts as local (from a pod), by its detectLocalMode
-//! (`proxy::kube::local_detect`), and where a probe's packets arrive at that node.
+//! (`kubernetes::local_detect`), and where a probe's packets arrive at that node.
 
 use crate::model::{Cluster, Node, Source};
-use crate::proxy::kube::local_detect;
-use crate::topology::{NODE_UPLINK, POD_BRIDGE};
+use crate::kubernetes::local_detect;
+use crate::model::{NODE_UPLINK, POD_BRIDGE};
 
 /// Whether `node`'s proxy masquerades the probe's traffic to a cluster IP: with
 /// masquerade-all, or when its detector says the traffic is not local (a no-op detector

@@ -16,7 +16,7 @@
 //!   node (none: dropped);
 //! - topology hints narrow the Cluster-policy set (never the Local one) to the endpoints
 //!   hinted for the zone of the node that translates, when kube-proxy v1.30's rules let them
-//!   (`proxy::kube::topology`: the hints annotation or the ServiceTrafficDistribution gate, a
+//!   (`kubernetes::topology`: the hints annotation or the ServiceTrafficDistribution gate, a
 //!   zoned node, every ready endpoint hinted, one for this zone);
 //! - loadBalancerSourceRanges admit only those sources to the load-balancer IPs (node ports
 //!   bypass them);
@@ -40,9 +40,9 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::model::{Cluster, Probe, StatedExpectation, StatedSource, StatedVerdict};
+use crate::model::{Cluster, Probe, Profile, StatedExpectation, StatedSource, StatedVerdict};
 use frontend::NotAFrontend;
-pub use profile::{Basis, Profile};
+pub use profile::Basis;
 
 /// What Kubernetes requires of every attempt of a probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +97,10 @@ pub enum Outcome {
     /// un-masqueraded traffic to another node's endpoint).
     Unanswered { backends: Vec<String>, translated_by: String },
 }
+
+/// The chance that a correct proxy fails one probe's statistical check: the oracle sizes the
+/// attempts that must see an affinity expire by it, the verdict sets its binomial bounds by it.
+pub const FALSE_FAILURE_RATE: f64 = 1e-6;
 
 /// How the attempts of one probe spread over the backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

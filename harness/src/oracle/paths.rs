@@ -279,7 +279,7 @@ pub(super) fn answered(
 
 /// The fewest attempts `n` with `k^(1-n)` ≤ the verdict's false-failure rate.
 fn attempts_to_see_expiry(k: usize) -> u32 {
-    let rate = crate::verdict::FALSE_FAILURE_RATE;
+    let rate = super::FALSE_FAILURE_RATE;
     (1..).find(|&n| (k as f64).powi(1 - n as i32) <= rate).unwrap_or(u32::MAX)
 }
 

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use super::apiserver::sync::{self, Families, SyncJudge, SyncMetrics};
 use super::{Env, Proxy, Running, State};
 use crate::apiserver::Kind;
-use crate::oracle::Profile;
+use crate::model::Profile;
 use crate::topology::NodeHandle;
 use crate::topology::existing::{Additions, Undo};
 use crate::topology::journal;

@@ -11,7 +11,7 @@ use kube::Client;
 use kube::api::Api;
 use serde_json::Value;
 
-use super::apiserver::config::{changed_settings, scenario_settings};
+use super::kube_proxy_config::{changed_settings, scenario_settings};
 use crate::model::Cluster;
 
 const NAMESPACE: &str = "kube-system";
@@ -50,7 +50,7 @@ pub(super) async fn require_same(client: &Client, cluster: &Cluster) -> Result<(
 }
 
 fn read_yaml(text: &str) -> Result<Value> {
-    let documents = crate::scenario::yaml::parse(text).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let documents = crate::yaml::parse(text).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     documents.into_iter().next().map(|d| d.value).context("it holds no YAML document")
 }
 

@@ -12,26 +12,38 @@ pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
+pub mod kube_proxy_config;
 pub mod ipvs;
-pub mod kube;
 mod loader;
 pub mod nftables;
 pub mod node_ports;
 mod options;
+pub mod mutant;
 mod programmed;
+pub mod reference;
 pub mod ruleset;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 
 use std::path::Path;
 
 use anyhow::Result;
 
-use crate::model::{Cluster, Objects, ProxyChoice};
-use crate::oracle::Profile;
+use crate::model::{Cluster, Objects, Profile, ProxyChoice};
 use crate::topology::{NodeHandle, Topology};
 
+pub use mutant::Mutant;
 pub use programmed::{NodeProgrammer, NodeState, program_nodes};
+
+/// The proxy under test failed at its own job: it counted failed syncs, or it exited. That is
+/// the proxy failing its scenario (exit 1), not the input or the machine (exit 2); `log` is its
+/// evidence, as files (name, contents) for the scenario's evidence folder.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ProxyFailed {
+    pub message: String,
+    pub log: Vec<(String, Vec<u8>)>,
+}
 
 /// Something that makes node namespaces implement Services.
 pub trait Proxy: Send + Sync {
@@ -114,7 +126,7 @@ pub const KNOWN_PROXIES: &[&str] = &[
 ];
 
 /// Builds a built-in proxy, broken by a mutant or (`None`) as it should be.
-pub type Breakable = fn(Option<iptables::Mutant>) -> Box<dyn Proxy>;
+pub type Breakable = fn(Option<Mutant>) -> Box<dyn Proxy>;
 
 /// The built-in proxy named `name`, to be broken by a mutant (or not).
 pub fn breakable(name: &str) -> Option<Breakable> {
@@ -131,17 +143,17 @@ pub fn breakable(name: &str) -> Option<Breakable> {
 
 /// Bugs the built-in proxy `name` can have that no scenario can show, with why (IPVS mode's
 /// own connection table hides conntrack bugs): named as not hunted.
-pub fn not_observable(name: &str) -> &'static [(iptables::Mutant, &'static str)] {
+pub fn not_observable(name: &str) -> &'static [(Mutant, &'static str)] {
     if name == ipvs::NAME { &ipvs::mutants::NOT_OBSERVABLE } else { &[] }
 }
 
 /// The catalogued bugs the built-in proxy `name` can have.
-pub fn catalog(name: &str) -> Vec<iptables::Mutant> {
+pub fn catalog(name: &str) -> Vec<Mutant> {
     if name == ipvs::NAME {
         return ipvs::mutants::CATALOG.to_vec();
     }
     let nftables = name.starts_with(nftables::NAME);
-    iptables::Mutant::ALL
+    Mutant::ALL
         .into_iter()
         .filter(|m| !m.only_in_ipvs() && (!nftables || m.exists_in_nftables()))
         .collect()
@@ -154,7 +166,7 @@ fn built_in(choice: &ProxyChoice, breakable: Breakable) -> Result<Box<dyn Proxy>
     for (key, value) in &choice.options {
         match (key.as_str(), value) {
             ("mutant", serde_json::Value::String(name)) => {
-                let m = name.parse::<iptables::Mutant>().map_err(anyhow::Error::msg)?;
+                let m = name.parse::<Mutant>().map_err(anyhow::Error::msg)?;
                 if let Some((_, why)) = not_observable(&choice.name).iter().find(|(n, _)| *n == m) {
                     anyhow::bail!("{} cannot show the bug {name}: {why}", choice.name);
                 }

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::oracle::Profile;
+use crate::model::Profile;
 
 /// Refuses every key of `options` that is not in `known`, naming them all and what is accepted.
 pub(crate) fn refuse_unknown(proxy: &str, options: &Value, known: &[&str]) -> Result<()> {

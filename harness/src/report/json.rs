@@ -108,6 +108,7 @@ fn scenario(finished: &Finished<'_>) -> Scenario {
     };
     let (status, reason, probes) = match &report.outcome {
         Outcome::Skipped(reason) => ("skipped", Some(reason.clone()), Vec::new()),
+        Outcome::ProxyFailed(reason) => ("failed", Some(format!("the proxy failed: {reason}")), Vec::new()),
         Outcome::Judged(verdicts) => {
             let probes = verdicts
                 .iter()

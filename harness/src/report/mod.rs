@@ -29,6 +29,7 @@ pub fn scenario_line(report: &ScenarioReport) -> String {
 pub fn scenario_line_painted(report: &ScenarioReport, paint: Paint) -> String {
     let (status, detail) = match &report.outcome {
         Outcome::Skipped(reason) => ("SKIP", format!("skipped: {reason}")),
+        Outcome::ProxyFailed(reason) => ("FAIL", format!("the proxy failed: {reason}")),
         Outcome::Judged(verdicts) => {
             let attempts: usize = verdicts.iter().map(|v| v.observed.len()).sum();
             let failed = verdicts.iter().filter(|v| !v.passed()).count();
@@ -172,12 +173,13 @@ pub(crate) fn expected(outcome: &Expected) -> String {
     }
 }
 
-/// The closing line CI systems read: `N passed, N failed, N skipped`.
+/// The closing line CI systems read: `N passed, N failed, N skipped, N errors`, the same four
+/// counts as the JSON report's summary (an error is a scenario that could not be set up).
 pub fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String {
     let passed = reports.iter().filter(|r| r.passed()).count();
     let skipped = reports.iter().filter(|r| matches!(r.outcome, Outcome::Skipped(_))).count();
-    let failed = reports.len() - passed - skipped + errors;
-    format!("{passed} passed, {failed} failed, {skipped} skipped")
+    let failed = reports.iter().filter(|r| r.failed()).count();
+    format!("{passed} passed, {failed} failed, {skipped} skipped, {errors} errors")
 }
 
 /// A scenario as it ended, for the machine-readable reports.

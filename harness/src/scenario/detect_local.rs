@@ -4,7 +4,7 @@
 //! cannot say what the mode would match.
 
 use crate::model::DetectLocal;
-use crate::topology::{NODE_UPLINK, POD_BRIDGE};
+use crate::model::{NODE_UPLINK, POD_BRIDGE};
 
 use super::error::{Diagnostics, Site};
 use super::spec::ProxyConfigSpec;

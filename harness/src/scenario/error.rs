@@ -112,7 +112,7 @@ impl Diagnostics {
 
     /// The folder of the file being read, which relative paths in it start from.
     pub fn source_dir(&self) -> &std::path::Path {
-        self.file.parent().unwrap_or(std::path::Path::new("."))
+        crate::model::folder_of(&self.file)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -50,7 +50,7 @@
 //! | `endpoints[].addresses` | modelled (one each: a pod's, an external host's or a node's (host network); nobody's refused) | endpointslicecache.go addEndpoints (the first) |
 //! | `endpoints[].conditions` | modelled | endpointslicecache.go newEndpointSliceInfo |
 //! | `endpoints[].nodeName` | modelled: locality is it alone (absent: local nowhere) | endpointslicecache.go (isLocal) |
-//! | `endpoints[].hints.forZones` | modelled (`proxy::kube::topology`) | endpointslicecache.go ZoneHints, topology.go |
+//! | `endpoints[].hints.forZones` | modelled (`kubernetes::topology`) | endpointslicecache.go ZoneHints, topology.go |
 //! | `endpoints[].hints.forNodes` | **refused** (v1.33+ PreferSameNode; v1.30 reads none) | newer topology.go |
 //! | `endpoints[].zone` | irrelevant: copied into the cache, never used (only hints route) | endpointslicecache.go |
 //! | `endpoints[].hostname`, `.targetRef`, `.deprecatedTopology` | irrelevant | — |

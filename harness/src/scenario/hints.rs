@@ -27,7 +27,7 @@ pub(crate) fn annotation(meta: &ObjectMeta) -> Option<String> {
 /// for, so such a Service needs its slices written out with their hints.
 pub(crate) fn refuse_annotated(entry: &ServiceEntry<'_>, diag: &mut Diagnostics) -> bool {
     let annotated =
-        crate::proxy::kube::topology::annotation_enabled(entry.service.hints_annotation.as_deref());
+        crate::kubernetes::topology::annotation_enabled(entry.service.hints_annotation.as_deref());
     if annotated {
         diag.value(
             &entry.site,

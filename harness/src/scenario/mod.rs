@@ -54,7 +54,8 @@ mod steps;
 mod target_form;
 mod targets;
 mod validate;
-pub(crate) mod yaml;
+// The YAML reader with positions sits below every layer (proxies read configuration with it).
+use crate::yaml;
 
 #[cfg(test)]
 mod tests;

@@ -117,7 +117,18 @@ pub(crate) fn read<'a>(
         return ScenarioDoc::unknown(Some(site));
     }
     let metadata: Option<Metadata> = typed(&site, &FieldPath::parse("metadata"), diag);
-    let name = metadata.map(|m| m.name);
+    // The name names the scenario's evidence folder under --artifacts and its report entries:
+    // a name that is not a DNS-1123 subdomain ("/etc", "..", "") could write outside it.
+    let name = match metadata.map(|m| m.name) {
+        Some(name) => match check_name(&name) {
+            Ok(()) => Some(name),
+            Err(e) => {
+                diag.value(&site, &FieldPath::parse("metadata.name"), e);
+                None
+            }
+        },
+        None => None,
+    };
     let Some(sections) = typed::<Sections>(&site, &spec, diag) else {
         return ScenarioDoc { name, ..ScenarioDoc::unknown(Some(site)) };
     };

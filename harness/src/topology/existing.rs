@@ -179,7 +179,7 @@ impl Undo {
     }
 
     /// The undo a journal entry names, in its namespace if that still exists.
-    fn from_entry(entry: journal::Entry) -> Result<Option<Undo>> {
+    fn from_entry(entry: journal::Entry, delete: DeleteApiObject) -> Result<Option<Undo>> {
         let open = |path: &std::path::Path| match Netns::open_path(path) {
             Ok(ns) => Ok(Some(ns)),
             // The node (container) is gone, and what was added to it with it.
@@ -193,9 +193,7 @@ impl Undo {
                 open(&netns)?.map(|netns| Undo::Sysctl { netns, key, value })
             }
             journal::Entry::ApiObject { kubeconfig, kind, namespace, name } => {
-                Some(Undo::Hook(Box::new(move || {
-                    crate::proxy::cluster::delete_leftover(&kubeconfig, &kind, &namespace, &name)
-                })))
+                Some(Undo::Hook(Box::new(move || delete(&kubeconfig, &kind, &namespace, &name))))
             }
         })
     }
@@ -306,6 +304,10 @@ fn run_all(undos: Vec<Undo>) -> Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
+/// Deletes an object a killed run wrote to a cluster's API (kubeconfig, kind, namespace, name).
+/// The proxy that wrote it knows how; topology only keeps the record of it.
+pub type DeleteApiObject = fn(&std::path::Path, &str, &str, &str) -> Result<()>;
+
 /// Undoes every live record; for Ctrl-C and fatal paths.
 pub fn undo_all() {
     let all: Vec<(u64, Vec<Undo>)> = std::mem::take(&mut *pending()).into_iter().collect();
@@ -319,14 +321,14 @@ pub fn undo_all() {
 
 /// Takes back what runs killed outright added to existing nodes (all runs' but this one's with
 /// `include_live`), newest first; returns each journal undone, with how many additions it held.
-pub fn undo_orphans(include_live: bool) -> Result<Vec<String>> {
+pub fn undo_orphans(include_live: bool, delete: DeleteApiObject) -> Result<Vec<String>> {
     let mut undone = Vec::new();
     for orphan in journal::orphans(include_live)? {
         let count = orphan.entries.len();
         let undos = orphan
             .entries
             .into_iter()
-            .map(Undo::from_entry)
+            .map(|entry| Undo::from_entry(entry, delete))
             .filter_map(Result::transpose)
             .collect::<Result<Vec<_>>>()
             .with_context(|| format!("reading {}", orphan.path.display()))?;

@@ -12,11 +12,10 @@
 pub mod control_plane;
 pub mod existing;
 pub(crate) mod journal;
-mod links;
+pub(crate) mod links;
 pub mod netns;
 mod ready;
-pub mod stand_in;
-mod sysctl;
+pub(crate) mod sysctl;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -25,16 +24,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use anyhow::{Context, Result};
 use ipnet::IpNet;
 
-use crate::model::{Cluster, Node, Pod, Source, bridge_address};
+use crate::model::{
+    Cluster, NODE_NETWORK_BRIDGE, NODE_UPLINK, Node, POD_BRIDGE, POD_INTERFACE, Pod, Source, bridge_address,
+};
 use links::Links;
 pub use netns::Netns;
 
 /// Removes what runs no longer alive left behind (every run's with `include_live`): their
 /// namespaces, and their additions to existing nodes. Returns what was removed, for the user.
-pub fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
+pub fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {
     let namespaces = netns::cleanup(include_live)?.into_iter().map(|name| format!("namespace {name}"));
     let additions =
-        existing::undo_orphans(include_live)?.into_iter().map(|j| format!("the additions of {j}"));
+        existing::undo_orphans(include_live, delete)?.into_iter().map(|j| format!("the additions of {j}"));
     Ok(namespaces.chain(additions).collect())
 }
 
@@ -46,11 +47,6 @@ pub struct NodeHandle {
     pub netns: Netns,
 }
 
-/// Names of the links the topology makes, fixed so dumps and captures read the same everywhere.
-pub const NODE_UPLINK: &str = "eth0";
-pub const POD_BRIDGE: &str = "cni0";
-pub const NODE_NETWORK_BRIDGE: &str = "br0";
-pub const POD_INTERFACE: &str = "eth0";
 
 /// Distinguishes the topologies of concurrent scenarios within one process.
 static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);

@@ -8,7 +8,7 @@ use super::netns::Netns;
 /// What a real node has on: forwarding (both families), and bridged pod traffic passing
 /// through iptables and ip6tables (so replies between pods on one bridge are un-NATed by
 /// conntrack).
-pub(super) const NODE_SETTINGS: &[(&str, &str)] = &[
+pub(crate) const NODE_SETTINGS: &[(&str, &str)] = &[
     ("net/ipv4/ip_forward", "1"),
     ("net/ipv6/conf/all/forwarding", "1"),
     ("net/bridge/bridge-nf-call-iptables", "1"),
@@ -24,7 +24,7 @@ pub(super) const NODE_SETTINGS: &[(&str, &str)] = &[
 /// fail. Every address here is assigned by the scenario, which validation keeps unique. A link
 /// takes `default` when it is made (or moved into the namespace) and DAD runs unless both
 /// `all` and the link's own value are 0: written before any link exists in the namespace.
-pub(super) const EVERY_NAMESPACE: &[(&str, &str)] = &[
+pub(crate) const EVERY_NAMESPACE: &[(&str, &str)] = &[
     ("net/ipv4/icmp_ratelimit", "0"),
     ("net/ipv6/icmp/ratelimit", "0"),
     ("net/ipv6/conf/all/accept_dad", "0"),

@@ -12,7 +12,8 @@ use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::client::{Attempt, Sent, SourcePorts};
 use crate::observe::packet_socket::PacketSocket;
-use crate::topology::{NODE_UPLINK, Netns, POD_INTERFACE};
+use crate::model::{NODE_UPLINK, POD_INTERFACE};
+use crate::topology::Netns;
 
 /// Where the frames go: from the external host's interface to the node's uplink.
 pub struct Martian {

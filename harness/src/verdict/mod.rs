@@ -1,7 +1,7 @@
 //! Expected versus observed, per probe: every attempt must match the oracle's outcome, and
 //! with several equally likely backends each one's share must fall inside exact binomial
 //! bounds chosen so that a correct proxy fails the check with probability at most
-//! [`FALSE_FAILURE_RATE`].
+//! [`FALSE_FAILURE_RATE`] (the oracle's: it sizes the attempts by the same rate).
 
 pub mod affinity;
 pub mod evidence;
@@ -13,11 +13,8 @@ use std::fmt::Write;
 use std::net::SocketAddr;
 
 use crate::model::Probe;
-use crate::oracle::{Expectation, Outcome, Spread};
+use crate::oracle::{Expectation, FALSE_FAILURE_RATE, Outcome, Spread};
 use crate::traffic::Attempt;
-
-/// The chance that a correct proxy fails one probe's load-balancing check.
-pub const FALSE_FAILURE_RATE: f64 = 1e-6;
 
 /// One probe judged.
 #[derive(Debug, Clone)]

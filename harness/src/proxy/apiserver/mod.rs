@@ -20,8 +20,9 @@
 //! For nftables mode: `mode=nftables` and `featureGates=NFTablesProxyMode=true` (v1.30).
 
 mod command;
-pub mod config;
+
 pub mod objects;
+pub mod stand_in;
 pub mod sync;
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
@@ -36,13 +37,13 @@ use nix::unistd::Pid;
 use serde_json::{Map, Value};
 
 pub use command::{PLACEHOLDERS, Template, Vars};
-use config::{Mode, NodeSettings};
+use crate::proxy::kube_proxy_config::{self as config, Mode, NodeSettings};
 use sync::{SyncJudge, SyncMetrics};
 
 use super::{Env, Proxy, Running, State};
 use crate::apiserver::ApiServer;
 use crate::model::Cluster;
-use crate::oracle::Profile;
+use crate::model::Profile;
 use crate::topology::control_plane::ControlPlane;
 use crate::topology::{Netns, NodeHandle};
 
@@ -323,7 +324,7 @@ impl Proxy for ApiServerProxy {
         let baselines = running.baselines(&env.topology.nodes);
         objects::push(running.store(), state)?;
         let started = sync::unix_now();
-        let (cluster_cidr, service_cidr) = objects::cidrs(state.cluster);
+        let (cluster_cidr, service_cidr) = config::cidrs(state.cluster);
         for node in &env.topology.nodes {
             let model = state
                 .cluster
@@ -476,11 +477,9 @@ impl ApiRunning<'_> {
             let alive = || -> Result<()> {
                 let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
                 if let Some(status) = c.try_wait()? {
-                    bail!(
-                        "the proxy on node {} exited ({status}); its log ends:\n{}",
-                        node.name,
-                        log_tail(log)
-                    );
+                    let message =
+                        format!("the proxy on node {} exited ({status}); its log ends:\n{}", node.name, log_tail(log));
+                    return Err(crate::proxy::ProxyFailed { message, log: Vec::new() }.into());
                 }
                 Ok(())
             };
@@ -491,13 +490,22 @@ impl ApiRunning<'_> {
                     sync::wait_stable(baseline, QUIET, unchanged_after, deadline, || dump(&node.netns), alive)
                 }
             };
-            // The log goes with the proxy; its end goes into the error.
+            // The log goes with the proxy; its end goes into the error. A proxy that failed
+            // its syncs or exited has failed the scenario, and its whole log is the evidence.
             if let Err(e) = waited {
+                let proxy_failed = e.chain().any(|c| c.is::<crate::proxy::ProxyFailed>());
                 let e = e.context(format!("waiting for the proxy on node {} to sync", node.name));
-                if format!("{e:#}").contains("its log ends") {
-                    return Err(e);
+                let message = if format!("{e:#}").contains("its log ends") {
+                    format!("{e:#}")
+                } else {
+                    format!("{e:#}; its log ends:\n{}", log_tail(log))
+                };
+                if proxy_failed {
+                    let whole = std::fs::read(&*log).unwrap_or_default();
+                    let log = vec![(format!("{}.log", node.name), whole)];
+                    return Err(crate::proxy::ProxyFailed { message, log }.into());
                 }
-                bail!("{e:#}; its log ends:\n{}", log_tail(log));
+                bail!("{message}");
             }
         }
         Ok(())

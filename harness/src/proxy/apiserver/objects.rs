@@ -9,7 +9,7 @@ use crate::apiserver::selector::{Selector, selects};
 use crate::apiserver::{Kind, Store};
 use crate::model::{Cluster, Node};
 use crate::proxy::State;
-use crate::reference_proxy::PROXY_LABEL_SELECTOR;
+use crate::proxy::reference::PROXY_LABEL_SELECTOR;
 
 use super::sync::Families;
 
@@ -117,18 +117,6 @@ pub fn families_reached(store: &Store, resource_version: u64) -> Result<Families
     Ok(families)
 }
 
-/// `--cluster-cidr`/`--service-cluster-ip-range` values: the primary family's CIDR, then the
-/// second family's in a dual-stack cluster, comma-separated as kube-proxy takes them.
-pub fn cidrs(cluster: &Cluster) -> (String, String) {
-    match &cluster.second_family {
-        Some(s) => (
-            format!("{},{}", cluster.pod_cidr, s.pod_cidr),
-            format!("{},{}", cluster.service_cidr, s.service_cidr),
-        ),
-        None => (cluster.pod_cidr.to_string(), cluster.service_cidr.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,7 +184,7 @@ mod tests {
 
     #[test]
     fn the_service_cidr_object_holds_every_family_of_the_service_range() {
-        let mut cluster = crate::bench::two_nodes_eight_pods();
+        let mut cluster = crate::commands::bench::two_nodes_eight_pods();
         cluster.service_cidr = "10.96.0.0/12".parse().unwrap();
         let single = service_cidr_object(&cluster);
         assert_eq!(single["metadata"]["name"], "kubernetes");

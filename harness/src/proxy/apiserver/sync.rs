@@ -50,10 +50,11 @@ pub fn wait_metrics(
                 if failed > 0.0 {
                     // The proxy will not apply the change (it retries only after its sync
                     // period): judging probes now would judge a ruleset it did not mean.
-                    bail!(
+                    let message = format!(
                         "the proxy failed to apply the change: its metrics at {addr} count {failed} failed \
                          sync(s) since (kubeproxy_sync_proxy_rules_iptables_restore_failures_total; its log says why)"
                     );
+                    return Err(crate::proxy::ProxyFailed { message, log: Vec::new() }.into());
                 }
                 if judge.synced(&metrics, Instant::now()) {
                     return Ok(());

@@ -20,7 +20,7 @@
 //!   `{nodeIP}`, `{clusterCIDR}`, `{serviceCIDR}`, `{generation}`, `{proxyConfig}`). A relative
 //!   program path with a `/` is taken from the scenario's directory, the working directory of
 //!   every command. `{proxyConfig}` is a KubeProxyConfiguration (JSON) of the scenario's
-//!   `spec.proxyConfig` (`proxy::apiserver::config::scenario_settings`): a scenario that sets
+//!   `spec.proxyConfig` (`proxy::kube_proxy_config::scenario_settings`): a scenario that sets
 //!   any of it is refused unless the command or `ready` passes that file, since the proxy could
 //!   not know settings the verdicts depend on.
 //! - `mode`: `oneshot` (default) runs the command to its end on every node, at start and again
@@ -159,7 +159,7 @@ impl CommandProxy {
         })?;
         let options: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("reading {} as JSON", path.display()))?;
-        let dir = source.parent().unwrap_or(Path::new("."));
+        let dir = crate::model::folder_of(source);
         CommandProxy::from_options(&options, dir).with_context(|| format!("in {}", path.display()))
     }
 }
@@ -167,7 +167,7 @@ impl CommandProxy {
 /// `<dir>/proxies/<stem>.json` for the scenario file `<dir>/<stem>.yaml`.
 pub fn conventional_options(source: &Path) -> PathBuf {
     let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    source.parent().unwrap_or(Path::new(".")).join("proxies").join(format!("{stem}.json"))
+    crate::model::folder_of(source).join("proxies").join(format!("{stem}.json"))
 }
 
 impl Proxy for CommandProxy {
@@ -207,7 +207,7 @@ impl Proxy for CommandProxy {
 /// changes them for a command that never reads them would be judged by settings the proxy
 /// does not have.
 fn refuse_unknown_settings(config: &Config, cluster: &Cluster) -> Result<()> {
-    let changed = crate::proxy::apiserver::config::changed_settings(&cluster.proxy);
+    let changed = crate::proxy::kube_proxy_config::changed_settings(&cluster.proxy);
     let passed =
         config.command.uses("proxyConfig") || config.ready.as_ref().is_some_and(|r| r.uses("proxyConfig"));
     if changed.is_empty() || passed {
@@ -269,7 +269,7 @@ impl Launched {
             .iter()
             .find(|n| n.name == run.node.name)
             .with_context(|| format!("node {} is not in the desired state", run.node.name))?;
-        let (cluster_cidr, service_cidr) = crate::proxy::apiserver::objects::cidrs(cluster);
+        let (cluster_cidr, service_cidr) = crate::proxy::kube_proxy_config::cidrs(cluster);
         Ok(BTreeMap::from([
             ("state", run.state().to_string_lossy().into_owned()),
             ("node", node.name.clone()),
@@ -283,11 +283,11 @@ impl Launched {
 
     fn write_states(&self, state: &State<'_>) -> Result<()> {
         let contents = state_file::render(state.cluster, state.objects, self.generation)?;
-        let (cluster_cidr, _) = crate::proxy::apiserver::objects::cidrs(state.cluster);
+        let (cluster_cidr, _) = crate::proxy::kube_proxy_config::cidrs(state.cluster);
         for run in &self.nodes {
             state_file::write_atomically(&run.state(), &contents)
                 .with_context(|| format!("writing the state file of node {}", run.node.name))?;
-            let settings = crate::proxy::apiserver::config::scenario_settings(
+            let settings = crate::proxy::kube_proxy_config::scenario_settings(
                 state.cluster,
                 &run.node.name,
                 &cluster_cidr,

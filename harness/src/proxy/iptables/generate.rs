@@ -19,22 +19,21 @@
 //! counters (as on a kernel without `nfnetlink_acct`), `--random-fully` available, no
 //! `nf_conntrack_tcp_be_liberal`. Not modelled: topology hints, `ipMode: Proxy` ingress IPs.
 //!
-//! [`Deviations`] switch on bugs that live in endpoint choice rather than in one rule, for
+//! `Deviations` (the kube-proxy core's) switch on bugs that live in endpoint choice rather than in one rule, for
 //! the mutants.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::endpoints::{Choice, PortPolicy, Terminating, select_with};
 use super::ladder;
 use super::naming;
 use super::ruleset::{RuleSet, Table, args};
 use crate::model::{
     Cluster, Endpoint, IpFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
 };
-use crate::proxy::kube::local_detect::{self, LocalDetector};
-use crate::proxy::kube::topology::{self, Hints};
+use crate::kubernetes::endpoints::{Choice, Deviations};
+use crate::kubernetes::local_detect::{self, LocalDetector};
 use crate::proxy::node_ports::{NodePortAddresses, localhost_node_ports};
 
 /// The mark that asks `KUBE-POSTROUTING` to masquerade (kube-proxy's default bit 14).
@@ -52,56 +51,6 @@ const MARK_MASQ: &str = "KUBE-MARK-MASQ";
 
 const NODEPORTS_COMMENT: &str =
     "kubernetes service nodeports; NOTE: this must be the last rule in this chain";
-
-/// Ways the generator departs from kube-proxy on purpose (all off by default), for mutants
-/// whose bug is a wrong choice of endpoints rather than a wrong rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Deviations {
-    pub terminating: Terminating,
-    /// internalTrafficPolicy Local uses the Cluster set on a node without local endpoints.
-    pub itp_local_falls_back: bool,
-    /// externalTrafficPolicy Local sends outside traffic to the Cluster set (and so never
-    /// drops it), keeping the client address.
-    pub etp_local_uses_cluster: bool,
-    /// How topology hints narrow the Cluster set.
-    pub hints: Hints,
-    /// ClientIP affinity checks are written for not-ready endpoints too (kube-proxy v1.22).
-    pub affinity_to_not_ready: bool,
-}
-
-impl Deviations {
-    /// The policy and endpoints of `port` on `node` (either mode's generator), with the
-    /// endpoint-choice bugs these deviations switch on.
-    pub fn choose<'a>(
-        self,
-        cluster: &Cluster,
-        svc: &Service,
-        port: &'a ServicePort,
-        node: &str,
-    ) -> Choice<'a> {
-        let mut policy = PortPolicy::of(svc, port);
-        let topo = topology::Context::of(cluster, svc, node);
-        let mut eps = select_with(port, policy, node, self.terminating, topo, self.hints);
-        if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
-            // The bug: on this node the port behaves as if its internal policy were Cluster.
-            policy.internal_local = false;
-            eps = select_with(port, policy, node, self.terminating, topo, self.hints);
-        }
-        let stale_affinity = if self.affinity_to_not_ready
-            && matches!(svc.session_affinity, crate::model::SessionAffinity::ClientIp { .. })
-        {
-            // The bug: endpoints no set uses still get an affinity check (and a chain to go to).
-            let unused = |e: &&Endpoint| {
-                IpFamily::of(e.ip) == policy.family
-                    && !eps.reachable.iter().any(|r| r.address() == e.address())
-            };
-            port.endpoints.iter().filter(unused).collect()
-        } else {
-            Vec::new()
-        };
-        Choice { policy, eps, etp_local_uses_cluster: self.etp_local_uses_cluster, stale_affinity }
-    }
-}
 
 /// The `iptables-restore` input kube-proxy would write on `node` for `cluster`.
 pub fn node_rules(cluster: &Cluster, node: &str) -> RuleSet {

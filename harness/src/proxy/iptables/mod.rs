@@ -7,7 +7,6 @@
 //! what kube-proxy does besides rules: `route_localnet` for localhost node ports, and the
 //! health check servers of `externalTrafficPolicy: Local` load balancers.
 
-pub mod endpoints;
 pub mod generate;
 pub mod ladder;
 mod load;
@@ -21,11 +20,12 @@ mod tests;
 use anyhow::{Context, Result};
 
 pub use generate::node_rules;
-pub use mutants::Mutant;
-pub use ruleset::{RuleSet, normalize_save};
 
-use crate::model::Cluster;
-use crate::oracle::Profile;
+pub(crate) use ruleset::args;
+pub use ruleset::{Rule, RuleSet, normalize_save};
+
+use crate::model::{Cluster, Profile};
+use crate::proxy::Mutant;
 use crate::proxy::{
     Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, node_ports, program_nodes,
 };

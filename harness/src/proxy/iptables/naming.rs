@@ -8,16 +8,8 @@ use std::net::SocketAddr;
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{Protocol, Service, ServicePort};
-
-/// `namespace/name`, plus `:port` when the port is named (kube-proxy's `ServicePortName.String()`).
-pub fn service_port_name(svc: &Service, port: &ServicePort) -> String {
-    if port.name.is_empty() {
-        svc.namespaced_name()
-    } else {
-        format!("{}:{}", svc.namespaced_name(), port.name)
-    }
-}
+pub use crate::kubernetes::service_port_name;
+use crate::model::Protocol;
 
 /// The first 16 characters of base32(sha256(`input`)).
 fn hash16(input: &str) -> String {
@@ -62,6 +54,7 @@ pub fn sep_chain(svc_port_name: &str, protocol: Protocol, endpoint: SocketAddr) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Service, ServicePort};
 
     // Every expected name below appears in a real `iptables-save` dump in ../shared/seeds.
 

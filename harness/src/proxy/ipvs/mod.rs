@@ -23,8 +23,8 @@ mod tests;
 use anyhow::Result;
 
 use crate::model::Cluster;
-use crate::oracle::Profile;
-use crate::proxy::iptables::Mutant;
+use crate::model::Profile;
+use crate::proxy::Mutant;
 use crate::proxy::{Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, program_nodes};
 use crate::topology::NodeHandle;
 

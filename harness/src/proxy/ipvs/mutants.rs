@@ -1,10 +1,10 @@
-//! The catalogued bugs (`proxy::iptables::Mutant`) that kube-proxy's IPVS mode can have, and
+//! The catalogued bugs (`proxy::Mutant`) that kube-proxy's IPVS mode can have, and
 //! how each breaks this mode: a wrong plan ([`breaks`]), a removed or altered iptables rule
 //! or ipset entry ([`apply`]), or a wrong sync ([`flushes_on_sync`]).
 
 use super::ipset::SetName;
 use super::plan::{Breaks, FamilyPlan};
-use crate::proxy::iptables::Mutant;
+use crate::proxy::Mutant;
 
 /// The mutants that exist in IPVS mode. Left out: those of rules IPVS mode does not have
 /// (the localnet guard, the conntrack-INVALID drop, the node-port jump's position, the
@@ -77,7 +77,7 @@ pub fn breaks(mutant: Option<Mutant>) -> Breaks {
 pub fn apply(mutant: Mutant, plan: &mut FamilyPlan) {
     let matches_set = |set: SetName| {
         let name = set.in_family(plan.family);
-        move |r: &crate::proxy::iptables::ruleset::Rule| r.args.iter().any(|a| *a == name)
+        move |r: &crate::proxy::iptables::Rule| r.args.iter().any(|a| *a == name)
     };
     match mutant {
         // The hairpin masquerade matches KUBE-LOOP-BACK; node ports mark through

@@ -23,10 +23,10 @@ use crate::model::{
     Cluster, Endpoint, IpFamily, Node, Protocol, Service, ServicePort, ServiceType, SessionAffinity,
     TrafficPolicy, bridge_address,
 };
-use crate::proxy::iptables::endpoints::Choice;
-use crate::proxy::iptables::generate::Deviations;
-use crate::proxy::iptables::ruleset::{RuleSet, args};
-use crate::proxy::kube::local_detect;
+use crate::kubernetes::endpoints::Choice;
+use crate::kubernetes::endpoints::Deviations;
+use crate::proxy::iptables::{RuleSet, args};
+use crate::kubernetes::local_detect;
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The name of the dummy interface holding service addresses (`defaultDummyDevice`).

@@ -87,7 +87,7 @@ fn the_cluster_ip_masquerade_tells_local_traffic_by_the_detect_local_mode() {
 #[test]
 fn the_unbound_addresses_mutant_empties_the_dummy_link_only() {
     let cluster = Cluster::example(vec![web(ServiceType::NodePort, TrafficPolicy::Cluster)]);
-    let breaks = super::mutants::breaks(Some(crate::proxy::iptables::Mutant::ServiceAddressesNotBound));
+    let breaks = super::mutants::breaks(Some(crate::proxy::Mutant::ServiceAddressesNotBound));
     let plan = family_plan(&cluster, "node-a", breaks);
     assert!(plan.bound.is_empty());
     assert_eq!(plan.sets.entries(SetName::IpvsIps).collect::<Vec<_>>(), ["10.96.0.10"]);

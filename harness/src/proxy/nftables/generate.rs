@@ -26,9 +26,9 @@ use ipnet::IpNet;
 use super::naming::{self, PortChains};
 use super::ruleset::{Hook, RuleSet, Set};
 use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceType, SessionAffinity};
-use crate::proxy::iptables::endpoints::Choice;
-use crate::proxy::iptables::generate::Deviations;
-use crate::proxy::kube::local_detect::{self, LocalDetector};
+use crate::kubernetes::endpoints::Choice;
+use crate::kubernetes::endpoints::Deviations;
+use crate::kubernetes::local_detect::{self, LocalDetector};
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The mark that asks `masquerading` to masquerade (kube-proxy's default bit 14).
@@ -318,7 +318,7 @@ impl<'a> Port<'a> {
         Port {
             svc,
             port,
-            name: crate::proxy::iptables::naming::service_port_name(svc, port),
+            name: crate::kubernetes::service_port_name(svc, port),
             proto: naming::proto(port.protocol),
             ip: super::ruleset::nft_family(family),
             cluster_ip: svc.cluster_ip().to_string(),

@@ -27,8 +27,8 @@ pub use generate::{Layout, node_rules};
 pub use ruleset::RuleSet;
 
 use crate::model::{Cluster, IpFamily};
-use crate::oracle::Profile;
-use crate::proxy::iptables::Mutant;
+use crate::model::Profile;
+use crate::proxy::Mutant;
 use crate::proxy::{Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, program_nodes};
 use crate::topology::NodeHandle;
 

@@ -29,9 +29,9 @@ use super::generate::{
 use super::naming::{self, PortChains};
 use super::ruleset::{Rule, RuleSet};
 use crate::model::{Cluster, IpFamily, ServicePort};
-use crate::proxy::iptables::Mutant;
-use crate::proxy::iptables::endpoints::PortPolicy;
-use crate::proxy::iptables::mutants::outside_the_rules;
+use crate::proxy::Mutant;
+use crate::kubernetes::endpoints::PortPolicy;
+use crate::proxy::mutant::outside_the_rules;
 
 /// Breaks `rules` (one family's table, generated with [`Mutant::deviations`]) the way
 /// `mutant` says; mutants that live in the generator or the health server change nothing.

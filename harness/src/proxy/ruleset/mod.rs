@@ -103,7 +103,7 @@ impl Ruleset {
 
 /// `<dir>/rulesets/<stem>.<node>.rules`, then `<dir>/rulesets/<stem>.rules`.
 pub fn conventional_paths(source: &Path, node: &str) -> Vec<PathBuf> {
-    let dir = source.parent().unwrap_or(Path::new(".")).join("rulesets");
+    let dir = crate::model::folder_of(source).join("rulesets");
     let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     vec![dir.join(format!("{stem}.{node}.rules")), dir.join(format!("{stem}.rules"))]
 }

@@ -1,8 +1,8 @@
 //! Each mutant changes only what its description says.
 
 use super::*;
-use crate::proxy::iptables::generate::Deviations;
-use crate::proxy::iptables::mutants::outside_the_rules;
+use crate::kubernetes::endpoints::Deviations;
+use crate::proxy::mutant::outside_the_rules;
 
 fn mutated(m: Mutant) -> (RuleSet, RuleSet) {
     let c = cluster(vec![kube_dns(), nginx(TrafficPolicy::Cluster), no_endpoints()]);

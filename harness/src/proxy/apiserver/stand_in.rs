@@ -20,16 +20,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value};
 
-use super::existing::{NodeMap, NodeRef};
-use super::links::Links;
-use super::netns::{Netns, process_prefix};
-use super::{NODE_NETWORK_BRIDGE, NODE_UPLINK, POD_INTERFACE, sysctl};
+use crate::proxy::kube_proxy_config::{Mode, NodeSettings, cidrs, kube_proxy_configuration};
+use super::objects::node_object;
+use super::sync::{self, SyncJudge, SyncMetrics};
+use super::{DEFAULT_HEALTHZ_PORT, DEFAULT_METRICS_PORT, kubeconfig};
 use crate::apiserver::{ApiServer, Kind, Store};
-use crate::model::Cluster;
-use crate::proxy::apiserver::config::{Mode, NodeSettings, kube_proxy_configuration};
-use crate::proxy::apiserver::objects::{cidrs, node_object};
-use crate::proxy::apiserver::sync::{self, SyncJudge, SyncMetrics};
-use crate::proxy::apiserver::{DEFAULT_HEALTHZ_PORT, DEFAULT_METRICS_PORT, kubeconfig};
+use crate::model::{Cluster, NODE_NETWORK_BRIDGE, NODE_UPLINK, POD_INTERFACE};
+use crate::topology::existing::{NodeMap, NodeRef};
+use crate::topology::links::Links;
+use crate::topology::netns::{Netns, process_prefix};
+use crate::topology::sysctl;
 
 /// The image whose containers stand in for nodes (the CI image: it has the tools).
 const IMAGE: &str = "localhost/packetproof-ci:latest";
@@ -276,7 +276,7 @@ impl StandIns {
                 let out = ns.exec("ip", args, None)?;
                 text.push_str(&format!("# ip {}\n{}", args.join(" "), String::from_utf8_lossy(&out.stdout)));
             }
-            text.push_str(&sync::without_counters(&crate::proxy::apiserver::dump(ns)?));
+            text.push_str(&sync::without_counters(&super::dump(ns)?));
             for key in sysctl::NODE_SETTINGS.iter().chain(sysctl::EVERY_NAMESPACE).map(|(k, _)| k) {
                 text.push_str(&format!("{key} = {}\n", sysctl::read(ns, key)?));
             }
@@ -388,7 +388,7 @@ async fn wire(
         let eth0 = links.index(NODE_UPLINK).await?;
         let node = cluster.node(name).context("a stand-in node not in the cluster")?;
         for ip in node.node_network_ips() {
-            links.address(eth0, ip, super::node_network_prefix(node, ip, cluster.node_network)).await?;
+            links.address(eth0, ip, crate::topology::node_network_prefix(node, ip, cluster.node_network)).await?;
         }
         links.up(eth0).await?;
     }

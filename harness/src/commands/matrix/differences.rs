@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::matrix_junit::CellRun;
+use super::junit::CellRun;
 
 /// `sctp with builtin-iptables: passed on 6.12, 7.3; failed on 5.10`, in the order the
 /// scenarios and kernels first appear. A run without a report (its guest panicked, say) is

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 use crate::engine::{Engine, Reporter, Run, RunProxy};
 use crate::model::{Cluster, ProxyChoice, Scenario, Source, bridge_address};
-use crate::oracle::Profile;
+use crate::model::Profile;
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
 use crate::traffic::Attempt;
 use crate::verdict::ProbeVerdict;
@@ -124,6 +124,7 @@ fn compare(
         Err(e) => format!("setup error: {e:#}"),
         Ok(r) => match &r.outcome {
             Outcome::Skipped(why) => format!("skipped: {why}"),
+            Outcome::ProxyFailed(why) => format!("proxy failed: {why}"),
             Outcome::Judged(_) => "ran".into(),
         },
     };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
 use crate::model::Scenario;
 use crate::proxy::Proxy;
-use crate::proxy::iptables::Mutant;
+use crate::proxy::Mutant;
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
 
 pub use crate::proxy::{Breakable, breakable, catalog, not_observable};
@@ -107,7 +107,7 @@ fn hunt_one(
 fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ {
     let verdicts = match &report.outcome {
         Outcome::Judged(v) => v.as_slice(),
-        Outcome::Skipped(_) => &[],
+        Outcome::ProxyFailed(_) | Outcome::Skipped(_) => &[],
     };
     verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone())
 }

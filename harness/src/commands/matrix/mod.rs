@@ -2,13 +2,17 @@
 //! with every chosen proxy; one line per kernel × proxy and a combined JSON report.
 //! Exit codes as `run`: 0 all passed, 1 a probe failed, 2 a run could not be carried out.
 
+mod differences;
+mod junit;
+mod mutants;
+
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::cli::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS};
+use crate::commands::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,10 +33,10 @@ pub struct Args {
     profile: Option<String>,
     /// As `run --timeout-ms`, but 3000 by default: under TCG on a loaded 2-core machine an
     /// SCTP association with its answer took over a second once (measured on 6.12, load 17).
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, default_value_t = 3000, value_parser = crate::commands::timeout_ms)]
     timeout_ms: u64,
     /// Scenarios run at once inside each VM (default: `run`'s, two per vCPU).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::commands::jobs)]
     jobs: Option<usize>,
     /// VMs at once (default: two one-vCPU VMs per core, or as many as the cores hold vCPUs,
     /// and no more than the host's memory holds).
@@ -101,7 +105,7 @@ pub fn main(args: Args) -> Result<i32> {
     }
     let paths = if args.paths.is_empty() { vec![PathBuf::from("scenarios")] } else { args.paths.clone() };
     // The same validation as `run`, on the host, before any VM boots.
-    if crate::cli::load_all(&paths)?.is_none() {
+    if crate::commands::load_all(&paths)?.is_none() {
         return Ok(EXIT_ERROR);
     }
     let started = Instant::now();
@@ -166,9 +170,9 @@ pub fn main(args: Args) -> Result<i32> {
         std::fs::write(path, combined_json(&cells)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    let runs: Vec<crate::matrix_junit::CellRun<'_>> = cells
+    let runs: Vec<junit::CellRun<'_>> = cells
         .iter()
-        .map(|c| crate::matrix_junit::CellRun {
+        .map(|c| junit::CellRun {
             kernel: &c.kernel,
             version: &c.version,
             proxy: &c.proxy,
@@ -177,7 +181,7 @@ pub fn main(args: Args) -> Result<i32> {
         })
         .collect();
     if let Some(path) = &args.junit {
-        std::fs::write(path, crate::matrix_junit::junit(&runs)?)
+        std::fs::write(path, junit::junit(&runs)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\n{}", table(&cells));
@@ -186,7 +190,7 @@ pub fn main(args: Args) -> Result<i32> {
     for line in skipped(&cells) {
         println!("{line}");
     }
-    for line in crate::matrix_differences::by_kernel(&runs) {
+    for line in differences::by_kernel(&runs) {
         println!("differs by kernel: {line}");
     }
     let code = exit_code(&cells);
@@ -318,7 +322,7 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     if args.mutants {
         let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         run.args =
-            crate::matrix_mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
+            mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
         return run;
     }
     let mut a: Vec<String> = vec!["run".into(), "--proxy".into(), proxy.into()];
@@ -381,7 +385,7 @@ fn failing_part(output: &str) -> String {
 }
 
 fn counts(report: &serde_json::Value) -> String {
-    if let Some(hunt) = crate::matrix_mutants::counts(report) {
+    if let Some(hunt) = mutants::counts(report) {
         return hunt;
     }
     let n = |k: &str| report.get(k).and_then(|v| v.as_u64()).unwrap_or(0);

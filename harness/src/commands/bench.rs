@@ -19,7 +19,7 @@ const TOPOLOGY_ROUNDS: usize = 20;
 const BENCH_PORT: u16 = 8080;
 
 pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
-    if let Some(reason) = crate::runner::preflight() {
+    if let Some(reason) = crate::privileges::preflight() {
         anyhow::bail!("cannot benchmark here: {reason}");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
@@ -50,7 +50,7 @@ pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
     );
 
     let t = Instant::now();
-    let Some(scenarios) = crate::cli::load_all(&[suite.to_path_buf()])? else {
+    let Some(scenarios) = crate::commands::load_all(&[suite.to_path_buf()])? else {
         anyhow::bail!("the suite at {} has invalid scenarios", suite.display());
     };
     let count = scenarios.len();
@@ -162,14 +162,14 @@ pub fn two_nodes_eight_pods() -> Cluster {
 /// Starts `choice` on the first state of `scenario` `rounds` times and pushes each of its steps:
 /// how long until every node reported the state applied (the adapter's own sync wait).
 pub fn sync_times(scenario: &Path, choice: &crate::model::ProxyChoice, rounds: usize) -> Result<()> {
-    if let Some(reason) = crate::runner::preflight() {
+    if let Some(reason) = crate::privileges::preflight() {
         anyhow::bail!("cannot benchmark here: {reason}");
     }
-    let Some(mut loaded) = crate::cli::load_all(&[scenario.to_path_buf()])? else {
+    let Some(mut loaded) = crate::commands::load_all(&[scenario.to_path_buf()])? else {
         anyhow::bail!("{} is not a valid scenario", scenario.display());
     };
     let scenario = loaded.pop().context("no scenario")?;
-    let proxy = crate::proxy::build(choice, scenario.source.parent().unwrap_or(Path::new(".")))?;
+    let proxy = crate::proxy::build(choice, crate::model::folder_of(&scenario.source))?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let phases = scenario.phases();
     let state = |i: usize| crate::proxy::State { cluster: phases[i].cluster, objects: phases[i].objects };

@@ -1,14 +1,14 @@
 //! Which endpoints a service port uses on one node, as kube-proxy decides it
 //! (`CategorizeEndpoints` in pkg/proxy/topology.go; the topology-hint part is
-//! `proxy::kube::topology`).
+//! `kubernetes::topology`).
 //!
 //! Usable means ready; when no endpoint is ready, serving-and-terminating ones are used
 //! instead, separately for the Cluster set and for this node's Local set.
 
 use std::net::IpAddr;
 
-use crate::model::{Endpoint, IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
-use crate::proxy::kube::topology::{self, Hints};
+use crate::kubernetes::topology::{self, Hints};
+use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
 
 /// When serving-and-terminating endpoints are used. kube-proxy falls back to them; the other
 /// two are bugs that mutants switch on.
@@ -131,11 +131,23 @@ fn usable<'a>(
     match terminating {
         Terminating::AlwaysUsed => matching(|ep| ready(ep) || serving_terminating(ep)),
         Terminating::NeverUsed => matching(ready),
-        Terminating::FallBack => {
-            let chosen = matching(ready);
-            if chosen.is_empty() { matching(serving_terminating) } else { chosen }
-        }
+        Terminating::FallBack => ready_else_terminating(candidates.iter().copied().filter(|ep| wanted(ep))),
     }
+}
+
+/// kube-proxy's choice within one set of endpoints (KEP-1669, since v1.26): the ready ones,
+/// or, when none is ready, the serving-and-terminating ones. The backends and the oracle both
+/// choose by it.
+pub fn ready_else_terminating<'a>(set: impl IntoIterator<Item = &'a Endpoint>) -> Vec<&'a Endpoint> {
+    let set: Vec<&Endpoint> = set.into_iter().collect();
+    let chosen: Vec<&Endpoint> = set.iter().copied().filter(|ep| ready(ep)).collect();
+    if chosen.is_empty() { set.into_iter().filter(|ep| serving_terminating(ep)).collect() } else { chosen }
+}
+
+/// Whether kube-proxy on `node` counts `ep` as local: by its `nodeName` alone
+/// (pkg/proxy/endpointslicecache.go, `isLocal`), wherever the address really is.
+pub fn is_local(ep: &Endpoint, node: &str) -> bool {
+    ep.node.as_deref() == Some(node)
 }
 
 /// kube-proxy's choice of endpoints for `port` on `node` (endpoints of the policy's family only).
@@ -157,7 +169,7 @@ pub fn select_with<'a>(
     let mut all: Vec<&Endpoint> =
         port.endpoints.iter().filter(|ep| IpFamily::of(ep.ip) == policy.family).collect();
     all.sort_by_key(|ep| ep.address().to_string());
-    let is_local = |ep: &Endpoint| ep.node.as_deref() == Some(node);
+    let is_local = |ep: &Endpoint| is_local(ep, node);
 
     // Only the Cluster set is narrowed by hints; when they apply, some ready endpoint is
     // hinted for this zone, so the fallback to terminating endpoints never sees the filter.
@@ -180,6 +192,56 @@ pub fn select_with<'a>(
     }
     reachable.sort_by_key(|ep| ep.address().to_string());
     Selection { cluster, local, reachable, has_any }
+}
+
+/// Ways the generator departs from kube-proxy on purpose (all off by default), for mutants
+/// whose bug is a wrong choice of endpoints rather than a wrong rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Deviations {
+    pub terminating: Terminating,
+    /// internalTrafficPolicy Local uses the Cluster set on a node without local endpoints.
+    pub itp_local_falls_back: bool,
+    /// externalTrafficPolicy Local sends outside traffic to the Cluster set (and so never
+    /// drops it), keeping the client address.
+    pub etp_local_uses_cluster: bool,
+    /// How topology hints narrow the Cluster set.
+    pub hints: Hints,
+    /// ClientIP affinity checks are written for not-ready endpoints too (kube-proxy v1.22).
+    pub affinity_to_not_ready: bool,
+}
+
+impl Deviations {
+    /// The policy and endpoints of `port` on `node` (either mode's generator), with the
+    /// endpoint-choice bugs these deviations switch on.
+    pub fn choose<'a>(
+        self,
+        cluster: &Cluster,
+        svc: &Service,
+        port: &'a ServicePort,
+        node: &str,
+    ) -> Choice<'a> {
+        let mut policy = PortPolicy::of(svc, port);
+        let topo = topology::Context::of(cluster, svc, node);
+        let mut eps = select_with(port, policy, node, self.terminating, topo, self.hints);
+        if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
+            // The bug: on this node the port behaves as if its internal policy were Cluster.
+            policy.internal_local = false;
+            eps = select_with(port, policy, node, self.terminating, topo, self.hints);
+        }
+        let stale_affinity = if self.affinity_to_not_ready
+            && matches!(svc.session_affinity, crate::model::SessionAffinity::ClientIp { .. })
+        {
+            // The bug: endpoints no set uses still get an affinity check (and a chain to go to).
+            let unused = |e: &&Endpoint| {
+                IpFamily::of(e.ip) == policy.family
+                    && !eps.reachable.iter().any(|r| r.address() == e.address())
+            };
+            port.endpoints.iter().filter(unused).collect()
+        } else {
+            Vec::new()
+        };
+        Choice { policy, eps, etp_local_uses_cluster: self.etp_local_uses_cluster, stale_affinity }
+    }
 }
 
 #[cfg(test)]

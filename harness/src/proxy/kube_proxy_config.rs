@@ -1,4 +1,5 @@
-//! The `{config}` placeholder: a KubeProxyConfiguration (`kubeproxy.config.k8s.io/v1alpha1`)
+//! What a real kube-proxy is configured with, for every adapter that runs one (`apiserver`,
+//! `command`, `cluster`): the `{config}` placeholder, a KubeProxyConfiguration (`kubeproxy.config.k8s.io/v1alpha1`)
 //! written per node from the scenario's proxy settings. It is kube-proxy's own recommended
 //! interface: with `--config`, v1.30 takes every setting from the file and ignores the other
 //! flags except `--hostname-override` and logging (cmd/kube-proxy/app/server.go
@@ -147,6 +148,18 @@ pub fn kube_proxy_configuration(
     }
     config["conntrack"] = json!({"maxPerCore": 0});
     config
+}
+
+/// `--cluster-cidr`/`--service-cluster-ip-range` values: the primary family's CIDR, then the
+/// second family's in a dual-stack cluster, comma-separated as kube-proxy takes them.
+pub fn cidrs(cluster: &Cluster) -> (String, String) {
+    match &cluster.second_family {
+        Some(s) => (
+            format!("{},{}", cluster.pod_cidr, s.pod_cidr),
+            format!("{},{}", cluster.service_cidr, s.service_cidr),
+        ),
+        None => (cluster.pod_cidr.to_string(), cluster.service_cidr.to_string()),
+    }
 }
 
 #[cfg(test)]

@@ -72,8 +72,8 @@ pub struct Args {
     pub no_conntrack_cleanup: bool,
     /// Program the node with a catalogued mutant of the built-in generator (a deliberately
     /// broken proxy, e.g. installed as a cluster's proxy to show a run catches it).
-    #[arg(long, value_parser = |s: &str| s.parse::<crate::proxy::iptables::Mutant>())]
-    pub mutant: Option<crate::proxy::iptables::Mutant>,
+    #[arg(long, value_parser = |s: &str| s.parse::<crate::proxy::Mutant>())]
+    pub mutant: Option<crate::proxy::Mutant>,
 }
 
 /// Runs the proxy until it is killed.
@@ -89,7 +89,7 @@ pub fn main(args: Args) -> Result<()> {
 }
 
 /// The built-in generator of a mode, which writes what kube-proxy's mode writes.
-fn programmer(mode: Mode, mutant: Option<crate::proxy::iptables::Mutant>) -> Box<dyn NodeProgrammer> {
+fn programmer(mode: Mode, mutant: Option<crate::proxy::Mutant>) -> Box<dyn NodeProgrammer> {
     match mode {
         Mode::Iptables => Box::new(crate::proxy::iptables::BuiltinIptables { mutant }),
         Mode::Nftables => Box::new(crate::proxy::nftables::BuiltinNftables { mutant, ..Default::default() }),

@@ -16,7 +16,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::model::{DetectLocal, IpFamily};
-use crate::scenario::yaml::{self, Document, FieldPath};
+use crate::yaml::{self, Document, FieldPath};
 
 pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 pub const KIND: &str = "KubeProxyConfiguration";

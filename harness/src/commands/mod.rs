@@ -1,0 +1,306 @@
+//! The commands behind `packetproof`'s subcommands: each takes parsed arguments and returns
+//! the exit code. Exit codes: 0 everything passed; 1 a proxy failed; 2 the input or the
+//! machine is at fault (bad scenario files, a setup error).
+
+pub mod bench;
+pub mod diff;
+pub mod matrix;
+pub mod mutants;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::engine::{self, Engine, MachineReports, Run, RunProgress, RunProxy, TerminalReport};
+use crate::model::{ProxyChoice, Scenario};
+use crate::report::Paint;
+use crate::report::terminal::Progress;
+use crate::runner::{RunOptions, ScenarioReport};
+use crate::{privileges, proxy, scenario};
+
+pub const EXIT_PASS: i32 = 0;
+pub const EXIT_FAIL: i32 = 1;
+pub const EXIT_ERROR: i32 = 2;
+
+/// `--timeout-ms`: how long an attempt waits for an answer. Below 10 ms answered probes would
+/// read as silent (a proxy failure that is not one); above a minute a run seems to hang.
+pub fn timeout_ms(text: &str) -> Result<u64, String> {
+    bounded(text, 10, 60_000)
+}
+
+/// `--jobs`: scenarios at once; 0 would run nothing.
+pub fn jobs(text: &str) -> Result<usize, String> {
+    bounded(text, 1, 256).map(|n| n as usize)
+}
+
+fn bounded(text: &str, low: u64, high: u64) -> Result<u64, String> {
+    let n: u64 = text.parse().map_err(|_| format!("{text:?} is not a whole number"))?;
+    if (low..=high).contains(&n) { Ok(n) } else { Err(format!("{n} is outside {low}..={high}")) }
+}
+
+/// The scenarios a command reads when given no path.
+pub fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    if paths.is_empty() { vec![PathBuf::from("scenarios")] } else { paths }
+}
+
+/// Removes what killed runs left behind: namespaces, additions to existing nodes, and objects
+/// they wrote to a cluster's API (deleted the way the `cluster` proxy wrote them).
+pub fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
+    crate::topology::remove_leftovers(include_live, proxy::cluster::delete_leftover)
+}
+
+/// Loads and validates every scenario; prints every error and returns `None` if any file is bad.
+pub fn load_all(paths: &[PathBuf]) -> Result<Option<Vec<Scenario>>> {
+    let files = scenario::discover(paths)?;
+    let mut scenarios = Vec::new();
+    let mut bad = false;
+    let mut named: std::collections::HashMap<String, PathBuf> = std::collections::HashMap::new();
+    for file in &files {
+        match scenario::load(file) {
+            Ok(s) => {
+                // A name is the scenario's evidence folder and its report entry: two files
+                // with one name would overwrite each other's evidence.
+                if let Some(first) = named.insert(s.name.clone(), s.source.clone()) {
+                    eprintln!(
+                        "{}: metadata.name: scenario {:?} is also the name of {}: \
+                         each scenario of a run needs its own name",
+                        s.source.display(),
+                        s.name,
+                        first.display()
+                    );
+                    bad = true;
+                }
+                scenarios.push(s);
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                bad = true;
+            }
+        }
+    }
+    Ok((!bad).then_some(scenarios))
+}
+
+pub fn check(paths: &[PathBuf]) -> Result<i32> {
+    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    for s in &scenarios {
+        println!("ok {} ({}, {} probes)", s.name, s.source.display(), s.probes.len());
+    }
+    Ok(EXIT_PASS)
+}
+
+/// The `--proxy` and `--proxy-option` flags as a proxy choice.
+/// A proxy's name for a column header: its name and options, a command by its program's
+/// file name and the options that tell one run from another (mode, mutant), never the
+/// whole command line.
+fn column_name(c: &ProxyChoice) -> String {
+    let options: Vec<String> = c
+        .options
+        .iter()
+        .map(|(k, v)| match (k.as_str(), v) {
+            ("command", serde_json::Value::String(cmd)) => program_name(cmd.split_whitespace().next()),
+            ("command", serde_json::Value::Array(words)) => {
+                program_name(words.first().and_then(|w| w.as_str()))
+            }
+            (_, serde_json::Value::String(s)) => format!("{k}={s}"),
+            _ => format!("{k}={v}"),
+        })
+        .collect();
+    if options.is_empty() { c.name.clone() } else { format!("{} ({})", c.name, options.join(", ")) }
+}
+
+fn program_name(program: Option<&str>) -> String {
+    let program = program.unwrap_or_default();
+    Path::new(program).file_name().map_or(program.to_string(), |f| f.to_string_lossy().into_owned())
+}
+
+pub fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
+    let mut choice = ProxyChoice::named(name);
+    for option in options {
+        let (key, value) = option
+            .split_once('=')
+            .with_context(|| format!("--proxy-option {option:?}: expected KEY=VALUE"))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.into()));
+        choice.options.insert(key.to_string(), value);
+    }
+    Ok(choice)
+}
+
+pub fn diff(
+    paths: &[PathBuf],
+    left: &ProxyChoice,
+    right: &ProxyChoice,
+    options: &RunOptions,
+    jobs: usize,
+) -> Result<i32> {
+    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    for choice in [left, right] {
+        proxy::build(choice, Path::new("."))?;
+    }
+    for stale in remove_leftovers(false)? {
+        eprintln!("packetproof: removed {stale}, left by an earlier run");
+    }
+    let engine = Engine { options: options.clone(), jobs };
+    let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
+    let diffs = diff::diff(&scenarios, left, right, &engine, &mut [&mut progress])?;
+    print!("{}", diff::table(&column_name(left), &column_name(right), &diffs));
+    Ok(if diffs.is_empty() { EXIT_PASS } else { EXIT_FAIL })
+}
+
+pub fn run(
+    paths: &[PathBuf],
+    proxy_override: Option<&ProxyChoice>,
+    options: &RunOptions,
+    jobs: Option<usize>,
+    outputs: MachineReports,
+    paint: Paint,
+) -> Result<i32> {
+    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    if let Some(choice) = proxy_override {
+        proxy::build(choice, Path::new("."))?;
+    }
+    for stale in remove_leftovers(false)? {
+        eprintln!("packetproof: removed {stale}, left by an earlier run");
+    }
+    let engine = Engine { options: options.clone(), jobs: jobs.unwrap_or_else(Engine::default_jobs) };
+    let mut terminal = TerminalReport::new(paint);
+    let mut outputs = outputs;
+    engine.execute(&Run::each(&scenarios, proxy_override), &mut [&mut terminal, &mut outputs])?;
+    let summary = terminal.summary.context("the suite never finished")?;
+    let code = if summary.errors > 0 {
+        EXIT_ERROR
+    } else if summary.failed {
+        EXIT_FAIL
+    } else if summary.judged_something {
+        EXIT_PASS
+    } else {
+        // Every scenario skipped (no root, no SCTP, …): a CI job that lost its privileges
+        // must not go green.
+        println!("nothing was judged: every scenario was skipped (exit {EXIT_ERROR})");
+        EXIT_ERROR
+    };
+    Ok(code)
+}
+
+/// Machine-readable reports a run writes, if asked (the engine's reporter).
+pub type Outputs = MachineReports;
+
+/// Runs one scenario with the proxy it names (or the override).
+pub fn run_one(
+    s: &Scenario,
+    proxy_override: Option<&ProxyChoice>,
+    options: &RunOptions,
+    skip_reason: Option<&str>,
+) -> Result<ScenarioReport> {
+    let proxy = proxy_override.map_or(RunProxy::Own, RunProxy::Choice);
+    engine::run_one(&Run { scenario: s, proxy }, options, skip_reason)
+}
+
+pub fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Result<i32> {
+    let Some(mut scenarios) = load_all(&[file.to_path_buf()])? else { return Ok(EXIT_ERROR) };
+    let s = scenarios.remove(0);
+    let node = match node {
+        Some(n) => n.to_string(),
+        None => s.cluster.nodes.first().context("the scenario has no nodes")?.name.clone(),
+    };
+    anyhow::ensure!(s.cluster.node(&node).is_some(), "no node {node:?} in {}", file.display());
+    let text = match proxy_name {
+        proxy::iptables::NAME => proxy::iptables::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME => proxy::nftables::render_node(&s.cluster, &node, None),
+        proxy::ipvs::NAME => proxy::ipvs::render_node(&s.cluster, &node, None),
+        proxy::nftables::NAME_V1_31 => {
+            proxy::nftables::render_node_in(&s.cluster, &node, None, proxy::nftables::Layout::V1_31)
+        }
+        other => anyhow::bail!("no rules to print for proxy {other:?} (built-in proxies only)"),
+    };
+    print!("{text}");
+    Ok(EXIT_PASS)
+}
+
+pub fn mutants(
+    suite: &[PathBuf],
+    only: &[String],
+    first_kill: bool,
+    proxy_name: &str,
+    json: Option<&std::path::Path>,
+) -> Result<i32> {
+    let breakable = mutants::breakable(proxy_name)
+        .with_context(|| format!("no mutants of proxy {proxy_name:?} (built-in proxies only)"))?;
+    let Some(scenarios) = load_all(suite)? else { return Ok(EXIT_ERROR) };
+    if let Some(reason) = privileges::preflight() {
+        anyhow::bail!("cannot hunt mutants here: {reason}");
+    }
+    let chosen: Vec<_> = if only.is_empty() {
+        mutants::catalog(proxy_name)
+    } else {
+        only.iter()
+            .map(|name| name.parse().map_err(|_| anyhow::anyhow!("no mutant {name:?}")))
+            .collect::<Result<_>>()?
+    };
+    let total = chosen.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    // A probe that fails unbroken (a behaviour of this proxy the oracle does not expect)
+    // kills nothing.
+    let baseline = mutants::baseline(&scenarios, breakable)?;
+    for (scenario, probe) in &baseline {
+        println!("baseline: {scenario}/{probe} fails unbroken; its failures kill no mutant");
+    }
+    let paint = Paint::for_stdout(clap::ColorChoice::Auto);
+    // Mutants are hunted one after another: when one ends, the next begins.
+    let progress = Progress::new(total, paint);
+    if let Some(first) = chosen.first() {
+        progress.started(first.name());
+    }
+    let hunts = mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, |h| {
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let verdict = if h.killed() { paint.pass("killed") } else { paint.fail("SURVIVED") };
+        let mut text = format!("[{n}/{total}] {verdict} {} by {}\n", h.mutant.name(), h.killed_by.join(", "));
+        for e in &h.errors {
+            text.push_str(&format!("        setup error: {e}\n"));
+        }
+        progress.finished(h.mutant.name(), &text);
+        if let Some(next) = chosen.get(n) {
+            progress.started(next.name());
+        }
+    });
+    progress.finish();
+    println!("\n{}", mutants::table(&hunts));
+    for (mutant, why) in mutants::not_observable(proxy_name) {
+        println!("not hunted: {}: {why}", mutant.name());
+    }
+    if let Some(path) = json {
+        std::fs::write(path, mutants::json(proxy_name, &hunts, &baseline)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let survivors = hunts.iter().filter(|h| !h.killed()).count();
+    println!("{} killed, {survivors} survived", hunts.len() - survivors);
+    Ok(if survivors == 0 { EXIT_PASS } else { EXIT_FAIL })
+}
+
+pub fn cleanup(all: bool) -> Result<i32> {
+    let removed = remove_leftovers(all)?;
+    for what in &removed {
+        println!("removed {what}");
+    }
+    println!("{} leftovers removed", removed.len());
+    Ok(EXIT_PASS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diff_column_names_a_command_by_its_program() {
+        let choice = proxy_choice(
+            "apiserver",
+            &["mode=nftables".into(), "command=/opt/k8s/kube-proxy --config={config} --v=2".into()],
+        )
+        .unwrap();
+        assert_eq!(column_name(&choice), "apiserver (kube-proxy, mode=nftables)");
+        assert_eq!(
+            column_name(&proxy_choice("builtin-iptables", &["mutant=x".into()]).unwrap()),
+            "builtin-iptables (mutant=x)"
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! Hostile scenario files: a name from a scenario never leaves the artifacts directory,
+//! two scenarios never share an evidence folder, and an earlier run's evidence never survives.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch folder for one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("pp-hostile-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `scenarios/hairpin.yaml` with its scenario's `metadata.name` replaced by `name`.
+fn hairpin_named(name: &str) -> String {
+    let original =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml"))
+            .unwrap();
+    let quoted = serde_json::to_string(name).unwrap();
+    original.replacen("metadata:\n  name: hairpin\n", &format!("metadata:\n  name: {quoted}\n"), 1)
+}
+
+fn packetproof(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_packetproof"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running packetproof")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn a_scenario_name_never_becomes_a_path_outside_the_artifacts() {
+    let scratch = Scratch::new("names");
+    let outside = scratch.0.join("outside");
+    let work = scratch.0.join("a/b/work");
+    std::fs::create_dir_all(&work).unwrap();
+    let names = [
+        outside.to_str().unwrap().to_string(),
+        "../../outside".into(),
+        "..".into(),
+        ".".into(),
+        String::new(),
+        "a/b".into(),
+        "evil\\name".into(),
+    ];
+    for name in &names {
+        std::fs::write(work.join("s.yaml"), hairpin_named(name)).unwrap();
+        let checked = packetproof(&work, &["check", "s.yaml"]);
+        assert_eq!(checked.status.code(), Some(2), "check accepted {name:?}: {}", text(&checked));
+        assert!(text(&checked).contains("metadata.name"), "{name:?}: {}", text(&checked));
+        let ran = packetproof(&work, &["run", "--jobs", "1", "--keep-evidence", "--artifacts", "art", "s.yaml"]);
+        assert_eq!(ran.status.code(), Some(2), "run accepted {name:?}: {}", text(&ran));
+        // Nothing was written anywhere: not outside, not beside or above the artifacts.
+        assert!(!outside.exists(), "{name:?} wrote {}", outside.display());
+        let mut written: Vec<_> = walk(&scratch.0);
+        written.retain(|p| p != &work.join("s.yaml"));
+        assert!(written.is_empty(), "{name:?} left {written:?}");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[test]
+fn two_files_with_one_scenario_name_are_refused() {
+    let scratch = Scratch::new("twins");
+    std::fs::write(scratch.0.join("one.yaml"), hairpin_named("twin")).unwrap();
+    std::fs::write(scratch.0.join("two.yaml"), hairpin_named("twin")).unwrap();
+    for args in [&["check", "."][..], &["run", "--jobs", "1", "."][..]] {
+        let out = packetproof(&scratch.0, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("each scenario of a run needs its own name"), "{args:?}: {}", text(&out));
+    }
+}
+
+/// A planted file and the evidence of an earlier run are gone after the next run, passing or
+/// not; a link planted as the scenario's folder is removed, never followed.
+#[test]
+fn earlier_evidence_never_survives_a_rerun() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let scratch = Scratch::new("rerun");
+    std::fs::write(scratch.0.join("s.yaml"), hairpin_named("hairpin")).unwrap();
+    let folder = scratch.0.join("art/hairpin");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("planted"), "old").unwrap();
+    let out = packetproof(&scratch.0, &["run", "--jobs", "1", "--artifacts", "art", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!folder.exists(), "a passing run without --keep-evidence left {}", folder.display());
+
+    let target = scratch.0.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::write(target.join("keep"), "mine").unwrap();
+    std::os::unix::fs::symlink(&target, &folder).unwrap();
+    let out = packetproof(&scratch.0, &["run", "--jobs", "1", "--keep-evidence", "--artifacts", "art", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(folder.join("summary.txt").is_file(), "no evidence kept: {}", text(&out));
+    assert!(!folder.is_symlink(), "the planted link was followed");
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 1, "the link's target was written to");
+}
