@@ -116,6 +116,28 @@ impl ProxyChoice {
     pub fn named(name: &str) -> ProxyChoice {
         ProxyChoice { name: name.to_string(), options: serde_json::Map::new() }
     }
+
+    /// The choice as reports name it: its name and options, a command by its program's file
+    /// name (never the whole command line), e.g. `apiserver (kube-proxy, mode=nftables)`.
+    pub fn label(&self) -> String {
+        let program = |program: Option<&str>| {
+            let program = program.unwrap_or_default();
+            std::path::Path::new(program)
+                .file_name()
+                .map_or(program.to_string(), |f| f.to_string_lossy().into_owned())
+        };
+        let options: Vec<String> = self
+            .options
+            .iter()
+            .map(|(k, v)| match (k.as_str(), v) {
+                ("command", serde_json::Value::String(cmd)) => program(cmd.split_whitespace().next()),
+                ("command", serde_json::Value::Array(words)) => program(words.first().and_then(|w| w.as_str())),
+                (_, serde_json::Value::String(s)) => format!("{k}={s}"),
+                _ => format!("{k}={v}"),
+            })
+            .collect();
+        if options.is_empty() { self.name.clone() } else { format!("{} ({})", self.name, options.join(", ")) }
+    }
 }
 
 /// The Kubernetes objects of a scenario, as k8s-openapi types (derived EndpointSlices included).
@@ -809,6 +831,16 @@ impl Cluster {
 
     pub fn pod_by_ip(&self, ip: IpAddr) -> Option<&Pod> {
         self.pods.iter().find(|p| p.ip() == ip)
+    }
+
+    /// The address a probe source sends from to `dst`: as [`Cluster::source_ip`], except that a
+    /// node sending to one of its own addresses (a VIP bound on it, as kube-vip or keepalived
+    /// do) sends from that address, as the kernel's source selection does for a local route.
+    pub fn source_ip_to(&self, source: &Source, dst: IpAddr) -> Option<IpAddr> {
+        match source {
+            Source::Node(n) if self.node(n)?.all_ips().any(|ip| ip == dst) => Some(dst),
+            other => self.source_ip(other),
+        }
     }
 
     /// The address a probe source sends from.

@@ -530,3 +530,33 @@ fn a_bad_proxy_configuration_fails_clearly_in_bounded_time_and_leaves_nothing() 
         assert_eq!(sleeping, 0, "{options}: the proxy process outlived the run");
     }
 }
+
+/// A proxy that runs but cannot apply its rules (its metrics count failed syncs, as a real
+/// kube-proxy v1.30.3's do in nftables mode under kubernetes#134024) fails its scenario, with
+/// its log kept as evidence: that is the proxy failing, not the input or the machine. Here the
+/// reference proxy cannot find `iptables-restore`.
+#[test]
+fn a_proxy_that_cannot_apply_its_rules_fails_the_scenario_with_its_log() {
+    if !privileged() {
+        return;
+    }
+    let command = format!(
+        "env PATH=/nonexistent {} reference-proxy --config {{config}} --netns {{netns}} --service-cidr {{serviceCIDR}}",
+        env!("CARGO_BIN_EXE_packetproof")
+    );
+    let proxy = ApiServerProxy::from_options(&json!({ "command": command })).unwrap();
+    let artifacts = std::env::temp_dir().join(format!("pp-proxy-failed-{}", std::process::id()));
+    let options = RunOptions { artifacts: Some(artifacts.clone()), ..RunOptions::default() };
+    let report = runner::run(&scenario("kube-dns-udp.yaml"), &proxy, &options).expect("judged, not a setup error");
+    let runner::Outcome::ProxyFailed(reason) = &report.outcome else { panic!("{report:#?}") };
+    assert!(reason.contains("failed to apply"), "{reason}");
+    assert!(report.failed() && !report.passed(), "{report:#?}");
+    let dir = report.artifacts.clone().expect("evidence kept");
+    let logs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".log"))
+        .collect();
+    let _ = std::fs::remove_dir_all(&artifacts);
+    assert!(!logs.is_empty(), "no proxy log in {}", dir.display());
+}

@@ -124,3 +124,99 @@ fn earlier_evidence_never_survives_a_rerun() {
     assert!(!folder.is_symlink(), "the planted link was followed");
     assert_eq!(std::fs::read_dir(&target).unwrap().count(), 1, "the link's target was written to");
 }
+
+/// Out-of-range flags are refused as input (exit 2) before anything runs: a zero timeout
+/// would read answered probes as silent, a huge one hangs, zero jobs runs nothing.
+#[test]
+fn flags_out_of_range_are_refused() {
+    let scratch = Scratch::new("flags");
+    std::fs::write(scratch.0.join("s.yaml"), hairpin_named("hairpin")).unwrap();
+    for flags in [&["--timeout-ms", "0"][..], &["--timeout-ms", "99999999999"], &["--jobs", "0"]] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.push("s.yaml");
+        let out = packetproof(&scratch.0, &args);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {}", text(&out));
+        assert!(text(&out).contains("outside") || text(&out).contains("not a whole number"), "{}", text(&out));
+    }
+}
+
+/// A scenario named by its bare file name resolves its folder as `.` (the `command` adapter
+/// reads `proxies/<stem>.json` beside it).
+#[test]
+fn a_bare_file_name_finds_the_files_beside_it() {
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let out = packetproof(&scenarios, &["check", "command-clusterip.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// `check` refuses what `run` could not set up: a name longer than a namespace name can
+/// carry (a valid DNS-1123 subdomain of 250 characters), and a `ruleset` scenario whose rule
+/// dump is missing.
+#[test]
+fn check_refuses_what_run_could_not_set_up() {
+    let scratch = Scratch::new("setup");
+    let long = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(60)].join(".");
+    std::fs::write(scratch.0.join("s.yaml"), hairpin_named("hairpin").replace("web-0", &long)).unwrap();
+    let out = packetproof(&scratch.0, &["check", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("at most 200"), "{}", text(&out));
+
+    let original = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/seed-001-mysql-replay.yaml"),
+    )
+    .unwrap();
+    std::fs::write(scratch.0.join("s.yaml"), original).unwrap();
+    let out = packetproof(&scratch.0, &["check", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no rule dump for node"), "{}", text(&out));
+}
+
+/// Root without CAP_NET_ADMIN and CAP_SYS_ADMIN is told so, as a user without root is, instead
+/// of failing on a bare EPERM; nothing is judged, so the run fails as input or machine (2).
+#[test]
+fn root_without_the_capabilities_is_told_which_are_missing() {
+    if !nix::unistd::geteuid().is_root() || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv");
+        return;
+    }
+    let scratch = Scratch::new("caps");
+    std::fs::write(scratch.0.join("s.yaml"), hairpin_named("hairpin")).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--bounding-set=-net_admin,-sys_admin", "--inh-caps=-net_admin,-sys_admin"])
+        .arg(env!("CARGO_BIN_EXE_packetproof"))
+        .args(["run", "s.yaml"])
+        .current_dir(&scratch.0)
+        .output()
+        .expect("running setpriv");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("without CAP_SYS_ADMIN and CAP_NET_ADMIN"), "{}", text(&out));
+}
+
+/// The terminal's closing line and the JSON summary count the same scenarios the same way.
+#[test]
+fn the_terminal_and_json_counts_agree() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let scratch = Scratch::new("counts");
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    for file in ["hairpin.yaml", "kube-dns-udp.yaml"] {
+        std::fs::copy(scenarios.join(file), scratch.0.join(file)).unwrap();
+    }
+    // The mutant breaks hairpin and leaves kube-dns-udp passing: one of each.
+    let out = packetproof(
+        &scratch.0,
+        &["run", "--proxy", "builtin-iptables", "--proxy-option", "mutant=no-hairpin-masq", "--json", "r.json", "."],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scratch.0.join("r.json")).unwrap()).unwrap();
+    let line =
+        format!("{} passed, {} failed, {} skipped, {} errors", json["passed"], json["failed"], json["skipped"], json["errors"]);
+    assert_eq!(line, "1 passed, 1 failed, 0 skipped, 0 errors", "{json}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&line), "{}", text(&out));
+    // The report says what it judged: the proxy with its options.
+    let proxies: Vec<&str> = json["scenarios"].as_array().unwrap().iter().filter_map(|s| s["proxy"].as_str()).collect();
+    assert_eq!(proxies, ["builtin-iptables (mutant=no-hairpin-masq)"; 2], "{json}");
+}

@@ -16,12 +16,13 @@
 mod protocol;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use packetproof::model::ProxyChoice;
 use packetproof::model::Scenario;
 use packetproof::runner::ScenarioReport;
+use packetproof::engine::{Engine, Run};
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::topology::netns;
 use packetproof::{commands, proxy, report, scenario};
@@ -96,6 +97,8 @@ fn main() {
             eprintln!("packetproof: removed namespace {name} left by an earlier run");
         }
     }
+    // Every scenario that ran, for the JUnit and JSON reports written after the last trial.
+    let finished: Finished = Arc::default();
     let mut trials: Vec<Trial> = files
         .into_iter()
         .flat_map(|file| {
@@ -116,13 +119,14 @@ fn main() {
             }
             let ignored = unsupported.is_some() || (skip_reason.is_some() && !require);
             let must_fail = skip_reason.clone().filter(|_| require);
-            Trial::test(name, move || run_trial(&file, proxy, must_fail.as_deref()))
+            let finished = Arc::clone(&finished);
+            Trial::test(name, move || run_trial(&file, proxy, must_fail.as_deref(), &finished))
                 .with_ignored_flag(ignored)
         })
         .collect();
     trials.push(protocol::trial(skip_reason.is_none()));
     let conclusion = libtest_mimic::run(&args, trials);
-    if let Err(e) = write_reports() {
+    if let Err(e) = write_reports(&finished) {
         eprintln!("packetproof: {e:#}");
         std::process::exit(101);
     }
@@ -140,7 +144,16 @@ fn main() {
     conclusion.exit();
 }
 
-fn run_trial(file: &Path, proxy: Option<&str>, missing_privileges: Option<&str>) -> Result<(), Failed> {
+/// The scenarios the trials ran, with how each ended, shared by the trials and `main`.
+type Finished = Arc<Mutex<Vec<(Scenario, Result<ScenarioReport, String>)>>>;
+
+/// One trial: the scenario through the engine, as `packetproof run` runs it.
+fn run_trial(
+    file: &Path,
+    proxy: Option<&str>,
+    missing_privileges: Option<&str>,
+    finished: &Finished,
+) -> Result<(), Failed> {
     if let Some(reason) = missing_privileges {
         return Err(format!("{}=1 but {reason}", packetproof::privileges::REQUIRE_ENV).into());
     }
@@ -148,30 +161,34 @@ fn run_trial(file: &Path, proxy: Option<&str>, missing_privileges: Option<&str>)
     let artifacts = artifacts_dir().join(proxy.unwrap_or(&scenario.proxy.name));
     let options = RunOptions { artifacts: Some(artifacts), ..RunOptions::default() };
     let choice = proxy.map(ProxyChoice::named);
-    let result = commands::run_one(&scenario, choice.as_ref(), &options, None);
+    let engine = Engine { options, jobs: 1 };
+    let runs = Run::each(std::slice::from_ref(&scenario), choice.as_ref());
+    let result = engine
+        .execute(&runs, &mut [])
+        .map_err(|e| Failed::from(format!("{e:#}")))?
+        .pop()
+        .map(|(_, result)| result)
+        .expect("one run, one result");
     let report = match result {
         Ok(report) => report,
         Err(e) => {
             let message = format!("{}: setup failed: {e:#}", file.display());
-            FINISHED.lock().unwrap_or_else(|e| e.into_inner()).push((scenario, Err(message.clone())));
+            finished.lock().unwrap_or_else(|e| e.into_inner()).push((scenario, Err(message.clone())));
             return Err(message.into());
         }
     };
     let judged = judge(&scenario, &report);
-    FINISHED.lock().unwrap_or_else(|e| e.into_inner()).push((scenario, Ok(report)));
+    finished.lock().unwrap_or_else(|e| e.into_inner()).push((scenario, Ok(report)));
     judged
 }
 
-/// Every scenario that ran, for the JUnit and JSON reports written after the last trial.
-static FINISHED: Mutex<Vec<(Scenario, Result<ScenarioReport, String>)>> = Mutex::new(Vec::new());
-
 /// `PACKETPROOF_JUNIT=path` and `PACKETPROOF_JSON=path` ask for machine-readable reports.
-fn write_reports() -> anyhow::Result<()> {
+fn write_reports(finished: &Finished) -> anyhow::Result<()> {
     let outputs = commands::Outputs {
         junit: std::env::var_os("PACKETPROOF_JUNIT").map(Into::into),
         json: std::env::var_os("PACKETPROOF_JSON").map(Into::into),
     };
-    let finished = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    let finished = finished.lock().unwrap_or_else(|e| e.into_inner());
     let finished: Vec<report::Finished> = finished
         .iter()
         .map(|(scenario, result)| match result {

@@ -90,30 +90,6 @@ pub fn check(paths: &[PathBuf]) -> Result<i32> {
 }
 
 /// The `--proxy` and `--proxy-option` flags as a proxy choice.
-/// A proxy's name for a column header: its name and options, a command by its program's
-/// file name and the options that tell one run from another (mode, mutant), never the
-/// whole command line.
-fn column_name(c: &ProxyChoice) -> String {
-    let options: Vec<String> = c
-        .options
-        .iter()
-        .map(|(k, v)| match (k.as_str(), v) {
-            ("command", serde_json::Value::String(cmd)) => program_name(cmd.split_whitespace().next()),
-            ("command", serde_json::Value::Array(words)) => {
-                program_name(words.first().and_then(|w| w.as_str()))
-            }
-            (_, serde_json::Value::String(s)) => format!("{k}={s}"),
-            _ => format!("{k}={v}"),
-        })
-        .collect();
-    if options.is_empty() { c.name.clone() } else { format!("{} ({})", c.name, options.join(", ")) }
-}
-
-fn program_name(program: Option<&str>) -> String {
-    let program = program.unwrap_or_default();
-    Path::new(program).file_name().map_or(program.to_string(), |f| f.to_string_lossy().into_owned())
-}
-
 pub fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
     let mut choice = ProxyChoice::named(name);
     for option in options {
@@ -143,7 +119,7 @@ pub fn diff(
     let engine = Engine { options: options.clone(), jobs };
     let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
     let diffs = diff::diff(&scenarios, left, right, &engine, &mut [&mut progress])?;
-    print!("{}", diff::table(&column_name(left), &column_name(right), &diffs));
+    print!("{}", diff::table(&left.label(), &right.label(), &diffs));
     Ok(if diffs.is_empty() { EXIT_PASS } else { EXIT_FAIL })
 }
 
@@ -297,9 +273,9 @@ mod tests {
             &["mode=nftables".into(), "command=/opt/k8s/kube-proxy --config={config} --v=2".into()],
         )
         .unwrap();
-        assert_eq!(column_name(&choice), "apiserver (kube-proxy, mode=nftables)");
+        assert_eq!(choice.label(), "apiserver (kube-proxy, mode=nftables)");
         assert_eq!(
-            column_name(&proxy_choice("builtin-iptables", &["mutant=x".into()]).unwrap()),
+            proxy_choice("builtin-iptables", &["mutant=x".into()]).unwrap().label(),
             "builtin-iptables (mutant=x)"
         );
     }

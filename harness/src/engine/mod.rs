@@ -242,22 +242,28 @@ fn run_caught(run: &Run<'_>, options: &RunOptions, skip_all: Option<&str>) -> Re
 /// Runs one scenario with its proxy; skipped with `skip_reason` when the host cannot run it.
 pub fn run_one(run: &Run<'_>, options: &RunOptions, skip_reason: Option<&str>) -> Result<ScenarioReport> {
     let s = run.scenario;
+    let chosen = match run.proxy {
+        RunProxy::Built(_) => None,
+        RunProxy::Own => Some(&s.proxy),
+        RunProxy::Choice(c) => Some(c),
+    };
     let built;
-    let proxy: &dyn Proxy = match run.proxy {
-        RunProxy::Built(p) => p,
-        RunProxy::Own | RunProxy::Choice(_) => {
-            let choice = match run.proxy {
-                RunProxy::Choice(c) => c,
-                _ => &s.proxy,
-            };
+    let proxy: &dyn Proxy = match (run.proxy, chosen) {
+        (RunProxy::Built(p), _) => p,
+        (_, Some(choice)) => {
             built = proxy::build(choice, crate::model::folder_of(&s.source))?;
             built.as_ref()
         }
+        (_, None) => unreachable!("a proxy not built is chosen"),
     };
     if let Some(reason) = skip_reason {
         return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
     }
-    let report = runner::run(s, proxy, options)?;
+    let mut report = runner::run(s, proxy, options)?;
+    // Reports say what was judged: a proxy's options too (a mutant, a mode, a program).
+    if let Some(choice) = chosen.filter(|c| !c.options.is_empty()) {
+        report.proxy = choice.label();
+    }
     // The runner keeps the kernel's evidence; the flow table is a report's, written beside it.
     if let (Some(dir), runner::Outcome::Judged(verdicts)) = (&report.artifacts, &report.outcome) {
         let path = dir.join("summary.txt");

@@ -121,7 +121,8 @@ fn external(
     let dst = cluster.target_address(&probe.to).expect("classified from this address").ip();
     // loadBalancerSourceRanges drop before any endpoint choice, as the contract's path says,
     // and on every node alike (so whichever node answered ARP for the address drops it).
-    let source = cluster.source_ip(&probe.from).expect("validated source");
+    // A node sending to an address bound on itself sends from that address.
+    let source = cluster.source_ip_to(&probe.from, dst).expect("validated source");
     let ranges = &svc.load_balancer_source_ranges;
     if kind == ExternalKind::LoadBalancer && !ranges.is_empty() && !ranges.iter().any(|r| r.contains(&source))
     {

@@ -8,7 +8,8 @@ use super::endpoints::{cluster_wide, cluster_wide_on, hints_zone, local_to, read
 use super::frontend::{ExternalKind, Frontend};
 use super::{Basis, Expectation, Outcome, SeenSource, Spread};
 use crate::model::{
-    Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, TrafficPolicy,
+    Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, Target,
+    TrafficPolicy,
     bridge_address,
 };
 
@@ -108,7 +109,11 @@ fn external(
 ) -> Result<Expectation, String> {
     let name = format!("{} of {} on {}", kind.describe(), describe(svc, port), node.name);
     if kind == ExternalKind::LoadBalancer && !svc.load_balancer_source_ranges.is_empty() {
-        let source = cluster.source_ip(&probe.from).expect("validated source");
+        let source = match probe.to {
+            Target::LoadBalancer { ip, .. } => cluster.source_ip_to(&probe.from, ip),
+            _ => cluster.source_ip(&probe.from),
+        }
+        .expect("validated source");
         if !svc.load_balancer_source_ranges.iter().any(|r| r.contains(&source)) {
             return Ok(dropped(format!("{name}: source {source} is outside loadBalancerSourceRanges")));
         }

@@ -252,6 +252,22 @@ fn source_ranges_admit_only_listed_sources_to_the_load_balancer() {
     assert_eq!(backends(&e).len(), 1);
 }
 
+/// A node sending to a load-balancer IP bound on itself (kube-vip, keepalived) sends from
+/// that IP, as the kernel picks the source of a local route: with the VIP inside the ranges
+/// and the node's own address outside, the node is admitted (issue: the oracle took the node
+/// IP and expected a drop, while kube-proxy's `-s` rule and both built-in proxies admit it).
+#[test]
+fn a_node_reaching_a_vip_bound_on_itself_sends_from_the_vip() {
+    let mut c = lb_cluster(TrafficPolicy::Cluster, &["203.0.113.10/32"]);
+    let node_b = c.nodes.iter_mut().find(|n| n.name == "b").unwrap();
+    node_b.secondary_ips.push("203.0.113.10".parse().unwrap());
+    let e = expect(&c, &probe(Source::Node("b".into()), to_lb(None))).unwrap();
+    assert!(matches!(e.outcome, Outcome::Answered { .. }), "{e:?}");
+    // Node a, without the VIP, sends from its own address: outside the ranges.
+    let e = expect(&c, &probe(Source::Node("a".into()), to_lb(None))).unwrap();
+    assert_eq!(e.outcome, Outcome::Dropped);
+}
+
 #[test]
 fn external_hosts_need_a_via_node_for_external_and_load_balancer_ips() {
     let c = lb_cluster(TrafficPolicy::Cluster, &[]);

@@ -35,7 +35,7 @@ use crate::topology::{NodeHandle, Topology};
 pub use mutant::Mutant;
 pub use programmed::{NodeProgrammer, NodeState, program_nodes};
 
-/// The proxy under test failed at its own job: it counted failed syncs, or it exited. That is
+/// The proxy under test failed at its own job: it counted failed syncs. That is
 /// the proxy failing its scenario (exit 1), not the input or the machine (exit 2); `log` is its
 /// evidence, as files (name, contents) for the scenario's evidence folder.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +64,12 @@ pub trait Proxy: Send + Sync {
     /// cannot: every scenario is then skipped with the reason, never passed.
     fn unavailable(&self) -> Option<String> {
         None
+    }
+
+    /// Checks the files the proxy will read for the scenario file `source` with these nodes
+    /// (a rule dump per node), so that `check` refuses what `run` could not set up.
+    fn check_inputs(&self, _source: &Path, _nodes: &[&str]) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -111,6 +111,10 @@ impl Diagnostics {
     }
 
     /// The folder of the file being read, which relative paths in it start from.
+    pub fn file(&self) -> &std::path::Path {
+        &self.file
+    }
+
     pub fn source_dir(&self) -> &std::path::Path {
         crate::model::folder_of(&self.file)
     }

@@ -17,8 +17,19 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
              starting and ending with a letter or digit (DNS-1123 subdomain)"
         ));
     }
+    if name.len() > MAX_NAME {
+        return Err(format!(
+            "a name of {} characters is too long here: packetproof names network namespaces and \
+             evidence files after it, which the kernel limits to 255 bytes; use at most {MAX_NAME}",
+            name.len()
+        ));
+    }
     Ok(())
 }
+
+/// The longest name a run can carry: a namespace is `pp-<pid>-<run>-p-<name>` (up to 24 bytes
+/// before the name) and an evidence file `node-<name>.conntrack-events` (21), in 255 bytes.
+pub(crate) const MAX_NAME: usize = 200;
 
 #[cfg(test)]
 mod tests {
@@ -29,8 +40,12 @@ mod tests {
         for ok in ["node-a", "coredns-a", "a.b-c.d", "x1"] {
             assert!(check_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "Node-A", "-a", "a-", "a..b", "a/b", "a_b"] {
+        for bad in ["", "Node-A", "-a", "a-", "a..b", "a/b", "a_b", ".", ".."] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
+        // A valid DNS-1123 subdomain, but longer than a namespace name can carry.
+        let long = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(60)].join(".");
+        assert!(check_name(&long).unwrap_err().contains("at most 200"), "{long}");
+        assert!(check_name(&"e".repeat(63)).is_ok());
     }
 }

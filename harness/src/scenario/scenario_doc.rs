@@ -158,7 +158,7 @@ pub(crate) fn read<'a>(
         }
     }
 
-    let proxy = read_proxy(&site, sections.proxy, diag);
+    let proxy = read_proxy(&site, sections.proxy, &nodes, diag);
     let min_kernel = super::min_kernel::read(&site, diag);
 
     ScenarioDoc {
@@ -178,7 +178,12 @@ pub(crate) fn read<'a>(
 
 /// `spec.proxy`, checked by building the proxy it names (an adapter checks its options, and
 /// that the files they name exist).
-fn read_proxy(site: &Site<'_>, spec: Option<ProxySpec>, diag: &mut Diagnostics) -> ProxyChoice {
+fn read_proxy(
+    site: &Site<'_>,
+    spec: Option<ProxySpec>,
+    nodes: &Registry<Node>,
+    diag: &mut Diagnostics,
+) -> ProxyChoice {
     let path = FieldPath::parse("spec.proxy");
     let choice = match spec {
         None => return ProxyChoice::named(DEFAULT_PROXY),
@@ -191,8 +196,14 @@ fn read_proxy(site: &Site<'_>, spec: Option<ProxySpec>, diag: &mut Diagnostics) 
             }
         },
     };
-    if let Err(e) = crate::proxy::build(&choice, diag.source_dir()) {
-        diag.value(site, &path, format!("{e:#}"));
+    match crate::proxy::build(&choice, diag.source_dir()) {
+        Err(e) => diag.value(site, &path, format!("{e:#}")),
+        Ok(proxy) => {
+            let nodes: Vec<&str> = nodes.names().collect();
+            if let Err(e) = proxy.check_inputs(diag.file(), &nodes) {
+                diag.value(site, &path, format!("{e:#}"));
+            }
+        }
     }
     choice
 }

@@ -476,10 +476,10 @@ impl ApiRunning<'_> {
             let NodeProxy { node, child, log, metrics, .. } = n;
             let alive = || -> Result<()> {
                 let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
+                // An exit is most often a wrong command or flag, for the user to fix (exit 2);
+                // a proxy that runs but cannot apply its rules fails (`sync::wait_metrics`).
                 if let Some(status) = c.try_wait()? {
-                    let message =
-                        format!("the proxy on node {} exited ({status}); its log ends:\n{}", node.name, log_tail(log));
-                    return Err(crate::proxy::ProxyFailed { message, log: Vec::new() }.into());
+                    bail!("the proxy on node {} exited ({status}); its log ends:\n{}", node.name, log_tail(log));
                 }
                 Ok(())
             };
@@ -491,7 +491,7 @@ impl ApiRunning<'_> {
                 }
             };
             // The log goes with the proxy; its end goes into the error. A proxy that failed
-            // its syncs or exited has failed the scenario, and its whole log is the evidence.
+            // its syncs has failed the scenario, and its whole log is the evidence.
             if let Err(e) = waited {
                 let proxy_failed = e.chain().any(|c| c.is::<crate::proxy::ProxyFailed>());
                 let e = e.context(format!("waiting for the proxy on node {} to sync", node.name));

@@ -13,6 +13,7 @@ use axum::routing::get;
 const DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 const LAST_QUEUED: &str = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
 const LAST_SYNCED: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+const RESTORE_FAILURES: &str = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
 
 /// `SyncProxyRulesLatency`'s buckets: `ExponentialBuckets(0.001, 2, 15)`.
 fn buckets() -> impl Iterator<Item = f64> {
@@ -30,6 +31,9 @@ pub struct Metrics {
     counts: [u64; 15],
     count: u64,
     sum: f64,
+    /// `IptablesRestoreFailuresTotal`: one per sync whose rules could not be applied (both
+    /// modes count into it in v1.30: pkg/proxy/iptables and pkg/proxy/nftables proxier.go).
+    restore_failures: u64,
 }
 
 /// `SetToCurrentTime`: `float64(t.UnixNano()) / 1e9`.
@@ -44,6 +48,10 @@ fn unix_seconds(t: SystemTime) -> f64 {
 impl Metrics {
     pub fn set_last_synced(&mut self, now: SystemTime) {
         self.last_synced = unix_seconds(now);
+    }
+
+    pub fn count_restore_failure(&mut self) {
+        self.restore_failures += 1;
     }
 
     pub fn set_last_queued(&mut self, now: SystemTime) {
@@ -77,6 +85,11 @@ impl Metrics {
         let _ = writeln!(text, "{DURATION}_sum {}", go_float(self.sum));
         let _ = writeln!(text, "{DURATION}_count {}", go_float(self.count as f64));
         out.push_str(&text);
+        let _ = writeln!(
+            out,
+            "# HELP {RESTORE_FAILURES} [ALPHA] Cumulative proxy iptables restore failures\n# TYPE {RESTORE_FAILURES} counter\n{RESTORE_FAILURES} {}",
+            go_float(self.restore_failures as f64)
+        );
         let mut gauge = |name: &str, help: &str, value: f64| {
             let _ = writeln!(
                 out,

@@ -417,6 +417,7 @@ impl Proxier {
         let view = match self.program(&services, &slices) {
             Ok(view) => view,
             Err(e) => {
+                self.metrics().count_restore_failure();
                 eprintln!(
                     "reference-proxy: {family}: sync failed, retrying in {:?}: {e:#}",
                     self.settings.sync_period

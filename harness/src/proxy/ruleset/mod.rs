@@ -113,6 +113,14 @@ impl Proxy for Ruleset {
         NAME
     }
 
+    fn check_inputs(&self, source: &Path, nodes: &[&str]) -> Result<()> {
+        for node in nodes {
+            let path = self.dump_for(node, source)?;
+            anyhow::ensure!(path.is_file(), "the rule dump {} for node {node} is not a file", path.display());
+        }
+        Ok(())
+    }
+
     fn start<'a>(&'a self, _state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
         let nodes = &env.topology.nodes;
         if let Some(unknown) = self.per_node.keys().find(|n| !nodes.iter().any(|node| &node.name == *n)) {
