@@ -18,7 +18,8 @@
 set -euo pipefail
 
 # mdBook's release, pinned; only the `search` feature (the book's search box): without
-# `serve` and `watch` it compiles in about half the time.
+# `serve` and `watch` it compiles in about two thirds of the time (6.4 min against 9.3 min
+# for the default features, on 2 cores shared with other builds).
 MDBOOK_VERSION=0.5.4
 
 # command -> Debian package
