@@ -163,13 +163,20 @@ fn rules_and_mutants_help_name_exactly_the_proxies_they_accept() {
         assert_eq!(out.status.code(), Some(2), "`mutants --proxy {name} --only no-such-mutant`: {stderr}");
         let refused = stderr.contains("no mutants of proxy");
         if mutants.iter().any(|n| n == name) {
-            assert!(!refused, "`mutants --help` offers {name}, but `mutants --proxy {name}` refuses it: {stderr}");
             assert!(
-                stderr.contains("no mutant \"no-such-mutant\"") || stderr.contains("cannot hunt mutants here"),
+                !refused,
+                "`mutants --help` offers {name}, but `mutants --proxy {name}` refuses it: {stderr}"
+            );
+            assert!(
+                stderr.contains("no mutant \"no-such-mutant\"")
+                    || stderr.contains("cannot hunt mutants here"),
                 "`mutants --proxy {name}` failed for another reason: {stderr}"
             );
         } else {
-            assert!(refused, "`mutants --proxy {name}` is not refused, but `mutants --help` leaves it out: {stderr}");
+            assert!(
+                refused,
+                "`mutants --proxy {name}` is not refused, but `mutants --help` leaves it out: {stderr}"
+            );
         }
     }
 }
