@@ -78,7 +78,8 @@ enum Command {
         /// Node to generate for (default: the first).
         #[arg(long)]
         node: Option<String>,
-        /// Built-in proxy whose rules to print: builtin-iptables, builtin-nftables[-v1.34].
+        /// Built-in proxy whose rules to print: builtin-iptables, builtin-nftables,
+        /// builtin-nftables-v1.31, builtin-ipvs.
         #[arg(long, default_value = proxy::iptables::NAME)]
         proxy: String,
     },
@@ -113,7 +114,8 @@ enum Command {
         /// Stop hunting a mutant at its first kill (faster; the table then names one killer).
         #[arg(long)]
         first_kill: bool,
-        /// Built-in proxy to break: builtin-iptables, builtin-nftables[-v1.34].
+        /// Built-in proxy to break: builtin-iptables, builtin-nftables, builtin-nftables-v1.31,
+        /// builtin-ipvs.
         #[arg(long, default_value = proxy::iptables::NAME)]
         proxy: String,
         /// Write every mutant's verdict as JSON here (what `matrix --mutants` reads back).
