@@ -30,6 +30,7 @@ struct Cli {
 enum Command {
     /// Run scenarios (files or directories; default `scenarios/`) and judge every probe.
     Run {
+        /// Scenario files or directories of them (default: `scenarios`).
         paths: Vec<PathBuf>,
         /// Proxy to program the nodes with, instead of each scenario's own choice.
         #[arg(long)]
@@ -71,7 +72,10 @@ enum Command {
         nodes: Vec<(String, crate::topology::existing::NodeRef)>,
     },
     /// Validate scenario files without running anything.
-    Check { paths: Vec<PathBuf> },
+    Check {
+        /// Scenario files or directories of them (default: `scenarios`).
+        paths: Vec<PathBuf>,
+    },
     /// Print the rules a built-in proxy generates for one node of a scenario.
     Rules {
         file: PathBuf,
@@ -95,10 +99,13 @@ enum Command {
         /// the scenario `--sync-scenario`.
         #[arg(long)]
         proxy: Option<String>,
+        /// An option for `--proxy`, `KEY=VALUE` (as `run --proxy-option`); repeatable.
         #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
         proxy_options: Vec<String>,
+        /// The scenario whose start and steps are timed with `--proxy`.
         #[arg(long, default_value = "scenarios/live-stale-udp-conntrack.yaml")]
         sync_scenario: PathBuf,
+        /// Times each figure is taken, for its median and spread.
         #[arg(long, default_value_t = 10)]
         sync_rounds: usize,
     },
@@ -126,6 +133,7 @@ enum Command {
     /// (outcome, backends reached, source they saw), whether or not either side passes. Exit
     /// code 0 when none differs, 1 when some do.
     Diff {
+        /// Scenario files or directories of them (default: `scenarios`).
         paths: Vec<PathBuf>,
         /// The first proxy (e.g. builtin-iptables).
         #[arg(long)]
@@ -136,6 +144,7 @@ enum Command {
         /// The second proxy (e.g. builtin-nftables).
         #[arg(long)]
         right: String,
+        /// An option for the second proxy, `KEY=VALUE`; repeatable.
         #[arg(long = "right-option", value_name = "KEY=VALUE")]
         right_options: Vec<String>,
         /// Milliseconds an attempt waits before it counts as dropped (10 to 60000).
@@ -154,6 +163,7 @@ enum Command {
     Matrix(commands::matrix::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
+        /// Also remove what runs still alive made.
         #[arg(long)]
         all: bool,
     },

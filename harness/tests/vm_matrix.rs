@@ -73,7 +73,7 @@ fn statuses(report: &serde_json::Value) -> Vec<(String, String, String, String)>
 // non-blocking SCTP connect reports the socket writable as soon as the INIT is sent (fixed in
 // traffic/sctp.rs). With evidence kept, 17 runs of this set on 5.10 (5 with 7.3 beside it,
 // both modes) showed no retransmitted, aborted or unanswered chunk; a failing run keeps its
-// pcaps and conntrack events under artifacts/KERNEL/PROXY/ (see the README's kernel matrix).
+// pcaps and conntrack events under artifacts/KERNEL/PROXY/ (see the book's kernel matrix chapter).
 #[test]
 fn sctp_and_core_scenarios_pass_on_the_oldest_and_newest_kernels_and_a_broken_sctp_rule_is_caught() {
     if !vms_can_run() {
@@ -154,7 +154,7 @@ fn sctp_and_core_scenarios_pass_on_the_oldest_and_newest_kernels_and_a_broken_sc
 /// addresses gone from `kube-ipvs0`, kubernetes#85422) and three it shares with the other
 /// modes must each be killed by one of the scenarios that catch them on the host. The whole
 /// catalog: `packetproof matrix --kernels 6.12 --proxy builtin-ipvs --mutants scenarios`
-/// (README, "IPVS mutants in VMs").
+/// (the book's kernel matrix chapter, IPVS mutants in VMs).
 #[test]
 fn ipvs_mutants_are_killed_inside_a_vm() {
     if !vms_can_run() {

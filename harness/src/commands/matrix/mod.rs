@@ -31,8 +31,8 @@ pub struct Args {
     /// As `run --profile`.
     #[arg(long)]
     profile: Option<String>,
-    /// As `run --timeout-ms`, but 3000 by default: under TCG on a loaded 2-core machine an
-    /// SCTP association with its answer took over a second once (measured on 6.12, load 17).
+    /// As `run --timeout-ms`, but 3000 by default: a guest under software emulation can take
+    /// over a second for an SCTP association and its answer.
     #[arg(long, default_value_t = 3000, value_parser = crate::commands::timeout_ms)]
     timeout_ms: u64,
     /// Scenarios run at once inside each VM (default: `run`'s, two per vCPU).
@@ -218,7 +218,7 @@ fn fitting_in_cores(cpus: u32) -> usize {
 }
 
 /// Two one-vCPU VMs per core; VMs of several vCPUs never outnumber the cores. Measured (2
-/// cores, TCG, the whole suite on four kernels × two modes; vm/README.md):
+/// cores, TCG, the whole suite on four kernels × two modes; docs/src/measurements.md):
 /// - a one-vCPU guest is idle 40 % of its run (its /proc/stat; a profile inside it: 43 % in
 ///   the idle loop), waiting for answers and for a flow's silence to last its timeout, so a
 ///   second VM on the core fills that time: four VMs of one vCPU took 303 s wall (549 s of
