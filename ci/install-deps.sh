@@ -13,7 +13,8 @@
 # the matrix's packages out (vm_matrix.rs then skips, or fails under
 # PACKETPROOF_REQUIRE_PRIVILEGES=1); `--vm` is accepted for older callers.
 # Then mdBook, from crates.io, which builds and tests the manual in docs/ (`.ci/run` runs
-# `mdbook build docs` and `mdbook test docs`); `--no-docs` leaves it out.
+# `mdbook build docs` and `mdbook test docs`); `--no-docs` leaves it out, `--docs-only` installs
+# only it.
 # Installs only what is missing; needs root (or sudo) when a system package is.
 set -euo pipefail
 
@@ -33,14 +34,37 @@ declare -A wanted=(
 )
 vm=true
 docs=true
+docs_only=false
 for arg in "$@"; do
   case "$arg" in
     --no-vm) vm=false ;;
     --vm) ;;
     --no-docs) docs=false ;;
-    *) echo "ci/install-deps.sh: unknown option $arg (--no-vm leaves out the kernel matrix's packages, --no-docs mdBook)" >&2; exit 2 ;;
+    --docs-only) docs_only=true ;;
+    *) echo "ci/install-deps.sh: unknown option $arg (--no-vm leaves out the kernel matrix's packages, --no-docs mdBook, --docs-only only mdBook)" >&2; exit 2 ;;
   esac
 done
+
+install_docs() {
+  if [ -f "$HOME/.cargo/env" ]; then
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+  fi
+  if command -v mdbook >/dev/null 2>&1; then
+    echo "ci/install-deps.sh: mdbook present ($(mdbook --version))"
+  elif ! command -v cargo >/dev/null 2>&1; then
+    echo "ci/install-deps.sh: mdbook is missing and there is no cargo to install it with (install Rust, or pass --no-docs)" >&2
+    exit 1
+  else
+    echo "ci/install-deps.sh: installing mdbook $MDBOOK_VERSION from crates.io"
+    cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --features search
+  fi
+}
+
+if $docs_only; then
+  install_docs
+  exit 0
+fi
 if $vm; then
   wanted+=(
     [qemu-system-x86_64]=qemu-system-x86
@@ -86,17 +110,5 @@ else
 fi
 
 if $docs; then
-  if [ -f "$HOME/.cargo/env" ]; then
-    # shellcheck disable=SC1091
-    . "$HOME/.cargo/env"
-  fi
-  if command -v mdbook >/dev/null 2>&1; then
-    echo "ci/install-deps.sh: mdbook present ($(mdbook --version))"
-  elif ! command -v cargo >/dev/null 2>&1; then
-    echo "ci/install-deps.sh: mdbook is missing and there is no cargo to install it with (install Rust, or pass --no-docs)" >&2
-    exit 1
-  else
-    echo "ci/install-deps.sh: installing mdbook $MDBOOK_VERSION from crates.io"
-    cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --features search
-  fi
+  install_docs
 fi

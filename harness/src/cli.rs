@@ -56,6 +56,10 @@ enum Command {
         /// Keep the evidence of passing scenarios too.
         #[arg(long)]
         keep_evidence: bool,
+        /// Which scenarios' flow tables to print: `failures`, or `all` (to review what a
+        /// passing scenario judged: expected, observed and why, per probe).
+        #[arg(long, value_name = "WHICH", default_value = "failures", value_parser = ["failures", "all"])]
+        show: String,
         /// Write a JUnit XML report here (a test case per probe).
         #[arg(long)]
         junit: Option<PathBuf>,
@@ -186,6 +190,7 @@ pub fn main() -> i32 {
             jobs,
             artifacts,
             keep_evidence,
+            show,
             junit,
             json,
             color,
@@ -202,7 +207,9 @@ pub fn main() -> i32 {
             };
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
                 let outputs = MachineReports { junit, json };
-                run(&default_paths(paths), proxy.as_ref(), &options, jobs, outputs, Paint::for_stdout(color))
+                let show_passing = show == "all";
+                let paint = Paint::for_stdout(color);
+                run(&default_paths(paths), proxy.as_ref(), &options, jobs, outputs, paint, show_passing)
             })
         }
         Command::Check { paths } => check(&default_paths(paths)),

@@ -220,3 +220,59 @@ fn the_terminal_and_json_counts_agree() {
     let proxies: Vec<&str> = json["scenarios"].as_array().unwrap().iter().filter_map(|s| s["proxy"].as_str()).collect();
     assert_eq!(proxies, ["builtin-iptables (mutant=no-hairpin-masq)"; 2], "{json}");
 }
+
+/// `check` checks every file it can and says `ok` for each that passes, whatever the others
+/// do; missing paths, empty directories and dangling or looping links are named as such.
+#[test]
+fn check_reports_every_path_and_every_passing_file() {
+    let scratch = Scratch::new("paths");
+    std::fs::write(scratch.0.join("a.yaml"), hairpin_named("a")).unwrap();
+    std::fs::write(scratch.0.join("b.yaml"), hairpin_named("b")).unwrap();
+    std::fs::create_dir(scratch.0.join("empty")).unwrap();
+    std::fs::create_dir(scratch.0.join("links")).unwrap();
+    std::fs::write(scratch.0.join("links/c.yaml"), hairpin_named("c")).unwrap();
+    std::os::unix::fs::symlink("nowhere.yaml", scratch.0.join("links/dangling.yaml")).unwrap();
+    std::os::unix::fs::symlink("loop.yaml", scratch.0.join("links/loop.yaml")).unwrap();
+    let out = packetproof(&scratch.0, &["check", "a.yaml", "/nonexistent", "b.yaml", "empty", "links"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    for line in [
+        "ok a (a.yaml",
+        "ok b (b.yaml",
+        "ok c (links/c.yaml",
+        "/nonexistent: no such file or directory",
+        "empty: no scenario files",
+        "links/dangling.yaml: a symbolic link to nothing",
+        "links/loop.yaml: a symbolic link that loops",
+    ] {
+        assert!(said.contains(line), "missing {line:?} in:\n{said}");
+    }
+    // `run` of an empty directory is refused as input, like `check`.
+    let out = packetproof(&scratch.0, &["run", "empty"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no scenario files"), "{}", text(&out));
+}
+
+/// A report that could not be written at the end is refused before anything runs.
+#[test]
+fn an_unwritable_report_path_is_refused_first() {
+    let scratch = Scratch::new("junit");
+    std::fs::write(scratch.0.join("s.yaml"), hairpin_named("hairpin")).unwrap();
+    let out = packetproof(&scratch.0, &["run", "--junit", "/nonexistent/dir/r.xml", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("the JUnit report /nonexistent/dir/r.xml cannot be written"), "{}", text(&out));
+    assert!(!text(&out).contains("PASS"), "it ran first: {}", text(&out));
+}
+
+/// `run --show all` prints a passing scenario's flow table, for reviewing what it judged.
+#[test]
+fn show_all_prints_a_passing_scenarios_flow_table() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let scratch = Scratch::new("show");
+    std::fs::write(scratch.0.join("s.yaml"), hairpin_named("hairpin")).unwrap();
+    let out = packetproof(&scratch.0, &["run", "--show", "all", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("self-via-service-tcp"), "no flow table: {}", text(&out));
+}

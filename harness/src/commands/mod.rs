@@ -51,9 +51,17 @@ pub fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
 
 /// Loads and validates every scenario; prints every error and returns `None` if any file is bad.
 pub fn load_all(paths: &[PathBuf]) -> Result<Option<Vec<Scenario>>> {
-    let files = scenario::discover(paths)?;
+    load_each(paths, |_| {})
+}
+
+/// [`load_all`], telling `on_loaded` of each scenario that loaded, also when others did not.
+fn load_each(paths: &[PathBuf], mut on_loaded: impl FnMut(&Scenario)) -> Result<Option<Vec<Scenario>>> {
+    let (files, unreadable) = scenario::discover_each(paths);
+    for problem in &unreadable {
+        eprintln!("{problem}");
+    }
     let mut scenarios = Vec::new();
-    let mut bad = false;
+    let mut bad = !unreadable.is_empty();
     let mut named: std::collections::HashMap<String, PathBuf> = std::collections::HashMap::new();
     for file in &files {
         match scenario::load(file) {
@@ -69,6 +77,8 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Option<Vec<Scenario>>> {
                         first.display()
                     );
                     bad = true;
+                } else {
+                    on_loaded(&s);
                 }
                 scenarios.push(s);
             }
@@ -81,12 +91,10 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Option<Vec<Scenario>>> {
     Ok((!bad).then_some(scenarios))
 }
 
+/// Every file is checked, and each one that passes says so, whatever the others do.
 pub fn check(paths: &[PathBuf]) -> Result<i32> {
-    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
-    for s in &scenarios {
-        println!("ok {} ({}, {} probes)", s.name, s.source.display(), s.probes.len());
-    }
-    Ok(EXIT_PASS)
+    let loaded = load_each(paths, |s| println!("ok {} ({}, {} probes)", s.name, s.source.display(), s.probes.len()))?;
+    Ok(if loaded.is_some() { EXIT_PASS } else { EXIT_ERROR })
 }
 
 /// The `--proxy` and `--proxy-option` flags as a proxy choice.
@@ -130,8 +138,10 @@ pub fn run(
     jobs: Option<usize>,
     outputs: MachineReports,
     paint: Paint,
+    show_passing: bool,
 ) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    outputs.check_writable()?;
     if let Some(choice) = proxy_override {
         proxy::build(choice, Path::new("."))?;
     }
@@ -140,6 +150,7 @@ pub fn run(
     }
     let engine = Engine { options: options.clone(), jobs: jobs.unwrap_or_else(Engine::default_jobs) };
     let mut terminal = TerminalReport::new(paint);
+    terminal.show_passing = show_passing;
     let mut outputs = outputs;
     engine.execute(&Run::each(&scenarios, proxy_override), &mut [&mut terminal, &mut outputs])?;
     let summary = terminal.summary.context("the suite never finished")?;

@@ -42,7 +42,8 @@ pub fn baseline(scenarios: &[Scenario], breakable: Breakable) -> anyhow::Result<
     let proxy = breakable(None);
     let mut failing = Baseline::new();
     let mut errors = Vec::new();
-    run_each(scenarios, proxy.as_ref(), |s, result| {
+    let all: Vec<&Scenario> = scenarios.iter().collect();
+    run_each(&all, proxy.as_ref(), |s, result| {
         match result {
             Ok(report) => failing.extend(failing_probes(report).map(|p| (s.name.clone(), p))),
             Err(e) => errors.push(format!("{}: {e:#}", s.name)),
@@ -64,10 +65,19 @@ pub fn hunt(
     baseline: &Baseline,
     on_done: impl Fn(&Hunt),
 ) -> Vec<Hunt> {
+    // Scenarios that killed earlier mutants are tried first: a few broad scenarios catch most
+    // bugs, and a hunt that stops at its first kill then stops in its first batch. The order
+    // changes which killer is named first, never whether a mutant is killed.
+    let mut kills: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     mutants
         .iter()
         .map(|&mutant| {
-            let result = hunt_one(scenarios, mutant, first_kill, breakable, baseline);
+            let mut order: Vec<&Scenario> = scenarios.iter().collect();
+            order.sort_by_key(|s| std::cmp::Reverse(kills.get(&s.name).copied().unwrap_or(0)));
+            let result = hunt_one(&order, mutant, first_kill, breakable, baseline);
+            for killer in &result.killed_by {
+                *kills.entry(killer.clone()).or_default() += 1;
+            }
             on_done(&result);
             result
         })
@@ -75,7 +85,7 @@ pub fn hunt(
 }
 
 fn hunt_one(
-    scenarios: &[Scenario],
+    scenarios: &[&Scenario],
     mutant: Mutant,
     first_kill: bool,
     breakable: Breakable,
@@ -115,7 +125,7 @@ fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ 
 /// Runs every scenario against `proxy`, one per core at a time, handing each result to
 /// `on_result` on this thread; its [`Control::Stop`] starts no further scenario.
 fn run_each(
-    scenarios: &[Scenario],
+    scenarios: &[&Scenario],
     proxy: &dyn Proxy,
     on_result: impl FnMut(&Scenario, &anyhow::Result<ScenarioReport>) -> Control,
 ) -> anyhow::Result<()> {
@@ -124,7 +134,7 @@ fn run_each(
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let runs: Vec<Run> =
-        scenarios.iter().map(|scenario| Run { scenario, proxy: RunProxy::Built(proxy) }).collect();
+        scenarios.iter().map(|&scenario| Run { scenario, proxy: RunProxy::Built(proxy) }).collect();
     engine.execute(&runs, &mut [&mut EachResult(on_result)])?;
     Ok(())
 }

@@ -14,6 +14,8 @@ use crate::runner::{Outcome, ScenarioReport};
 /// What a person watching `packetproof run` reads.
 pub struct TerminalReport {
     paint: Paint,
+    /// Print the flow table of passing scenarios too (`run --show all`), for reviewing one.
+    pub show_passing: bool,
     progress: RunProgress,
     /// The closing line, once the suite finished: `N passed, N failed, N skipped, N errors in Ts`.
     pub summary: Option<Summary>,
@@ -31,7 +33,7 @@ pub struct Summary {
 
 impl TerminalReport {
     pub fn new(paint: Paint) -> TerminalReport {
-        TerminalReport { paint, progress: RunProgress::new(paint), summary: None }
+        TerminalReport { paint, show_passing: false, progress: RunProgress::new(paint), summary: None }
     }
 }
 
@@ -43,7 +45,7 @@ impl Reporter for TerminalReport {
             }
             Event::ScenarioFinished { scenario, result, done, total, .. } => {
                 let text = match result {
-                    Ok(report) => scenario_text(report, scenario, *done, *total, self.paint),
+                    Ok(report) => scenario_text(report, scenario, *done, *total, self.paint, self.show_passing),
                     Err(e) => format!(
                         "[{done}/{total}] {} {} ({}): {e:#}\n",
                         self.paint.fail("ERROR"),
@@ -78,10 +80,17 @@ impl Reporter for TerminalReport {
 
 /// What `run` prints for a scenario that ran: its line, flows not judged, the flow table of a
 /// failure and where its evidence is (printed in one write, so scenarios do not interleave).
-fn scenario_text(report: &ScenarioReport, s: &Scenario, done: usize, total: usize, paint: Paint) -> String {
+fn scenario_text(
+    report: &ScenarioReport,
+    s: &Scenario,
+    done: usize,
+    total: usize,
+    paint: Paint,
+    show_passing: bool,
+) -> String {
     let mut text = format!("[{done}/{total}] {}\n", report::scenario_line_painted(report, paint));
     text.push_str(&report::unjudged_lines(report));
-    if let (Outcome::Judged(verdicts), false) = (&report.outcome, report.passed()) {
+    if let (Outcome::Judged(verdicts), true) = (&report.outcome, show_passing || !report.passed()) {
         text.push_str(&report::flow_table_painted(&s.cluster, verdicts, paint));
     }
     if let Some(dir) = &report.artifacts {
@@ -98,6 +107,20 @@ pub struct MachineReports {
 }
 
 impl MachineReports {
+    /// Fails now, before any scenario runs, if a report could not be written at the end.
+    pub fn check_writable(&self) -> Result<()> {
+        for (what, path) in [("JUnit", &self.junit), ("JSON", &self.json)] {
+            if let Some(path) = path {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("the {what} report {} cannot be written", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the reports of `finished` scenarios.
     pub fn write(&self, finished: &[Finished<'_>]) -> Result<()> {
         if let Some(path) = &self.junit {

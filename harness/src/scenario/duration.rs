@@ -13,6 +13,8 @@ pub(crate) fn parse_interval(text: &str) -> Result<Duration, String> {
         (n, Duration::from_millis)
     } else if let Some(n) = trimmed.strip_suffix('s') {
         (n, Duration::from_secs)
+    } else if trimmed.ends_with(|c: char| c.is_ascii_alphabetic()) {
+        return Err(format!("{text:?}: the unit must be ms or s, e.g. 1500ms or 2s"));
     } else {
         return Err(format!("{text:?} has no unit: write e.g. 1500ms or 2s"));
     };
@@ -47,7 +49,8 @@ mod tests {
     #[test]
     fn bad_durations_say_what_to_write() {
         assert_eq!(parse_interval("2").unwrap_err(), "\"2\" has no unit: write e.g. 1500ms or 2s");
-        assert_eq!(parse_interval("2m").unwrap_err(), "\"2m\" has no unit: write e.g. 1500ms or 2s");
+        assert_eq!(parse_interval("2m").unwrap_err(), "\"2m\": the unit must be ms or s, e.g. 1500ms or 2s");
+        assert_eq!(parse_interval("2h").unwrap_err(), "\"2h\": the unit must be ms or s, e.g. 1500ms or 2s");
         assert_eq!(
             parse_interval("1.5s").unwrap_err(),
             "\"1.5s\" is not a duration: write a whole number of ms or s, e.g. 1500ms or 2s"

@@ -121,26 +121,63 @@ fn load_with(text: &str, path: &Path, build: Build) -> Result<Scenario, Scenario
 }
 
 /// Expands directories into their `*.yaml` / `*.yml` files (sorted, not recursive) and keeps
-/// files as given; a path that does not exist is an error.
+/// files as given. A path that cannot be read (missing, a dangling or looping link), or a
+/// directory without scenario files, is an error naming every such path, after all were tried.
 pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let (files, bad) = discover_each(paths);
+    if !bad.is_empty() {
+        bail!("{}", bad.join("\n"));
+    }
+    Ok(files)
+}
+
+/// [`discover`], keeping going: the files found, and a line for each path that was not.
+pub fn discover_each(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
     let mut out = Vec::new();
+    let mut bad = Vec::new();
     for path in paths {
-        if path.is_dir() {
-            let mut files = Vec::new();
-            for entry in std::fs::read_dir(path).with_context(|| format!("listing {}", path.display()))? {
-                let file = entry.with_context(|| format!("listing {}", path.display()))?.path();
-                let yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-                if yaml && file.is_file() {
-                    files.push(file);
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => {
+                let mut files = Vec::new();
+                let entries = match std::fs::read_dir(path) {
+                    Ok(entries) => entries,
+                    Err(e) => {
+                        bad.push(unreadable(path, &e));
+                        continue;
+                    }
+                };
+                for file in entries.filter_map(Result::ok).map(|e| e.path()) {
+                    let yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+                    if !yaml {
+                        continue;
+                    }
+                    match std::fs::metadata(&file) {
+                        Ok(meta) if meta.is_file() => files.push(file),
+                        Ok(_) => {}
+                        Err(e) => bad.push(unreadable(&file, &e)),
+                    }
                 }
+                if files.is_empty() {
+                    bad.push(format!("{}: no scenario files (*.yaml, *.yml) in this directory", path.display()));
+                }
+                files.sort();
+                out.extend(files);
             }
-            files.sort();
-            out.extend(files);
-        } else if path.exists() {
-            out.push(path.clone());
-        } else {
-            bail!("{}: no such file or directory", path.display());
+            Ok(_) => out.push(path.clone()),
+            Err(e) => bad.push(unreadable(path, &e)),
         }
     }
-    Ok(out)
+    (out, bad)
+}
+
+/// Why `path` cannot be read, in words: a link that points nowhere or in a circle says so.
+fn unreadable(path: &Path, error: &std::io::Error) -> String {
+    let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    let why = match error.raw_os_error() {
+        Some(libc::ELOOP) => "a symbolic link that loops".to_string(),
+        _ if link && error.kind() == std::io::ErrorKind::NotFound => "a symbolic link to nothing".to_string(),
+        _ if error.kind() == std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        _ => error.to_string(),
+    };
+    format!("{}: {why}", path.display())
 }
