@@ -25,6 +25,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::endpoints::{cluster_wide, cluster_wide_on, local_to, node_of};
+use crate::kubernetes::source_ranges_admit;
 use super::frontend::{ExternalKind, Frontend};
 use super::paths::{self, answered, client_source, describe, is_hairpin, masqueraded_toward, rejected};
 use super::{Basis, Expectation, Outcome, Prediction, Profile, SeenSource, Spread};
@@ -123,9 +124,7 @@ fn external(
     // and on every node alike (so whichever node answered ARP for the address drops it).
     // A node sending to an address bound on itself sends from that address.
     let source = cluster.source_ip_to(&probe.from, dst).expect("validated source");
-    let ranges = &svc.load_balancer_source_ranges;
-    if kind == ExternalKind::LoadBalancer && !ranges.is_empty() && !ranges.iter().any(|r| r.contains(&source))
-    {
+    if kind == ExternalKind::LoadBalancer && !source_ranges_admit(svc, source, node.ip()) {
         return Ok(None);
     }
     if let Some(reason) = arp_race(cluster, probe, kind, dst) {

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::endpoints::{cluster_wide, cluster_wide_on, hints_zone, local_to, ready_local_count};
+use crate::kubernetes::source_ranges_admit;
 use super::frontend::{ExternalKind, Frontend};
 use super::{Basis, Expectation, Outcome, SeenSource, Spread};
 use crate::model::{
-    Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, Target,
-    TrafficPolicy,
+    Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, TrafficPolicy,
     bridge_address,
 };
 
@@ -108,13 +108,11 @@ fn external(
     node: &Node,
 ) -> Result<Expectation, String> {
     let name = format!("{} of {} on {}", kind.describe(), describe(svc, port), node.name);
-    if kind == ExternalKind::LoadBalancer && !svc.load_balancer_source_ranges.is_empty() {
-        let source = match probe.to {
-            Target::LoadBalancer { ip, .. } => cluster.source_ip_to(&probe.from, ip),
-            _ => cluster.source_ip(&probe.from),
-        }
-        .expect("validated source");
-        if !svc.load_balancer_source_ranges.iter().any(|r| r.contains(&source)) {
+    if kind == ExternalKind::LoadBalancer {
+        // A node sending to an address bound on itself sends from that address.
+        let dst = cluster.target_address(&probe.to).expect("classified from this address").ip();
+        let source = cluster.source_ip_to(&probe.from, dst).expect("validated source");
+        if !source_ranges_admit(svc, source, node.ip()) {
             return Ok(dropped(format!("{name}: source {source} is outside loadBalancerSourceRanges")));
         }
     }

@@ -62,7 +62,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 
 use crate::model::Scenario;
 

@@ -177,7 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn the_exposition_has_the_three_sync_metrics_unlabelled() {
+    fn the_exposition_has_the_sync_metrics_unlabelled() {
         let mut m = Metrics::default();
         let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_722_506_400_250);
         m.set_last_queued(t);
@@ -204,6 +204,9 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"16.384\"} 2
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 2
 kubeproxy_sync_proxy_rules_duration_seconds_sum 0.10300000000000001
 kubeproxy_sync_proxy_rules_duration_seconds_count 2
+# HELP kubeproxy_sync_proxy_rules_iptables_restore_failures_total [ALPHA] Cumulative proxy iptables restore failures
+# TYPE kubeproxy_sync_proxy_rules_iptables_restore_failures_total counter
+kubeproxy_sync_proxy_rules_iptables_restore_failures_total 0
 # HELP kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds [ALPHA] The last time a sync of proxy rules was queued
 # TYPE kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds gauge
 kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds 1.7225064002499998e+09

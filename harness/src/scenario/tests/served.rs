@@ -12,12 +12,10 @@ const LIVE: &str = include_str!("../../../../scenarios/live-stale-udp-conntrack.
 /// kube-proxy ignores such a Service, or refuses the node's whole ruleset.
 #[test]
 fn shipped_services_are_served_with_cluster_ips_families_and_protocols() {
-    for text in [
-        include_str!("../../../../scenarios/ipv6-node-port.yaml"),
-        include_str!("../../../../scenarios/ipv6-hairpin-and-reject.yaml"),
-        include_str!("../../../../scenarios/seed-001-mysql-replay.yaml"),
-    ] {
-        let s = load(text);
+    // Read from their files: the replay's rule dumps are found beside it.
+    for file in ["ipv6-node-port.yaml", "ipv6-hairpin-and-reject.yaml", "seed-001-mysql-replay.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(file);
+        let s = crate::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!s.objects.services.is_empty());
         for service in &s.objects.services {
             let spec = service.spec.as_ref().unwrap();
