@@ -131,7 +131,9 @@ impl ProxyChoice {
             .iter()
             .map(|(k, v)| match (k.as_str(), v) {
                 ("command", serde_json::Value::String(cmd)) => program(cmd.split_whitespace().next()),
-                ("command", serde_json::Value::Array(words)) => program(words.first().and_then(|w| w.as_str())),
+                ("command", serde_json::Value::Array(words)) => {
+                    program(words.first().and_then(|w| w.as_str()))
+                }
                 (_, serde_json::Value::String(s)) => format!("{k}={s}"),
                 _ => format!("{k}={v}"),
             })

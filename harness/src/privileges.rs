@@ -20,7 +20,8 @@ pub fn preflight() -> Option<String> {
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let missing = missing_capabilities(&status);
-    (!missing.is_empty()).then(|| format!("{NEEDS}: this process runs as root without {}", missing.join(" and ")))
+    (!missing.is_empty())
+        .then(|| format!("{NEEDS}: this process runs as root without {}", missing.join(" and ")))
 }
 
 /// The capabilities scenarios need that the effective set (`CapEff:` of /proc/self/status)

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::model::{Life, Phase, Probe, Protocol, Scenario, Source, Target};
+use crate::model::{NODE_UPLINK, POD_INTERFACE};
 use crate::observe::conntrack_events::NodeRecorders;
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
 use crate::proxy::{Env, Proxy, ProxyFailed, Running, State};
-use crate::model::{NODE_UPLINK, POD_INTERFACE};
 use crate::topology::Topology;
 use crate::traffic::Attempt;
 use crate::traffic::client::SourcePorts;
@@ -57,7 +57,7 @@ impl Default for RunOptions {
 pub enum Outcome {
     /// Every probe was judged; some may have failed.
     Judged(Vec<ProbeVerdict>),
-    /// The proxy under test failed at its own job (failed syncs, exited) before its probes
+    /// The proxy under test failed at its own job (its syncs failed) before its probes
     /// could be judged: the scenario fails, as a probe would.
     ProxyFailed(String),
     /// The scenario could not run here; never counts as passed.
@@ -712,10 +712,12 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
 pub fn clear_evidence_dir(root: &std::path::Path, name: &str) -> Result<PathBuf> {
     use std::path::Component;
     let mut components = std::path::Path::new(name).components();
-    let single = matches!(components.next(), Some(Component::Normal(c)) if c == name)
-        && components.next().is_none();
+    let single =
+        matches!(components.next(), Some(Component::Normal(c)) if c == name) && components.next().is_none();
     if !single || name.contains(['/', '\\', '\0']) {
-        anyhow::bail!("scenario name {name:?} cannot name an evidence folder: it must be one plain path component");
+        anyhow::bail!(
+            "scenario name {name:?} cannot name an evidence folder: it must be one plain path component"
+        );
     }
     let dir = root.join(name);
     match std::fs::symlink_metadata(&dir) {

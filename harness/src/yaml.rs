@@ -186,6 +186,16 @@ impl Document {
         items
     }
 
+    /// A document the reader made (a generated Service): every position is `at`, the place in
+    /// the file that asked for it.
+    pub fn generated(value: Value, at: Pos) -> Document {
+        Document {
+            value,
+            start: at,
+            spots: HashMap::from([(FieldPath::root(), Spot { key: None, value: at })]),
+        }
+    }
+
     /// Sets a missing top-level string field (e.g. the `kind` a typed list's items leave out);
     /// messages about it point at the document's start.
     pub fn default_field(&mut self, key: &str, value: &str) {

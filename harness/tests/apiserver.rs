@@ -19,8 +19,8 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use packetproof::apiserver::{ApiServer, Kind};
 use packetproof::proxy::apiserver::{ApiServerProxy, objects::node_object};
-use packetproof::proxy::{Env, Proxy, State};
 use packetproof::proxy::reference::PROXY_LABEL_SELECTOR;
+use packetproof::proxy::{Env, Proxy, State};
 use packetproof::runner::{self, RunOptions};
 use packetproof::topology::Topology;
 use packetproof::topology::netns::{self, Netns};
@@ -341,8 +341,8 @@ fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
     if !privileged() {
         return;
     }
-    use packetproof::proxy::kube_proxy_config::{Mode, NodeSettings, kube_proxy_configuration};
     use packetproof::proxy::apiserver::sync::{SyncJudge, SyncMetrics, http_get, unix_now};
+    use packetproof::proxy::kube_proxy_config::{Mode, NodeSettings, kube_proxy_configuration};
 
     let cluster = scenario("hairpin.yaml").cluster;
     let node = Removed(Netns::create(&format!("{}healthz", netns::process_prefix())).unwrap());
@@ -547,7 +547,8 @@ fn a_proxy_that_cannot_apply_its_rules_fails_the_scenario_with_its_log() {
     let proxy = ApiServerProxy::from_options(&json!({ "command": command })).unwrap();
     let artifacts = std::env::temp_dir().join(format!("pp-proxy-failed-{}", std::process::id()));
     let options = RunOptions { artifacts: Some(artifacts.clone()), ..RunOptions::default() };
-    let report = runner::run(&scenario("kube-dns-udp.yaml"), &proxy, &options).expect("judged, not a setup error");
+    let report =
+        runner::run(&scenario("kube-dns-udp.yaml"), &proxy, &options).expect("judged, not a setup error");
     let runner::Outcome::ProxyFailed(reason) = &report.outcome else { panic!("{report:#?}") };
     assert!(reason.contains("failed to apply"), "{reason}");
     assert!(report.failed() && !report.passed(), "{report:#?}");

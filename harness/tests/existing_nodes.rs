@@ -13,13 +13,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use packetproof::apiserver::Kind;
-use packetproof::model::Scenario;
 use packetproof::model::Profile;
-use packetproof::proxy::kube_proxy_config::Mode;
+use packetproof::model::Scenario;
+use packetproof::proxy::apiserver::stand_in::{NodeProxy, Nodes, StandIns, podman_unavailable};
 use packetproof::proxy::apiserver::sync::unix_now;
 use packetproof::proxy::cluster::ClusterProxy;
+use packetproof::proxy::kube_proxy_config::Mode;
 use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
-use packetproof::proxy::apiserver::stand_in::{NodeProxy, Nodes, StandIns, podman_unavailable};
 
 const SCENARIO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/existing-nodes.yaml");
 

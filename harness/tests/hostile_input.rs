@@ -63,7 +63,8 @@ fn a_scenario_name_never_becomes_a_path_outside_the_artifacts() {
         let checked = packetproof(&work, &["check", "s.yaml"]);
         assert_eq!(checked.status.code(), Some(2), "check accepted {name:?}: {}", text(&checked));
         assert!(text(&checked).contains("metadata.name"), "{name:?}: {}", text(&checked));
-        let ran = packetproof(&work, &["run", "--jobs", "1", "--keep-evidence", "--artifacts", "art", "s.yaml"]);
+        let ran =
+            packetproof(&work, &["run", "--jobs", "1", "--keep-evidence", "--artifacts", "art", "s.yaml"]);
         assert_eq!(ran.status.code(), Some(2), "run accepted {name:?}: {}", text(&ran));
         // Nothing was written anywhere: not outside, not beside or above the artifacts.
         assert!(!outside.exists(), "{name:?} wrote {}", outside.display());
@@ -118,7 +119,8 @@ fn earlier_evidence_never_survives_a_rerun() {
     std::fs::create_dir_all(&target).unwrap();
     std::fs::write(target.join("keep"), "mine").unwrap();
     std::os::unix::fs::symlink(&target, &folder).unwrap();
-    let out = packetproof(&scratch.0, &["run", "--jobs", "1", "--keep-evidence", "--artifacts", "art", "s.yaml"]);
+    let out =
+        packetproof(&scratch.0, &["run", "--jobs", "1", "--keep-evidence", "--artifacts", "art", "s.yaml"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(folder.join("summary.txt").is_file(), "no evidence kept: {}", text(&out));
     assert!(!folder.is_symlink(), "the planted link was followed");
@@ -137,7 +139,11 @@ fn flags_out_of_range_are_refused() {
         args.push("s.yaml");
         let out = packetproof(&scratch.0, &args);
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {}", text(&out));
-        assert!(text(&out).contains("outside") || text(&out).contains("not a whole number"), "{}", text(&out));
+        assert!(
+            text(&out).contains("outside") || text(&out).contains("not a whole number"),
+            "{}",
+            text(&out)
+        );
     }
 }
 
@@ -207,17 +213,29 @@ fn the_terminal_and_json_counts_agree() {
     // The mutant breaks hairpin and leaves kube-dns-udp passing: one of each.
     let out = packetproof(
         &scratch.0,
-        &["run", "--proxy", "builtin-iptables", "--proxy-option", "mutant=no-hairpin-masq", "--json", "r.json", "."],
+        &[
+            "run",
+            "--proxy",
+            "builtin-iptables",
+            "--proxy-option",
+            "mutant=no-hairpin-masq",
+            "--json",
+            "r.json",
+            ".",
+        ],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(scratch.0.join("r.json")).unwrap()).unwrap();
-    let line =
-        format!("{} passed, {} failed, {} skipped, {} errors", json["passed"], json["failed"], json["skipped"], json["errors"]);
+    let line = format!(
+        "{} passed, {} failed, {} skipped, {} errors",
+        json["passed"], json["failed"], json["skipped"], json["errors"]
+    );
     assert_eq!(line, "1 passed, 1 failed, 0 skipped, 0 errors", "{json}");
     assert!(String::from_utf8_lossy(&out.stdout).contains(&line), "{}", text(&out));
     // The report says what it judged: the proxy with its options.
-    let proxies: Vec<&str> = json["scenarios"].as_array().unwrap().iter().filter_map(|s| s["proxy"].as_str()).collect();
+    let proxies: Vec<&str> =
+        json["scenarios"].as_array().unwrap().iter().filter_map(|s| s["proxy"].as_str()).collect();
     assert_eq!(proxies, ["builtin-iptables (mutant=no-hairpin-masq)"; 2], "{json}");
 }
 
@@ -260,7 +278,11 @@ fn an_unwritable_report_path_is_refused_first() {
     std::fs::write(scratch.0.join("s.yaml"), hairpin_named("hairpin")).unwrap();
     let out = packetproof(&scratch.0, &["run", "--junit", "/nonexistent/dir/r.xml", "s.yaml"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("the JUnit report /nonexistent/dir/r.xml cannot be written"), "{}", text(&out));
+    assert!(
+        text(&out).contains("the JUnit report /nonexistent/dir/r.xml cannot be written"),
+        "{}",
+        text(&out)
+    );
     assert!(!text(&out).contains("PASS"), "it ran first: {}", text(&out));
 }
 

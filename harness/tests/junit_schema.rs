@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use packetproof::model::Scenario;
 use packetproof::model::Profile;
+use packetproof::model::Scenario;
 use packetproof::oracle::{Expectation, Outcome as Expected};
 use packetproof::proxy::Mutant;
 use packetproof::proxy::iptables::BuiltinIptables;
@@ -154,7 +154,8 @@ fn reports_of_real_runs_validate() {
     assert!(matches!(fail_report.outcome, Outcome::Judged(_)) && !fail_report.passed());
 
     let skip = load("pod-same-node");
-    let skip_report = commands::run_one(&skip, None, &options, Some("needs root (pretend)")).expect("skipping");
+    let skip_report =
+        commands::run_one(&skip, None, &options, Some("needs root (pretend)")).expect("skipping");
 
     let open = load("localhost-node-port");
     let kubernetes = RunOptions { profile: Some(Profile::Kubernetes), ..options.clone() };

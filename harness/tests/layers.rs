@@ -28,7 +28,8 @@ const LAYERS: &[&[&str]] = &[
 
 /// The proxy backends: each may use `proxy`'s shared modules and its own files, and another
 /// backend only through what that backend's `mod.rs` exports, never its files.
-const BACKENDS: &[&str] = &["iptables", "nftables", "ipvs", "ruleset", "command", "apiserver", "cluster", "reference"];
+const BACKENDS: &[&str] =
+    &["iptables", "nftables", "ipvs", "ruleset", "command", "apiserver", "cluster", "reference"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -158,8 +159,11 @@ fn library() -> Vec<(PathBuf, String, Vec<String>, String)> {
         if test_only(&relative) || relative == Path::new("lib.rs") || relative == Path::new("main.rs") {
             continue;
         }
-        let mut path: Vec<String> =
-            relative.with_extension("").components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let mut path: Vec<String> = relative
+            .with_extension("")
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
         if path.last().is_some_and(|l| l == "mod") {
             path.pop();
         }
@@ -188,7 +192,9 @@ fn imports_only_point_down() {
             }
             match layer_of(target) {
                 Some(layer) if layer > own => {}
-                Some(_) => wrong.push(format!("{}: {module} uses crate::{}", file.display(), path.join("::"))),
+                Some(_) => {
+                    wrong.push(format!("{}: {module} uses crate::{}", file.display(), path.join("::")))
+                }
                 None => wrong.push(format!("{}: crate::{} is in no layer", file.display(), path.join("::"))),
             }
         }

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use packetproof::model::{Life, Scenario};
-use packetproof::proxy::Proxy;
 use packetproof::proxy::Mutant;
+use packetproof::proxy::Proxy;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
 use packetproof::runner::{self, Outcome, RunOptions};

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use packetproof::model::Scenario;
 use packetproof::commands::mutants::{self, Baseline, Hunt};
+use packetproof::model::Scenario;
 use packetproof::{proxy, scenario};
 
 /// One hunt at a time: each already runs a scenario per core, and a loaded machine turns

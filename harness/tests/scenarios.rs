@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use libtest_mimic::{Arguments, Failed, Trial};
+use packetproof::engine::{Engine, Run};
 use packetproof::model::ProxyChoice;
 use packetproof::model::Scenario;
 use packetproof::runner::ScenarioReport;
-use packetproof::engine::{Engine, Run};
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::topology::netns;
 use packetproof::{commands, proxy, report, scenario};

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use packetproof::model::Scenario;
-use packetproof::proxy::Proxy;
 use packetproof::proxy::Mutant;
+use packetproof::proxy::Proxy;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
 use packetproof::runner::{self, Outcome, RunOptions};

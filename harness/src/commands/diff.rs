@@ -13,8 +13,8 @@ use std::fmt;
 use std::net::IpAddr;
 
 use crate::engine::{Engine, Reporter, Run, RunProxy};
-use crate::model::{Cluster, ProxyChoice, Scenario, Source, bridge_address};
 use crate::model::Profile;
+use crate::model::{Cluster, ProxyChoice, Scenario, Source, bridge_address};
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
 use crate::traffic::Attempt;
 use crate::verdict::ProbeVerdict;

@@ -93,7 +93,8 @@ fn load_each(paths: &[PathBuf], mut on_loaded: impl FnMut(&Scenario)) -> Result<
 
 /// Every file is checked, and each one that passes says so, whatever the others do.
 pub fn check(paths: &[PathBuf]) -> Result<i32> {
-    let loaded = load_each(paths, |s| println!("ok {} ({}, {} probes)", s.name, s.source.display(), s.probes.len()))?;
+    let loaded =
+        load_each(paths, |s| println!("ok {} ({}, {} probes)", s.name, s.source.display(), s.probes.len()))?;
     Ok(if loaded.is_some() { EXIT_PASS } else { EXIT_ERROR })
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
 use crate::model::Scenario;
-use crate::proxy::Proxy;
 use crate::proxy::Mutant;
+use crate::proxy::Proxy;
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
 
 pub use crate::proxy::{Breakable, breakable, catalog, not_observable};

@@ -45,7 +45,9 @@ impl Reporter for TerminalReport {
             }
             Event::ScenarioFinished { scenario, result, done, total, .. } => {
                 let text = match result {
-                    Ok(report) => scenario_text(report, scenario, *done, *total, self.paint, self.show_passing),
+                    Ok(report) => {
+                        scenario_text(report, scenario, *done, *total, self.paint, self.show_passing)
+                    }
                     Err(e) => format!(
                         "[{done}/{total}] {} {} ({}): {e:#}\n",
                         self.paint.fail("ERROR"),

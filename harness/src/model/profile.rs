@@ -49,4 +49,3 @@ impl FromStr for Profile {
         })
     }
 }
-

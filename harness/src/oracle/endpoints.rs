@@ -46,7 +46,6 @@ pub(super) fn local_to<'a>(port: &'a ServicePort, node: &str) -> Vec<&'a Endpoin
     usable(port.endpoints.iter().filter(move |e| is_local(e, node)))
 }
 
-
 /// The node an endpoint's address really is on, for where its traffic goes: its pod's node,
 /// or the node itself for a host-network endpoint; none for an address outside the cluster,
 /// whatever its `nodeName` says.

@@ -25,10 +25,10 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use super::endpoints::{cluster_wide, cluster_wide_on, local_to, node_of};
-use crate::kubernetes::source_ranges_admit;
 use super::frontend::{ExternalKind, Frontend};
 use super::paths::{self, answered, client_source, describe, is_hairpin, masqueraded_toward, rejected};
 use super::{Basis, Expectation, Outcome, Prediction, Profile, SeenSource, Spread};
+use crate::kubernetes::source_ranges_admit;
 use crate::model::{
     Cluster, Endpoint, Node, Probe, Protocol, Service, ServicePort, ServiceType, Source, TrafficPolicy,
 };

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::model::*;
 use crate::model::Profile;
+use crate::model::*;
 use crate::oracle::{Basis, Outcome, Prediction, SeenSource, Spread, predict};
 
 const IPVS: Profile = Profile::KubeProxyIpvs;

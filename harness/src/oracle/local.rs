@@ -1,8 +1,8 @@
 //! Which traffic kube-proxy on a node counts as local (from a pod), by its detectLocalMode
 //! (`kubernetes::local_detect`), and where a probe's packets arrive at that node.
 
-use crate::model::{Cluster, Node, Source};
 use crate::kubernetes::local_detect;
+use crate::model::{Cluster, Node, Source};
 use crate::model::{NODE_UPLINK, POD_BRIDGE};
 
 /// Whether `node`'s proxy masquerades the probe's traffic to a cluster IP: with

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::endpoints::{cluster_wide, cluster_wide_on, hints_zone, local_to, ready_local_count};
-use crate::kubernetes::source_ranges_admit;
 use super::frontend::{ExternalKind, Frontend};
 use super::{Basis, Expectation, Outcome, SeenSource, Spread};
+use crate::kubernetes::source_ranges_admit;
 use crate::model::{
     Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, TrafficPolicy,
     bridge_address,

@@ -12,13 +12,13 @@ pub mod command;
 pub mod conntrack_cleanup;
 pub mod healthcheck;
 pub mod iptables;
-pub mod kube_proxy_config;
 pub mod ipvs;
+pub mod kube_proxy_config;
 mod loader;
+pub mod mutant;
 pub mod nftables;
 pub mod node_ports;
 mod options;
-pub mod mutant;
 mod programmed;
 pub mod reference;
 pub mod ruleset;
@@ -159,10 +159,7 @@ pub fn catalog(name: &str) -> Vec<Mutant> {
         return ipvs::mutants::CATALOG.to_vec();
     }
     let nftables = name.starts_with(nftables::NAME);
-    Mutant::ALL
-        .into_iter()
-        .filter(|m| !m.only_in_ipvs() && (!nftables || m.exists_in_nftables()))
-        .collect()
+    Mutant::ALL.into_iter().filter(|m| !m.only_in_ipvs() && (!nftables || m.exists_in_nftables())).collect()
 }
 
 /// A built-in proxy from its one option, `mutant: NAME` (a deliberately broken build of it,

@@ -81,7 +81,8 @@ pub(crate) fn suite(origin: Origin<'_>, scenario: &Scenario) -> TestSuite {
         "failed" if scenario.probes.is_empty() => {
             // The proxy failed at its own job (a failed sync, an exit) before any probe.
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-            let evidence = scenario.evidence.as_deref().map(|dir| format!("\nevidence: {dir}")).unwrap_or_default();
+            let evidence =
+                scenario.evidence.as_deref().map(|dir| format!("\nevidence: {dir}")).unwrap_or_default();
             status.set_message("the proxy failed").set_description(format!("{reason}{evidence}"));
             add("proxy", status);
         }

@@ -5,19 +5,49 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::ops::RangeInclusive;
 
 use crate::model::Protocol;
 
-#[derive(Default)]
+/// kube-apiserver's default `--service-node-port-range`.
+pub(crate) const DEFAULT_NODE_PORT_RANGE: RangeInclusive<u16> = 30000..=32767;
+
 pub(crate) struct Claims {
+    /// Where node ports and health-check node ports must lie (`spec.cluster.serviceNodePortRange`).
+    range: RangeInclusive<u16>,
     node_ports: HashMap<(u16, Protocol), String>,
     health_checks: HashMap<u16, String>,
     frontends: HashMap<(IpAddr, u16, Protocol), String>,
 }
 
+impl Default for Claims {
+    fn default() -> Self {
+        Claims::new(DEFAULT_NODE_PORT_RANGE)
+    }
+}
+
 impl Claims {
+    pub fn new(range: RangeInclusive<u16>) -> Claims {
+        Claims { range, node_ports: HashMap::new(), health_checks: HashMap::new(), frontends: HashMap::new() }
+    }
+
+    /// kube-apiserver's refusal of a node port outside its range (pkg/registry/core/service/
+    /// portallocator: "provided port is not in the valid range").
+    fn in_range(&self, port: u16) -> Result<(), String> {
+        if self.range.contains(&port) {
+            return Ok(());
+        }
+        Err(format!(
+            "{port}: provided port is not in the valid range. The range of valid ports is {}-{} \
+             (kube-apiserver's --service-node-port-range; set spec.cluster.serviceNodePortRange for another)",
+            self.range.start(),
+            self.range.end()
+        ))
+    }
+
     /// `port`/`protocol` on every node, for `owner` (e.g. `Service default/web`).
     pub fn node_port(&mut self, port: u16, protocol: Protocol, owner: &str) -> Result<(), String> {
+        self.in_range(port)?;
         if let Some(first) = self.health_checks.get(&port) {
             return Err(format!("node port {port}/{protocol} is already the healthCheckNodePort of {first}"));
         }
@@ -31,6 +61,7 @@ impl Claims {
     /// A health-check node port: TCP, but unique against node ports of every protocol, as the
     /// API server allocates them from one range.
     pub fn health_check(&mut self, port: u16, owner: &str) -> Result<(), String> {
+        self.in_range(port)?;
         let node_port = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
             .into_iter()
             .find_map(|p| self.node_ports.get(&(port, p)).map(|first| (p, first)));
@@ -98,5 +129,20 @@ mod tests {
             "203.0.113.10:53/UDP is already an external IP of Service default/dns-udp: \
              one address and port can lead to one Service port only"
         );
+    }
+
+    #[test]
+    fn node_ports_outside_the_range_are_refused_as_kube_apiserver_does() {
+        let mut c = Claims::default();
+        let e = c.node_port(80, Protocol::Tcp, "Service a").unwrap_err();
+        assert!(
+            e.starts_with(
+                "80: provided port is not in the valid range. The range of valid ports is 30000-32767"
+            ),
+            "{e}"
+        );
+        assert!(c.health_check(32768, "Service a").is_err());
+        let mut wide = Claims::new(80..=32767);
+        assert!(wide.node_port(80, Protocol::Tcp, "Service a").is_ok());
     }
 }

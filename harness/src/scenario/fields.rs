@@ -19,7 +19,7 @@
 //! | `metadata.labels["service.kubernetes.io/service-proxy-name"]` | **refused** | server.go: the informer skips the Service |
 //! | `metadata.labels["service.kubernetes.io/headless"]` | **refused** | server.go: the informer skips the Service |
 //! | `metadata.annotations["service.kubernetes.io/topology-mode"]`, `…/topology-aware-hints` | modelled (`hints.rs`; derived slices of an annotated Service refused) | serviceport.go hintsAnnotation, topology.go canUseTopology |
-//! | `spec.type` | modelled (ExternalName refused) | utils.go ShouldSkipService, ExternallyAccessible |
+//! | `spec.type` | modelled (an ExternalName Service is skipped, as kube-proxy skips it) | utils.go ShouldSkipService, ExternallyAccessible |
 //! | `spec.clusterIP`, `spec.clusterIPs`, `spec.ipFamilies` | modelled (None refused) | utils.go GetClusterIPByFamily |
 //! | `spec.ipFamilyPolicy` | modelled (checked against clusterIPs) | — (the API server's allocation) |
 //! | `spec.ports[].name`, `.protocol`, `.port`, `.nodePort` | modelled | serviceport.go |
@@ -33,7 +33,7 @@
 //! | `spec.allocateLoadBalancerNodePorts` | modelled: false lets a LoadBalancer port go without `nodePort` (`services.rs`) | — (the API server's allocation) |
 //! | `spec.trafficDistribution` | modelled: `PreferClose` hints derived slices (`hints.rs`); `PreferSameZone`, `PreferSameNode` (v1.33+) **refused** | EndpointSlice controller (trafficdist) |
 //! | `spec.loadBalancerClass`, `spec.loadBalancerIP` | irrelevant: they choose the load balancer, whose result is `status` | — |
-//! | `spec.externalName` | refused with ExternalName | utils.go ShouldSkipService |
+//! | `spec.externalName` | skipped with its Service | utils.go ShouldSkipService |
 //! | `status.loadBalancer.ingress[].ip` | modelled | serviceport.go |
 //! | `status.loadBalancer.ingress[].ipMode` | modelled (`external.rs`: Proxy IPs are left to the balancer) | serviceport.go IsVIPMode |
 //! | `status.loadBalancer.ingress[].hostname` | refused without `ip` (`external.rs`) | serviceport.go (skips entries without ip) |

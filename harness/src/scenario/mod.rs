@@ -32,6 +32,7 @@ mod external;
 mod families;
 mod fields;
 mod flows;
+mod generate;
 mod held;
 mod hints;
 mod host_network;
@@ -94,7 +95,7 @@ type Build = fn(&[yaml::Document], &Path, &mut error::Diagnostics) -> Option<Sce
 fn load_with(text: &str, path: &Path, build: Build) -> Result<Scenario, ScenarioErrors> {
     let mut diag = error::Diagnostics::new(path.to_path_buf());
     let docs = match yaml::parse(text) {
-        Ok(docs) => lists::expand(docs, &mut diag),
+        Ok(docs) => generate::expand(lists::expand(docs, &mut diag), &mut diag),
         Err(e) => {
             let field = if e.field.is_root() { String::new() } else { e.field.to_string() };
             diag.push(e.pos, field, e.message);
@@ -158,7 +159,10 @@ pub fn discover_each(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
                     }
                 }
                 if files.is_empty() {
-                    bad.push(format!("{}: no scenario files (*.yaml, *.yml) in this directory", path.display()));
+                    bad.push(format!(
+                        "{}: no scenario files (*.yaml, *.yml) in this directory",
+                        path.display()
+                    ));
                 }
                 files.sort();
                 out.extend(files);

@@ -37,6 +37,8 @@ pub(crate) struct Networks {
     pub second: Option<Box<Networks>>,
     /// The cluster's families, primary first (empty when unknown).
     pub families: Vec<IpFamily>,
+    /// Where node ports must lie (`serviceNodePortRange`); `None`: kube-apiserver's default.
+    pub node_port_range: Option<std::ops::RangeInclusive<u16>>,
 }
 
 impl Networks {
@@ -216,6 +218,20 @@ fn read_networks(site: &Site<'_>, diag: &mut Diagnostics) -> Networks {
         ("serviceCIDR", &spec.service_cidr),
         ("nodeNetwork", &spec.node_network),
     ];
+    let node_port_range = spec.service_node_port_range.as_deref().and_then(|text| {
+        let range = text
+            .split_once('-')
+            .and_then(|(a, b)| Some(a.trim().parse::<u16>().ok()?..=b.trim().parse::<u16>().ok()?))
+            .filter(|r| *r.start() >= 1 && r.start() <= r.end());
+        if range.is_none() {
+            diag.value(
+                site,
+                &path.key("serviceNodePortRange"),
+                format!("{text:?} is not a port range: write FIRST-LAST, e.g. 30000-32767"),
+            );
+        }
+        range
+    });
     // A list of two makes the cluster dual-stack; then every network lists one per family.
     let dual = fields.iter().any(|(_, v)| v.items().len() == 2);
     let mut read = [[None, None], [None, None], [None, None]];
@@ -286,6 +302,7 @@ fn read_networks(site: &Site<'_>, diag: &mut Diagnostics) -> Networks {
         node_network: read[2][k],
         second: None,
         families: families.clone(),
+        node_port_range: node_port_range.clone(),
     };
     let second = dual.then(|| Box::new(networks_of(1)));
     let networks = Networks { second, ..networks_of(0) };

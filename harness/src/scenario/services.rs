@@ -60,8 +60,15 @@ pub(crate) fn read<'a>(
         }
     }
     // Node ports and external addresses are shared by every Service.
-    let mut claims = Claims::default();
+    let mut claims = networks.node_port_range.clone().map_or_else(Claims::default, Claims::new);
     for p in parsed {
+        if p.object.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            // kube-proxy skips ExternalName Services (pkg/proxy/util ShouldSkipService): a pasted
+            // cluster keeps them; there is nothing to proxy, and a probe naming one is told so.
+            let why = "is an ExternalName Service, which kube-proxy does not proxy (ShouldSkipService)";
+            services.note(&p.name, why.to_string());
+            continue;
+        }
         let before = diag.count();
         let entry = read_one(p, networks, addresses, &mut claims, diag).filter(|_| diag.count() == before);
         services.define(&p.name, entry, &p.site, &FieldPath::parse("metadata.name"), diag);
@@ -167,14 +174,6 @@ fn read_type(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Opt
         None | Some("ClusterIP") => Some(ServiceType::ClusterIp),
         Some("NodePort") => Some(ServiceType::NodePort),
         Some("LoadBalancer") => Some(ServiceType::LoadBalancer),
-        Some("ExternalName") => {
-            diag.value(
-                site,
-                &path,
-                "ExternalName Services are not supported (they have no cluster IP to proxy)",
-            );
-            None
-        }
         Some(other) => {
             diag.value(
                 site,

@@ -56,6 +56,9 @@ pub(crate) struct Sections {
     pub probes: Vec<IgnoredAny>,
     #[allow(dead_code)]
     pub flows: Option<IgnoredAny>,
+    /// Read by `generate.rs`.
+    #[allow(dead_code)]
+    pub generate: Option<IgnoredAny>,
     /// Read by `min_kernel.rs`.
     #[allow(dead_code)]
     pub min_kernel: Option<IgnoredAny>,
@@ -69,6 +72,9 @@ pub(crate) struct ClusterSpec {
     #[serde(rename = "serviceCIDR")]
     pub service_cidr: OneOrTwo,
     pub node_network: OneOrTwo,
+    /// kube-apiserver's `--service-node-port-range`, `FIRST-LAST` (default 30000-32767).
+    #[serde(default)]
+    pub service_node_port_range: Option<String>,
 }
 
 /// A cluster network: one CIDR (`10.244.0.0/16`), or a list of one or two, one per family,

@@ -47,7 +47,6 @@ pub struct NodeHandle {
     pub netns: Netns,
 }
 
-
 /// Distinguishes the topologies of concurrent scenarios within one process.
 static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);
 

@@ -11,8 +11,8 @@ use anyhow::{Context, Result, bail};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::client::{Attempt, Sent, SourcePorts};
-use crate::observe::packet_socket::PacketSocket;
 use crate::model::{NODE_UPLINK, POD_INTERFACE};
+use crate::observe::packet_socket::PacketSocket;
 use crate::topology::Netns;
 
 /// Where the frames go: from the external host's interface to the node's uplink.

@@ -181,8 +181,7 @@ pub fn main(args: Args) -> Result<i32> {
         })
         .collect();
     if let Some(path) = &args.junit {
-        std::fs::write(path, junit::junit(&runs)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, junit::junit(&runs)?).with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\n{}", table(&cells));
     // What holds on one kernel and not another shows here: skips carry their reason (minKernel,
@@ -321,8 +320,7 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     let dir = run.guest_dir();
     if args.mutants {
         let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        run.args =
-            mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
+        run.args = mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
         return run;
     }
     let mut a: Vec<String> = vec!["run".into(), "--proxy".into(), proxy.into()];

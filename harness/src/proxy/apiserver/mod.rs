@@ -36,8 +36,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Map, Value};
 
-pub use command::{PLACEHOLDERS, Template, Vars};
 use crate::proxy::kube_proxy_config::{self as config, Mode, NodeSettings};
+pub use command::{PLACEHOLDERS, Template, Vars};
 use sync::{SyncJudge, SyncMetrics};
 
 use super::{Env, Proxy, Running, State};
@@ -479,7 +479,11 @@ impl ApiRunning<'_> {
                 // An exit is most often a wrong command or flag, for the user to fix (exit 2);
                 // a proxy that runs but cannot apply its rules fails (`sync::wait_metrics`).
                 if let Some(status) = c.try_wait()? {
-                    bail!("the proxy on node {} exited ({status}); its log ends:\n{}", node.name, log_tail(log));
+                    bail!(
+                        "the proxy on node {} exited ({status}); its log ends:\n{}",
+                        node.name,
+                        log_tail(log)
+                    );
                 }
                 Ok(())
             };

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value};
 
-use crate::proxy::kube_proxy_config::{Mode, NodeSettings, cidrs, kube_proxy_configuration};
 use super::objects::node_object;
 use super::sync::{self, SyncJudge, SyncMetrics};
 use super::{DEFAULT_HEALTHZ_PORT, DEFAULT_METRICS_PORT, kubeconfig};
 use crate::apiserver::{ApiServer, Kind, Store};
 use crate::model::{Cluster, NODE_NETWORK_BRIDGE, NODE_UPLINK, POD_INTERFACE};
+use crate::proxy::kube_proxy_config::{Mode, NodeSettings, cidrs, kube_proxy_configuration};
 use crate::topology::existing::{NodeMap, NodeRef};
 use crate::topology::links::Links;
 use crate::topology::netns::{Netns, process_prefix};
@@ -388,7 +388,9 @@ async fn wire(
         let eth0 = links.index(NODE_UPLINK).await?;
         let node = cluster.node(name).context("a stand-in node not in the cluster")?;
         for ip in node.node_network_ips() {
-            links.address(eth0, ip, crate::topology::node_network_prefix(node, ip, cluster.node_network)).await?;
+            links
+                .address(eth0, ip, crate::topology::node_network_prefix(node, ip, cluster.node_network))
+                .await?;
         }
         links.up(eth0).await?;
     }

@@ -227,4 +227,3 @@ fn dnat_to_service_port(cluster: &Cluster, rules: &mut RuleSet) {
         }
     }
 }
-

@@ -19,14 +19,14 @@ use ipnet::IpNet;
 
 use super::ipset::{SetName, Sets, ip_port};
 use super::virtual_servers::{RealServer, ServiceKey, Table, VirtualServer};
+use crate::kubernetes::endpoints::Choice;
+use crate::kubernetes::endpoints::Deviations;
+use crate::kubernetes::local_detect;
 use crate::model::{
     Cluster, Endpoint, IpFamily, Node, Protocol, Service, ServicePort, ServiceType, SessionAffinity,
     TrafficPolicy, bridge_address,
 };
-use crate::kubernetes::endpoints::Choice;
-use crate::kubernetes::endpoints::Deviations;
 use crate::proxy::iptables::{RuleSet, args};
-use crate::kubernetes::local_detect;
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The name of the dummy interface holding service addresses (`defaultDummyDevice`).

@@ -26,8 +26,8 @@ use ipnet::IpNet;
 pub use generate::{Layout, node_rules};
 pub use ruleset::RuleSet;
 
-use crate::model::{Cluster, IpFamily};
 use crate::model::Profile;
+use crate::model::{Cluster, IpFamily};
 use crate::proxy::Mutant;
 use crate::proxy::{Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, program_nodes};
 use crate::topology::NodeHandle;

@@ -28,9 +28,9 @@ use super::generate::{
 };
 use super::naming::{self, PortChains};
 use super::ruleset::{Rule, RuleSet};
+use crate::kubernetes::endpoints::PortPolicy;
 use crate::model::{Cluster, IpFamily, ServicePort};
 use crate::proxy::Mutant;
-use crate::kubernetes::endpoints::PortPolicy;
 use crate::proxy::mutant::outside_the_rules;
 
 /// Breaks `rules` (one family's table, generated with [`Mutant::deviations`]) the way

@@ -3,7 +3,9 @@
 //! changed, subtrees copied from elsewhere, items and documents dropped or repeated) and
 //! re-emitted as YAML, or changed as text (truncated, lines dropped or repeated, indentation
 //! and YAML punctuation inserted). The reader must never panic, and every refusal must point
-//! at a line and column inside the file.
+//! at a line and column inside the file. What it accepts goes on through the pure stages `run`
+//! would take it through (every mode's rules for every node, the API objects), which must not
+//! panic either.
 //!
 //! `cargo test` runs a fixed sample; the ignored test runs a million cases, on every core:
 //! `cargo test --release -p packetproof --lib fuzz -- --ignored` (`PACKETPROOF_FUZZ_CASES`
@@ -405,7 +407,7 @@ fn check(text: &str) -> Result<bool, String> {
                 .unwrap_or_default();
             return Err(format!("the reader panicked: {message}"));
         }
-        Ok(Ok(_)) => return Ok(false),
+        Ok(Ok(scenario)) => return downstream(&scenario).map(|()| false),
         Ok(Err(errors)) => errors.errors,
     };
     if errors.is_empty() {
@@ -421,6 +423,30 @@ fn check(text: &str) -> Result<bool, String> {
         }
     }
     Ok(true)
+}
+
+/// The pure stages `run` takes an accepted scenario through must not panic on it either: each
+/// mode's rules for every node, and
+/// the Node objects the API server serves. (The oracle already ran inside the reader.)
+fn downstream(scenario: &crate::model::Scenario) -> Result<(), String> {
+    use crate::proxy::{iptables, ipvs, nftables};
+    let cluster = &scenario.cluster;
+    catch_unwind(AssertUnwindSafe(|| {
+        for node in &cluster.nodes {
+            let _ = iptables::render_node(cluster, &node.name, None);
+            let _ = nftables::render_node(cluster, &node.name, None);
+            let _ = ipvs::render_node(cluster, &node.name, None);
+            let _ = crate::proxy::apiserver::objects::node_object(node);
+        }
+    }))
+    .map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("a stage after the reader panicked on an accepted scenario: {message}")
+    })
 }
 
 /// Runs `cases` inputs from `seed` on `threads` threads; returns how many were refused.

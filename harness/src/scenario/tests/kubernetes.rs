@@ -117,13 +117,49 @@ fn node_port_services_need_explicit_node_ports() {
     );
     let text = edit(WEB, "  type: NodePort\n", "  type: LoadBalancer\n");
     assert_eq!(load(&text).cluster.services[0].service_type, crate::model::ServiceType::LoadBalancer);
+    // kube-proxy skips an ExternalName Service: a probe naming one is told so.
     let text = edit(WEB, "  type: NodePort\n", "  type: ExternalName\n");
-    assert_has(
-        &errors(&text),
-        at(&text, "ExternalName"),
-        "Service default/web: spec.type",
-        "ExternalName Services are not supported",
+    let errs = errors(&text);
+    assert!(
+        errs.iter()
+            .any(|e| e.message.contains("is an ExternalName Service, which kube-proxy does not proxy")),
+        "{errs:?}"
     );
+}
+
+/// A pasted cluster's ExternalName Service is skipped, as kube-proxy skips it, not refused.
+#[test]
+fn an_external_name_service_is_skipped() {
+    let text = format!(
+        "{WEB}---\napiVersion: v1\nkind: Service\nmetadata: {{name: db}}\nspec: {{type: ExternalName, externalName: db.example.com}}\n"
+    );
+    let s = load(&text);
+    assert!(s.cluster.services.iter().all(|svc| svc.name != "db"));
+    assert!(s.objects.services.iter().any(|svc| svc.metadata.name.as_deref() == Some("db")), "still served");
+}
+
+/// Node ports lie in kube-apiserver's range: 30000-32767 by default, or the cluster's own.
+#[test]
+fn node_ports_lie_in_the_clusters_range() {
+    let text = edit(WEB, "nodePort: 30080}", "nodePort: 80}");
+    let errs = errors(&text);
+    assert!(
+        errs.iter().any(|e| e.message.contains("80: provided port is not in the valid range")),
+        "{errs:?}"
+    );
+    let text = edit(
+        &text,
+        "    podCIDR: 10.244.0.0/16\n",
+        "    podCIDR: 10.244.0.0/16\n    serviceNodePortRange: 80-32767\n",
+    );
+    assert!(load(&text).cluster.services[0].ports[0].node_port == Some(80));
+    let text = edit(
+        WEB,
+        "    podCIDR: 10.244.0.0/16\n",
+        "    podCIDR: 10.244.0.0/16\n    serviceNodePortRange: 9-1\n",
+    );
+    let errs = errors(&text);
+    assert!(errs.iter().any(|e| e.message.contains("is not a port range")), "{errs:?}");
 }
 
 #[test]
