@@ -48,6 +48,7 @@ mod probes;
 mod proxy_config;
 mod registry;
 mod scenario_doc;
+mod selectors;
 mod services;
 mod spec;
 mod steps;
