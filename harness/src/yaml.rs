@@ -3,7 +3,6 @@
 //! Everything downstream deserializes from the `Value` (so serde and k8s-openapi do the typing)
 //! and asks the `Document` for the line and column of a field path to report errors.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Marker, Scalar, YamlData};
@@ -45,11 +44,11 @@ impl FieldPath {
         for part in text.split('.').filter(|p| !p.is_empty()) {
             let mut pieces = part.split('[');
             if let Some(key) = pieces.next().filter(|k| !k.is_empty()) {
-                path = path.key(key);
+                path.0.push(Segment::Key(key.to_string()));
             }
             for index in pieces {
                 let index = index.trim_end_matches(']').parse().expect("index in a literal path");
-                path = path.index(index);
+                path.0.push(Segment::Index(index));
             }
         }
         path
@@ -79,6 +78,16 @@ impl FieldPath {
             }
         }
         p
+    }
+
+    /// Descends into `segment` in place (see [`FieldPath::pop`]).
+    pub fn push(&mut self, segment: Segment) {
+        self.0.push(segment);
+    }
+
+    /// Back up from the last [`FieldPath::push`].
+    pub fn pop(&mut self) {
+        self.0.pop();
     }
 
     pub fn parent(&self) -> Option<Self> {
@@ -119,11 +128,46 @@ impl fmt::Display for FieldPath {
     }
 }
 
-/// Where a field's key and value start.
-#[derive(Debug, Clone, Copy)]
-struct Spot {
-    key: Option<Pos>,
+/// Where a value starts, and where each field's key and value or each item does inside it:
+/// the shape of the value, without a path per field (files hold fields by the million).
+#[derive(Debug, Clone)]
+struct Spots {
     value: Pos,
+    inner: Inner,
+}
+
+#[derive(Debug, Clone)]
+enum Inner {
+    Scalar,
+    /// Each field's key, where the key starts, and its value's spots, in the file's order.
+    Mapping(Vec<(Box<str>, Pos, Spots)>),
+    Sequence(Vec<Spots>),
+}
+
+impl Spots {
+    fn scalar(value: Pos) -> Spots {
+        Spots { value, inner: Inner::Scalar }
+    }
+
+    /// The key position (for a mapping's field) and spots of the value at `path`, and how
+    /// many of its segments were found: all of them, or those of its nearest existing ancestor.
+    fn find(&self, path: &FieldPath) -> (Option<Pos>, &Spots, usize) {
+        let (mut key, mut here) = (None, self);
+        for (depth, segment) in path.0.iter().enumerate() {
+            let next = match (segment, &here.inner) {
+                (Segment::Key(k), Inner::Mapping(fields)) => {
+                    fields.iter().find(|(name, ..)| **name == **k).map(|(_, at, spots)| (Some(*at), spots))
+                }
+                (Segment::Index(i), Inner::Sequence(items)) => items.get(*i).map(|spots| (None, spots)),
+                _ => None,
+            };
+            match next {
+                Some(found) => (key, here) = found,
+                None => return (key, here, depth),
+            }
+        }
+        (key, here, path.0.len())
+    }
 }
 
 /// One YAML document, as JSON, with the position of every field.
@@ -131,28 +175,21 @@ struct Spot {
 pub(crate) struct Document {
     pub value: Value,
     pub start: Pos,
-    spots: HashMap<FieldPath, Spot>,
+    spots: Spots,
 }
 
 impl Document {
     /// Where the value at `path` starts; for a missing value, where its nearest existing
     /// ancestor starts (the mapping the field should have been in).
     pub fn value_pos(&self, path: &FieldPath) -> Pos {
-        let mut p = Some(path.clone());
-        while let Some(path) = p {
-            if let Some(spot) = self.spots.get(&path) {
-                return spot.value;
-            }
-            p = path.parent();
-        }
-        self.start
+        self.spots.find(path).1.value
     }
 
     /// Where the key of `path` starts (for unknown fields), else as [`Document::value_pos`].
     pub fn key_pos(&self, path: &FieldPath) -> Pos {
-        match self.spots.get(path) {
-            Some(Spot { key: Some(key), .. }) => *key,
-            _ => self.value_pos(path),
+        match self.spots.find(path) {
+            (Some(key), _, depth) if depth == path.0.len() => key,
+            (_, spots, _) => spots.value,
         }
     }
 }
@@ -164,26 +201,19 @@ impl Document {
         let Some(Value::Array(values)) = list.lookup(&self.value) else {
             return Vec::new();
         };
-        let depth = list.0.len();
-        let mut items: Vec<Document> = values
+        let (_, spots, depth) = self.spots.find(list);
+        let items = match &spots.inner {
+            Inner::Sequence(items) if depth == list.0.len() => items.as_slice(),
+            _ => &[],
+        };
+        values
             .iter()
             .enumerate()
             .map(|(i, value)| {
-                let start = self.value_pos(&list.index(i));
-                let spots = HashMap::from([(FieldPath::root(), Spot { key: None, value: start })]);
-                Document { value: value.clone(), start, spots }
+                let spots = items.get(i).cloned().unwrap_or_else(|| Spots::scalar(self.value_pos(list)));
+                Document { value: value.clone(), start: spots.value, spots }
             })
-            .collect();
-        for (path, spot) in &self.spots {
-            if path.0.len() > depth + 1
-                && path.0[..depth] == list.0[..]
-                && let Segment::Index(i) = path.0[depth]
-                && let Some(item) = items.get_mut(i)
-            {
-                item.spots.insert(FieldPath(path.0[depth + 1..].to_vec()), *spot);
-            }
-        }
-        items
+            .collect()
     }
 
     /// A document the reader made (a generated Service): every position is `at`, the place in
@@ -224,42 +254,43 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Document>, YamlError> {
         message: format!("invalid YAML: {}", e.info()),
     })?;
     let mut out = Vec::new();
-    for node in &docs {
+    // Each parsed document is dropped once converted: the two forms of a large file need not
+    // both be held whole.
+    for node in docs {
         if matches!(node.data, YamlData::Value(Scalar::Null) | YamlData::BadValue) {
             continue;
         }
         let start = Pos::from_marker(&node.span.start);
-        let mut spots = HashMap::new();
-        spots.insert(FieldPath::root(), Spot { key: None, value: start });
-        let value = convert(node, &FieldPath::root(), &mut spots)?;
+        let (value, spots) = convert(&node, &mut FieldPath::root())?;
         out.push(Document { value, start, spots });
     }
     Ok(out)
 }
 
-fn convert(
-    node: &MarkedYaml<'_>,
-    path: &FieldPath,
-    spots: &mut HashMap<FieldPath, Spot>,
-) -> Result<Value, YamlError> {
+/// The value of `node` and where its parts are; `path` (where `node` is, and is again on
+/// return) only names errors.
+fn convert(node: &MarkedYaml<'_>, path: &mut FieldPath) -> Result<(Value, Spots), YamlError> {
     let here = Pos::from_marker(&node.span.start);
-    let fail = |message: String| YamlError { pos: here, field: path.clone(), message };
+    let fail = |path: &FieldPath, message: &str| YamlError { pos: here, field: path.clone(), message: message.into() };
     Ok(match &node.data {
         YamlData::Value(scalar) => {
-            scalar_value(scalar).ok_or_else(|| fail("numbers must be finite".into()))?
+            (scalar_value(scalar).ok_or_else(|| fail(path, "numbers must be finite"))?, Spots::scalar(here))
         }
         YamlData::Sequence(items) => {
             let mut out = Vec::with_capacity(items.len());
+            let mut spots = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
-                let item_path = path.index(i);
-                spots
-                    .insert(item_path.clone(), Spot { key: None, value: Pos::from_marker(&item.span.start) });
-                out.push(convert(item, &item_path, spots)?);
+                path.0.push(Segment::Index(i));
+                let (value, item_spots) = convert(item, path)?;
+                path.0.pop();
+                out.push(value);
+                spots.push(item_spots);
             }
-            Value::Array(out)
+            (Value::Array(out), Spots { value: here, inner: Inner::Sequence(spots) })
         }
         YamlData::Mapping(entries) => {
             let mut out = Map::new();
+            let mut spots = Vec::with_capacity(entries.len());
             for (k, v) in entries {
                 let key_pos = Pos::from_marker(&k.span.start);
                 let key = scalar_key(k).ok_or_else(|| YamlError {
@@ -267,29 +298,31 @@ fn convert(
                     field: path.clone(),
                     message: "mapping keys must be plain scalars".into(),
                 })?;
-                let field = path.key(&key);
                 if out.contains_key(&key) {
                     // e.g. `80:` and `"80":`, distinct to YAML but the same JSON key.
                     return Err(YamlError {
                         pos: key_pos,
-                        field,
+                        field: path.key(&key),
                         message: format!("duplicated key `{key}` in mapping"),
                     });
                 }
-                spots.insert(
-                    field.clone(),
-                    Spot { key: Some(key_pos), value: Pos::from_marker(&v.span.start) },
-                );
-                let value = convert(v, &field, spots)?;
+                path.0.push(Segment::Key(key));
+                let (value, value_spots) = convert(v, path)?;
+                let Some(Segment::Key(key)) = path.0.pop() else { unreachable!("the segment pushed above") };
+                spots.push((key.as_str().into(), key_pos, value_spots));
                 out.insert(key, value);
             }
-            Value::Object(out)
+            (Value::Object(out), Spots { value: here, inner: Inner::Mapping(spots) })
         }
         // Application tags (`!foo`) carry nothing Kubernetes understands; keep the content.
-        YamlData::Tagged(_, inner) => convert(inner, path, spots)?,
-        YamlData::Representation(text, _, _) => Value::String(text.to_string()),
+        YamlData::Tagged(_, inner) => {
+            let (value, mut spots) = convert(inner, path)?;
+            spots.value = here;
+            (value, spots)
+        }
+        YamlData::Representation(text, _, _) => (Value::String(text.to_string()), Spots::scalar(here)),
         YamlData::Alias(_) | YamlData::BadValue => {
-            return Err(fail("unresolvable YAML node (alias or bad value)".into()));
+            return Err(fail(path, "unresolvable YAML node (alias or bad value)"));
         }
     })
 }

@@ -2,6 +2,8 @@
 //! traffic/server.rs) and endpoints refer to them by it, so a name two kinds of backend share
 //! would make an answer ambiguous: which one answered could not be told. Refused.
 
+use std::collections::HashMap;
+
 use super::error::Diagnostics;
 use super::registry::Registry;
 use super::yaml::Pos;
@@ -22,8 +24,12 @@ impl<'r> Kind<'r> {
 pub(crate) fn refuse_shared(kinds: &[Kind<'_>], diag: &mut Diagnostics) {
     for (i, first) in kinds.iter().enumerate() {
         for second in &kinds[i + 1..] {
+            let mut places: HashMap<&str, Pos> = HashMap::new();
+            for &(name, at) in &second.names {
+                places.entry(name).or_insert(at);
+            }
             for &(name, at_first) in &first.names {
-                let Some(&(_, at_second)) = second.names.iter().find(|(n, _)| *n == name) else { continue };
+                let Some(&at_second) = places.get(name) else { continue };
                 let ((later, later_what), (earlier, earlier_what)) =
                     sorted((at_first, first.what), (at_second, second.what));
                 diag.push(

@@ -13,7 +13,8 @@ pub(crate) fn typed<T: DeserializeOwned>(
     path: &FieldPath,
     diag: &mut Diagnostics,
 ) -> Option<T> {
-    let value = path.lookup(&site.doc.value).cloned().unwrap_or(Value::Null);
+    // Read in place: a file's objects are not copied to be typed.
+    let value = path.lookup(&site.doc.value).unwrap_or(&Value::Null);
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(v) => Some(v),
         Err(e) => {

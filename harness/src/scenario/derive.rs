@@ -16,13 +16,14 @@ use super::error::Diagnostics;
 use super::hints;
 use super::pods::PodEntry;
 use super::registry::Registry;
+use super::selectors::ByLabel;
 use super::services::{ServiceEntry, TargetPort};
 use super::yaml::FieldPath;
 
 /// The derived slices of one Service, as data for the model and as objects for real proxies.
 pub(crate) fn derive(
     entry: &ServiceEntry<'_>,
-    pods: &Registry<PodEntry>,
+    pods: &ByLabel<'_, PodEntry>,
     nodes: &Registry<Node>,
     diag: &mut Diagnostics,
 ) -> Vec<(SliceData, EndpointSlice)> {
@@ -33,7 +34,9 @@ pub(crate) fn derive(
     let service = &entry.service;
     // Slices group pods by the ports they resolve to, in pod (file) order.
     let mut groups: Vec<(Vec<SlicePort>, Vec<&PodEntry>)> = Vec::new();
-    for pod in pods.values().filter(|p| selects(selector, entry, p)) {
+    // Selected: same namespace, labels match, and not finished (terminating pods stay, marked
+    // terminating).
+    for pod in pods.selected(&service.namespace, selector).filter(|p| !p.finished) {
         let ports = resolve_ports(entry, pod, diag);
         match groups.iter_mut().find(|(p, _)| *p == ports) {
             Some((_, members)) => members.push(pod),
@@ -70,14 +73,6 @@ pub(crate) fn derive(
 /// The pod's address of `family`, if it has one.
 fn address_of(pod: &PodEntry, family: IpFamily) -> Option<std::net::IpAddr> {
     pod.pod.ips.get(family).copied()
-}
-
-/// Whether the controller puts `pod` in the Service's slices: same namespace, labels match,
-/// and not finished (terminating pods stay, marked terminating).
-fn selects(selector: &BTreeMap<String, String>, entry: &ServiceEntry<'_>, pod: &PodEntry) -> bool {
-    pod.pod.namespace == entry.service.namespace
-        && !pod.finished
-        && selector.iter().all(|(k, v)| pod.pod.labels.get(k) == Some(v))
 }
 
 /// The ports of `pod` each service port resolves to; a named `targetPort` the pod lacks leaves

@@ -102,6 +102,7 @@ pub(crate) fn read_given(
         }
     }
     let mut names: HashMap<(String, String), usize> = HashMap::new();
+    let owners = NotPods::of(cx);
     for s in parsed {
         let name_path = FieldPath::parse("metadata.name");
         if let Some(first) =
@@ -117,7 +118,7 @@ pub(crate) fn read_given(
             given.services_with_slices.insert(service.clone());
         }
         let before = diag.count();
-        let data = read_slice(s, cx, diag);
+        let data = read_slice(s, cx, &owners, diag);
         if let Some(data) = data.filter(|_| diag.count() == before) {
             given.slices.push(data);
         }
@@ -125,9 +126,33 @@ pub(crate) fn read_given(
     given
 }
 
+/// The external hosts' and nodes' addresses, each with its owner: endpoint addresses that are
+/// no pod's. Indexed once: slices list endpoints by the hundred thousand, clusters nodes by
+/// the thousand.
+struct NotPods<'r>(HashMap<IpAddr, &'r str>);
+
+impl<'r> NotPods<'r> {
+    fn of(cx: &Context<'r, '_>) -> Self {
+        let mut owners = HashMap::new();
+        // An external host wins over a node at the same address; the first of each, in file order.
+        for h in cx.external_hosts.values() {
+            for ip in h.ips.copied() {
+                owners.entry(ip).or_insert(h.name.as_str());
+            }
+        }
+        for n in cx.nodes.values() {
+            for ip in n.all_ips() {
+                owners.entry(ip).or_insert(n.name.as_str());
+            }
+        }
+        NotPods(owners)
+    }
+}
+
 fn read_slice(
     s: &Parsed<'_, EndpointSlice>,
     cx: &Context<'_, '_>,
+    owners: &NotPods<'_>,
     diag: &mut Diagnostics,
 ) -> Option<SliceData> {
     let site = &s.site;
@@ -161,7 +186,7 @@ fn read_slice(
         .collect();
     let mut endpoints = Vec::new();
     for (i, ep) in s.object.endpoints.iter().enumerate() {
-        if let Some(ep) = read_endpoint(site, &FieldPath::parse("endpoints").index(i), ep, &ports, cx, diag) {
+        if let Some(ep) = read_endpoint(site, &FieldPath::parse("endpoints").index(i), ep, &ports, cx, owners, diag) {
             endpoints.push(ep);
         }
     }
@@ -253,6 +278,7 @@ fn read_endpoint(
     ep: &k8s_openapi::api::discovery::v1::Endpoint,
     ports: &[Option<SlicePort>],
     cx: &Context<'_, '_>,
+    owners: &NotPods<'_>,
     diag: &mut Diagnostics,
 ) -> Option<SliceEndpoint> {
     let addr_path = path.key("addresses").index(0);
@@ -274,16 +300,14 @@ fn read_endpoint(
     let ip = ip_at(site, &addr_path, text, diag)?;
     let node_path = path.key("nodeName");
     let node_name = ep.node_name.as_ref().filter(|n| cx.nodes.resolve(n, site, &node_path, diag).is_some());
+    // endpointslicecache.go reads the zone names of forZones (TopologyAwareHints, on in v1.30).
+    let zone_hints: Vec<String> =
+        ep.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.clone()).collect();
     // An endpoint that is no pod: a machine outside the cluster (a selectorless Service in
     // front of an external database). The harness serves every port the slice names there.
     // Or a node's own address: a host-network endpoint, such as the API servers behind
     // `kubernetes.default`. The harness serves the slice's ports in the node's namespace.
-    let node_owner = cx.nodes.values().find(|n| n.all_ips().any(|a| a == ip));
-    // endpointslicecache.go reads the zone names of forZones (TopologyAwareHints, on in v1.30).
-    let zone_hints: Vec<String> =
-        ep.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.clone()).collect();
-    let host = cx.external_hosts.values().find(|h| h.ips.contains(&ip)).map(|h| &h.name);
-    if let Some(owner) = host.or(node_owner.map(|n| &n.name)) {
+    if let Some(&owner) = owners.0.get(&ip) {
         let c = ep.conditions.as_ref();
         let (ready, serving, terminating) = SliceEndpoint::conditions(
             c.and_then(|c| c.ready),
@@ -291,7 +315,7 @@ fn read_endpoint(
             c.and_then(|c| c.terminating),
         );
         let node = node_name.cloned();
-        return Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: owner.clone(), zone_hints });
+        return Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: owner.to_string(), zone_hints });
     }
     let pod = pod_at(site, &addr_path, ip, cx.pods, diag)?;
     // Locality is nodeName alone, as kube-proxy reads it (pkg/proxy/endpointslicecache.go:
@@ -364,13 +388,15 @@ pub(crate) fn endpoints_for(service: &Service, slices: &[&SliceData]) -> Vec<Vec
         .iter()
         .map(|sp| {
             let mut out: Vec<Endpoint> = Vec::new();
+            // A Service may have thousands of endpoints.
+            let mut seen: HashSet<(IpAddr, u16)> = HashSet::new();
             for slice in slices.iter().filter(|s| s.service == service.name) {
                 let Some(port) = slice.ports.iter().find(|p| p.name == sp.name && p.protocol == sp.protocol)
                 else {
                     continue;
                 };
                 for ep in &slice.endpoints {
-                    if out.iter().any(|e| e.ip == ep.ip && e.port == port.port) {
+                    if !seen.insert((ep.ip, port.port)) {
                         continue;
                     }
                     out.push(Endpoint {

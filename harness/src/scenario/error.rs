@@ -1,5 +1,6 @@
 //! Errors that point into the scenario file, compiler style: `FILE:LINE:COL: FIELD: MESSAGE`.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -131,12 +132,9 @@ impl Diagnostics {
     pub fn into_errors(mut self) -> ScenarioErrors {
         let mut dual_stack = std::mem::take(&mut self.families.reported);
         dual_stack.sort_by_key(|&i| (self.errors[i].line, self.errors[i].column));
-        let mut later: Vec<usize> = dual_stack.into_iter().skip(1).collect();
-        later.sort_unstable_by(|a, b| b.cmp(a));
-        for i in later {
-            self.errors.remove(i);
-        }
-        ScenarioErrors { errors: self.errors }
+        let later: HashSet<usize> = dual_stack.into_iter().skip(1).collect();
+        let errors = self.errors.into_iter().enumerate().filter(|(i, _)| !later.contains(i)).map(|(_, e)| e);
+        ScenarioErrors { errors: errors.collect() }
     }
 }
 

@@ -18,6 +18,7 @@ use super::error::Diagnostics;
 use super::net::ip_at;
 use super::objects::Parsed;
 use super::registry::{Lookup, Registry};
+use super::selectors::ByLabel;
 use super::services::ServiceEntry;
 use super::yaml::FieldPath;
 
@@ -101,15 +102,12 @@ pub(crate) fn read(
 /// controller would list the node's address, which derivation does not model.
 pub(crate) fn refuse_derived(
     entry: &ServiceEntry<'_>,
-    pods: &[HostNetworkPod],
+    pods: &ByLabel<'_, HostNetworkPod>,
     diag: &mut Diagnostics,
 ) -> bool {
     let Some(selector) = &entry.selector else { return false };
     let service = &entry.service;
-    let selected = pods.iter().find(|p| {
-        p.namespace == service.namespace && selector.iter().all(|(k, v)| p.labels.get(k) == Some(v))
-    });
-    let Some(pod) = selected else { return false };
+    let Some(pod) = pods.selected(&service.namespace, selector).next() else { return false };
     diag.value(
         &entry.site,
         &FieldPath::parse("spec.selector"),

@@ -49,6 +49,7 @@ mod probes;
 mod proxy_config;
 mod registry;
 mod scenario_doc;
+mod selectors;
 mod services;
 mod spec;
 mod steps;

@@ -14,7 +14,7 @@ use super::de;
 use super::error::{Diagnostics, Site};
 use super::fields;
 use super::spec;
-use super::yaml::{Document, FieldPath};
+use super::yaml::{Document, FieldPath, Segment};
 
 const SUPPORTED: &str = "Scenario, Step, Service, EndpointSlice, Pod, Node, and List of them";
 
@@ -93,7 +93,7 @@ pub(crate) struct Classified<'a> {
 pub(crate) fn classify<'a>(docs: &[&'a Document], diag: &mut Diagnostics) -> Classified<'a> {
     let mut out = Classified::default();
     for &doc in docs {
-        let name = doc.value.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string);
+        let name = metadata(&doc.value, "name").map(str::to_string);
         let ours = doc.value.get("apiVersion").and_then(Value::as_str) == Some(spec::API_VERSION);
         match kind_of(doc, diag) {
             Ok(Kind::Scenario) => out.scenarios.push(doc),
@@ -131,9 +131,14 @@ impl<'a> Classified<'a> {
     }
 }
 
+/// `metadata.<field>`, if a string (read directly: a JSON pointer is parsed anew at each use).
+fn metadata<'v>(value: &'v Value, field: &str) -> Option<&'v str> {
+    value.get("metadata")?.get(field)?.as_str()
+}
+
 /// `metadata.namespace`, defaulted as the API server does.
 fn namespace_of(doc: &Document) -> String {
-    let ns = doc.value.pointer("/metadata/namespace").and_then(Value::as_str);
+    let ns = metadata(&doc.value, "namespace");
     ns.filter(|ns| !ns.is_empty()).unwrap_or("default").to_string()
 }
 
@@ -149,7 +154,7 @@ fn label(kind: Kind, doc: &Document, name: &Option<String>) -> String {
 
 impl<'a, T> Parsed<'a, T> {
     fn new(object: T, site: &Site<'a>, namespace: &str) -> Self {
-        let name = site.doc.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let name = metadata(&site.doc.value, "name").unwrap_or_default();
         Parsed { object, site: site.clone(), namespace: namespace.to_string(), name: name.to_string() }
     }
 }
@@ -209,13 +214,13 @@ fn kind_of(doc: &Document, diag: &mut Diagnostics) -> Result<Kind, Option<Kind>>
 /// Parses the whole document as `T` and reports input fields `T` does not have.
 fn parse_as<T: DeserializeOwned + Serialize>(site: &Site<'_>, diag: &mut Diagnostics) -> Option<T> {
     let object: T = de::typed(site, &FieldPath::root(), diag)?;
-    if site.doc.value.pointer("/metadata/name").and_then(Value::as_str).is_none_or(str::is_empty) {
+    if metadata(&site.doc.value, "name").is_none_or(str::is_empty) {
         diag.value(site, &FieldPath::parse("metadata.name"), "required field `name` is missing");
         return None;
     }
     let round_trip = serde_json::to_value(&object).expect("k8s-openapi objects serialize to JSON");
     let mut unknown = Vec::new();
-    unknown_fields(&site.doc.value, &round_trip, &FieldPath::root(), &mut unknown);
+    unknown_fields(&site.doc.value, &round_trip, &mut FieldPath::root(), &mut unknown);
     for (path, key) in unknown {
         diag.key(
             site,
@@ -229,20 +234,27 @@ fn parse_as<T: DeserializeOwned + Serialize>(site: &Site<'_>, diag: &mut Diagnos
     Some(object)
 }
 
-/// Fields set in `input` (not null) that `output`, its round trip, lost.
-fn unknown_fields(input: &Value, output: &Value, path: &FieldPath, found: &mut Vec<(FieldPath, String)>) {
+/// Fields set in `input` (not null) that `output`, its round trip, lost; `path` is where
+/// both are, and is again on return (grown and shrunk in place, not copied per field).
+fn unknown_fields(input: &Value, output: &Value, path: &mut FieldPath, found: &mut Vec<(FieldPath, String)>) {
     match (input, output) {
         (Value::Object(input), Value::Object(output)) => {
             for (key, value) in input.iter().filter(|(_, v)| !v.is_null()) {
                 match output.get(key) {
                     None => found.push((path.key(key), key.clone())),
-                    Some(out) => unknown_fields(value, out, &path.key(key), found),
+                    Some(out) => {
+                        path.push(Segment::Key(key.clone()));
+                        unknown_fields(value, out, path, found);
+                        path.pop();
+                    }
                 }
             }
         }
         (Value::Array(input), Value::Array(output)) => {
             for (i, (value, out)) in input.iter().zip(output).enumerate() {
-                unknown_fields(value, out, &path.index(i), found);
+                path.push(Segment::Index(i));
+                unknown_fields(value, out, path, found);
+                path.pop();
             }
         }
         _ => {}

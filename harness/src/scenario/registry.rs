@@ -11,6 +11,8 @@ pub(crate) struct Registry<T> {
     /// How messages call the thing: `Pod`, `Service`, `node`, `external host`.
     what: &'static str,
     entries: Vec<Entry<T>>,
+    /// Where each name is in `entries`: files define names by the hundred thousand.
+    index: HashMap<String, usize>,
     /// Some definition failed before its name could be read: an unknown name may be that one.
     incomplete: bool,
     /// Names of documents whose kind could not be read: they may be definitions of this.
@@ -37,6 +39,7 @@ impl<T> Registry<T> {
         Registry {
             what,
             entries: Vec::new(),
+            index: HashMap::new(),
             incomplete: false,
             tolerated: HashSet::new(),
             notes: HashMap::new(),
@@ -45,9 +48,10 @@ impl<T> Registry<T> {
 
     /// Adds a definition; on a duplicate name, keeps the first and returns where it is.
     pub fn insert(&mut self, name: &str, value: Option<T>, defined_at: Pos) -> Result<(), Pos> {
-        if let Some(first) = self.entries.iter().find(|e| e.name == name) {
-            return Err(first.defined_at);
+        if let Some(&first) = self.index.get(name) {
+            return Err(self.entries[first].defined_at);
         }
+        self.index.insert(name.to_string(), self.entries.len());
         self.entries.push(Entry { name: name.to_string(), value, defined_at });
         Ok(())
     }
@@ -95,7 +99,7 @@ impl<T> Registry<T> {
     }
 
     pub fn get(&self, name: &str) -> Lookup<'_, T> {
-        match self.entries.iter().find(|e| e.name == name) {
+        match self.index.get(name).map(|&i| &self.entries[i]) {
             Some(Entry { value: Some(v), .. }) => Lookup::Found(v),
             Some(_) => Lookup::Broken,
             None if self.incomplete || self.tolerated.contains(name) => Lookup::Broken,

@@ -6,6 +6,8 @@
 //! A step changes Services and EndpointSlices only: nodes and pods are the topology, built
 //! once. Each state is checked like the file's first one, by the same pipeline.
 
+use std::collections::{HashMap, HashSet};
+
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -67,7 +69,7 @@ struct StepSections {
 }
 
 /// An object a step deletes: `{kind: EndpointSlice, namespace: default, name: web-abc}`.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Hash)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ObjectRef {
     pub kind: String,
@@ -139,7 +141,10 @@ pub(crate) fn next_state<'a>(
     applied: &[&'a Document],
     diag: &mut Diagnostics,
 ) -> Vec<&'a Document> {
-    let mut next: Vec<&Document> = state.to_vec();
+    // Objects are found by identity, each read once: a state holds objects by the hundred
+    // thousand, and a step may apply thousands.
+    let mut present: HashSet<ObjectRef> = state.iter().filter_map(|doc| identity(doc)).collect();
+    let mut deleted: HashSet<&ObjectRef> = HashSet::new();
     for (path, object) in &step.deletes {
         if !CHANGEABLE.contains(&object.kind.as_str()) {
             diag.value(
@@ -149,15 +154,27 @@ pub(crate) fn next_state<'a>(
             );
             continue;
         }
-        let before = next.len();
-        next.retain(|doc| identity(doc).as_ref() != Some(object));
-        if next.len() == before {
+        if present.remove(object) {
+            deleted.insert(object);
+        } else {
             diag.value(
                 &step.site,
                 path,
                 format!("no {} {}/{} to delete at this step", object.kind, object.namespace, object.name),
             );
         }
+    }
+    let mut next: Vec<&Document> = Vec::with_capacity(state.len() + applied.len());
+    let mut place: HashMap<ObjectRef, usize> = HashMap::new();
+    for &doc in state {
+        let id = identity(doc);
+        if id.as_ref().is_some_and(|id| deleted.contains(id)) {
+            continue;
+        }
+        if let Some(id) = id {
+            place.entry(id).or_insert(next.len());
+        }
+        next.push(doc);
     }
     for doc in applied {
         let Some(id) = identity(doc) else {
@@ -177,9 +194,12 @@ pub(crate) fn next_state<'a>(
             );
             continue;
         }
-        match next.iter().position(|d| identity(d).as_ref() == Some(&id)) {
-            Some(i) => next[i] = doc,
-            None => next.push(doc),
+        match place.get(&id) {
+            Some(&i) => next[i] = doc,
+            None => {
+                place.insert(id, next.len());
+                next.push(doc);
+            }
         }
     }
     next

@@ -3,6 +3,7 @@
 //! (given, then generated flows) → the oracle's check of every probe. The same pipeline
 //! assembles the first state and every step's, objects served as kube-apiserver stores them.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::model::{Cluster, Objects, Scenario, Step};
@@ -11,6 +12,7 @@ use super::addresses::Addresses;
 use super::endpoints::{self, Context, SliceData, endpoints_for};
 use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified};
+use super::selectors::ByLabel;
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
 use super::{
@@ -141,9 +143,11 @@ fn assemble<'a>(
         Context { services: &services, pods: &pods, nodes: &doc.nodes, external_hosts: &doc.external_hosts };
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
     let mut derived = Vec::new();
+    let host_network_pods = ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
+    let pods_by_label = ByLabel::new(pods.registry.values().map(|p| (p, p.pod.namespace.as_str(), &p.pod.labels)));
     for e in services.values().filter(|e| !given.services_with_slices.contains(&e.service.name)) {
-        if !host_network::refuse_derived(e, &pods.host_network, diag) {
-            derived.extend(derive::derive(e, &pods.registry, &doc.nodes, diag));
+        if !host_network::refuse_derived(e, &host_network_pods, diag) {
+            derived.extend(derive::derive(e, &pods_by_label, &doc.nodes, diag));
         }
     }
     let names = probes::Names {
@@ -173,28 +177,35 @@ fn assemble<'a>(
         return None;
     }
 
-    let slices: Vec<&SliceData> = given.slices.iter().chain(derived.iter().map(|(data, _)| data)).collect();
+    // Each Service's slices (given, then derived), found by its name rather than searched for.
+    let mut slices_of: HashMap<&str, Vec<&SliceData>> = HashMap::new();
+    for slice in given.slices.iter().chain(derived.iter().map(|(data, _)| data)) {
+        slices_of.entry(slice.service.as_str()).or_default().push(slice);
+    }
     let model_services = services
-        .values()
+        .into_values()
         .map(|e| {
-            let mut service = e.service.clone();
-            for (port, endpoints) in service.ports.iter_mut().zip(endpoints_for(&e.service, &slices)) {
+            let mut service = e.service;
+            let slices = slices_of.get(service.name.as_str()).map(Vec::as_slice).unwrap_or_default();
+            let endpoints = endpoints_for(&service, slices);
+            for (port, endpoints) in service.ports.iter_mut().zip(endpoints) {
                 port.endpoints = endpoints;
             }
             service
         })
         .collect();
-    // What a proxy is served: the objects as kube-apiserver would store them.
+    // What a proxy is served: the objects as kube-apiserver would store them (moved, not
+    // copied: a file's objects are most of what reading it holds).
     let objects = Objects {
-        services: classified.services.iter().map(|p| defaults::service(p.object.clone())).collect(),
+        services: classified.services.into_iter().map(|p| defaults::service(p.object)).collect(),
         endpoint_slices: classified
             .slices
-            .iter()
-            .map(|p| p.object.clone())
+            .into_iter()
+            .map(|p| p.object)
             .chain(derived.into_iter().map(|(_, object)| object))
             .map(defaults::endpoint_slice)
             .collect(),
-        pods: classified.pods.iter().map(|p| defaults::pod(p.object.clone())).collect(),
+        pods: classified.pods.into_iter().map(|p| defaults::pod(p.object)).collect(),
     };
     let cluster = Cluster {
         second_family: doc.networks.second_family()?,

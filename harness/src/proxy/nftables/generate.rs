@@ -179,7 +179,7 @@ fn write_setup(rules: &mut RuleSet, cluster: &Cluster, node: &str, layout: Layou
     let ip = rules.ip();
     let addr = addr_type(family);
     for (name, kind, hook, priority) in base_chains(layout) {
-        rules.chains.push(super::ruleset::Chain {
+        rules.push_chain(super::ruleset::Chain {
             name: name.into(),
             hook: Some(Hook { kind, hook, priority }),
             comment: None,
@@ -235,7 +235,7 @@ fn write_setup(rules: &mut RuleSet, cluster: &Cluster, node: &str, layout: Layou
         port_key.clone(),
         "vmap to drop or reject packets to service nodeports with no endpoints",
     ));
-    rules.chains.push(super::ruleset::Chain {
+    rules.push_chain(super::ruleset::Chain {
         name: REJECT_CHAIN.into(),
         hook: None,
         comment: Some("helper for @no-endpoint-services / @no-endpoint-nodeports".into()),

@@ -6,7 +6,8 @@
 //! (table, chains, sets, maps, then rules chain by chain, then elements), which is also an
 //! order `nft -f` accepts: everything a rule or element names exists before it.
 
-use std::fmt::Write as _;
+use std::collections::{HashMap, HashSet};
+use std::fmt::{self, Write as _};
 
 use crate::model::IpFamily;
 
@@ -67,7 +68,9 @@ pub struct Element {
     pub comment: Option<String>,
 }
 
-/// One family's `kube-proxy` table.
+/// One family's `kube-proxy` table. Chains and elements are added through its methods
+/// (`add_chain`, `push_chain`, `element`), which keep track of them; they may be changed
+/// or removed directly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSet {
     pub family: IpFamily,
@@ -76,6 +79,31 @@ pub struct RuleSet {
     pub sets: Vec<Set>,
     pub rules: Vec<Rule>,
     pub elements: Vec<Element>,
+    added: Added,
+}
+
+/// The chain names and element keys added so far: "not there" without searching lists of tens
+/// of thousands for each new one (which was quadratic). The lists stay the truth: a name found
+/// here is looked for there, as it may have been removed since.
+#[derive(Clone, Default)]
+struct Added {
+    chains: HashSet<String>,
+    elements: HashSet<(String, Vec<String>)>,
+}
+
+// Not part of the table's value: tables with the same contents are equal, however built.
+impl PartialEq for Added {
+    fn eq(&self, _: &Added) -> bool {
+        true
+    }
+}
+
+impl Eq for Added {}
+
+impl fmt::Debug for Added {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("..")
+    }
 }
 
 impl RuleSet {
@@ -87,6 +115,7 @@ impl RuleSet {
             sets: Vec::new(),
             rules: Vec::new(),
             elements: Vec::new(),
+            added: Added::default(),
         }
     }
 
@@ -98,12 +127,19 @@ impl RuleSet {
     /// Adds a regular chain once (kube-proxy's `ensureChain`).
     pub fn add_chain(&mut self, name: &str) {
         if !self.has_chain(name) {
-            self.chains.push(Chain { name: name.into(), hook: None, comment: None });
+            self.push_chain(Chain { name: name.into(), hook: None, comment: None });
         }
     }
 
+    /// Adds `chain` as it is (a base chain, or one with a comment), even if one of its name
+    /// exists.
+    pub fn push_chain(&mut self, chain: Chain) {
+        self.added.chains.insert(chain.name.clone());
+        self.chains.push(chain);
+    }
+
     pub fn has_chain(&self, name: &str) -> bool {
-        self.chains.iter().any(|c| c.name == name)
+        self.added.chains.contains(name) && self.chains.iter().any(|c| c.name == name)
     }
 
     /// Removes a chain with its rules.
@@ -136,7 +172,13 @@ impl RuleSet {
     /// kube-proxy's element storage keeps one value per key).
     pub fn element(&mut self, set: &str, key: &[&str], value: Option<String>, comment: Option<&str>) {
         let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
-        self.elements.retain(|e| !(e.set == set && e.key == key));
+        let id = (set.to_string(), key);
+        if self.added.elements.contains(&id) {
+            self.elements.retain(|e| !(e.set == id.0 && e.key == id.1));
+        } else {
+            self.added.elements.insert(id.clone());
+        }
+        let key = id.1;
         self.elements.push(Element { set: set.into(), key, value, comment: comment.map(String::from) });
     }
 
@@ -165,13 +207,23 @@ impl RuleSet {
             let kind = if set.map { "map" } else { "set" };
             let _ = writeln!(out, "add {kind} {ip} {TABLE} {} {}", set.name, set_spec(set));
         }
+        // Rules and elements grouped once, in their order: a table has chains and elements by
+        // the ten thousand, and searching all rules for each chain was quadratic.
+        let mut rules_of: HashMap<&str, Vec<&Rule>> = HashMap::new();
+        for rule in &self.rules {
+            rules_of.entry(rule.chain.as_str()).or_default().push(rule);
+        }
+        let mut elements_of: HashMap<&str, Vec<&Element>> = HashMap::new();
+        for e in &self.elements {
+            elements_of.entry(e.set.as_str()).or_default().push(e);
+        }
         for chain in &chains {
-            for rule in self.rules_in(&chain.name) {
+            for rule in rules_of.get(chain.name.as_str()).into_iter().flatten() {
                 let _ = writeln!(out, "add rule {ip} {TABLE} {}", rule_line(rule));
             }
         }
         for set in &sets {
-            for e in self.elements_of(&set.name) {
+            for e in elements_of.get(set.name.as_str()).into_iter().flatten() {
                 let _ = writeln!(out, "add element {ip} {TABLE} {} {{ {} }}", set.name, element_body(e));
             }
         }
