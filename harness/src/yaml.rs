@@ -219,11 +219,7 @@ impl Document {
     /// A document the reader made (a generated Service): every position is `at`, the place in
     /// the file that asked for it.
     pub fn generated(value: Value, at: Pos) -> Document {
-        Document {
-            value,
-            start: at,
-            spots: HashMap::from([(FieldPath::root(), Spot { key: None, value: at })]),
-        }
+        Document { value, start: at, spots: Spots::scalar(at) }
     }
 
     /// Sets a missing top-level string field (e.g. the `kind` a typed list's items leave out);

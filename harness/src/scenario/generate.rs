@@ -128,7 +128,7 @@ mod tests {
     #[test]
     fn services_are_generated_in_order_past_the_written_addresses() {
         let text = with_generate(
-            "{services: 12, name: gen, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}",
+            "{services: 12, name: gen, selector: {app: web}, ports: [{name: http, port: 80, targetPort: http}]}",
         );
         let s = load(&text);
         let generated: Vec<_> =
