@@ -112,7 +112,8 @@ fn reset_peak() {
 
 fn main() {
     // `cargo bench` passes `--bench`; any numbers are the sizes to read.
-    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.replace('_', "").parse().ok()).collect();
+    let sizes: Vec<usize> =
+        std::env::args().skip(1).filter_map(|a| a.replace('_', "").parse().ok()).collect();
     let sizes = if sizes.is_empty() { DEFAULT_SIZES.to_vec() } else { sizes };
     println!("{:>9}  {:<8}  {:>10}  {:>8}  {:>9}", "services", "slices", "MB of text", "seconds", "peak MB");
     for &n in &sizes {

@@ -15,10 +15,10 @@ use ipnet::IpNet;
 /// Names of the links a node is made of, fixed so dumps and captures read the same everywhere:
 /// the node's uplink to the node network, the bridge its pods hang off, the node network's
 /// bridge, and a pod's own interface. Local-traffic detection by interface matches on them.
-pub const NODE_UPLINK: &str = "eth0";
-pub const POD_BRIDGE: &str = "cni0";
-pub const NODE_NETWORK_BRIDGE: &str = "br0";
-pub const POD_INTERFACE: &str = "eth0";
+pub(crate) const NODE_UPLINK: &str = "eth0";
+pub(crate) const POD_BRIDGE: &str = "cni0";
+pub(crate) const NODE_NETWORK_BRIDGE: &str = "br0";
+pub(crate) const POD_INTERFACE: &str = "eth0";
 
 mod per_family;
 mod profile;
@@ -27,7 +27,7 @@ pub use profile::Profile;
 
 /// The folder a file sits in, which relative paths in it start from: `.` for a bare file
 /// name (whose `parent()` is the empty path, which cannot be made absolute).
-pub fn folder_of(file: &std::path::Path) -> &std::path::Path {
+pub(crate) fn folder_of(file: &std::path::Path) -> &std::path::Path {
     match file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => std::path::Path::new("."),
@@ -59,7 +59,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// The first state and each step's, in order, with the probes of each.
-    pub fn phases(&self) -> Vec<Phase<'_>> {
+    pub(crate) fn phases(&self) -> Vec<Phase<'_>> {
         let first = Phase {
             name: "",
             cluster: &self.cluster,
@@ -174,7 +174,7 @@ pub struct Cluster {
 impl Cluster {
     /// The unit tests' cluster: two IPv4 nodes (node-a 192.168.50.2, node-b 192.168.50.3)
     /// with kind's default networks, no pods, and `services`.
-    pub fn example(services: Vec<Service>) -> Cluster {
+    pub(crate) fn example(services: Vec<Service>) -> Cluster {
         Cluster {
             second_family: None,
             pod_cidr: "10.244.0.0/16".parse().unwrap(),
@@ -194,7 +194,7 @@ impl Cluster {
 
     /// The cluster with `nodes` (name, IP, pod CIDR; no secondary IPs, one family) in place of
     /// its own.
-    pub fn with_nodes(mut self, nodes: &[(&str, &str, &str)]) -> Cluster {
+    pub(crate) fn with_nodes(mut self, nodes: &[(&str, &str, &str)]) -> Cluster {
         self.nodes = nodes.iter().map(|&(name, ip, pod_cidr)| Node::example(name, ip, pod_cidr)).collect();
         self
     }
@@ -203,7 +203,7 @@ impl Cluster {
 #[cfg(test)]
 impl Node {
     /// A node of the unit tests: one address, no secondary IPs, one family.
-    pub fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
+    pub(crate) fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
         Node {
             zone: None,
             name: name.to_string(),
@@ -217,7 +217,7 @@ impl Node {
 #[cfg(test)]
 impl Probe {
     /// The unit tests' probe: one TCP attempt named `p`, no pacing, no stated expectation.
-    pub fn example(from: Source, to: Target) -> Probe {
+    pub(crate) fn example(from: Source, to: Target) -> Probe {
         Probe {
             name: "p".into(),
             from,
@@ -319,13 +319,13 @@ impl Node {
 
     /// Every address on the node's node-network interface: the primary family's InternalIP,
     /// then the secondary addresses (of either family).
-    pub fn node_network_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+    pub(crate) fn node_network_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         std::iter::once(self.ip()).chain(self.secondary_ips.iter().copied())
     }
 
     /// Every address of the node of every family: its InternalIPs, primary first, then the
     /// secondary addresses.
-    pub fn all_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+    pub(crate) fn all_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.ips.copied().chain(self.secondary_ips.iter().copied())
     }
 }
@@ -354,7 +354,7 @@ impl ExternalHost {
     }
 
     /// The node this host's traffic to `ip` goes through, by the longest matching route.
-    pub fn route_to(&self, ip: IpAddr) -> Option<&HostRoute> {
+    pub(crate) fn route_to(&self, ip: IpAddr) -> Option<&HostRoute> {
         self.routes.iter().filter(|r| r.to.contains(&ip)).max_by_key(|r| r.to.prefix_len())
     }
 }
@@ -394,7 +394,7 @@ pub enum Protocol {
 
 impl Protocol {
     /// Kubernetes spelling: `TCP`, `UDP`, `SCTP`.
-    pub fn as_k8s(self) -> &'static str {
+    pub(crate) fn as_k8s(self) -> &'static str {
         match self {
             Protocol::Tcp => "TCP",
             Protocol::Udp => "UDP",
@@ -403,7 +403,7 @@ impl Protocol {
     }
 
     /// iptables / kube-proxy chain-hash spelling: `tcp`, `udp`, `sctp`.
-    pub fn as_lower(self) -> &'static str {
+    pub(crate) fn as_lower(self) -> &'static str {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
@@ -411,7 +411,7 @@ impl Protocol {
         }
     }
 
-    pub fn parse_k8s(s: &str) -> Option<Protocol> {
+    pub(crate) fn parse_k8s(s: &str) -> Option<Protocol> {
         match s {
             "TCP" => Some(Protocol::Tcp),
             "UDP" => Some(Protocol::Udp),
@@ -484,7 +484,7 @@ impl Service {
     /// that family's endpoints, external and load-balancer IPs and source ranges; `None` when
     /// it has no cluster IP of `family` (kube-proxy skips it, pkg/proxy/servicechangetracker.go
     /// `serviceToServiceMap`).
-    pub fn family_view(&self, family: IpFamily) -> Option<Service> {
+    pub(crate) fn family_view(&self, family: IpFamily) -> Option<Service> {
         let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
         let cluster_ips = self.cluster_ips.only(family)?;
         let ports = self
@@ -539,7 +539,7 @@ impl Service {
     }
 
     /// `namespace/name`, as kube-proxy prints it in rule comments.
-    pub fn namespaced_name(&self) -> String {
+    pub(crate) fn namespaced_name(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 }
@@ -729,7 +729,7 @@ pub enum StatedSource {
 impl Cluster {
     /// The cluster's (primary) address family: every address of a single-stack cluster, and of
     /// a [`Cluster::family_view`], is of it.
-    pub fn ip_family(&self) -> IpFamily {
+    pub(crate) fn ip_family(&self) -> IpFamily {
         IpFamily::of_net(&self.service_cidr)
     }
 
@@ -744,7 +744,7 @@ impl Cluster {
     /// [`PerFamily`] values keep only that family's ([`PerFamily::only`]), and nodes, pods,
     /// hosts and Services without an address of it are dropped. A family the cluster lacks
     /// gives the cluster unchanged.
-    pub fn family_view(&self, family: IpFamily) -> Cluster {
+    pub(crate) fn family_view(&self, family: IpFamily) -> Cluster {
         let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
         let (pod_cidr, service_cidr, node_network) = match &self.second_family {
             Some(s) if family != self.ip_family() => (s.pod_cidr, s.service_cidr, s.node_network),
@@ -800,7 +800,7 @@ impl Cluster {
 
     /// The family a probe travels over: as it says, else the family of an address its target
     /// names, else the primary.
-    pub fn probe_family(&self, probe: &Probe) -> IpFamily {
+    pub(crate) fn probe_family(&self, probe: &Probe) -> IpFamily {
         let named = match &probe.to {
             Target::Address(addr) => Some(addr.ip()),
             Target::ExternalIp { ip, .. } | Target::LoadBalancer { ip, .. } => Some(*ip),
@@ -811,7 +811,7 @@ impl Cluster {
     }
 
     /// The single-family view a probe is judged and sent in (see [`Cluster::family_view`]).
-    pub fn probe_view(&self, probe: &Probe) -> Cluster {
+    pub(crate) fn probe_view(&self, probe: &Probe) -> Cluster {
         self.family_view(self.probe_family(probe))
     }
 
@@ -823,7 +823,7 @@ impl Cluster {
         self.pods.iter().find(|p| p.name == name)
     }
 
-    pub fn external_host(&self, name: &str) -> Option<&ExternalHost> {
+    pub(crate) fn external_host(&self, name: &str) -> Option<&ExternalHost> {
         self.external_hosts.iter().find(|h| h.name == name)
     }
 
@@ -831,14 +831,14 @@ impl Cluster {
         self.services.iter().find(|s| s.name == name)
     }
 
-    pub fn pod_by_ip(&self, ip: IpAddr) -> Option<&Pod> {
+    pub(crate) fn pod_by_ip(&self, ip: IpAddr) -> Option<&Pod> {
         self.pods.iter().find(|p| p.ip() == ip)
     }
 
     /// The address a probe source sends from to `dst`: as [`Cluster::source_ip`], except that a
     /// node sending to one of its own addresses (a VIP bound on it, as kube-vip or keepalived
     /// do) sends from that address, as the kernel's source selection does for a local route.
-    pub fn source_ip_to(&self, source: &Source, dst: IpAddr) -> Option<IpAddr> {
+    pub(crate) fn source_ip_to(&self, source: &Source, dst: IpAddr) -> Option<IpAddr> {
         match source {
             Source::Node(n) if self.node(n)?.all_ips().any(|ip| ip == dst) => Some(dst),
             other => self.source_ip(other),
@@ -846,7 +846,7 @@ impl Cluster {
     }
 
     /// The address a probe source sends from.
-    pub fn source_ip(&self, source: &Source) -> Option<IpAddr> {
+    pub(crate) fn source_ip(&self, source: &Source) -> Option<IpAddr> {
         match source {
             Source::Pod(n) => self.pod(n).map(Pod::ip),
             Source::Node(n) => self.node(n).map(Node::ip),
@@ -855,7 +855,7 @@ impl Cluster {
     }
 
     /// The node a source lives on (external hosts live on none).
-    pub fn source_node(&self, source: &Source) -> Option<&Node> {
+    pub(crate) fn source_node(&self, source: &Source) -> Option<&Node> {
         match source {
             Source::Pod(n) => self.pod(n).and_then(|p| self.node(&p.node)),
             Source::Node(n) => self.node(n),
@@ -865,7 +865,7 @@ impl Cluster {
 
     /// The node an external host's traffic to `ip` enters the cluster through, when one of
     /// its routes sends it there.
-    pub fn routed_through(&self, source: &Source, ip: IpAddr) -> Option<&Node> {
+    pub(crate) fn routed_through(&self, source: &Source, ip: IpAddr) -> Option<&Node> {
         match source {
             Source::External(h) => self.node(&self.external_host(h)?.route_to(ip)?.via),
             _ => None,
@@ -874,7 +874,11 @@ impl Cluster {
 
     /// The service port a `ClusterIp`/`NodePort` target names: by port name, or by number
     /// when the name is numeric, or the only port when `port` is empty.
-    pub fn service_port<'a>(&'a self, service: &str, port: &str) -> Option<(&'a Service, &'a ServicePort)> {
+    pub(crate) fn service_port<'a>(
+        &'a self,
+        service: &str,
+        port: &str,
+    ) -> Option<(&'a Service, &'a ServicePort)> {
         let svc = self.service(service)?;
         let found = if port.is_empty() && svc.ports.len() == 1 {
             svc.ports.first()
@@ -885,7 +889,7 @@ impl Cluster {
     }
 
     /// The node an external host's traffic to `target` is routed through, if it names one.
-    pub fn entry_node(&self, target: &Target) -> Option<&Node> {
+    pub(crate) fn entry_node(&self, target: &Target) -> Option<&Node> {
         match target {
             Target::ExternalIp { via: Some(n), .. } | Target::LoadBalancer { via: Some(n), .. } => {
                 self.node(n)
@@ -895,7 +899,7 @@ impl Cluster {
     }
 
     /// The concrete address:port a target sends to.
-    pub fn target_address(&self, target: &Target) -> Option<SocketAddr> {
+    pub(crate) fn target_address(&self, target: &Target) -> Option<SocketAddr> {
         match target {
             Target::ClusterIp { service, port } => {
                 let (svc, sp) = self.service_port(service, port)?;
@@ -922,7 +926,7 @@ impl Cluster {
 /// The gateway address of a node's pod bridge: the first host address of its pod CIDR
 /// (`.1`, or `::1` of an IPv6 prefix, whose network address is the subnet-router anycast
 /// address and no host's).
-pub fn bridge_address(pod_cidr: &IpNet) -> IpAddr {
+pub(crate) fn bridge_address(pod_cidr: &IpNet) -> IpAddr {
     match pod_cidr {
         IpNet::V4(net) => IpAddr::V4(net.hosts().next().unwrap_or(net.addr())),
         IpNet::V6(net) if net.prefix_len() < 127 => IpAddr::V6(Ipv6Addr::from(u128::from(net.network()) + 1)),
@@ -942,19 +946,19 @@ impl IpFamily {
         if ip.is_ipv4() { IpFamily::V4 } else { IpFamily::V6 }
     }
 
-    pub fn of_net(net: &IpNet) -> IpFamily {
+    pub(crate) fn of_net(net: &IpNet) -> IpFamily {
         IpFamily::of(net.addr())
     }
 
     /// Kubernetes spelling (`ipFamilies`, EndpointSlice `addressType`): `IPv4`, `IPv6`.
-    pub fn as_k8s(self) -> &'static str {
+    pub(crate) fn as_k8s(self) -> &'static str {
         match self {
             IpFamily::V4 => "IPv4",
             IpFamily::V6 => "IPv6",
         }
     }
 
-    pub fn parse_k8s(s: &str) -> Option<IpFamily> {
+    pub(crate) fn parse_k8s(s: &str) -> Option<IpFamily> {
         match s {
             "IPv4" => Some(IpFamily::V4),
             "IPv6" => Some(IpFamily::V6),
@@ -963,7 +967,7 @@ impl IpFamily {
     }
 
     /// `0.0.0.0` or `::`.
-    pub fn unspecified(self) -> IpAddr {
+    pub(crate) fn unspecified(self) -> IpAddr {
         match self {
             IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -971,7 +975,7 @@ impl IpFamily {
     }
 
     /// The prefix length of one host: 32 or 128.
-    pub fn host_prefix(self) -> u8 {
+    pub(crate) fn host_prefix(self) -> u8 {
         match self {
             IpFamily::V4 => 32,
             IpFamily::V6 => 128,

@@ -85,13 +85,6 @@ impl ScenarioReport {
         matches!(&self.outcome, Outcome::Judged(v) if v.iter().all(ProbeVerdict::passed))
     }
 
-    pub fn failed_probes(&self) -> usize {
-        match &self.outcome {
-            Outcome::Judged(v) => v.iter().filter(|p| !p.passed()).count(),
-            Outcome::ProxyFailed(_) | Outcome::Skipped(_) => 0,
-        }
-    }
-
     /// Whether the scenario failed: a probe failed, or the proxy did.
     pub fn failed(&self) -> bool {
         match &self.outcome {
@@ -709,7 +702,7 @@ fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan 
 /// The folder for `name`'s evidence under `root`, emptied of an earlier run's. `name` must be
 /// one plain path component: the reader allows only DNS-1123 names, and this refuses anything
 /// else again, since the folder is written as root.
-pub fn clear_evidence_dir(root: &std::path::Path, name: &str) -> Result<PathBuf> {
+pub(crate) fn clear_evidence_dir(root: &std::path::Path, name: &str) -> Result<PathBuf> {
     use std::path::Component;
     let mut components = std::path::Path::new(name).components();
     let single =

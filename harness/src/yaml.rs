@@ -60,14 +60,14 @@ impl FieldPath {
         p
     }
 
-    pub fn index(&self, index: usize) -> Self {
+    pub(crate) fn index(&self, index: usize) -> Self {
         let mut p = self.clone();
         p.0.push(Segment::Index(index));
         p
     }
 
     /// `self` followed by the path serde_path_to_error reports inside a value at `self`.
-    pub fn join_serde(&self, inner: &serde_path_to_error::Path) -> Self {
+    pub(crate) fn join_serde(&self, inner: &serde_path_to_error::Path) -> Self {
         let mut p = self.clone();
         for seg in inner.iter() {
             match seg {
@@ -181,12 +181,12 @@ pub(crate) struct Document {
 impl Document {
     /// Where the value at `path` starts; for a missing value, where its nearest existing
     /// ancestor starts (the mapping the field should have been in).
-    pub fn value_pos(&self, path: &FieldPath) -> Pos {
+    pub(crate) fn value_pos(&self, path: &FieldPath) -> Pos {
         self.spots.find(path).1.value
     }
 
     /// Where the key of `path` starts (for unknown fields), else as [`Document::value_pos`].
-    pub fn key_pos(&self, path: &FieldPath) -> Pos {
+    pub(crate) fn key_pos(&self, path: &FieldPath) -> Pos {
         match self.spots.find(path) {
             (Some(key), _, depth) if depth == path.0.len() => key,
             (_, spots, _) => spots.value,
@@ -224,7 +224,7 @@ impl Document {
 
     /// Sets a missing top-level string field (e.g. the `kind` a typed list's items leave out);
     /// messages about it point at the document's start.
-    pub fn default_field(&mut self, key: &str, value: &str) {
+    pub(crate) fn default_field(&mut self, key: &str, value: &str) {
         if let Value::Object(map) = &mut self.value
             && map.get(key).is_none_or(Value::is_null)
         {
@@ -267,7 +267,11 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Document>, YamlError> {
 /// return) only names errors.
 fn convert(node: &MarkedYaml<'_>, path: &mut FieldPath) -> Result<(Value, Spots), YamlError> {
     let here = Pos::from_marker(&node.span.start);
-    let fail = |path: &FieldPath, message: &str| YamlError { pos: here, field: path.clone(), message: message.into() };
+    let fail = |path: &FieldPath, message: &str| YamlError {
+        pos: here,
+        field: path.clone(),
+        message: message.into(),
+    };
     Ok(match &node.data {
         YamlData::Value(scalar) => {
             (scalar_value(scalar).ok_or_else(|| fail(path, "numbers must be finite"))?, Spots::scalar(here))

@@ -28,7 +28,7 @@ const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
 type Params = Query<HashMap<String, String>>;
 
-pub fn router(store: Arc<Store>) -> Router {
+pub(crate) fn router(store: Arc<Store>) -> Router {
     super::writes::routes(Router::new())
         .route("/version", get(version))
         .route("/api", get(api_versions))

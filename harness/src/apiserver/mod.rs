@@ -36,7 +36,7 @@ impl ApiServer {
 
     /// Serves `store` on `listener`: one store can be served on several listeners (in
     /// different namespaces).
-    pub fn serve_store(
+    pub(crate) fn serve_store(
         listener: std::net::TcpListener,
         runtime: &tokio::runtime::Handle,
         store: Arc<Store>,

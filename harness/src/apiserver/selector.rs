@@ -50,7 +50,7 @@ impl Selector {
     }
 
     /// Checks that only fields the server can select on are named.
-    pub fn check_fields(&self) -> Result<()> {
+    pub(crate) fn check_fields(&self) -> Result<()> {
         for t in &self.terms {
             let (Term::Equals(k, _) | Term::NotEquals(k, _) | Term::Exists(k) | Term::NotExists(k)) = t;
             if !FIELDS.contains(&k.as_str()) {

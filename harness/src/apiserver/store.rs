@@ -29,7 +29,7 @@ impl Kind {
         }
     }
 
-    pub fn api_version(self) -> &'static str {
+    pub(crate) fn api_version(self) -> &'static str {
         match self {
             Kind::Node | Kind::Service => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
@@ -79,7 +79,7 @@ impl Default for Store {
 }
 
 /// `namespace/name`, or `name` when the object has no namespace.
-pub fn key_of(object: &Value) -> Result<String> {
+pub(crate) fn key_of(object: &Value) -> Result<String> {
     let meta = &object["metadata"];
     let name = meta["name"].as_str().context("an object without metadata.name")?;
     Ok(match meta["namespace"].as_str() {
@@ -190,7 +190,7 @@ impl Store {
     }
 
     /// The changes of `kind` after `resource_version`, and the resourceVersion they reach.
-    pub fn events_after(&self, kind: Kind, resource_version: u64) -> (u64, Vec<Event>) {
+    pub(crate) fn events_after(&self, kind: Kind, resource_version: u64) -> (u64, Vec<Event>) {
         let inner = self.lock();
         // Events are in resourceVersion order: skip to the first newer one.
         let start = inner.events.partition_point(|e| e.resource_version <= resource_version);
@@ -199,12 +199,12 @@ impl Store {
     }
 
     /// Notified on every change, and when the store closes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
     /// Ends every watch (the server is stopping).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.changed.send_modify(|_| {});
     }
@@ -223,7 +223,7 @@ impl Store {
         self.lock().log.iter().map(|l| format!("{l}\n")).collect()
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.lock().closed
     }
 }

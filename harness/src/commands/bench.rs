@@ -110,7 +110,7 @@ fn round_trips_between_nodes(
 }
 
 /// The bench cluster: nodes a and b, four pods each serving TCP 8080, one external host.
-pub fn two_nodes_eight_pods() -> Cluster {
+pub(crate) fn two_nodes_eight_pods() -> Cluster {
     let ip = |s: &str| s.parse().expect("literal address");
     let net = |s: &str| s.parse().expect("literal CIDR");
     let nodes = vec![
@@ -161,7 +161,7 @@ pub fn two_nodes_eight_pods() -> Cluster {
 
 /// Starts `choice` on the first state of `scenario` `rounds` times and pushes each of its steps:
 /// how long until every node reported the state applied (the adapter's own sync wait).
-pub fn sync_times(scenario: &Path, choice: &crate::model::ProxyChoice, rounds: usize) -> Result<()> {
+pub(crate) fn sync_times(scenario: &Path, choice: &crate::model::ProxyChoice, rounds: usize) -> Result<()> {
     if let Some(reason) = crate::privileges::preflight() {
         anyhow::bail!("cannot benchmark here: {reason}");
     }

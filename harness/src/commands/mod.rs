@@ -18,9 +18,9 @@ use crate::report::terminal::Progress;
 use crate::runner::{RunOptions, ScenarioReport};
 use crate::{privileges, proxy, scenario};
 
-pub const EXIT_PASS: i32 = 0;
-pub const EXIT_FAIL: i32 = 1;
-pub const EXIT_ERROR: i32 = 2;
+pub(crate) const EXIT_PASS: i32 = 0;
+pub(crate) const EXIT_FAIL: i32 = 1;
+pub(crate) const EXIT_ERROR: i32 = 2;
 
 /// `--timeout-ms`: how long an attempt waits for an answer. Below 10 ms answered probes would
 /// read as silent (a proxy failure that is not one); above a minute a run seems to hang.
@@ -39,18 +39,18 @@ fn bounded(text: &str, low: u64, high: u64) -> Result<u64, String> {
 }
 
 /// The scenarios a command reads when given no path.
-pub fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+pub(crate) fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     if paths.is_empty() { vec![PathBuf::from("scenarios")] } else { paths }
 }
 
 /// Removes what killed runs left behind: namespaces, additions to existing nodes, and objects
 /// they wrote to a cluster's API (deleted the way the `cluster` proxy wrote them).
-pub fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
+pub(crate) fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
     crate::topology::remove_leftovers(include_live, proxy::cluster::delete_leftover)
 }
 
 /// Loads and validates every scenario; prints every error and returns `None` if any file is bad.
-pub fn load_all(paths: &[PathBuf]) -> Result<Option<Vec<Scenario>>> {
+pub(crate) fn load_all(paths: &[PathBuf]) -> Result<Option<Vec<Scenario>>> {
     load_each(paths, |_| {})
 }
 
@@ -99,7 +99,7 @@ pub fn check(paths: &[PathBuf]) -> Result<i32> {
 }
 
 /// The `--proxy` and `--proxy-option` flags as a proxy choice.
-pub fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
+pub(crate) fn proxy_choice(name: &str, options: &[String]) -> Result<ProxyChoice> {
     let mut choice = ProxyChoice::named(name);
     for option in options {
         let (key, value) = option

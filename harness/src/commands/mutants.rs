@@ -34,7 +34,7 @@ impl Hunt {
 
 /// How long an attempt waits for an answer under a mutant: mutants often turn answers into
 /// silence, and a kill is decided by what the probes report, never by this wait.
-pub const MUTANT_TIMEOUT: Duration = Duration::from_millis(300);
+pub(crate) const MUTANT_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// The probes that fail against the unbroken proxy, run as the hunt runs them (a scenario
 /// that cannot be set up is an error).

@@ -103,7 +103,7 @@ pub struct Engine {
 impl Engine {
     /// Two runs per core: a scenario mostly waits (on timeouts, affinity expiry), and the suite
     /// measured 15 s with four jobs against 20 s with two on 2 cores.
-    pub fn default_jobs() -> usize {
+    pub(crate) fn default_jobs() -> usize {
         2 * std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 

@@ -110,7 +110,7 @@ pub struct MachineReports {
 
 impl MachineReports {
     /// Fails now, before any scenario runs, if a report could not be written at the end.
-    pub fn check_writable(&self) -> Result<()> {
+    pub(crate) fn check_writable(&self) -> Result<()> {
         for (what, path) in [("JUnit", &self.junit), ("JSON", &self.json)] {
             if let Some(path) = path {
                 std::fs::OpenOptions::new()

@@ -28,7 +28,7 @@ pub enum LocalDetector {
 /// The detector of the proxier that programs `node` for `cluster`'s family (`cluster` is one
 /// family's view), or `None` for kube-proxy's no-op detector (no CIDR of the family: then it
 /// writes neither the off-cluster masquerade nor the pod short-circuit).
-pub fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
+pub(crate) fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
     let family = IpFamily::of_net(&cluster.pod_cidr);
     let of_family =
         |net: IpNet| (IpFamily::of_net(&net) == family).then(|| LocalDetector::ByCidr(net.trunc()));
@@ -55,7 +55,7 @@ impl fmt::Display for DetectLocal {
 
 impl LocalDetector {
     /// `IfLocal()`: iptables arguments matching local traffic.
-    pub fn iptables_if_local(&self) -> Vec<String> {
+    pub(crate) fn iptables_if_local(&self) -> Vec<String> {
         match self {
             LocalDetector::ByCidr(net) => vec!["-s".into(), net.to_string()],
             LocalDetector::ByBridge(name) => vec!["-i".into(), name.clone()],
@@ -64,7 +64,7 @@ impl LocalDetector {
     }
 
     /// `IfNotLocal()`: iptables arguments matching the rest.
-    pub fn iptables_if_not_local(&self) -> Vec<String> {
+    pub(crate) fn iptables_if_not_local(&self) -> Vec<String> {
         let mut args = vec!["!".to_string()];
         args.extend(self.iptables_if_local());
         args
@@ -74,12 +74,12 @@ impl LocalDetector {
     /// matched by name (`iifname`), as kube-proxy does since kubernetes/kubernetes#134024
     /// (release-1.34: #134118): v1.30's `iif` resolves the name when the rule loads, so a prefix
     /// (`iif veth*`) fails the whole sync with "Interface does not exist".
-    pub fn nft_if_local(&self, ip: &str) -> String {
+    pub(crate) fn nft_if_local(&self, ip: &str) -> String {
         self.nft(ip, "")
     }
 
     /// `IfNotLocalNFT()`.
-    pub fn nft_if_not_local(&self, ip: &str) -> String {
+    pub(crate) fn nft_if_not_local(&self, ip: &str) -> String {
         self.nft(ip, "!= ")
     }
 

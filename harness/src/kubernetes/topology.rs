@@ -54,7 +54,7 @@ impl<'a> Context<'a> {
 
 /// The zone whose hints filter the Cluster set on this node, or `None` when every ready
 /// endpoint is used (`canUseTopology` is false).
-pub fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: Hints) -> Option<&'a str> {
+pub(crate) fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: Hints) -> Option<&'a str> {
     if hints == Hints::Ignored {
         return None;
     }
@@ -69,12 +69,12 @@ pub fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: Hints) -
 }
 
 /// `availableForTopology`: the endpoint is hinted for `zone`.
-pub fn available(endpoint: &Endpoint, zone: &str) -> bool {
+pub(crate) fn available(endpoint: &Endpoint, zone: &str) -> bool {
     endpoint.zone_hints.iter().any(|z| z == zone)
 }
 
 /// The annotation asks for topology-aware routing (`Auto`, or any value but the disabled ones).
-pub fn annotation_enabled(annotation: Option<&str>) -> bool {
+pub(crate) fn annotation_enabled(annotation: Option<&str>) -> bool {
     !matches!(annotation, None | Some("" | "disabled" | "Disabled"))
 }
 

@@ -20,7 +20,7 @@ pub enum Profile {
 }
 
 impl Profile {
-    pub const ALL: [Profile; 4] =
+    pub(crate) const ALL: [Profile; 4] =
         [Profile::Kubernetes, Profile::KubeProxyIptables, Profile::KubeProxyNftables, Profile::KubeProxyIpvs];
 
     pub fn name(self) -> &'static str {

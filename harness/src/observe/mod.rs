@@ -7,7 +7,7 @@ pub mod conntrack_events;
 mod nfnetlink;
 pub mod packet;
 pub(crate) mod packet_socket;
-pub mod pcap;
+pub(crate) mod pcap;
 
 pub use capture::{Capture, Frame, flow_frames};
 pub use conntrack::{Flow, Tuple};

@@ -22,7 +22,7 @@ use super::{Basis, Expectation, Outcome, Prediction, Profile, Spread};
 
 /// What `profile` expects of `check` (a `held` check), given the opener's expectation (made
 /// for the state the connection was opened in) and the state at the check.
-pub fn predict_held(
+pub(crate) fn predict_held(
     opened: &Expectation,
     now: &Cluster,
     check: &Probe,
@@ -94,7 +94,7 @@ pub fn predict_held(
 /// still serves: kube-proxy deletes only the entries of endpoints that stopped serving
 /// (pkg/proxy/conntrack/cleanup.go), also across a restart, so the stream stays where it was.
 /// Kubernetes says nothing of it.
-pub fn predict_stream(
+pub(crate) fn predict_stream(
     previous: &Expectation,
     now: &Cluster,
     probe: &Probe,

@@ -107,7 +107,7 @@ pub enum Lapse {
 
 /// What kube-proxy v1.30's first sync deletes: every Service is new, so every UDP Service port
 /// with a serving endpoint loses all its entries, on every frontend and node port.
-pub fn flushed_on_start(after: &Cluster) -> Vec<Deletion> {
+pub(crate) fn flushed_on_start(after: &Cluster) -> Vec<Deletion> {
     let nothing = Cluster { services: Vec::new(), ..after.clone() };
     stale(&nothing, after)
         .into_iter()
@@ -127,7 +127,7 @@ pub fn stale(before: &Cluster, after: &Cluster) -> Vec<Deletion> {
 }
 
 /// [`stale`], less what `lapse` leaves behind.
-pub fn stale_with(before: &Cluster, after: &Cluster, lapse: Option<Lapse>) -> Vec<Deletion> {
+pub(crate) fn stale_with(before: &Cluster, after: &Cluster, lapse: Option<Lapse>) -> Vec<Deletion> {
     let old = udp_ports(before);
     let new = udp_ports(after);
     let mut out = Vec::new();

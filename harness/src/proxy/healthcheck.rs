@@ -37,7 +37,7 @@ pub struct HealthService {
 /// `NeedsHealthCheck` (type LoadBalancer, external policy Local) and has a port, Services of
 /// the cluster's family only (as kube-proxy's proxier of that family). A port claimed twice is served for the first Service (kube-proxy fails to
 /// bind the second and logs it).
-pub fn node_services(cluster: &Cluster, node: &str) -> Vec<HealthService> {
+pub(crate) fn node_services(cluster: &Cluster, node: &str) -> Vec<HealthService> {
     let family = cluster.ip_family();
     let mut out: Vec<HealthService> = Vec::new();
     for svc in cluster.services.iter().filter(|s| IpFamily::of(s.cluster_ip()) == family) {
@@ -66,7 +66,7 @@ pub fn node_services(cluster: &Cluster, node: &str) -> Vec<HealthService> {
 
 /// Where health check servers listen on `node`: `0.0.0.0` (`[::]` in an IPv6 cluster), or
 /// each node address inside `--nodeport-addresses` when it is set (`newServiceHealthServer`).
-pub fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
+pub(crate) fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
     let family = cluster.ip_family();
     let npa = NodePortAddresses::new(&cluster.proxy, family);
     if npa.match_all() { vec![family.unspecified()] } else { npa.node_ips(cluster.node(node)) }
@@ -76,7 +76,7 @@ pub fn bind_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
 /// per proxier), as [`serve`] does: a dual-stack Service's check is one server per family, on
 /// one port. Servers of a family no view is of are left alone (that family's proxier owns
 /// them: the reference proxy programs each family on its own).
-pub fn serve_node(
+pub(crate) fn serve_node(
     node: &NodeHandle,
     servers: &mut Servers,
     views: &[Cluster],

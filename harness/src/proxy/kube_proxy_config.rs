@@ -81,7 +81,7 @@ fn detect_local(mode: &DetectLocal) -> Value {
 /// (and the cluster CIDR and node name they depend on), nothing of how the proxy is run. The
 /// `command` adapter hands exactly this to a user's proxy (`{proxyConfig}`); the `apiserver`
 /// adapter adds kube-proxy's own settings to it.
-pub fn scenario_settings(cluster: &Cluster, node: &str, cluster_cidr: &str) -> Value {
+pub(crate) fn scenario_settings(cluster: &Cluster, node: &str, cluster_cidr: &str) -> Value {
     let proxy = &cluster.proxy;
     let mut ranges: Vec<String> = proxy.node_port_addresses.iter().map(|r| r.to_string()).collect();
     ranges.sort();
@@ -102,7 +102,7 @@ pub fn scenario_settings(cluster: &Cluster, node: &str, cluster_cidr: &str) -> V
 /// The fields of `spec.proxyConfig` a scenario sets to other than kube-proxy's defaults, as
 /// the scenario spells them: what a proxy that is not told the scenario's settings would get
 /// wrong.
-pub fn changed_settings(proxy: &crate::model::ProxyConfig) -> Vec<&'static str> {
+pub(crate) fn changed_settings(proxy: &crate::model::ProxyConfig) -> Vec<&'static str> {
     let default = crate::model::ProxyConfig::default();
     let mut changed = Vec::new();
     if proxy.masquerade_all != default.masquerade_all {
@@ -152,7 +152,7 @@ pub fn kube_proxy_configuration(
 
 /// `--cluster-cidr`/`--service-cluster-ip-range` values: the primary family's CIDR, then the
 /// second family's in a dual-stack cluster, comma-separated as kube-proxy takes them.
-pub fn cidrs(cluster: &Cluster) -> (String, String) {
+pub(crate) fn cidrs(cluster: &Cluster) -> (String, String) {
     match &cluster.second_family {
         Some(s) => (
             format!("{},{}", cluster.pod_cidr, s.pod_cidr),

@@ -126,7 +126,7 @@ pub enum Mutant {
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 35] = [
+    pub(crate) const ALL: [Mutant; 35] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -316,7 +316,7 @@ impl Mutant {
     }
 
     /// The endpoint-choice bugs, which the generator itself must make.
-    pub fn deviations(self) -> Deviations {
+    pub(crate) fn deviations(self) -> Deviations {
         let mut d = Deviations::default();
         match self {
             Mutant::EtpLocalUsesRemoteEndpoints => d.etp_local_uses_cluster = true,
@@ -333,7 +333,7 @@ impl Mutant {
 
     /// The cluster as the broken proxy reads it: the same, except for the mutants whose bug
     /// is in reading the Service objects.
-    pub fn misread(self, cluster: &Cluster) -> Option<Cluster> {
+    pub(crate) fn misread(self, cluster: &Cluster) -> Option<Cluster> {
         match self {
             Mutant::IpModeProxyIgnored => {
                 let mut misread = cluster.clone();
@@ -354,23 +354,24 @@ impl Mutant {
 
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
     /// guard to leave out, and (v1.30) drops no conntrack-invalid packets.
-    pub fn exists_in_nftables(self) -> bool {
+    pub(crate) fn exists_in_nftables(self) -> bool {
         !matches!(self, Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped) && !self.only_in_ipvs()
     }
 
     /// A bug of IPVS mode's own machinery (virtual servers, the dummy link), which the
     /// iptables and nftables modes do not have.
-    pub fn only_in_ipvs(self) -> bool {
+    pub(crate) fn only_in_ipvs(self) -> bool {
         self == Mutant::ServiceAddressesNotBound
     }
 
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
-    pub fn keeps_stale_conntrack(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn keeps_stale_conntrack(self) -> bool {
         self.cleanup_lapse().is_some()
     }
 
     /// Which stale UDP conntrack entries the proxy leaves behind after a change.
-    pub fn cleanup_lapse(self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {
+    pub(crate) fn cleanup_lapse(self) -> Option<crate::proxy::conntrack_cleanup::Lapse> {
         use crate::proxy::conntrack_cleanup::Lapse;
         match self {
             Mutant::StaleUdpConntrackKept => Some(Lapse::Everything),
@@ -383,17 +384,19 @@ impl Mutant {
     }
 
     /// Whether the proxy's loading of its rules is the bug (the rules are right).
-    pub fn breaks_loading(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn breaks_loading(self) -> bool {
         self == Mutant::AffinityLostOnSync
     }
 
     /// Whether the node's health check servers are the bug.
-    pub fn breaks_health_checks(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn breaks_health_checks(self) -> bool {
         self.health_bug().is_some()
     }
 
     /// How the node's health check servers answer wrong, if they do.
-    pub fn health_bug(self) -> Option<crate::proxy::healthcheck::Bug> {
+    pub(crate) fn health_bug(self) -> Option<crate::proxy::healthcheck::Bug> {
         use crate::proxy::healthcheck::Bug;
         match self {
             Mutant::HealthCheckAlwaysOk => Some(Bug::AlwaysOk),

@@ -58,13 +58,13 @@ impl NodePortAddresses {
     }
 
     /// Node ports answer on every local address (the `addrtype --dst-type LOCAL` form).
-    pub fn match_all(&self) -> bool {
+    pub(crate) fn match_all(&self) -> bool {
         self.match_all
     }
 
     /// Whether 127.0.0.0/8 is among the addresses (always, when matching all IPv4; never for
     /// IPv6, whose loopback kube-proxy serves no node ports on).
-    pub fn contains_ipv4_loopback(&self) -> bool {
+    pub(crate) fn contains_ipv4_loopback(&self) -> bool {
         self.contains_ipv4_loopback
     }
 
@@ -72,7 +72,7 @@ impl NodePortAddresses {
     /// matching all). The node's interfaces carry its node-network addresses, its pod-bridge
     /// gateway and loopback (127.0.0.1 or ::1); kube-proxy returns them in a Go map's
     /// (random) order, this in that order.
-    pub fn node_ips(&self, node: Option<&Node>) -> Vec<IpAddr> {
+    pub(crate) fn node_ips(&self, node: Option<&Node>) -> Vec<IpAddr> {
         if self.match_all {
             return Vec::new();
         }
@@ -104,7 +104,7 @@ fn interface_addresses(node: Option<&Node>, family: IpFamily) -> Vec<IpAddr> {
 /// Whether node ports answer on 127.0.0.1 in iptables mode: the flag, unless
 /// `--nodeport-addresses` leaves out loopback (`NewProxier` turns it off then); never for
 /// IPv6. When on, kube-proxy sets `net.ipv4.conf.all.route_localnet=1`.
-pub fn localhost_node_ports(config: &ProxyConfig, family: IpFamily) -> bool {
+pub(crate) fn localhost_node_ports(config: &ProxyConfig, family: IpFamily) -> bool {
     config.localhost_node_ports && NodePortAddresses::new(config, family).contains_ipv4_loopback()
 }
 

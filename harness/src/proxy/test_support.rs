@@ -8,7 +8,7 @@ use crate::model::{Endpoint, IpFamily, Protocol, Service, ServicePort, ServiceTy
 use crate::topology::{Netns, netns};
 
 /// A ready endpoint of pod `pod-<ip>` on `node` (`None`: no `nodeName`, never local).
-pub fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
+pub(crate) fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
     Endpoint {
         ip: ip.parse().unwrap(),
         port,
@@ -42,7 +42,7 @@ pub fn service(
 }
 
 /// Lines in `before` but not in `after`, and the other way round.
-pub fn diff_lines(before: &str, after: &str) -> (Vec<String>, Vec<String>) {
+pub(crate) fn diff_lines(before: &str, after: &str) -> (Vec<String>, Vec<String>) {
     let gone = before.lines().filter(|l| !after.lines().any(|x| x == *l)).map(String::from).collect();
     let new = after.lines().filter(|l| !before.lines().any(|x| x == *l)).map(String::from).collect();
     (gone, new)
@@ -67,13 +67,13 @@ impl Scratch {
 
     /// Puts `ip` on loopback as a host address, so that health check servers can bind a
     /// node's address (`replace`: putting one there twice is fine).
-    pub fn add_host_address(&self, ip: IpAddr) {
+    pub(crate) fn add_host_address(&self, ip: IpAddr) {
         let host = format!("{ip}/{}", IpFamily::of(ip).host_prefix());
         self.0.exec("ip", &["address", "replace", &host, "dev", "lo", "nodad"], None).expect("address on lo");
     }
 
     /// [`Scratch::add_host_address`] for each of `ips`.
-    pub fn with_host_addresses(self, ips: &[&str]) -> Scratch {
+    pub(crate) fn with_host_addresses(self, ips: &[&str]) -> Scratch {
         for ip in ips {
             self.add_host_address(ip.parse().unwrap());
         }
@@ -81,7 +81,7 @@ impl Scratch {
     }
 
     /// The namespace's `net.ipv4.conf.all.route_localnet` (`0` or `1`).
-    pub fn route_localnet(&self) -> String {
+    pub(crate) fn route_localnet(&self) -> String {
         let read = self.0.run(|| std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet"));
         read.expect("a thread in the scratch namespace").expect("reading route_localnet").trim().to_string()
     }
@@ -101,7 +101,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// A second load-balancer IP (203.0.113.12) on the fixture's `lb` Service: the node's own
 /// traffic must be admitted on each VIP (kubernetes PR #109826).
-pub fn add_second_lb_ip(cluster: &mut crate::model::Cluster) {
+pub(crate) fn add_second_lb_ip(cluster: &mut crate::model::Cluster) {
     let lb = cluster.services.iter_mut().find(|s| s.name == "lb").expect("the fixture's lb Service");
     lb.load_balancer_ips.push("203.0.113.12".parse().unwrap());
 }
@@ -109,7 +109,7 @@ pub fn add_second_lb_ip(cluster: &mut crate::model::Cluster) {
 /// Puts node-a in zone-a and node-b in zone-b, and adds two Services with the topology
 /// annotation: `zoned`, one endpoint on each node hinted for its node's zone, and
 /// `zoned-partial`, the same with node-b's endpoint unhinted (so kube-proxy ignores hints).
-pub fn add_zoned_services(cluster: &mut crate::model::Cluster) {
+pub(crate) fn add_zoned_services(cluster: &mut crate::model::Cluster) {
     for (node, zone) in [("node-a", "zone-a"), ("node-b", "zone-b")] {
         if let Some(n) = cluster.nodes.iter_mut().find(|n| n.name == node) {
             n.zone = Some(zone.into());

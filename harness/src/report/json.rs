@@ -54,7 +54,7 @@ pub(crate) struct Probe {
 
 impl Probe {
     /// `the Kubernetes contract` or `kube-proxy-ipvs's choice`, as [`Basis`] shows itself.
-    pub fn basis(&self) -> String {
+    pub(crate) fn basis(&self) -> String {
         match self.required_by.as_str() {
             CONTRACT => Basis::Contract.to_string(),
             profile => format!("{profile}'s choice"),

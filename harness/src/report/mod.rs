@@ -26,7 +26,7 @@ pub fn scenario_line(report: &ScenarioReport) -> String {
 }
 
 /// [`scenario_line`] with its status word coloured by `paint`.
-pub fn scenario_line_painted(report: &ScenarioReport, paint: Paint) -> String {
+pub(crate) fn scenario_line_painted(report: &ScenarioReport, paint: Paint) -> String {
     let (status, detail) = match &report.outcome {
         Outcome::Skipped(reason) => ("SKIP", format!("skipped: {reason}")),
         Outcome::ProxyFailed(reason) => ("FAIL", format!("the proxy failed: {reason}")),
@@ -77,7 +77,7 @@ pub fn flow_table(cluster: &Cluster, verdicts: &[ProbeVerdict]) -> String {
 }
 
 /// [`flow_table`] with `ok`/`FAIL` and the reasons of failures coloured by `paint`.
-pub fn flow_table_painted(cluster: &Cluster, verdicts: &[ProbeVerdict], paint: Paint) -> String {
+pub(crate) fn flow_table_painted(cluster: &Cluster, verdicts: &[ProbeVerdict], paint: Paint) -> String {
     let header = ["", "probe", "from", "to", "expected", "observed"];
     let rows: Vec<[String; 6]> = verdicts
         .iter()
@@ -175,7 +175,7 @@ pub(crate) fn expected(outcome: &Expected) -> String {
 
 /// The closing line CI systems read: `N passed, N failed, N skipped, N errors`, the same four
 /// counts as the JSON report's summary (an error is a scenario that could not be set up).
-pub fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String {
+pub(crate) fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String {
     let passed = reports.iter().filter(|r| r.passed()).count();
     let skipped = reports.iter().filter(|r| matches!(r.outcome, Outcome::Skipped(_))).count();
     let failed = reports.iter().filter(|r| r.failed()).count();

@@ -16,12 +16,13 @@ pub struct Paint {
 }
 
 impl Paint {
-    pub const PLAIN: Paint = Paint { on: false };
-    pub const COLOUR: Paint = Paint { on: true };
+    pub(crate) const PLAIN: Paint = Paint { on: false };
+    #[cfg(test)]
+    pub(crate) const COLOUR: Paint = Paint { on: true };
 
     /// `--color auto|always|never` for stdout: `auto` colours only a terminal that supports it,
     /// and never when `NO_COLOR` is set (anstream reads the environment the way clap and cargo do).
-    pub fn for_stdout(choice: clap::ColorChoice) -> Paint {
+    pub(crate) fn for_stdout(choice: clap::ColorChoice) -> Paint {
         let on = match choice {
             clap::ColorChoice::Always => true,
             clap::ColorChoice::Never => false,
@@ -32,7 +33,7 @@ impl Paint {
         Paint { on }
     }
 
-    pub fn is_on(self) -> bool {
+    pub(crate) fn is_on(self) -> bool {
         self.on
     }
 
@@ -49,7 +50,7 @@ impl Paint {
     }
 
     /// A line that explains a failure: red, but not shouting.
-    pub fn failure_detail(self, text: &str) -> String {
+    pub(crate) fn failure_detail(self, text: &str) -> String {
         self.styled(AnsiColor::Red.on_default(), text)
     }
 

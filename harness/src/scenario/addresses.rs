@@ -15,7 +15,7 @@ pub(crate) struct Addresses {
 
 impl Addresses {
     /// Records `ip` as `owner`'s (e.g. `node node-a`); reports it at `path` if already taken.
-    pub fn claim(
+    pub(crate) fn claim(
         &mut self,
         ip: IpAddr,
         owner: String,
@@ -32,17 +32,17 @@ impl Addresses {
     }
 
     /// Records `ip` as a node's secondary address (claimed with [`Addresses::claim`]).
-    pub fn mark_secondary(&mut self, ip: IpAddr) {
+    pub(crate) fn mark_secondary(&mut self, ip: IpAddr) {
         self.secondary.insert(ip);
     }
 
     /// Whether `ip` is a node's secondary address.
-    pub fn is_secondary(&self, ip: IpAddr) -> bool {
+    pub(crate) fn is_secondary(&self, ip: IpAddr) -> bool {
         self.secondary.contains(&ip)
     }
 
     /// Who `ip` was assigned to, e.g. `node node-a`, if anyone.
-    pub fn owner(&self, ip: IpAddr) -> Option<&str> {
+    pub(crate) fn owner(&self, ip: IpAddr) -> Option<&str> {
         self.owners.get(&ip).map(String::as_str)
     }
 }

@@ -46,7 +46,7 @@ impl Claims {
     }
 
     /// `port`/`protocol` on every node, for `owner` (e.g. `Service default/web`).
-    pub fn node_port(&mut self, port: u16, protocol: Protocol, owner: &str) -> Result<(), String> {
+    pub(crate) fn node_port(&mut self, port: u16, protocol: Protocol, owner: &str) -> Result<(), String> {
         self.in_range(port)?;
         if let Some(first) = self.health_checks.get(&port) {
             return Err(format!("node port {port}/{protocol} is already the healthCheckNodePort of {first}"));
@@ -60,7 +60,7 @@ impl Claims {
 
     /// A health-check node port: TCP, but unique against node ports of every protocol, as the
     /// API server allocates them from one range.
-    pub fn health_check(&mut self, port: u16, owner: &str) -> Result<(), String> {
+    pub(crate) fn health_check(&mut self, port: u16, owner: &str) -> Result<(), String> {
         self.in_range(port)?;
         let node_port = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
             .into_iter()

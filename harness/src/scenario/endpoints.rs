@@ -186,7 +186,9 @@ fn read_slice(
         .collect();
     let mut endpoints = Vec::new();
     for (i, ep) in s.object.endpoints.iter().enumerate() {
-        if let Some(ep) = read_endpoint(site, &FieldPath::parse("endpoints").index(i), ep, &ports, cx, owners, diag) {
+        if let Some(ep) =
+            read_endpoint(site, &FieldPath::parse("endpoints").index(i), ep, &ports, cx, owners, diag)
+        {
             endpoints.push(ep);
         }
     }
@@ -315,7 +317,15 @@ fn read_endpoint(
             c.and_then(|c| c.terminating),
         );
         let node = node_name.cloned();
-        return Some(SliceEndpoint { ip, ready, serving, terminating, node, pod: owner.to_string(), zone_hints });
+        return Some(SliceEndpoint {
+            ip,
+            ready,
+            serving,
+            terminating,
+            node,
+            pod: owner.to_string(),
+            zone_hints,
+        });
     }
     let pod = pod_at(site, &addr_path, ip, cx.pods, diag)?;
     // Locality is nodeName alone, as kube-proxy reads it (pkg/proxy/endpointslicecache.go:

@@ -116,7 +116,7 @@ impl Diagnostics {
         &self.file
     }
 
-    pub fn source_dir(&self) -> &std::path::Path {
+    pub(crate) fn source_dir(&self) -> &std::path::Path {
         crate::model::folder_of(&self.file)
     }
 
@@ -129,7 +129,7 @@ impl Diagnostics {
     }
 
     /// The errors; of those about an address of the other family, only the first in the file.
-    pub fn into_errors(mut self) -> ScenarioErrors {
+    pub(crate) fn into_errors(mut self) -> ScenarioErrors {
         let mut dual_stack = std::mem::take(&mut self.families.reported);
         dual_stack.sort_by_key(|&i| (self.errors[i].line, self.errors[i].column));
         let later: HashSet<usize> = dual_stack.into_iter().skip(1).collect();

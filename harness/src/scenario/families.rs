@@ -41,7 +41,13 @@ pub(crate) struct Families {
 impl Families {
     /// Whether `family`, of the value `shown` in `field` on `line`, is the scenario's: `Ok`,
     /// or the message for a value of the other family.
-    pub fn admit(&mut self, field: String, line: usize, family: IpFamily, shown: &str) -> Result<(), String> {
+    pub(crate) fn admit(
+        &mut self,
+        field: String,
+        line: usize,
+        family: IpFamily,
+        shown: &str,
+    ) -> Result<(), String> {
         if self.dual {
             return Ok(());
         }
@@ -62,7 +68,7 @@ impl Families {
 
 impl Families {
     /// The cluster is dual-stack: from here on, addresses of either family are admitted.
-    pub fn set_dual(&mut self) {
+    pub(crate) fn set_dual(&mut self) {
         self.dual = true;
     }
 }
@@ -70,7 +76,13 @@ impl Families {
 impl Diagnostics {
     /// Whether a value of `family` (`shown`: the address, CIDR or family name) at `path` may
     /// be in this scenario; reports the first that may not.
-    pub fn one_family(&mut self, site: &Site<'_>, path: &FieldPath, family: IpFamily, shown: &str) -> bool {
+    pub(crate) fn one_family(
+        &mut self,
+        site: &Site<'_>,
+        path: &FieldPath,
+        family: IpFamily,
+        shown: &str,
+    ) -> bool {
         let line = site.doc.value_pos(path).line;
         match self.families.admit(site.field(path), line, family, shown) {
             Ok(()) => true,
@@ -83,12 +95,12 @@ impl Diagnostics {
     }
 
     /// [`Diagnostics::one_family`] for an address.
-    pub fn ip_family(&mut self, site: &Site<'_>, path: &FieldPath, ip: IpAddr) -> bool {
+    pub(crate) fn ip_family(&mut self, site: &Site<'_>, path: &FieldPath, ip: IpAddr) -> bool {
         self.one_family(site, path, IpFamily::of(ip), &ip.to_string())
     }
 
     /// [`Diagnostics::one_family`] for a CIDR.
-    pub fn net_family(&mut self, site: &Site<'_>, path: &FieldPath, net: &IpNet) -> bool {
+    pub(crate) fn net_family(&mut self, site: &Site<'_>, path: &FieldPath, net: &IpNet) -> bool {
         self.one_family(site, path, IpFamily::of_net(net), &net.to_string())
     }
 }

@@ -134,7 +134,7 @@ pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// [`discover`], keeping going: the files found, and a line for each path that was not.
-pub fn discover_each(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
+pub(crate) fn discover_each(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
     let mut out = Vec::new();
     let mut bad = Vec::new();
     for path in paths {

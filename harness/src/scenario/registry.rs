@@ -57,7 +57,7 @@ impl<T> Registry<T> {
     }
 
     /// Inserts, reporting a duplicate name at `path` of `site`.
-    pub fn define(
+    pub(crate) fn define(
         &mut self,
         name: &str,
         value: Option<T>,
@@ -80,16 +80,16 @@ impl<T> Registry<T> {
     }
 
     /// Some definition could not be read (see [`Registry::mark_incomplete`]).
-    pub fn is_incomplete(&self) -> bool {
+    pub(crate) fn is_incomplete(&self) -> bool {
         self.incomplete
     }
 
-    pub fn mark_incomplete(&mut self) {
+    pub(crate) fn mark_incomplete(&mut self) {
         self.incomplete = true;
     }
 
     /// `name` may be defined by a document that could not be read: don't report it as unknown.
-    pub fn tolerate(&mut self, name: Option<&str>) {
+    pub(crate) fn tolerate(&mut self, name: Option<&str>) {
         match name {
             Some(name) => {
                 self.tolerated.insert(name.to_string());
@@ -127,11 +127,11 @@ impl<T> Registry<T> {
 
     /// Says why `name`, which the file has but this registry does not define, is absent: a
     /// reference to it is told that rather than the known names.
-    pub fn note(&mut self, name: &str, why: String) {
+    pub(crate) fn note(&mut self, name: &str, why: String) {
         self.notes.insert(name.to_string(), why);
     }
 
-    pub fn missing_message(&self, name: &str) -> String {
+    pub(crate) fn missing_message(&self, name: &str) -> String {
         if let Some(why) = self.notes.get(name) {
             return format!("{} {name:?} {why}", self.what);
         }
@@ -139,7 +139,7 @@ impl<T> Registry<T> {
     }
 
     /// Every name with where it is defined, in file order.
-    pub fn names_with_places(&self) -> impl Iterator<Item = (&str, Pos)> {
+    pub(crate) fn names_with_places(&self) -> impl Iterator<Item = (&str, Pos)> {
         self.entries.iter().map(|e| (e.name.as_str(), e.defined_at))
     }
 
@@ -157,7 +157,7 @@ impl<T> Registry<T> {
         self.entries.iter().filter_map(|e| e.value.as_ref())
     }
 
-    pub fn into_values(self) -> impl Iterator<Item = T> {
+    pub(crate) fn into_values(self) -> impl Iterator<Item = T> {
         self.entries.into_iter().filter_map(|e| e.value)
     }
 }

@@ -50,12 +50,12 @@ impl Networks {
         }
     }
 
-    pub fn is_dual(&self) -> bool {
+    pub(crate) fn is_dual(&self) -> bool {
         self.second.is_some()
     }
 
     /// The model's second family, when every network of it is valid.
-    pub fn second_family(&self) -> Option<Option<SecondFamily>> {
+    pub(crate) fn second_family(&self) -> Option<Option<SecondFamily>> {
         match &self.second {
             None => Some(None),
             Some(s) => Some(Some(SecondFamily {

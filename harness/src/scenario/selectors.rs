@@ -26,7 +26,7 @@ impl<'p, T> ByLabel<'p, T> {
 
     /// The items of `namespace` with every label of `selector`, in order; an empty selector
     /// picks nothing (a Service without one selects no pods).
-    pub fn selected<'s>(
+    pub(crate) fn selected<'s>(
         &'s self,
         namespace: &str,
         selector: &'s BTreeMap<String, String>,

@@ -94,7 +94,7 @@ impl OneOrTwo {
         }
     }
 
-    pub fn is_list(&self) -> bool {
+    pub(crate) fn is_list(&self) -> bool {
         matches!(self, OneOrTwo::List(_))
     }
 }

@@ -143,8 +143,10 @@ fn assemble<'a>(
         Context { services: &services, pods: &pods, nodes: &doc.nodes, external_hosts: &doc.external_hosts };
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
     let mut derived = Vec::new();
-    let host_network_pods = ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
-    let pods_by_label = ByLabel::new(pods.registry.values().map(|p| (p, p.pod.namespace.as_str(), &p.pod.labels)));
+    let host_network_pods =
+        ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
+    let pods_by_label =
+        ByLabel::new(pods.registry.values().map(|p| (p, p.pod.namespace.as_str(), &p.pod.labels)));
     for e in services.values().filter(|e| !given.services_with_slices.contains(&e.service.name)) {
         if !host_network::refuse_derived(e, &host_network_pods, diag) {
             derived.extend(derive::derive(e, &pods_by_label, &doc.nodes, diag));

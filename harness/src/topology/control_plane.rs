@@ -55,7 +55,7 @@ impl Drop for ControlPlane {
 
 /// The highest host address of the node network that no node (primary or secondary address)
 /// and no external host has.
-pub fn unused_address(cluster: &Cluster) -> Option<IpAddr> {
+pub(crate) fn unused_address(cluster: &Cluster) -> Option<IpAddr> {
     let used: Vec<IpAddr> = cluster
         .nodes
         .iter()

@@ -9,7 +9,7 @@
 //! Links are created inside harness namespaces only (a veth is made in one namespace with its
 //! peer placed straight into the other), so the machine's own namespace never changes.
 
-pub mod control_plane;
+pub(crate) mod control_plane;
 pub mod existing;
 pub(crate) mod journal;
 pub(crate) mod links;
@@ -32,7 +32,7 @@ pub use netns::Netns;
 
 /// Removes what runs no longer alive left behind (every run's with `include_live`): their
 /// namespaces, and their additions to existing nodes. Returns what was removed, for the user.
-pub fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {
+pub(crate) fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {
     let namespaces = netns::cleanup(include_live)?.into_iter().map(|name| format!("namespace {name}"));
     let additions =
         existing::undo_orphans(include_live, delete)?.into_iter().map(|j| format!("the additions of {j}"));
@@ -226,7 +226,7 @@ impl Topology {
     }
 
     /// The namespace a probe source sends from.
-    pub fn source_netns(&self, source: &Source) -> Result<&Netns> {
+    pub(crate) fn source_netns(&self, source: &Source) -> Result<&Netns> {
         match source {
             Source::Pod(name) => self.pods.get(name).with_context(|| format!("no namespace for pod {name}")),
             Source::Node(name) => Ok(&self.node(name)?.netns),

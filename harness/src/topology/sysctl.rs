@@ -32,7 +32,7 @@ pub(crate) const EVERY_NAMESPACE: &[(&str, &str)] = &[
 ];
 
 /// Before any link but loopback exists in the node's namespace.
-pub fn node_defaults(ns: &Netns) -> Result<()> {
+pub(crate) fn node_defaults(ns: &Netns) -> Result<()> {
     for (key, value) in NODE_SETTINGS.iter().chain(EVERY_NAMESPACE) {
         write(ns, key, value)?;
     }
@@ -40,7 +40,7 @@ pub fn node_defaults(ns: &Netns) -> Result<()> {
 }
 
 /// Pods, external hosts and the node network: the settings of every namespace.
-pub fn host_defaults(ns: &Netns) -> Result<()> {
+pub(crate) fn host_defaults(ns: &Netns) -> Result<()> {
     for (key, value) in EVERY_NAMESPACE {
         write(ns, key, value)?;
     }

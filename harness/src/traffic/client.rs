@@ -173,7 +173,7 @@ impl Prober {
     }
 
     /// A bare connect-and-read with no classification, for benchmarks.
-    pub fn raw_tcp_round_trip(&self, dst: SocketAddr) -> Result<std::io::Result<usize>> {
+    pub(crate) fn raw_tcp_round_trip(&self, dst: SocketAddr) -> Result<std::io::Result<usize>> {
         let timeout = self.timeout;
         self.thread.run(move || {
             let mut stream = std::net::TcpStream::connect_timeout(&dst, timeout)?;

@@ -2,9 +2,9 @@
 //! that sends probes from a source namespace and classifies what came back.
 
 pub mod client;
-pub mod handmade;
+pub(crate) mod handmade;
 pub mod held;
-pub mod out_of_window;
+pub(crate) mod out_of_window;
 pub mod reply;
 mod sctp;
 pub mod server;

@@ -101,7 +101,7 @@ impl OutOfWindow {
     /// What a client's capture (`frames`, taken since the segment was sent) says of it: the
     /// segment arriving from the pod's own address (un-translated), and the RST the client's
     /// stack sent back.
-    pub fn witnessed(&self, frames: &[Frame], client_port: u16) -> String {
+    pub(crate) fn witnessed(&self, frames: &[Frame], client_port: u16) -> String {
         let from = SocketAddr::V4(self.from);
         let packets = || frames.iter().filter_map(|f| f.packet.as_ref().map(|p| (f, p)));
         let arrived = packets().any(|(f, p)| {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 const MAGIC: &str = "packetproof";
 
 /// `packetproof pod=<name> saw=<ip:port>\n`
-pub fn encode(pod: &str, peer: SocketAddr) -> String {
+pub(crate) fn encode(pod: &str, peer: SocketAddr) -> String {
     format!("{MAGIC} pod={pod} saw={peer}\n")
 }
 
@@ -56,7 +56,7 @@ pub fn parse(text: &str) -> Option<Answer> {
 }
 
 /// The pod name and the source it saw, or `None` for anything else.
-pub fn decode(text: &str) -> Option<(String, SocketAddr)> {
+pub(crate) fn decode(text: &str) -> Option<(String, SocketAddr)> {
     parse(text).map(|a| (a.pod, a.seen))
 }
 

@@ -21,7 +21,7 @@ pub struct Stuck(BTreeMap<(Source, SocketAddr), String>);
 impl Stuck {
     /// Checks `verdicts` (one phase's, `phase` its step name) against the backends clients
     /// stuck to in earlier phases, then remembers where they are now.
-    pub fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
+    pub(crate) fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
         for v in verdicts.iter_mut() {
             let Outcome::Answered { backends, spread: Spread::Sticky, .. } = &v.expected.outcome else {
                 continue;

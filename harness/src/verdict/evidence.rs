@@ -58,7 +58,7 @@ impl Evidence {
 }
 
 /// Where a probe's source captures what comes back to it.
-pub fn client_capture_points(probe: &Probe) -> Vec<String> {
+pub(crate) fn client_capture_points(probe: &Probe) -> Vec<String> {
     match &probe.from {
         crate::model::Source::Pod(p) => vec![format!("pod/{p}")],
         crate::model::Source::External(h) => vec![format!("external/{h}")],

@@ -33,7 +33,7 @@ impl ProbeVerdict {
     }
 
     /// One line summarising the attempts, e.g. `40/40 answered: coredns-a 19, coredns-b 21; saw 10.244.1.20`.
-    pub fn observed_summary(&self) -> String {
+    pub(crate) fn observed_summary(&self) -> String {
         summarize(&self.observed)
     }
 }
@@ -198,7 +198,7 @@ fn reason(attempt: &Attempt) -> String {
 /// Bounds `[low, high]` on one backend's count out of `n` answers spread uniformly over `k`
 /// backends, such that the chance any backend falls outside is at most `rate` (Bonferroni over
 /// `k` backends, split evenly between the two tails; exact binomial tails).
-pub fn share_bounds(n: u64, k: u64, rate: f64) -> (u64, u64) {
+pub(crate) fn share_bounds(n: u64, k: u64, rate: f64) -> (u64, u64) {
     let p = 1.0 / k as f64;
     let tail = rate / (2.0 * k as f64);
     let pmf: Vec<f64> = (0..=n).map(|x| binomial_pmf(n, x, p)).collect();
@@ -227,7 +227,7 @@ fn ln_factorial(n: u64) -> f64 {
 }
 
 /// `40/40 answered: a 19, b 21; saw 10.244.1.20` or `3/3 refused` or mixes of both.
-pub fn summarize(observed: &[Attempt]) -> String {
+pub(crate) fn summarize(observed: &[Attempt]) -> String {
     let total = observed.len();
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
     let mut by_pod: BTreeMap<&str, usize> = BTreeMap::new();

@@ -44,7 +44,7 @@ impl Template {
         Template::from_words(text.split_whitespace().map(str::to_string).collect())
     }
 
-    pub fn from_words(words: Vec<String>) -> Result<Template> {
+    pub(crate) fn from_words(words: Vec<String>) -> Result<Template> {
         if words.is_empty() {
             bail!("the proxy command is empty");
         }
@@ -73,7 +73,7 @@ impl Template {
     }
 
     /// The command line for one node: program first.
-    pub fn expand(&self, v: &Vars) -> Result<Vec<String>> {
+    pub(crate) fn expand(&self, v: &Vars) -> Result<Vec<String>> {
         if self.uses("{healthzPort}") && v.healthz_port.is_none() {
             bail!("the proxy command uses {{healthzPort}} but no healthz port is configured");
         }

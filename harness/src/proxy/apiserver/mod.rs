@@ -54,9 +54,9 @@ pub const REFERENCE_NFTABLES: &str = "reference-proxy-nftables";
 /// The API server's port on the control-plane host (the namespace is ours alone).
 const API_PORT: u16 = 6443;
 /// kube-proxy's default healthz port.
-pub const DEFAULT_HEALTHZ_PORT: u16 = 10256;
+pub(crate) const DEFAULT_HEALTHZ_PORT: u16 = 10256;
 /// kube-proxy's default metrics port (on 127.0.0.1 of each node).
-pub const DEFAULT_METRICS_PORT: u16 = 10249;
+pub(crate) const DEFAULT_METRICS_PORT: u16 = 10249;
 /// kube-proxy waits up to ~30 s for its Node before falling back; a first sync takes 1-2 s.
 const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// Without sync metrics: rules unchanged this long count as applied (kube-proxy's default
@@ -170,7 +170,7 @@ impl ApiServerProxy {
     /// A reference proxy from scenario or command-line options: only `flags`, a list of
     /// further `reference-proxy` flags (e.g. `["--no-conntrack-cleanup"]`, a broken build for
     /// `packetproof diff` or mutant tests).
-    pub fn reference_from_options(mode: &str, options: &Value) -> Result<Self> {
+    pub(crate) fn reference_from_options(mode: &str, options: &Value) -> Result<Self> {
         let mut flags = Vec::new();
         for (key, value) in options.as_object().into_iter().flatten() {
             match (key.as_str(), value) {
@@ -188,7 +188,7 @@ impl ApiServerProxy {
 
     /// [`ApiServerProxy::reference`] with further flags, e.g. `--no-conntrack-cleanup` (a
     /// deliberately broken proxy for mutant tests); the name says which.
-    pub fn reference_with_flags(mode: &str, flags: &[&str]) -> Result<Self> {
+    pub(crate) fn reference_with_flags(mode: &str, flags: &[&str]) -> Result<Self> {
         let bin = match std::env::var_os("PACKETPROOF_BIN") {
             Some(b) => PathBuf::from(b),
             None => std::env::current_exe().context("finding this executable for reference-proxy")?,
@@ -267,7 +267,7 @@ fn feature_gates(value: &Value) -> Result<Map<String, Value>> {
 }
 
 /// The cluster's proxy configuration as kube-proxy flags (`{proxyFlags}`).
-pub fn proxy_flags(cluster: &Cluster) -> Vec<String> {
+pub(crate) fn proxy_flags(cluster: &Cluster) -> Vec<String> {
     let mut flags = Vec::new();
     if cluster.proxy.masquerade_all {
         flags.push("--masquerade-all".to_string());

@@ -41,7 +41,7 @@ pub fn node_object(node: &Node) -> Value {
 /// named `kubernetes`, the range's CIDRs, condition Ready). kube-proxy's nftables mode drops
 /// traffic to unallocated addresses inside these (pkg/proxy/nftables/proxier.go
 /// OnServiceCIDRsChanged), and reads them only behind the same gate.
-pub fn service_cidr_object(cluster: &Cluster) -> Value {
+pub(crate) fn service_cidr_object(cluster: &Cluster) -> Value {
     let mut cidrs = vec![cluster.service_cidr.to_string()];
     if let Some(second) = &cluster.second_family {
         cidrs.push(second.service_cidr.to_string());
@@ -80,7 +80,7 @@ pub fn push(store: &Store, state: &State<'_>) -> Result<usize> {
 /// kube-proxy's metaproxier dispatches them (pkg/proxy/metaproxier/meta_proxier.go): a Service
 /// to the families of its cluster IPs, an EndpointSlice to its address type, a Node to both.
 /// Objects kube-proxy's label selector leaves out reach none.
-pub fn families_reached(store: &Store, resource_version: u64) -> Result<Families> {
+pub(crate) fn families_reached(store: &Store, resource_version: u64) -> Result<Families> {
     let labels = Selector::parse(PROXY_LABEL_SELECTOR)?;
     let fields = Selector::parse("")?;
     let mut families = Families::default();

@@ -34,7 +34,7 @@ pub fn http_get(netns: &Netns, addr: SocketAddr, path: &str) -> Result<String> {
 
 /// Polls the proxy's `/metrics` at `addr` until `judge` finds the push applied. `alive` says
 /// whether the proxy is still running (a dead one never syncs: fail at once).
-pub fn wait_metrics(
+pub(crate) fn wait_metrics(
     netns: &Netns,
     addr: SocketAddr,
     mut judge: SyncJudge,
@@ -73,7 +73,7 @@ pub fn wait_metrics(
 /// For proxies without healthz: polls `dump` until it has moved away from `baseline` (the
 /// rules before the change) and then stayed the same for `quiet`. A change need not touch a
 /// node's rules: with `unchanged_after`, rules that never move count as applied after it.
-pub fn wait_stable(
+pub(crate) fn wait_stable(
     baseline: &str,
     quiet: Duration,
     unchanged_after: Option<Duration>,
@@ -106,7 +106,7 @@ pub fn wait_stable(
 
 /// A rule dump without packet and byte counters (`:CHAIN ACCEPT [3:180]`, `counter packets 3
 /// bytes 180`), which traffic changes while the rules stay the same.
-pub fn without_counters(dump: &str) -> String {
+pub(crate) fn without_counters(dump: &str) -> String {
     let mut out = String::new();
     for line in dump.lines() {
         let line = match line.rfind(" [") {

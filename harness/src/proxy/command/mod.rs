@@ -44,7 +44,7 @@
 //! files can carry adapter options.
 
 pub mod process;
-pub mod state_file;
+pub(crate) mod state_file;
 pub mod template;
 
 use std::collections::BTreeMap;
@@ -165,7 +165,7 @@ impl CommandProxy {
 }
 
 /// `<dir>/proxies/<stem>.json` for the scenario file `<dir>/<stem>.yaml`.
-pub fn conventional_options(source: &Path) -> PathBuf {
+pub(crate) fn conventional_options(source: &Path) -> PathBuf {
     let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     crate::model::folder_of(source).join("proxies").join(format!("{stem}.json"))
 }

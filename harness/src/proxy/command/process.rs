@@ -64,7 +64,7 @@ impl Process {
     }
 
     /// Waits for it to exit, up to `timeout`; `None` when it is still running then.
-    pub fn wait_for(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
+    pub(crate) fn wait_for(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exited()? {
@@ -111,7 +111,7 @@ impl Process {
     }
 
     /// The end of its stderr, for an error message.
-    pub fn stderr_tail(&self) -> String {
+    pub(crate) fn stderr_tail(&self) -> String {
         tail(&self.stderr)
     }
 }

@@ -14,7 +14,7 @@ use crate::model::{Cluster, Node, Objects};
 
 /// The `List` document, with `metadata.resourceVersion` = `generation` (1 at start, +1 on
 /// every update) so that a program can report which state it applied.
-pub fn render(cluster: &Cluster, objects: &Objects, generation: u64) -> Result<Vec<u8>> {
+pub(crate) fn render(cluster: &Cluster, objects: &Objects, generation: u64) -> Result<Vec<u8>> {
     let mut items: Vec<Value> = Vec::new();
     for node in &cluster.nodes {
         items.push(serde_json::to_value(node_object(node)).context("serializing a Node")?);
@@ -74,7 +74,7 @@ pub fn node_object(node: &Node) -> K8sNode {
 
 /// Replaces `path` with `contents` in one step (a rename), so a program that watches the file
 /// never reads half of it.
-pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
+pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))

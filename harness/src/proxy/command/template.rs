@@ -33,7 +33,7 @@ impl Template {
     }
 
     /// The argv with every placeholder replaced by its value in `vars`.
-    pub fn render(&self, vars: &BTreeMap<&str, String>) -> Result<Vec<String>> {
+    pub(crate) fn render(&self, vars: &BTreeMap<&str, String>) -> Result<Vec<String>> {
         self.args.iter().map(|a| fill(a, vars)).collect()
     }
 

@@ -37,7 +37,7 @@ use crate::model::{
 use crate::proxy::node_ports::{NodePortAddresses, localhost_node_ports};
 
 /// The mark that asks `KUBE-POSTROUTING` to masquerade (kube-proxy's default bit 14).
-pub const MASQ_MARK: &str = "0x4000";
+pub(crate) const MASQ_MARK: &str = "0x4000";
 const MASQ_MARK_MASK: &str = "0x4000/0x4000";
 
 const SERVICES: &str = "KUBE-SERVICES";
@@ -58,7 +58,7 @@ pub fn node_rules(cluster: &Cluster, node: &str) -> RuleSet {
 }
 
 /// [`node_rules`] with `deviations` switched on.
-pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations) -> RuleSet {
+pub(crate) fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations) -> RuleSet {
     let family = cluster.ip_family();
     let mut rules = RuleSet::default();
     write_chains(&mut rules);
@@ -168,7 +168,7 @@ fn write_masquerade(n: &mut Table) {
 
 /// The jump to `KUBE-NODEPORTS` for every local address (no `--nodeport-addresses`), which
 /// keeps out 127.0.0.0/8 when localhost node ports are off, and `::1` always for IPv6.
-pub fn node_ports_jump_all(localhost: bool, family: IpFamily) -> Vec<String> {
+pub(crate) fn node_ports_jump_all(localhost: bool, family: IpFamily) -> Vec<String> {
     let mut rule = match family {
         IpFamily::V6 => args!["!", "-d", "::1/128"],
         IpFamily::V4 if !localhost => args!["!", "-d", "127.0.0.0/8"],

@@ -4,14 +4,15 @@
 
 /// The `--probability` kube-proxy writes when `remaining` endpoints are left, i.e. `1/remaining`
 /// with ten decimals (`computeProbability`: `fmt.Sprintf("%0.10f", 1.0/float64(n))`).
-pub fn probability(remaining: usize) -> String {
+pub(crate) fn probability(remaining: usize) -> String {
     format!("{:.10}", 1.0 / remaining as f64)
 }
 
 /// What `iptables-save` prints for a `--probability` that was loaded as `written`: the kernel
 /// keeps `round(p * 2^31)` and `libxt_statistic` prints it back with eleven decimals, so
 /// `0.5000000000` comes back as `0.50000000000` and `0.1428571429` as `0.14285714272`.
-pub fn saved_probability(written: &str) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn saved_probability(written: &str) -> Option<String> {
     let p: f64 = written.parse().ok()?;
     let scale = f64::from(0x8000_0000u32);
     let stored = (p * scale).round();

@@ -7,8 +7,8 @@
 //! what kube-proxy does besides rules: `route_localnet` for localhost node ports, and the
 //! health check servers of `externalTrafficPolicy: Local` load balancers.
 
-pub mod generate;
-pub mod ladder;
+pub(crate) mod generate;
+pub(crate) mod ladder;
 mod load;
 pub mod mutants;
 pub mod naming;
@@ -40,7 +40,7 @@ pub struct BuiltinIptables {
 }
 
 /// The rules for `node`, with `mutant` applied.
-pub fn node_ruleset(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> RuleSet {
+pub(crate) fn node_ruleset(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> RuleSet {
     let misread = mutant.and_then(|m| m.misread(cluster));
     let cluster = misread.as_ref().unwrap_or(cluster);
     let deviations = mutant.map(Mutant::deviations).unwrap_or_default();

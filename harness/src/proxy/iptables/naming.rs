@@ -20,34 +20,34 @@ fn hash16(input: &str) -> String {
 }
 
 /// kube-proxy's `portProtoHash`: the part shared by the SVC, SVL, EXT and FW chains of a port.
-pub fn port_proto_hash(svc_port_name: &str, protocol: Protocol) -> String {
+pub(crate) fn port_proto_hash(svc_port_name: &str, protocol: Protocol) -> String {
     hash16(&format!("{svc_port_name}{}", protocol.as_lower()))
 }
 
 /// `KUBE-SVC-…`: load-balances over the endpoints used with Cluster traffic policy.
-pub fn svc_chain(svc_port_name: &str, protocol: Protocol) -> String {
+pub(crate) fn svc_chain(svc_port_name: &str, protocol: Protocol) -> String {
     format!("KUBE-SVC-{}", port_proto_hash(svc_port_name, protocol))
 }
 
 /// `KUBE-SVL-…`: load-balances over this node's endpoints, for Local traffic policy.
-pub fn svl_chain(svc_port_name: &str, protocol: Protocol) -> String {
+pub(crate) fn svl_chain(svc_port_name: &str, protocol: Protocol) -> String {
     format!("KUBE-SVL-{}", port_proto_hash(svc_port_name, protocol))
 }
 
 /// `KUBE-EXT-…`: where traffic to external destinations (node ports, external IPs, LB IPs)
 /// goes first.
-pub fn ext_chain(svc_port_name: &str, protocol: Protocol) -> String {
+pub(crate) fn ext_chain(svc_port_name: &str, protocol: Protocol) -> String {
     format!("KUBE-EXT-{}", port_proto_hash(svc_port_name, protocol))
 }
 
 /// `KUBE-FW-…`: `loadBalancerSourceRanges` filtering in front of `KUBE-EXT-…` for LB IPs.
-pub fn fw_chain(svc_port_name: &str, protocol: Protocol) -> String {
+pub(crate) fn fw_chain(svc_port_name: &str, protocol: Protocol) -> String {
     format!("KUBE-FW-{}", port_proto_hash(svc_port_name, protocol))
 }
 
 /// `KUBE-SEP-…`: the DNAT to one endpoint. The endpoint is hashed as `ip:port`
 /// (`[ip]:port` for IPv6, as Go's `net.JoinHostPort` writes it).
-pub fn sep_chain(svc_port_name: &str, protocol: Protocol, endpoint: SocketAddr) -> String {
+pub(crate) fn sep_chain(svc_port_name: &str, protocol: Protocol, endpoint: SocketAddr) -> String {
     format!("KUBE-SEP-{}", hash16(&format!("{svc_port_name}{}{endpoint}", protocol.as_lower())))
 }
 

@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+#[cfg(test)]
 use super::ladder;
 
 /// Builds a rule's argument list from string-like values: `args!["-j", chain]`.
@@ -55,7 +56,7 @@ pub struct Rule {
 
 impl Rule {
     /// The token after the first `flag`, e.g. `value_of("-j")` is the target.
-    pub fn value_of(&self, flag: &str) -> Option<&str> {
+    pub(crate) fn value_of(&self, flag: &str) -> Option<&str> {
         let at = self.args.iter().position(|a| a == flag)?;
         self.args.get(at + 1).map(String::as_str)
     }
@@ -73,7 +74,7 @@ impl Rule {
     }
 
     /// Replaces the token after `flag`; false when the rule has no `flag`.
-    pub fn set_value(&mut self, flag: &str, value: &str) -> bool {
+    pub(crate) fn set_value(&mut self, flag: &str, value: &str) -> bool {
         match self.args.iter().position(|a| a == flag) {
             Some(at) if at + 1 < self.args.len() => {
                 self.args[at + 1] = value.to_string();
@@ -89,7 +90,8 @@ impl Rule {
     }
 
     /// The line as `iptables-save` prints it back (probabilities at the kernel's precision).
-    pub fn saved_line(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn saved_line(&self) -> String {
         self.line_with(|flag, token| match flag {
             Some("--probability") => ladder::saved_probability(token).unwrap_or_else(|| token.to_string()),
             _ => token.to_string(),
@@ -150,13 +152,13 @@ impl Table {
     }
 
     /// Declares a chain of ours (once; later declarations are no-ops).
-    pub fn add_chain(&mut self, name: &str) {
+    pub(crate) fn add_chain(&mut self, name: &str) {
         if !self.has_chain(name) {
             self.chains.push(Chain { name: name.to_string(), builtin: false });
         }
     }
 
-    pub fn has_chain(&self, name: &str) -> bool {
+    pub(crate) fn has_chain(&self, name: &str) -> bool {
         self.chains.iter().any(|c| c.name == name)
     }
 
@@ -165,12 +167,13 @@ impl Table {
     }
 
     /// The rules of one chain, in order.
-    pub fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
+    #[cfg(test)]
+    pub(crate) fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
         self.rules.iter().filter(move |r| r.chain == chain)
     }
 
     /// Removes a chain of ours, its rules and every rule that jumps to it.
-    pub fn remove_chain(&mut self, name: &str) {
+    pub(crate) fn remove_chain(&mut self, name: &str) {
         self.chains.retain(|c| c.builtin || c.name != name);
         self.rules.retain(|r| r.chain != name && r.target() != Some(name));
     }
@@ -189,6 +192,7 @@ impl Table {
 
     /// As `iptables-save` (nft 1.8.9) prints the table: built-in chains, then ours sorted by
     /// name, and rules grouped by chain in that order.
+    #[cfg(test)]
     fn render_saved_into(&self, out: &mut String) {
         let mut order: Vec<&Chain> = self.chains.iter().filter(|c| c.builtin).collect();
         let mut ours: Vec<&Chain> = self.chains.iter().filter(|c| !c.builtin).collect();
@@ -233,23 +237,12 @@ impl RuleSet {
         }
     }
 
-    pub fn table_mut(&mut self, name: TableName) -> &mut Table {
-        match name {
-            TableName::Filter => &mut self.filter,
-            TableName::Nat => &mut self.nat,
-        }
-    }
-
     pub fn tables(&self) -> [&Table; 2] {
         [&self.filter, &self.nat]
     }
 
-    pub fn tables_mut(&mut self) -> [&mut Table; 2] {
-        [&mut self.filter, &mut self.nat]
-    }
-
     /// `iptables-restore` input. Without `--noflush` it replaces both tables entirely.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for table in self.tables() {
             table.render_into(&mut out);
@@ -259,7 +252,8 @@ impl RuleSet {
 
     /// What `iptables-save` should print once [`RuleSet::render`] is loaded, after
     /// [`normalize_save`]: compare the two to prove the rules loaded as written.
-    pub fn render_saved(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn render_saved(&self) -> String {
         let mut out = String::new();
         for table in self.tables() {
             table.render_saved_into(&mut out);

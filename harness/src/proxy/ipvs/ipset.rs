@@ -42,7 +42,7 @@ enum SetType {
 
 impl SetName {
     /// Every set, in `ipsetInfo`'s order (all are created, used or not).
-    pub const ALL: [SetName; 17] = [
+    pub(crate) const ALL: [SetName; 17] = [
         SetName::LoopBack,
         SetName::ClusterIp,
         SetName::ExternalIp,
@@ -85,7 +85,7 @@ impl SetName {
     }
 
     /// The set's name in `family`'s proxier (31 characters at most, as `NewIPSet` cuts it).
-    pub fn in_family(self, family: IpFamily) -> String {
+    pub(crate) fn in_family(self, family: IpFamily) -> String {
         let name = self.v4_name();
         match family {
             IpFamily::V4 => name.to_string(),
@@ -168,7 +168,7 @@ impl SetName {
 
 /// Entry strings as `utilipset.Entry.String()` writes them: `IP,proto:port`,
 /// `IP,proto:port,IP2`, `IP,proto:port,NET`, `port`, `IP`.
-pub fn ip_port(ip: IpAddr, proto: &str, port: u16) -> String {
+pub(crate) fn ip_port(ip: IpAddr, proto: &str, port: u16) -> String {
     format!("{ip},{proto}:{port}")
 }
 
@@ -205,7 +205,7 @@ impl Sets {
     }
 
     /// `ipset restore -exist` input: every set created if missing, emptied, and filled.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for (set, entries) in &self.entries {
             let name = set.in_family(self.family);

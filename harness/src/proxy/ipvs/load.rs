@@ -81,7 +81,7 @@ fn address_arg(ip: IpAddr) -> String {
 }
 
 /// The node's virtual servers as `ipvsadm -Ln` lists them.
-pub fn virtual_servers(node: &NodeHandle) -> Result<Table> {
+pub(crate) fn virtual_servers(node: &NodeHandle) -> Result<Table> {
     let out = node
         .netns
         .exec("ipvsadm", &["-Ln"], None)

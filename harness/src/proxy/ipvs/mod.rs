@@ -47,7 +47,7 @@ fn family_views(cluster: &Cluster) -> Vec<Cluster> {
 }
 
 /// What `node` gets, one plan per family, with `mutant` applied.
-pub fn node_plans(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Vec<plan::FamilyPlan> {
+pub(crate) fn node_plans(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Vec<plan::FamilyPlan> {
     family_views(cluster)
         .iter()
         .map(|view| {

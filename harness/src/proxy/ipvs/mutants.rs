@@ -10,7 +10,7 @@ use crate::proxy::Mutant;
 /// (the localnet guard, the conntrack-INVALID drop, the node-port jump's position, the
 /// explicit no-local-endpoints DROP and node-port REJECT), the Local-policy fallback that
 /// IPVS mode does on purpose, and those of [`NOT_OBSERVABLE`].
-pub const CATALOG: [Mutant; 18] = [
+pub(crate) const CATALOG: [Mutant; 18] = [
     Mutant::NoHairpinMasq,
     Mutant::NoNodePortMasq,
     Mutant::NoOffClusterMasq,
@@ -34,7 +34,7 @@ pub const CATALOG: [Mutant; 18] = [
 /// Bugs IPVS mode's code can have but no traffic can show within a scenario, each with why;
 /// measured by hunting them in a VM (6.12: each survived the whole suite). `packetproof
 /// mutants` names them as not hunted rather than leaving them out silently.
-pub const NOT_OBSERVABLE: [(Mutant, &str); 4] = [
+pub(crate) const NOT_OBSERVABLE: [(Mutant, &str); 4] = [
     (
         Mutant::AffinityWithoutTimeout,
         "a persistence template lives while a connection it scheduled does (ip_vs_conn_expire), and a closed TCP \
@@ -117,6 +117,6 @@ pub fn apply(mutant: Mutant, plan: &mut FamilyPlan) {
 
 /// The bug where every sync deletes and re-creates the virtual servers (as `ipvsadm -C`
 /// would), so persistence templates and the connections of every backend go with them.
-pub fn flushes_on_sync(mutant: Option<Mutant>) -> bool {
+pub(crate) fn flushes_on_sync(mutant: Option<Mutant>) -> bool {
     mutant == Some(Mutant::AffinityLostOnSync)
 }

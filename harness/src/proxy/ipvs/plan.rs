@@ -30,7 +30,7 @@ use crate::proxy::iptables::{RuleSet, args};
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The name of the dummy interface holding service addresses (`defaultDummyDevice`).
-pub const DUMMY: &str = "kube-ipvs0";
+pub(crate) const DUMMY: &str = "kube-ipvs0";
 
 /// The mark that asks `KUBE-POSTROUTING` to masquerade (kube-proxy's default bit 14).
 const MASQ_MARK: &str = "0x4000";
@@ -78,7 +78,7 @@ pub struct FamilyPlan {
 /// address of the family on the node's interfaces but `kube-ipvs0` (node network addresses
 /// and the pod bridge's gateway); otherwise the node's addresses inside the CIDRs, loopback
 /// left out (`nodeIPs` in `syncProxyRules`; `isValidForSet` in netlink_linux.go).
-pub fn node_port_ips(cluster: &Cluster, node: Option<&Node>) -> Vec<IpAddr> {
+pub(crate) fn node_port_ips(cluster: &Cluster, node: Option<&Node>) -> Vec<IpAddr> {
     let family = cluster.ip_family();
     let addresses = NodePortAddresses::new(&cluster.proxy, family);
     let mut ips: Vec<IpAddr> = if addresses.match_all() {
@@ -104,7 +104,7 @@ fn node_addresses(cluster: &Cluster, node: Option<&Node>) -> BTreeSet<IpAddr> {
 }
 
 /// The plan for `node` of a single-family `cluster` (a family view).
-pub fn family_plan(cluster: &Cluster, node_name: &str, breaks: Breaks) -> FamilyPlan {
+pub(crate) fn family_plan(cluster: &Cluster, node_name: &str, breaks: Breaks) -> FamilyPlan {
     let family = cluster.ip_family();
     let node = cluster.node(node_name);
     let mut plan = Planner {

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use crate::model::Protocol;
 
 /// kube-proxy's default scheduler (`--ipvs-scheduler` unset).
-pub const SCHEDULER: &str = "rr";
+pub(crate) const SCHEDULER: &str = "rr";
 
 /// A virtual server's identity: protocol, address and port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -86,7 +86,7 @@ pub type Table = BTreeMap<ServiceKey, VirtualServer>;
 
 /// `ipvsadm -R` lines that turn `current` into `desired`, leaving other services alone only
 /// if `desired` has them: the node's table is the proxy's alone.
-pub fn sync_commands(current: &Table, desired: &Table) -> Vec<String> {
+pub(crate) fn sync_commands(current: &Table, desired: &Table) -> Vec<String> {
     let mut lines = Vec::new();
     for (key, want) in desired {
         let Some(have) = current.get(key) else {
@@ -133,7 +133,7 @@ pub fn sync_commands(current: &Table, desired: &Table) -> Vec<String> {
 /// TCP  10.96.0.10:80 rr persistent 10800
 ///   -> 10.244.1.5:8080              Masq    1      0          0
 /// ```
-pub fn parse_list(text: &str) -> Result<Table> {
+pub(crate) fn parse_list(text: &str) -> Result<Table> {
     let mut table = Table::new();
     let mut current: Option<ServiceKey> = None;
     for line in text.lines() {

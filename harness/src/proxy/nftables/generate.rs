@@ -32,26 +32,26 @@ use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceTyp
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The mark that asks `masquerading` to masquerade (kube-proxy's default bit 14).
-pub const MASQ_MARK: &str = "0x4000";
+pub(crate) const MASQ_MARK: &str = "0x4000";
 
 pub const SERVICES: &str = "services";
-pub const SERVICE_IPS: &str = "service-ips";
-pub const SERVICE_NODEPORTS: &str = "service-nodeports";
-pub const NODEPORT_IPS: &str = "nodeport-ips";
-pub const CLUSTER_IPS: &str = "cluster-ips";
-pub const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
-pub const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
-pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
-pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
-pub const REJECT_CHAIN: &str = "reject-chain";
-pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
-pub const FIREWALL_IPS: &str = "firewall-ips";
-pub const FIREWALL_CHECK: &str = "firewall-check";
-pub const MARK_MASQ: &str = "mark-for-masquerade";
-pub const MASQUERADING: &str = "masquerading";
+pub(crate) const SERVICE_IPS: &str = "service-ips";
+pub(crate) const SERVICE_NODEPORTS: &str = "service-nodeports";
+pub(crate) const NODEPORT_IPS: &str = "nodeport-ips";
+pub(crate) const CLUSTER_IPS: &str = "cluster-ips";
+pub(crate) const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
+pub(crate) const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
+pub(crate) const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+pub(crate) const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+pub(crate) const REJECT_CHAIN: &str = "reject-chain";
+pub(crate) const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
+pub(crate) const FIREWALL_IPS: &str = "firewall-ips";
+pub(crate) const FIREWALL_CHECK: &str = "firewall-check";
+pub(crate) const MARK_MASQ: &str = "mark-for-masquerade";
+pub(crate) const MASQUERADING: &str = "masquerading";
 
 /// `jump mark-for-masquerade`, the verdict of every masquerade rule.
-pub const JUMP_MASQ: &str = "jump mark-for-masquerade";
+pub(crate) const JUMP_MASQ: &str = "jump mark-for-masquerade";
 
 /// Which release's table layout to write. The two differ in where the filter chains sit
 /// relative to DNAT, which decides whether this node's own traffic to an external IP or LB IP
@@ -128,7 +128,12 @@ pub fn node_rules(cluster: &Cluster, node: &str) -> RuleSet {
 }
 
 /// [`node_rules`] with `deviations` switched on.
-pub fn node_rules_with(cluster: &Cluster, node: &str, deviations: Deviations, layout: Layout) -> RuleSet {
+pub(crate) fn node_rules_with(
+    cluster: &Cluster,
+    node: &str,
+    deviations: Deviations,
+    layout: Layout,
+) -> RuleSet {
     let family = cluster.ip_family();
     let mut rules = RuleSet::new(family);
     write_setup(&mut rules, cluster, node, layout);
@@ -151,7 +156,7 @@ fn addr_type(family: IpFamily) -> &'static str {
 }
 
 /// The match that keeps node ports off loopback when they answer on every local address.
-pub fn no_localhost(family: IpFamily) -> &'static str {
+pub(crate) fn no_localhost(family: IpFamily) -> &'static str {
     match family {
         IpFamily::V4 => "ip daddr != 127.0.0.0/8",
         IpFamily::V6 => "ip6 daddr != ::1",
@@ -268,7 +273,7 @@ fn write_setup(rules: &mut RuleSet, cluster: &Cluster, node: &str, layout: Layou
 
 /// Where node ports answer, as the `services` chain matches it: every local address but
 /// loopback, or `@nodeport-ips`.
-pub fn node_port_destination(family: IpFamily, match_all: bool) -> String {
+pub(crate) fn node_port_destination(family: IpFamily, match_all: bool) -> String {
     if match_all {
         format!("fib daddr type local {}", no_localhost(family))
     } else {

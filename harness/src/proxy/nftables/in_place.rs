@@ -94,7 +94,7 @@ fn parse(listing: &str) -> Existing {
 /// a second transaction deletes them. On kernels before 6.2 one whose last map element
 /// just went may still count as busy; it then stays, empty, until the next sync's [`text`]
 /// deletes it.
-pub fn delete_stale_chains(node: &NodeHandle, rules: &RuleSet, existing: &Existing) {
+pub(crate) fn delete_stale_chains(node: &NodeHandle, rules: &RuleSet, existing: &Existing) {
     let ip = rules.ip();
     let wanted_chain = |name: &str| rules.chains.iter().any(|c| c.name == name);
     let mut text = String::new();

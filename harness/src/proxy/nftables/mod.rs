@@ -10,7 +10,7 @@
 //! kube-proxy runs one proxier per family: a dual-stack node gets `table ip kube-proxy` and
 //! `table ip6 kube-proxy`, each from that family's view of the cluster.
 
-pub mod generate;
+pub(crate) mod generate;
 mod in_place;
 mod load;
 pub mod mutants;
@@ -35,7 +35,7 @@ use crate::topology::NodeHandle;
 /// The current layout (v1.34, and v1.33.5 on).
 pub const NAME: &str = "builtin-nftables";
 /// The layout of v1.31 to v1.33.4, whose filter chains run before DNAT (kubernetes#131765).
-pub const NAME_V1_31: &str = "builtin-nftables-v1.31";
+pub(crate) const NAME_V1_31: &str = "builtin-nftables-v1.31";
 
 /// kube-proxy's nftables mode, optionally broken by a [`Mutant`].
 #[derive(Debug, Default)]
@@ -49,7 +49,7 @@ pub struct BuiltinNftables {
 /// cmd/kube-proxy/app/server_linux.go), which `newProxyServer` (cmd/kube-proxy/app/server.go)
 /// turns into the node's own IP of each family as `/32` and `/128`. Decided on the whole
 /// cluster, before a family view, as kube-proxy decides it on the flag.
-pub fn effective_cluster(cluster: &Cluster, node: &str) -> Cluster {
+pub(crate) fn effective_cluster(cluster: &Cluster, node: &str) -> Cluster {
     let mut effective = cluster.clone();
     if cluster.proxy.node_port_addresses.is_empty()
         && let Some(n) = cluster.node(node)
@@ -76,7 +76,7 @@ fn family_views(cluster: &Cluster, node: &str) -> Vec<Cluster> {
 }
 
 /// The table of one family view in `layout`, with `mutant` applied.
-pub fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> RuleSet {
+pub(crate) fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> RuleSet {
     let misread = mutant.and_then(|m| m.misread(view));
     let view = misread.as_ref().unwrap_or(view);
     let deviations = mutant.map(Mutant::deviations).unwrap_or_default();
@@ -88,12 +88,13 @@ pub fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>, layout
 }
 
 /// The tables of `node` in the default layout, one per family of the cluster (IPv4 first).
-pub fn node_rulesets(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Vec<RuleSet> {
+#[cfg(test)]
+pub(crate) fn node_rulesets(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Vec<RuleSet> {
     node_rulesets_in(cluster, node, mutant, Layout::default())
 }
 
 /// [`node_rulesets`] in `layout`.
-pub fn node_rulesets_in(
+pub(crate) fn node_rulesets_in(
     cluster: &Cluster,
     node: &str,
     mutant: Option<Mutant>,
@@ -108,12 +109,17 @@ pub fn render_node(cluster: &Cluster, node: &str, mutant: Option<Mutant>) -> Str
 }
 
 /// [`render_node`] in `layout`.
-pub fn render_node_in(cluster: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> String {
+pub(crate) fn render_node_in(
+    cluster: &Cluster,
+    node: &str,
+    mutant: Option<Mutant>,
+    layout: Layout,
+) -> String {
     node_rulesets_in(cluster, node, mutant, layout).iter().map(RuleSet::render).collect()
 }
 
 /// The `nft -f` input that replaces every table of `node` in one transaction.
-pub fn load_text(cluster: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> String {
+pub(crate) fn load_text(cluster: &Cluster, node: &str, mutant: Option<Mutant>, layout: Layout) -> String {
     node_rulesets_in(cluster, node, mutant, layout).iter().map(RuleSet::render_replacing).collect()
 }
 

@@ -32,13 +32,13 @@ fn hash_and_truncate(name: &str) -> String {
 }
 
 /// `namespace/name/protocol/portName` (the port name may be empty), hashed.
-pub fn port_base(svc: &Service, port: &ServicePort) -> String {
+pub(crate) fn port_base(svc: &Service, port: &ServicePort) -> String {
     hash_and_truncate(&format!("{}/{}/{}/{}", svc.namespace, svc.name, port.protocol.as_lower(), port.name))
 }
 
 /// `…__ip/port` for one endpoint; an IPv6 address has its colons (not allowed in chain names)
 /// replaced by dots.
-pub fn endpoint_base(svc: &Service, port: &ServicePort, endpoint: SocketAddr) -> String {
+pub(crate) fn endpoint_base(svc: &Service, port: &ServicePort, endpoint: SocketAddr) -> String {
     let ip = endpoint.ip().to_string().replace(':', ".");
     hash_and_truncate(&format!(
         "{}/{}/{}/{}__{ip}/{}",
@@ -76,12 +76,12 @@ impl PortChains {
 }
 
 /// `endpoint-…`: the DNAT to one endpoint.
-pub fn endpoint_chain(svc: &Service, port: &ServicePort, endpoint: SocketAddr) -> String {
+pub(crate) fn endpoint_chain(svc: &Service, port: &ServicePort, endpoint: SocketAddr) -> String {
     format!("endpoint-{}", endpoint_base(svc, port, endpoint))
 }
 
 /// `affinity-…`: the clients recently sent to one endpoint (ClientIP session affinity).
-pub fn affinity_set(svc: &Service, port: &ServicePort, endpoint: SocketAddr) -> String {
+pub(crate) fn affinity_set(svc: &Service, port: &ServicePort, endpoint: SocketAddr) -> String {
     format!("affinity-{}", endpoint_base(svc, port, endpoint))
 }
 

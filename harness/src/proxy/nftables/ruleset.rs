@@ -12,7 +12,7 @@ use std::fmt::{self, Write as _};
 use crate::model::IpFamily;
 
 /// kube-proxy's table name, in both families.
-pub const TABLE: &str = "kube-proxy";
+pub(crate) const TABLE: &str = "kube-proxy";
 
 /// A base chain's hook: `type filter hook input priority -110`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl RuleSet {
     }
 
     /// Adds a regular chain once (kube-proxy's `ensureChain`).
-    pub fn add_chain(&mut self, name: &str) {
+    pub(crate) fn add_chain(&mut self, name: &str) {
         if !self.has_chain(name) {
             self.push_chain(Chain { name: name.into(), hook: None, comment: None });
         }
@@ -133,17 +133,17 @@ impl RuleSet {
 
     /// Adds `chain` as it is (a base chain, or one with a comment), even if one of its name
     /// exists.
-    pub fn push_chain(&mut self, chain: Chain) {
+    pub(crate) fn push_chain(&mut self, chain: Chain) {
         self.added.chains.insert(chain.name.clone());
         self.chains.push(chain);
     }
 
-    pub fn has_chain(&self, name: &str) -> bool {
+    pub(crate) fn has_chain(&self, name: &str) -> bool {
         self.added.chains.contains(name) && self.chains.iter().any(|c| c.name == name)
     }
 
     /// Removes a chain with its rules.
-    pub fn remove_chain(&mut self, name: &str) {
+    pub(crate) fn remove_chain(&mut self, name: &str) {
         self.chains.retain(|c| c.name != name);
         self.rules.retain(|r| r.chain != name);
     }
@@ -152,18 +152,18 @@ impl RuleSet {
         self.rules.push(Rule { chain: chain.into(), text: text.into(), comment: None });
     }
 
-    pub fn rule_commented(&mut self, chain: &str, text: impl Into<String>, comment: &str) {
+    pub(crate) fn rule_commented(&mut self, chain: &str, text: impl Into<String>, comment: &str) {
         self.rules.push(Rule { chain: chain.into(), text: text.into(), comment: Some(comment.into()) });
     }
 
     /// Adds a set or map once.
-    pub fn add_set(&mut self, set: Set) {
+    pub(crate) fn add_set(&mut self, set: Set) {
         if !self.sets.iter().any(|s| s.name == set.name) {
             self.sets.push(set);
         }
     }
 
-    pub fn remove_set(&mut self, name: &str) {
+    pub(crate) fn remove_set(&mut self, name: &str) {
         self.sets.retain(|s| s.name != name);
         self.elements.retain(|e| e.set != name);
     }
@@ -182,16 +182,17 @@ impl RuleSet {
         self.elements.push(Element { set: set.into(), key, value, comment: comment.map(String::from) });
     }
 
-    pub fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
+    #[cfg(test)]
+    pub(crate) fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
         self.rules.iter().filter(move |r| r.chain == chain)
     }
 
-    pub fn elements_of<'a>(&'a self, set: &'a str) -> impl Iterator<Item = &'a Element> + 'a {
+    pub(crate) fn elements_of<'a>(&'a self, set: &'a str) -> impl Iterator<Item = &'a Element> + 'a {
         self.elements.iter().filter(move |e| e.set == set)
     }
 
     /// The table as `add …` commands, one a line, in knftables' dump order.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let ip = self.ip();
         let mut out = String::new();
         let _ = writeln!(out, "add table {ip} {TABLE} {{ comment {} ; }}", quote(&self.table_comment));
@@ -232,13 +233,13 @@ impl RuleSet {
 
     /// `nft -f` input that replaces the family's table with this one in one transaction:
     /// `add` then `delete` (so the delete cannot fail on a fresh node), then the table.
-    pub fn render_replacing(&self) -> String {
+    pub(crate) fn render_replacing(&self) -> String {
         let ip = self.ip();
         format!("add table {ip} {TABLE}\ndelete table {ip} {TABLE}\n{}", self.render())
     }
 }
 
-pub fn nft_family(family: IpFamily) -> &'static str {
+pub(crate) fn nft_family(family: IpFamily) -> &'static str {
     match family {
         IpFamily::V4 => "ip",
         IpFamily::V6 => "ip6",
@@ -277,7 +278,7 @@ fn set_spec(set: &Set) -> String {
 }
 
 /// `CHAIN TEXT [comment "C"]`.
-pub fn rule_line(rule: &Rule) -> String {
+pub(crate) fn rule_line(rule: &Rule) -> String {
     match &rule.comment {
         Some(c) => format!("{} {} comment {}", rule.chain, rule.text, quote(c)),
         None => format!("{} {}", rule.chain, rule.text),

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use crate::model::{DetectLocal, IpFamily};
 use crate::yaml::{self, Document, FieldPath};
 
-pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
-pub const KIND: &str = "KubeProxyConfiguration";
+pub(crate) const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
+pub(crate) const KIND: &str = "KubeProxyConfiguration";
 
 /// kube-proxy's ports (pkg/cluster/ports: `ProxyHealthzPort`, `ProxyStatusPort`).
 const HEALTHZ_PORT: u16 = 10256;

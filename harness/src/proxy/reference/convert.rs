@@ -124,7 +124,7 @@ pub fn cluster(
 
 /// What the proxier of `family` programs: the cluster's view of that family, or `None` if the
 /// cluster has no such family.
-pub fn family_view(cluster: &Cluster, family: IpFamily) -> Option<Cluster> {
+pub(crate) fn family_view(cluster: &Cluster, family: IpFamily) -> Option<Cluster> {
     cluster.families().contains(&family).then(|| cluster.family_view(family))
 }
 

@@ -24,7 +24,7 @@ const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 static START: OnceLock<Instant> = OnceLock::new();
 
 /// Fixes the monotonic origin; call first thing.
-pub fn mark_start() {
+pub(crate) fn mark_start() {
     START.get_or_init(Instant::now);
 }
 
@@ -51,7 +51,7 @@ impl Moment {
 
 /// Go's `time.Time.String()` of a UTC time with a monotonic reading
 /// (`2024-08-01 10:00:00.5 +0000 UTC m=+12.300000000`); `None` is Go's zero time.
-pub fn go_time(moment: Option<Moment>) -> String {
+pub(crate) fn go_time(moment: Option<Moment>) -> String {
     let Some(m) = moment else { return "0001-01-01 00:00:00 +0000 UTC".into() };
     let ts = Timestamp::try_from(m.wall).unwrap_or(Timestamp::UNIX_EPOCH);
     let nanos = ts.subsec_nanosecond();
@@ -86,14 +86,14 @@ impl ProxierHealth {
     }
 
     /// `Updated`: the family's proxier synced (or its loop started).
-    pub fn updated(&mut self, family: IpFamily, now: Moment) {
+    pub(crate) fn updated(&mut self, family: IpFamily, now: Moment) {
         self.oldest_pending.remove(&family);
         self.last_updated.insert(family, now);
     }
 
     /// `QueuedUpdate`: the family has a change to sync; the first one since its last sync
     /// starts the clock.
-    pub fn queued_update(&mut self, family: IpFamily, now: Moment) {
+    pub(crate) fn queued_update(&mut self, family: IpFamily, now: Moment) {
         self.oldest_pending.entry(family).or_insert(now);
     }
 
@@ -114,7 +114,7 @@ impl ProxierHealth {
     }
 
     /// `SyncNode`: a deleted node, or one the autoscaler is about to delete, is not eligible.
-    pub fn sync_node(&mut self, node: &K8sNode) {
+    pub(crate) fn sync_node(&mut self, node: &K8sNode) {
         let deleted = node.metadata.deletion_timestamp.is_some();
         let tainted = node
             .spec
@@ -140,7 +140,7 @@ impl ProxierHealth {
     }
 
     /// `livezHandler`: as healthz, but whatever the node.
-    pub fn livez(&self, now: Moment) -> (StatusCode, String) {
+    pub(crate) fn livez(&self, now: Moment) -> (StatusCode, String) {
         let (healthy, last) = self.is_healthy(now);
         let (code, last) =
             if healthy { (StatusCode::OK, Some(now)) } else { (StatusCode::SERVICE_UNAVAILABLE, last) };
@@ -149,7 +149,7 @@ impl ProxierHealth {
 }
 
 /// The routes, over the shared state.
-pub fn router(health: Arc<Mutex<ProxierHealth>>) -> Router {
+pub(crate) fn router(health: Arc<Mutex<ProxierHealth>>) -> Router {
     let answer = |health: Arc<Mutex<ProxierHealth>>, live: bool| {
         move || {
             let state = health.lock().unwrap_or_else(|e| e.into_inner());

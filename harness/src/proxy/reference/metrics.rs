@@ -46,15 +46,15 @@ fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 impl Metrics {
-    pub fn set_last_synced(&mut self, now: SystemTime) {
+    pub(crate) fn set_last_synced(&mut self, now: SystemTime) {
         self.last_synced = unix_seconds(now);
     }
 
-    pub fn count_restore_failure(&mut self) {
+    pub(crate) fn count_restore_failure(&mut self) {
         self.restore_failures += 1;
     }
 
-    pub fn set_last_queued(&mut self, now: SystemTime) {
+    pub(crate) fn set_last_queued(&mut self, now: SystemTime) {
         self.last_queued = unix_seconds(now);
     }
 
@@ -70,7 +70,7 @@ impl Metrics {
     }
 
     /// The exposition, families in name order as Go's registry gathers them.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         let mut family = |name: &str, help: &str, kind: &str| {
             let _ = writeln!(out, "# HELP {name} [ALPHA] {help}\n# TYPE {name} {kind}");
@@ -105,7 +105,7 @@ impl Metrics {
 
 /// A sample value as Prometheus' Go client writes it: `strconv.FormatFloat(f, 'g', -1, 64)`
 /// (shortest digits; exponent form from 1e+06 up and below 1e-04).
-pub fn go_float(f: f64) -> String {
+pub(crate) fn go_float(f: f64) -> String {
     if f.is_nan() {
         return "NaN".into();
     }
@@ -141,7 +141,7 @@ pub fn go_float(f: f64) -> String {
 }
 
 /// The route, over the shared metrics.
-pub fn router(metrics: Arc<Mutex<Metrics>>) -> Router {
+pub(crate) fn router(metrics: Arc<Mutex<Metrics>>) -> Router {
     Router::new().route(
         "/metrics",
         get(move || {

@@ -9,7 +9,7 @@
 //! does. It proves the API-server adapter without downloading kube-proxy.
 
 mod config;
-pub mod convert;
+pub(crate) mod convert;
 mod healthz;
 mod informer;
 mod metrics;

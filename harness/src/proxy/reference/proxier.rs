@@ -59,7 +59,7 @@ pub enum Event {
 
 /// The proxier of a slice's `addressType` (`metaProxier.OnEndpointSliceAdd`); `None` for
 /// FQDN and anything else kube-proxy does not support.
-pub fn family_of_slice(slice: &EndpointSlice) -> Option<IpFamily> {
+pub(crate) fn family_of_slice(slice: &EndpointSlice) -> Option<IpFamily> {
     IpFamily::parse_k8s(&slice.address_type)
 }
 
@@ -182,7 +182,7 @@ impl State {
     }
 
     /// `isInitialized`.
-    pub fn initialized(&self) -> bool {
+    pub(crate) fn initialized(&self) -> bool {
         self.services_synced && self.slices_synced
     }
 

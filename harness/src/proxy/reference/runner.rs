@@ -64,7 +64,7 @@ impl Runner {
 
     /// `tryRun`: whether to run now. If not, the timer is moved to when the min interval
     /// since the last run is out (or kept, if it fires sooner).
-    pub fn try_run(&mut self, now: Instant) -> bool {
+    pub(crate) fn try_run(&mut self, now: Instant) -> bool {
         if self.limiter.as_mut().is_none_or(|l| l.try_accept(now)) {
             return true;
         }
@@ -85,7 +85,7 @@ impl Runner {
 
     /// `RetryAfter`: run again `interval` from now at the latest (the earliest retry asked
     /// for wins).
-    pub fn retry_after(&mut self, interval: Duration, now: Instant) {
+    pub(crate) fn retry_after(&mut self, interval: Duration, now: Instant) {
         let at = now + interval;
         if self.retry.is_none_or(|r| at < r) {
             self.retry = Some(at);
@@ -93,7 +93,7 @@ impl Runner {
     }
 
     /// `doRetry`: a retry sooner than the timer moves it.
-    pub fn apply_retry(&mut self, now: Instant) {
+    pub(crate) fn apply_retry(&mut self, now: Instant) {
         if let Some(at) = self.retry.take()
             && at.saturating_duration_since(now) < self.timer.saturating_duration_since(now)
         {

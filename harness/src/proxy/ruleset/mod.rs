@@ -77,11 +77,6 @@ impl Ruleset {
         })
     }
 
-    /// Replays `path` on every node.
-    pub fn every_node(path: impl Into<PathBuf>) -> Ruleset {
-        Ruleset { per_node: BTreeMap::new(), every: Some(path.into()) }
-    }
-
     /// The dump for `node` of the scenario file `source`.
     fn dump_for(&self, node: &str, source: &Path) -> Result<PathBuf> {
         if let Some(path) = self.per_node.get(node).or(self.every.as_ref()) {
@@ -102,7 +97,7 @@ impl Ruleset {
 }
 
 /// `<dir>/rulesets/<stem>.<node>.rules`, then `<dir>/rulesets/<stem>.rules`.
-pub fn conventional_paths(source: &Path, node: &str) -> Vec<PathBuf> {
+pub(crate) fn conventional_paths(source: &Path, node: &str) -> Vec<PathBuf> {
     let dir = crate::model::folder_of(source).join("rulesets");
     let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     vec![dir.join(format!("{stem}.{node}.rules")), dir.join(format!("{stem}.rules"))]

@@ -93,7 +93,7 @@ pub struct Families {
 }
 
 impl Families {
-    pub const BOTH: Families = Families { ipv4: true, ipv6: true };
+    pub(crate) const BOTH: Families = Families { ipv4: true, ipv6: true };
 
     fn expected_syncs(self, family: &Option<String>) -> f64 {
         match family.as_deref() {
@@ -137,7 +137,7 @@ impl SyncJudge {
 
     /// A push at Unix time `pushed` that reached `families`; `before`: the metrics just
     /// before it.
-    pub fn after_push(pushed: f64, before: SyncMetrics, families: Families) -> SyncJudge {
+    pub(crate) fn after_push(pushed: f64, before: SyncMetrics, families: Families) -> SyncJudge {
         SyncJudge {
             pushed,
             previous: before.clone(),
@@ -150,7 +150,7 @@ impl SyncJudge {
     }
 
     /// How many syncs failed since the push (at start-up: since the proxy started).
-    pub fn failed_syncs(&self, now: &SyncMetrics) -> f64 {
+    pub(crate) fn failed_syncs(&self, now: &SyncMetrics) -> f64 {
         now.0.iter().map(|(family, g)| g.restore_failures - self.before.get(family).restore_failures).sum()
     }
 
@@ -217,7 +217,7 @@ impl SyncJudge {
     }
 
     /// The series as a sentence, for an error.
-    pub fn describe(&self, now: &SyncMetrics) -> String {
+    pub(crate) fn describe(&self, now: &SyncMetrics) -> String {
         if now.0.is_empty() {
             return "no kubeproxy_sync_proxy_rules_* series".into();
         }
