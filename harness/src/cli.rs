@@ -79,6 +79,10 @@ enum Command {
     Check {
         /// Scenario files or directories of them (default: `scenarios`).
         paths: Vec<PathBuf>,
+        /// Also print what each probe must see and why (the oracle's expectation under the
+        /// scenario proxy's profile), without running anything.
+        #[arg(long)]
+        show: bool,
     },
     /// Print the rules a built-in proxy generates for one node of a scenario.
     Rules {
@@ -212,7 +216,7 @@ pub fn main() -> i32 {
                 run(&default_paths(paths), proxy.as_ref(), &options, jobs, outputs, paint, show_passing)
             })
         }
-        Command::Check { paths } => check(&default_paths(paths)),
+        Command::Check { paths, show } => check(&default_paths(paths), show),
         Command::Rules { file, node, proxy } => rules(&file, node.as_deref(), &proxy),
         Command::Bench { suite, round_trips, proxy: None, .. } => {
             commands::bench::run(&suite, round_trips).map(|()| EXIT_PASS)

@@ -16,7 +16,7 @@
 //! traffic · observe · topology · privileges      the kernel side
 //! oracle              expected outcomes, from Kubernetes semantics alone
 //! kubernetes          Kubernetes and kube-proxy semantics shared by oracle and proxies
-//! model · yaml · kernel                          plain data
+//! model · yaml · kernel · signals                plain data; the process's signal handling
 //! ```
 
 pub mod apiserver;
@@ -33,6 +33,7 @@ pub mod proxy;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+mod signals;
 pub mod topology;
 pub mod traffic;
 pub mod verdict;

@@ -51,6 +51,9 @@ pub struct Scenario {
     /// Flows `flows: all` would have generated but whose outcome Kubernetes leaves undefined,
     /// with the reason; they are reported as not judged, never as passed.
     pub unjudged_flows: Vec<(String, String)>,
+    /// What the file says that is valid but likely not meant (a selector that matches no pod),
+    /// for `check` to print; a run does not depend on them.
+    pub warnings: Vec<String>,
     /// The Kubernetes objects as parsed, for adapters that hand real objects to a proxy.
     pub objects: Objects,
     /// Live changes, in order, each with the probes that follow it.

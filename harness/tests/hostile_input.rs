@@ -298,3 +298,67 @@ fn show_all_prints_a_passing_scenarios_flow_table() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("self-via-service-tcp"), "no flow table: {}", text(&out));
 }
+
+/// SIGTERM stops a run as Ctrl-C does (its namespaces removed) and exits 143, as a shell
+/// reports a death by SIGTERM: a CI system tells a stopped job from an interrupted one.
+#[test]
+fn sigterm_removes_the_runs_namespaces_and_exits_143() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/session-affinity-timeout.yaml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_packetproof"))
+        .args(["run", "--jobs", "1"])
+        .arg(&scenario)
+        .current_dir(std::env::temp_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting packetproof");
+    let prefix = format!("pp-{}-", child.id());
+    let mine = || -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect::<Vec<String>>()
+            })
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n: &String| n.starts_with(&prefix))
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    while mine().is_empty() {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its namespaces were seen");
+        assert!(started.elapsed().as_secs() < 60, "no namespace within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "{status}");
+    assert!(mine().is_empty(), "left behind: {:?}", mine());
+}
+
+/// `check --show` prints what each probe must see and why, without running anything; `check`
+/// warns of a selector that matches no pod (valid, but often a typo in a label).
+#[test]
+fn check_shows_expectations_and_warns_of_selectors_matching_nothing() {
+    let scratch = Scratch::new("show-check");
+    let scenario = hairpin_named("hairpin");
+    std::fs::write(scratch.0.join("s.yaml"), &scenario).unwrap();
+    let out = packetproof(&scratch.0, &["check", "--show", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("self-via-service-tcp (from pod web-0): web-0 seeing masq node-a"),
+        "{}",
+        text(&out)
+    );
+    let extra = "---\napiVersion: v1\nkind: Service\nmetadata: {name: other, namespace: default}\n\
+                 spec: {selector: {app: wbe}, clusterIP: 10.96.0.99, ports: [{name: http, port: 80, targetPort: 8080}]}\n";
+    std::fs::write(scratch.0.join("s.yaml"), format!("{scenario}{extra}")).unwrap();
+    let out = packetproof(&scratch.0, &["check", "s.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("the selector {app: wbe} matches no pod"), "{}", text(&out));
+}

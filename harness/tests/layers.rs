@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["oracle"],
     &["kubernetes"],
     &["model", "yaml"],
-    &["kernel"],
+    &["kernel", "signals"],
 ];
 
 /// The proxy backends: each may use `proxy`'s shared modules and its own files, and another

@@ -31,7 +31,42 @@ fn report(site: &Site<'_>, path: FieldPath, message: String, diag: &mut Diagnost
         diag.value(site, &path.key(field), format!("required field `{field}` is missing"));
     } else if message.starts_with("unknown field") {
         diag.key(site, &path, message);
+    } else if let Some(plain) = whole_number_wanted(&message) {
+        diag.value(site, &path, plain);
     } else {
         diag.value(site, &path, message);
+    }
+}
+
+/// serde's "invalid type: floating point `1e+23`, expected u32" (or an out-of-range integer)
+/// where a whole number is wanted, in words: which number, and which range.
+fn whole_number_wanted(message: &str) -> Option<String> {
+    let (found, wanted) = message.strip_prefix("invalid ")?.split_once(", expected ")?;
+    let max = match wanted {
+        "u8" => u64::from(u8::MAX),
+        "u16" => u64::from(u16::MAX),
+        "u32" => u64::from(u32::MAX),
+        "u64" | "usize" => u64::MAX,
+        _ => return None,
+    };
+    let value = found.split('`').nth(1)?;
+    Some(format!("{value} is not a whole number from 0 to {max}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_number_wanted;
+
+    #[test]
+    fn numbers_out_of_place_are_named_in_words() {
+        assert_eq!(
+            whole_number_wanted("invalid type: floating point `1e+23`, expected u32").as_deref(),
+            Some("1e+23 is not a whole number from 0 to 4294967295")
+        );
+        assert_eq!(
+            whole_number_wanted("invalid value: integer `-1`, expected u16").as_deref(),
+            Some("-1 is not a whole number from 0 to 65535")
+        );
+        assert_eq!(whole_number_wanted("invalid type: string \"x\", expected a map"), None);
     }
 }

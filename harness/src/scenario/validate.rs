@@ -147,9 +147,24 @@ fn assemble<'a>(
         ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
     let pods_by_label =
         ByLabel::new(pods.registry.values().map(|p| (p, p.pod.namespace.as_str(), &p.pod.labels)));
+    let mut warnings = Vec::new();
     for e in services.values().filter(|e| !given.services_with_slices.contains(&e.service.name)) {
         if !host_network::refuse_derived(e, &host_network_pods, diag) {
             derived.extend(derive::derive(e, &pods_by_label, &doc.nodes, diag));
+        }
+        // Valid (its ports then have no endpoints, and reject), but often a typo in a label.
+        if let Some(selector) = &e.selector
+            && !selector.is_empty()
+            && !pods.ips_incomplete
+            && !pods.registry.is_incomplete()
+            && pods_by_label.selected(&e.service.namespace, selector).next().is_none()
+        {
+            let shown: Vec<String> = selector.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            warnings.push(format!(
+                "Service {}: the selector {{{}}} matches no pod, so its ports have no endpoints",
+                e.service.namespaced_name(),
+                shown.join(", ")
+            ));
         }
     }
     let names = probes::Names {
@@ -230,6 +245,7 @@ fn assemble<'a>(
         probes,
         objects,
         unjudged_flows: Vec::new(),
+        warnings,
         steps: Vec::new(),
     };
     let doc = match step {

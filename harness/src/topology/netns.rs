@@ -209,14 +209,31 @@ impl Drop for NsThread {
 }
 
 fn remove_by_name(name: &str) -> Result<()> {
+    let result = remove_unregistered(name);
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+    result
+}
+
+fn remove_unregistered(name: &str) -> Result<()> {
     let path = Path::new(NETNS_DIR).join(name);
-    let result = match netns_rs::NetNs::get(name) {
+    match netns_rs::NetNs::get(name) {
         Ok(ns) => ns.remove().with_context(|| format!("removing network namespace {name}")),
         Err(_) if !path.exists() => Ok(()),
         Err(e) => Err(e).with_context(|| format!("opening network namespace {name} to remove it")),
-    };
-    LIVE.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
-    result
+    }
+}
+
+/// Removes every namespace this process holds and creates none after: the registry stays
+/// locked until the process exits, so a topology still being built on another thread cannot
+/// add one behind the cleanup. For the signal handler, which exits next.
+fn remove_all_live_and_stop() {
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    for name in std::mem::take(&mut *live) {
+        if let Err(e) = remove_unregistered(&name) {
+            eprintln!("packetproof: {e:#}");
+        }
+    }
+    std::mem::forget(live);
 }
 
 /// Removes every namespace this process still holds; for Ctrl-C and fatal paths.
@@ -229,14 +246,13 @@ pub fn remove_all_live() {
     }
 }
 
-/// On Ctrl-C, SIGTERM or SIGHUP, removes this process's namespaces and exits with 130.
+/// On Ctrl-C, SIGTERM or SIGHUP, removes this process's namespaces and exits with 128 + the
+/// signal's number (130, 143, 129).
 pub fn install_interrupt_handler() {
-    // Fails only if a handler is already set, which is fine: it was ours.
-    let _ = ctrlc::set_handler(|| {
+    crate::signals::on_termination(|| {
         eprintln!("\npacketproof: interrupted, removing this run's namespaces");
         super::existing::undo_all();
-        remove_all_live();
-        std::process::exit(130);
+        remove_all_live_and_stop();
     });
 }
 

@@ -92,10 +92,9 @@ struct Cell {
 }
 
 pub fn main(args: Args) -> Result<i32> {
-    let _ = ctrlc::set_handler(|| {
+    crate::signals::on_termination(|| {
         eprintln!("\npacketproof: interrupted, stopping the VMs");
         vm::abort_all();
-        std::process::exit(130);
     });
     if let Some(reason) = vm::unavailable() {
         anyhow::bail!("cannot run the matrix here: {reason}");
