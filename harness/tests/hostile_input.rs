@@ -221,6 +221,8 @@ fn the_terminal_and_json_counts_agree() {
             "mutant=no-hairpin-masq",
             "--json",
             "r.json",
+            "--junit",
+            "r.xml",
             ".",
         ],
     );
@@ -237,6 +239,11 @@ fn the_terminal_and_json_counts_agree() {
     let proxies: Vec<&str> =
         json["scenarios"].as_array().unwrap().iter().filter_map(|s| s["proxy"].as_str()).collect();
     assert_eq!(proxies, ["builtin-iptables (mutant=no-hairpin-masq)"; 2], "{json}");
+    let xml = std::fs::read_to_string(scratch.0.join("r.xml")).unwrap();
+    assert!(
+        xml.contains(r#"<property name="proxy" value="builtin-iptables (mutant=no-hairpin-masq)"/>"#),
+        "{xml}"
+    );
 }
 
 /// `check` checks every file it can and says `ok` for each that passes, whatever the others

@@ -24,7 +24,7 @@ pub(crate) struct Scenario {
     /// `passed`, `failed`, `skipped` or `error`.
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    proxy: Option<String>,
+    pub(crate) proxy: Option<String>,
     /// The profile the probes were judged under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     profile: Option<String>,

@@ -61,6 +61,10 @@ pub(crate) fn suite(origin: Origin<'_>, scenario: &Scenario) -> TestSuite {
     };
     let mut suite = TestSuite::new(name);
     suite.set_time(Duration::from_secs_f64(scenario.elapsed_seconds.max(0.0)));
+    // What was judged: the proxy with its options (a mutant, a mode, a program).
+    if let Some(proxy) = &scenario.proxy {
+        suite.add_property(quick_junit::Property::new("proxy", proxy.as_str()));
+    }
     let mut add = |case_name: &str, status: TestCaseStatus| {
         let mut case = TestCase::new(case_name, status);
         case.set_classname(classname.as_str());
