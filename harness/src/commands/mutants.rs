@@ -65,19 +65,11 @@ pub fn hunt(
     baseline: &Baseline,
     on_done: impl Fn(&Hunt),
 ) -> Vec<Hunt> {
-    // Scenarios that killed earlier mutants are tried first: a few broad scenarios catch most
-    // bugs, and a hunt that stops at its first kill then stops in its first batch. The order
-    // changes which killer is named first, never whether a mutant is killed.
-    let mut kills: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let all: Vec<&Scenario> = scenarios.iter().collect();
     mutants
         .iter()
         .map(|&mutant| {
-            let mut order: Vec<&Scenario> = scenarios.iter().collect();
-            order.sort_by_key(|s| std::cmp::Reverse(kills.get(&s.name).copied().unwrap_or(0)));
-            let result = hunt_one(&order, mutant, first_kill, breakable, baseline);
-            for killer in &result.killed_by {
-                *kills.entry(killer.clone()).or_default() += 1;
-            }
+            let result = hunt_one(&all, mutant, first_kill, breakable, baseline);
             on_done(&result);
             result
         })
