@@ -399,14 +399,7 @@ fn case(rng: &mut Rng, seeds: &[(String, Vec<Value>)], strings: &[String], donor
 fn check(text: &str) -> Result<bool, String> {
     let result = catch_unwind(AssertUnwindSafe(|| load_str(text, Path::new(FILE))));
     let errors = match result {
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            return Err(format!("the reader panicked: {message}"));
-        }
+        Err(panic) => return Err(format!("the reader panicked: {}", panic_message(&*panic))),
         Ok(Ok(scenario)) => return downstream(&scenario).map(|()| false),
         Ok(Err(errors)) => errors.errors,
     };
@@ -440,13 +433,17 @@ fn downstream(scenario: &crate::model::Scenario) -> Result<(), String> {
         }
     }))
     .map_err(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("a stage after the reader panicked on an accepted scenario: {message}")
+        format!("a stage after the reader panicked on an accepted scenario: {}", panic_message(&*panic))
     })
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 /// Runs `cases` inputs from `seed` on `threads` threads; returns how many were refused.
