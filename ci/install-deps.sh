@@ -15,6 +15,10 @@
 # Then mdBook, from crates.io, which builds and tests the manual in docs/ (`.ci/run` runs
 # `mdbook build docs` and `mdbook test docs`); `--no-docs` leaves it out, `--docs-only` installs
 # only it.
+# And for the existing-nodes tests' stand-in nodes (harness/tests/existing_nodes.rs), which are
+# containers: podman and runc (crun refuses hybrid cgroups), and busybox-static, from which the
+# harness makes the nodes' image offline; `--no-containers` leaves them out (the container
+# tests then skip, or fail under PACKETPROOF_REQUIRE_CONTAINERS=1, as `.ci/run` sets it).
 # Installs only what is missing; needs root (or sudo) when a system package is.
 set -euo pipefail
 
@@ -33,15 +37,17 @@ declare -A wanted=(
   [xmllint]=libxml2-utils
 )
 vm=true
+containers=true
 docs=true
 docs_only=false
 for arg in "$@"; do
   case "$arg" in
     --no-vm) vm=false ;;
+    --no-containers) containers=false ;;
     --vm) ;;
     --no-docs) docs=false ;;
     --docs-only) docs_only=true ;;
-    *) echo "ci/install-deps.sh: unknown option $arg (--no-vm leaves out the kernel matrix's packages, --no-docs mdBook, --docs-only only mdBook)" >&2; exit 2 ;;
+    *) echo "ci/install-deps.sh: unknown option $arg (--no-vm leaves out the kernel matrix's packages, --no-containers podman, --no-docs mdBook, --docs-only only mdBook)" >&2; exit 2 ;;
   esac
 done
 
@@ -79,6 +85,13 @@ if $vm; then
     [strip]=binutils
   )
 fi
+if $containers; then
+  wanted+=(
+    [podman]=podman
+    [runc]=runc
+    [busybox]=busybox-static
+  )
+fi
 
 missing=()
 for cmd in "${!wanted[@]}"; do
@@ -86,8 +99,8 @@ for cmd in "${!wanted[@]}"; do
     missing+=("${wanted[$cmd]}")
   fi
 done
-# The guest's shell must be busybox-static: a dynamic busybox would need its libraries.
-if $vm && command -v busybox >/dev/null 2>&1 && ldd "$(command -v busybox)" >/dev/null 2>&1; then
+# The guest's shell and the node image's busybox must be static: a dynamic one would need its libraries.
+if { $vm || $containers; } && command -v busybox >/dev/null 2>&1 && ldd "$(command -v busybox)" >/dev/null 2>&1; then
   missing+=(busybox-static)
 fi
 if $vm && ! [ -f /usr/share/keyrings/debian-archive-keyring.gpg ]; then

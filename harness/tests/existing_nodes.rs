@@ -1,8 +1,10 @@
 //! Running against nodes that already exist, with the cluster's own API server and proxy
 //! (`run --node NAME=REF --proxy cluster`), proved on a stand-in cluster
 //! (`proxy::apiserver::stand_in`): nodes that are privileged podman containers found through `podman
-//! inspect` (or, where podman or its image is missing, plain namespaces; the container tests
-//! then say skipped and why), each running the reference proxy against an embedded API server.
+//! inspect`, their image made here offline (or, where no engine or no static busybox exists,
+//! plain namespaces; the container tests then say skipped and why, and fail instead under
+//! `PACKETPROOF_REQUIRE_CONTAINERS=1`, as `.ci/run` sets it), each running the reference proxy
+//! against an embedded API server.
 //! Every test compares each node's links, addresses, routes, rules and settings before and
 //! after: a passing run, a failing run (a mutant installed as the nodes' proxy) and Ctrl-C
 //! leave them as they were. Needs root (the one privilege gate).
@@ -55,6 +57,11 @@ fn can_run(kind: Nodes) -> bool {
     match (kind, podman_unavailable()) {
         (Nodes::Podman, Some(reason)) => {
             // A missing engine is not a missing privilege: the namespace variant still runs.
+            // Where containers are promised (CI), their absence is a failure, never a skip.
+            assert!(
+                std::env::var_os("PACKETPROOF_REQUIRE_CONTAINERS").is_none_or(|v| v != "1"),
+                "PACKETPROOF_REQUIRE_CONTAINERS=1, but no container can be made: {reason}"
+            );
             eprintln!("skipped: {reason}; the same test runs on plain namespaces");
             false
         }

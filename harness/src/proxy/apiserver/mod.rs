@@ -20,6 +20,7 @@
 //! For nftables mode: `mode=nftables` and `featureGates=NFTablesProxyMode=true` (v1.30).
 
 mod command;
+mod node_image;
 
 pub mod objects;
 pub mod stand_in;

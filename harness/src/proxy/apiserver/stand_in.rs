@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value};
 
+use super::node_image::{self, IMAGE};
 use super::objects::node_object;
 use super::sync::{self, SyncJudge, SyncMetrics};
 use super::{DEFAULT_HEALTHZ_PORT, DEFAULT_METRICS_PORT, kubeconfig};
@@ -31,29 +32,21 @@ use crate::topology::links::Links;
 use crate::topology::netns::{Netns, process_prefix};
 use crate::topology::sysctl;
 
-/// The image whose containers stand in for nodes (the CI image: it has the tools).
-const IMAGE: &str = "localhost/packetproof-ci:latest";
-const ENGINE: &str = "podman";
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the stand-in nodes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nodes {
-    /// Privileged podman containers.
+    /// Privileged containers of podman (or of the engine `ENGINE` names, e.g. docker).
     Podman,
     /// Network namespaces named `/run/netns/pp-…`.
     Namespaces,
 }
 
-/// Why podman cannot host stand-in nodes on this machine, if it cannot.
+/// Why the container engine cannot host stand-in nodes on this machine, if it cannot. The
+/// nodes' image is made here, offline, when the engine lacks it (`node_image`).
 pub fn podman_unavailable() -> Option<String> {
-    match Command::new(ENGINE).args(["image", "exists", IMAGE]).output() {
-        Err(e) => Some(format!("no container engine: running `{ENGINE}`: {e}")),
-        Ok(o) if !o.status.success() => {
-            Some(format!("{ENGINE} has no image {IMAGE} (ci/build-image.sh builds it)"))
-        }
-        Ok(_) => None,
-    }
+    node_image::ensure(&node_image::engine()).err().map(|e| format!("{e:#}"))
 }
 
 /// The proxy every stand-in node runs: this build's `reference-proxy`.
@@ -120,7 +113,7 @@ impl StandIns {
                     let name = format!("{prefix}{}", node.name);
                     s.containers.push(name.clone());
                     run_container(&name)?;
-                    let reference = NodeRef::Container { engine: ENGINE.into(), name };
+                    let reference = NodeRef::Container { engine: node_image::engine(), name };
                     let ns = reference.open()?;
                     (reference, ns)
                 }
@@ -310,7 +303,10 @@ impl StandIns {
             }
         }
         for name in self.containers.drain(..) {
-            let out = Command::new(ENGINE).args(["rm", "-f", "-t", "0", &name]).output();
+            let engine = node_image::engine();
+            // podman waits 10 s for a SIGTERM that `sleep` as PID 1 ignores; docker kills at once.
+            let now: &[&str] = if engine.ends_with("podman") { &["-t", "0"] } else { &[] };
+            let out = Command::new(&engine).args(["rm", "-f"]).args(now).arg(&name).output();
             if let Err(e) = out.map_err(anyhow::Error::from).and_then(|o| {
                 if o.status.success() {
                     Ok(())
@@ -347,17 +343,19 @@ fn metrics_addr() -> SocketAddr {
     SocketAddr::new(IpAddr::from([127, 0, 0, 1]), DEFAULT_METRICS_PORT)
 }
 
-/// A privileged container with no network of podman's (podman's own would write rules into
-/// this machine's iptables), idling; lowered ulimits and runc for this machine's podman.
+/// A privileged container with no network of the engine's (podman's own would write rules
+/// into this machine's iptables), idling; lowered ulimits (root here may lack
+/// CAP_SYS_RESOURCE) and runc (crun refuses hybrid cgroups).
 fn run_container(name: &str) -> Result<()> {
-    let out = Command::new(ENGINE)
+    let engine = node_image::engine();
+    let out = Command::new(&engine)
         .args(["run", "-d", "--privileged", "--network", "none", "--runtime", "runc"])
         .args(["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"])
-        .args(["--name", name, "--entrypoint", "sleep", IMAGE, "infinity"])
+        .args(["--name", name, IMAGE])
         .output()
-        .with_context(|| format!("running `{ENGINE} run` for {name}"))?;
+        .with_context(|| format!("running `{engine} run` for {name}"))?;
     if !out.status.success() {
-        bail!("`{ENGINE} run` for {name}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!("`{engine} run` for {name}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(())
 }
