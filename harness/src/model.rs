@@ -262,6 +262,10 @@ pub struct ProxyConfig {
     pub service_traffic_distribution: bool,
     /// `detectLocalMode` (with `detectLocal`): which traffic counts as from this node's pods.
     pub detect_local: DetectLocal,
+    /// `clusterCIDR`, of which the first CIDR of each family is mode ClusterCIDR's range:
+    /// `None` for the scenario's pod CIDRs; an empty list (or one lacking a family) is
+    /// kube-proxy run without one, whose detector for that family matches nothing.
+    pub cluster_cidrs: Option<Vec<IpNet>>,
 }
 
 /// kube-proxy's `detectLocalMode` and its `detectLocal` value: what makes traffic "local"
@@ -289,6 +293,7 @@ impl Default for ProxyConfig {
             localhost_node_ports: true,
             service_traffic_distribution: false,
             detect_local: DetectLocal::ClusterCidr,
+            cluster_cidrs: None,
         }
     }
 }

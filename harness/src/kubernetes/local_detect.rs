@@ -26,14 +26,19 @@ pub enum LocalDetector {
 }
 
 /// The detector of the proxier that programs `node` for `cluster`'s family (`cluster` is one
-/// family's view), or `None` for kube-proxy's no-op detector (no CIDR of the family: then it
-/// writes neither the off-cluster masquerade nor the pod short-circuit).
+/// family's view), or `None` for kube-proxy's no-op detector (no CIDR of the family, in the
+/// cluster CIDRs or the node's pod CIDRs as the mode reads: then it writes neither the
+/// off-cluster masquerade nor the pod short-circuit).
 pub(crate) fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
     let family = IpFamily::of_net(&cluster.pod_cidr);
     let of_family =
         |net: IpNet| (IpFamily::of_net(&net) == family).then(|| LocalDetector::ByCidr(net.trunc()));
     match &cluster.proxy.detect_local {
-        DetectLocal::ClusterCidr => of_family(cluster.pod_cidr),
+        DetectLocal::ClusterCidr => match &cluster.proxy.cluster_cidrs {
+            None => of_family(cluster.pod_cidr),
+            // The first of the family (cidrsByFamily[ipFamily][0]).
+            Some(cidrs) => cidrs.iter().find_map(|&net| of_family(net)),
+        },
         // kube-proxy waits for the Node's podCIDRs before it starts in this mode.
         DetectLocal::NodeCidr => cluster.node(node).and_then(|n| of_family(n.pod_cidr())),
         DetectLocal::BridgeInterface(name) => Some(LocalDetector::ByBridge(name.clone())),
@@ -123,6 +128,29 @@ mod tests {
             Some(LocalDetector::ByBridge("cni0".into()))
         );
         assert_eq!(detector(&with(DetectLocal::NodeCidr), "node-z"), None);
+    }
+
+    /// `getLocalDetector`: mode ClusterCIDR takes the first cluster CIDR of the proxier's
+    /// family, and without one falls back to the no-op detector.
+    #[test]
+    fn cluster_cidr_mode_without_a_cidr_of_the_family_detects_nothing() {
+        let mut cluster = with(DetectLocal::ClusterCidr);
+        cluster.proxy.cluster_cidrs = Some(Vec::new());
+        assert_eq!(detector(&cluster, "node-a"), None);
+        cluster.proxy.cluster_cidrs = Some(vec!["fd00:10:244::/56".parse().unwrap()]);
+        assert_eq!(detector(&cluster, "node-a"), None, "only another family's");
+        cluster.proxy.cluster_cidrs =
+            Some(vec!["fd00:10:244::/56".parse().unwrap(), "10.240.0.0/12".parse().unwrap()]);
+        assert_eq!(
+            detector(&cluster, "node-a"),
+            Some(LocalDetector::ByCidr("10.240.0.0/12".parse().unwrap()))
+        );
+        cluster.proxy.detect_local = DetectLocal::NodeCidr;
+        assert_eq!(
+            detector(&cluster, "node-b"),
+            Some(LocalDetector::ByCidr("10.244.1.0/24".parse().unwrap())),
+            "NodeCIDR reads the node's pod CIDRs, never clusterCIDR"
+        );
     }
 
     #[test]

@@ -152,14 +152,21 @@ pub fn kube_proxy_configuration(
 
 /// `--cluster-cidr`/`--service-cluster-ip-range` values: the primary family's CIDR, then the
 /// second family's in a dual-stack cluster, comma-separated as kube-proxy takes them.
+/// A scenario's own `clusterCIDR` is passed as given (possibly empty).
 pub(crate) fn cidrs(cluster: &Cluster) -> (String, String) {
-    match &cluster.second_family {
+    let (pods, services) = match &cluster.second_family {
         Some(s) => (
             format!("{},{}", cluster.pod_cidr, s.pod_cidr),
             format!("{},{}", cluster.service_cidr, s.service_cidr),
         ),
         None => (cluster.pod_cidr.to_string(), cluster.service_cidr.to_string()),
-    }
+    };
+    let given = cluster
+        .proxy
+        .cluster_cidrs
+        .as_ref()
+        .map(|c| c.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+    (given.unwrap_or(pods), services)
 }
 
 #[cfg(test)]
@@ -176,7 +183,12 @@ mod tests {
             localhost_node_ports: false,
             service_traffic_distribution: false,
             detect_local: DetectLocal::InterfaceNamePrefix("cni".into()),
+            cluster_cidrs: None,
         };
+        assert_eq!(cidrs(&cluster).0, "10.244.0.0/16", "the pod CIDR");
+        let mut without = cluster.clone();
+        without.proxy.cluster_cidrs = Some(Vec::new());
+        assert_eq!(cidrs(&without).0, "", "kube-proxy run without a cluster CIDR");
         let gates = Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]);
         let node = NodeSettings {
             kubeconfig: "/tmp/k",

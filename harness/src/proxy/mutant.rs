@@ -100,8 +100,8 @@ pub enum Mutant {
     AffinityLostOnSync,
     /// <https://github.com/kubernetes/kubernetes/issues/134143>.
     UdpConntrackClearedWhenNotReady,
-    /// A proxy that detects pod traffic by the cluster CIDR whatever `detectLocalMode` says
-    /// (as proxies without the setting do).
+    /// A proxy that detects pod traffic by the cluster's pod CIDR whatever `detectLocalMode`
+    /// and `clusterCIDR` say (as proxies without the settings do).
     DetectLocalModeIgnored,
     /// kube-proxy v1.22's iptables mode (fixed by
     /// <https://github.com/kubernetes/kubernetes/pull/106030>);
@@ -292,7 +292,7 @@ impl Mutant {
                 "every sync (and a restart) empties the tables before loading them, so ClientIP affinity (the `recent` lists, the nftables affinity sets) is forgotten and clients move to other backends"
             }
             Mutant::DetectLocalModeIgnored => {
-                "detectLocalMode is ignored: pod traffic is told by the cluster CIDR, so a pod of another node is short-circuited at a Local node port (NodeCIDR, BridgeInterface) and pods' cluster-IP traffic keeps its source under an interface prefix that matches none of their interfaces"
+                "detectLocalMode and clusterCIDR are ignored: pod traffic is told by the pod CIDR, so a pod of another node is short-circuited at a Local node port (NodeCIDR, BridgeInterface) and pods' cluster-IP traffic keeps its source under an interface prefix that matches none of their interfaces"
             }
             Mutant::InvalidNotDropped => {
                 "KUBE-FORWARD lacks the conntrack INVALID DROP: an out-of-window segment crosses the node un-translated, and the client's RST kills a healthy connection"
@@ -346,6 +346,8 @@ impl Mutant {
             Mutant::DetectLocalModeIgnored => {
                 let mut misread = cluster.clone();
                 misread.proxy.detect_local = crate::model::DetectLocal::ClusterCidr;
+                // Nor does it know a cluster without a cluster CIDR: it takes the pod CIDRs.
+                misread.proxy.cluster_cidrs = None;
                 Some(misread)
             }
             _ => None,

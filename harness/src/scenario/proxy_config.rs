@@ -1,7 +1,9 @@
 //! `spec.proxyConfig` → `model::ProxyConfig`: kube-proxy's flags that change what traffic
 //! means, with kube-proxy's defaults.
 
-use crate::model::ProxyConfig;
+use ipnet::IpNet;
+
+use crate::model::{IpFamily, ProxyConfig};
 
 use super::de::typed;
 use super::detect_local;
@@ -56,5 +58,30 @@ pub(crate) fn read(site: &Site<'_>, diag: &mut Diagnostics) -> ProxyConfig {
         node_port_addresses,
         localhost_node_ports: spec.localhost_node_ports.unwrap_or(defaults.localhost_node_ports),
         detect_local: detect_local::read(site, &path, &spec, diag),
+        cluster_cidrs: spec.cluster_cidr.as_deref().and_then(|text| match cluster_cidrs(text) {
+            Ok(cidrs) => Some(cidrs),
+            Err(e) => {
+                diag.value(site, &path.key("clusterCIDR"), e);
+                None
+            }
+        }),
+    }
+}
+
+/// `clusterCIDR` as kube-proxy validates it (pkg/proxy/apis/config/validation/validation.go):
+/// empty, one CIDR, or two of different families.
+fn cluster_cidrs(text: &str) -> Result<Vec<IpNet>, String> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let cidrs = text.split(',').map(|c| parse_cidr(c.trim())).collect::<Result<Vec<IpNet>, _>>()?;
+    match cidrs.as_slice() {
+        [_] => Ok(cidrs),
+        [a, b] if IpFamily::of_net(a) != IpFamily::of_net(b) => Ok(cidrs),
+        [_, _] => {
+            Err("must be a valid DualStack CIDR (one of each family, e.g. 10.244.0.0/16,fd00:10:244::/56)"
+                .into())
+        }
+        _ => Err("only one CIDR, or one of each family, is allowed".into()),
     }
 }

@@ -142,6 +142,10 @@ pub(crate) struct ProxyConfigSpec {
     /// `InterfaceNamePrefix`.
     pub detect_local_mode: Option<String>,
     pub detect_local: Option<DetectLocalSpec>,
+    /// `clusterCIDR`, comma-separated as kube-proxy takes it (default: the pod CIDRs); `""`
+    /// is kube-proxy run without one.
+    #[serde(rename = "clusterCIDR")]
+    pub cluster_cidr: Option<String>,
 }
 
 /// `spec.proxyConfig.detectLocal`, as in KubeProxyConfiguration v1alpha1.

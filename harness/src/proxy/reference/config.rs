@@ -357,11 +357,11 @@ fn unknown_field(message: &str) -> Option<&str> {
     message.strip_prefix("unknown field `")?.split('`').next()
 }
 
-/// `clusterCIDR`: one CIDR, or two of different families (`Validate`). kube-proxy allows none
-/// (no local-traffic detection), which the model cannot express.
+/// `clusterCIDR`: none (mode ClusterCIDR then detects nothing), one CIDR, or two of different
+/// families (`Validate`).
 fn cluster_cidrs(text: &str) -> Result<Vec<IpNet>, String> {
     if text.trim().is_empty() {
-        return Err("required: the reference proxy's model detects local traffic by the cluster CIDR".into());
+        return Ok(Vec::new());
     }
     let cidrs: Vec<IpNet> = text
         .split(',')
@@ -583,8 +583,11 @@ mod tests {
         );
         assert!(err(&with(r#""mode":"iptables""#, r#""mode":"ipvs""#)).contains("ipvs mode is not modelled"));
         assert!(
-            err(&with(r#""clusterCIDR":"10.244.0.0/16,fd00:10:244::/56""#, r#""clusterCIDR":"""#))
-                .contains("clusterCIDR: required")
+            err(&with(
+                r#""clusterCIDR":"10.244.0.0/16,fd00:10:244::/56""#,
+                r#""clusterCIDR":"10.1.0.0/16,10.2.0.0/16""#
+            ))
+            .contains("clusterCIDR: must be a valid DualStack CIDR")
         );
         assert!(err(&with(r#""hostnameOverride":"node-a","#, "")).contains("hostnameOverride: required"));
         assert!(err(&with("/tmp/x/kubeconfig-node-a", "")).contains("clientConnection.kubeconfig: required"));

@@ -33,6 +33,24 @@ pub struct Flags {
     pub proxy: ProxyConfig,
 }
 
+/// The primary IP family: that of the first cluster CIDR, or without one, of the Node's first
+/// InternalIP (as kube-proxy takes its node IPs: cmd/kube-proxy/app/server.go `detectNodeIPs`).
+pub fn primary_family(object: &K8sNode, cluster_cidr: Option<&IpNet>) -> Result<IpFamily> {
+    if let Some(net) = cluster_cidr {
+        return Ok(IpFamily::of_net(net));
+    }
+    object
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP")
+        .find_map(|a| a.address.parse::<IpAddr>().ok())
+        .map(IpFamily::of)
+        .context("a Node without an InternalIP (and no cluster CIDR to take the primary IP family from)")
+}
+
 /// The node as the model has it, from its Node object: the first InternalIP (and pod CIDR)
 /// of the primary family (that of the first cluster CIDR), and of the other family if any.
 pub fn node(object: &K8sNode, primary: IpFamily) -> Result<Node> {
@@ -84,12 +102,19 @@ pub fn cluster(
     slices: &[EndpointSlice],
     flags: &Flags,
 ) -> Result<Cluster> {
-    let pod_cidr = *flags.cluster_cidrs.first().context("no cluster CIDR")?;
+    // Without a cluster CIDR, the node's pod CIDRs stand for the families the proxy serves
+    // (the detector reads `flags.proxy.cluster_cidrs`, never these).
+    let pod_cidr = flags.cluster_cidrs.first().copied().unwrap_or(node.pod_cidr());
     let family = IpFamily::of_net(&pod_cidr);
     let whole = |f: IpFamily| IpNet::new(f.unspecified(), 0).expect("a /0 is valid");
     let service_cidr = flags.service_cidrs.first().copied().unwrap_or_else(|| whole(family));
     let host = |ip: IpAddr| IpNet::new(ip, IpFamily::of(ip).host_prefix()).expect("a host prefix is valid");
-    let second_family = match (flags.cluster_cidrs.get(1), node.ips.second()) {
+    let second_pod_cidr = if flags.cluster_cidrs.is_empty() {
+        node.pod_cidrs.second().copied()
+    } else {
+        flags.cluster_cidrs.get(1).copied()
+    };
+    let second_family = match (second_pod_cidr.as_ref(), node.ips.second()) {
         (Some(&pod_cidr), Some(second)) => Some(SecondFamily {
             pod_cidr,
             service_cidr: flags

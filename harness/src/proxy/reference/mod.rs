@@ -109,8 +109,9 @@ async fn run(args: Args, config: Config) -> Result<()> {
         .context("configuring the API client")?;
     let client = Client::try_from(client_config).context("building the API client")?;
 
-    let primary = IpFamily::of_net(&config.cluster_cidrs[0]);
-    let model_node = convert::node(&node_object(&client, &config.hostname, primary).await?, primary)?;
+    let object = node_object(&client, &config.hostname, config.cluster_cidrs.first()).await?;
+    let primary = convert::primary_family(&object, config.cluster_cidrs.first())?;
+    let model_node = convert::node(&object, primary)?;
 
     let health = Arc::new(Mutex::new(healthz::ProxierHealth::new(config.health_timeout)));
     let metrics = Arc::new(Mutex::new(metrics::Metrics::default()));
@@ -130,6 +131,7 @@ async fn run(args: Args, config: Config) -> Result<()> {
                 localhost_node_ports: config.localhost_node_ports,
                 service_traffic_distribution: config.service_traffic_distribution,
                 detect_local: config.detect_local.clone(),
+                cluster_cidrs: Some(config.cluster_cidrs.clone()),
             },
         },
         conntrack_cleanup: !args.no_conntrack_cleanup,
@@ -210,7 +212,7 @@ async fn run(args: Args, config: Config) -> Result<()> {
 /// The Node at start-up, as `getNodeIPs` (cmd/kube-proxy/app/server.go) polls for it: six
 /// tries over about 31 s. Where kube-proxy would then go on with loopback addresses, the
 /// reference proxy, which needs the node's addresses and pod CIDR for its model, gives up.
-async fn node_object(client: &Client, name: &str, primary: IpFamily) -> Result<K8sNode> {
+async fn node_object(client: &Client, name: &str, cluster_cidr: Option<&IpNet>) -> Result<K8sNode> {
     let api = Api::<K8sNode>::all(client.clone());
     let mut delay = Duration::from_secs(1);
     let mut last = String::new();
@@ -220,10 +222,12 @@ async fn node_object(client: &Client, name: &str, primary: IpFamily) -> Result<K
             delay *= 2;
         }
         match api.get_opt(name).await {
-            Ok(Some(node)) => match convert::node(&node, primary) {
-                Ok(_) => return Ok(node),
-                Err(e) => last = format!("{e:#}"),
-            },
+            Ok(Some(node)) => {
+                match convert::primary_family(&node, cluster_cidr).and_then(|p| convert::node(&node, p)) {
+                    Ok(_) => return Ok(node),
+                    Err(e) => last = format!("{e:#}"),
+                }
+            }
             Ok(None) => last = "not found".into(),
             Err(e) => last = e.to_string(),
         }

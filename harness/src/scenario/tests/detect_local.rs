@@ -26,6 +26,28 @@ fn each_mode_reads_with_its_setting() {
 }
 
 #[test]
+fn cluster_cidr_reads_as_kube_proxy_validates_it() {
+    let cidrs = |config: &str| parse(&with(config)).cluster.proxy.cluster_cidrs;
+    assert_eq!(cidrs("{}"), None, "the pod CIDRs");
+    assert_eq!(cidrs(r#"{clusterCIDR: ""}"#), Some(Vec::new()));
+    assert_eq!(
+        cidrs(r#"{clusterCIDR: "10.244.0.0/16, fd00:10:244::/56"}"#),
+        Some(vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()])
+    );
+    for (value, message) in [
+        ("10.244.0.0/16,10.245.0.0/16", "must be a valid DualStack CIDR"),
+        ("10.244.0.0/16,fd00::/56,10.1.0.0/16", "only one CIDR, or one of each family"),
+        ("10.244.0.0", "10.244.0.0"),
+    ] {
+        let errors = parse_errors(&with(&format!("{{clusterCIDR: {value:?}}}")));
+        assert!(
+            errors.iter().any(|e| e.field == "spec.proxyConfig.clusterCIDR" && e.message.contains(message)),
+            "{value}: {errors:?}"
+        );
+    }
+}
+
+#[test]
 fn an_unknown_mode_is_refused_with_the_supported_ones() {
     let text = with("{detectLocalMode: PodCIDR}");
     assert_only(
