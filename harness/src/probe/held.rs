@@ -75,6 +75,7 @@ impl Kind for Held {
 impl Held {
     /// Opens the connection; it is kept if a backend answered.
     fn open(&mut self, probe: &Probe, wire: &mut Wire<'_>) -> Result<Shipment> {
+        // The reader refuses it: no connection to hold.
         if matches!(probe.to, Target::Localhost { .. }) {
             anyhow::bail!("probe {}: held connections to a node's 127.0.0.1: not modelled", probe.name);
         }
