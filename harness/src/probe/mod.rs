@@ -115,7 +115,7 @@ pub trait Witnesses {
 
 /// The witnesses of a new flow: the client's, the backend's and the translating node's view
 /// of it (`verdict::evidence`).
-pub struct NewFlow;
+struct NewFlow;
 
 impl Witnesses for NewFlow {
     fn check(
@@ -135,13 +135,13 @@ impl Witnesses for NewFlow {
 /// What a kind sends with during one phase: the phase's state, the namespaces, the capture
 /// points, and a prober per source namespace.
 pub struct Wire<'a> {
-    pub cluster: &'a Cluster,
-    pub topology: &'a Topology,
-    pub runtime: &'a tokio::runtime::Runtime,
-    pub ports: &'a SourcePorts,
-    pub captures: &'a [(String, Capture)],
+    cluster: &'a Cluster,
+    topology: &'a Topology,
+    runtime: &'a tokio::runtime::Runtime,
+    ports: &'a SourcePorts,
+    captures: &'a [(String, Capture)],
     /// How long an attempt waits before it counts as silent.
-    pub timeout: Duration,
+    timeout: Duration,
     probers: BTreeMap<Source, Prober>,
 }
 
