@@ -8,6 +8,7 @@
 //! engine              schedules runs, emits events to reporters
 //! report              terminal · JUnit · JSON
 //! runner              one scenario: build, program, probe, observe, judge
+//! probe               one module per kind of probe: how it is planned, sent, observed, judged
 //! scenario            files → model, checked (names the proxies it validates options with)
 //! verdict             expected vs observed, with evidence
 //! proxy               iptables | nftables | ipvs | ruleset | command | apiserver | cluster,
@@ -29,6 +30,7 @@ pub mod model;
 pub mod observe;
 pub mod oracle;
 pub mod privileges;
+pub mod probe;
 pub mod proxy;
 pub mod report;
 pub mod runner;

@@ -629,37 +629,6 @@ pub enum Life {
     Held { opener: String, out_of_window: bool },
 }
 
-/// What sort of traffic a probe is: decides how the runner sends it and across how many
-/// phases it lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeKind {
-    /// New connections (or datagrams) from new source ports, each closed after its answer.
-    OneShot,
-    /// A UDP client that keeps one source port, as a resolver does.
-    UdpStream,
-    /// HTTP `GET /` on a health-check node port.
-    HealthCheck,
-    /// Frames written by hand (the martian SYN to a node's 127.0.0.1).
-    HandMade,
-    /// A TCP connection opened in one phase and kept for later ones.
-    HeldOpen,
-    /// A later phase's check of a held connection.
-    HeldCheck,
-}
-
-impl Probe {
-    pub fn kind(&self) -> ProbeKind {
-        match (&self.life, &self.to) {
-            (Life::Hold, _) => ProbeKind::HeldOpen,
-            (Life::Held { .. }, _) => ProbeKind::HeldCheck,
-            (_, Target::HealthCheck { .. }) => ProbeKind::HealthCheck,
-            (_, Target::Localhost { .. }) => ProbeKind::HandMade,
-            _ if self.protocol == Protocol::Udp && self.source_port.is_some() => ProbeKind::UdpStream,
-            _ => ProbeKind::OneShot,
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Source {
     Pod(String),

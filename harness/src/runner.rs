@@ -8,20 +8,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{Life, Phase, Probe, Protocol, Scenario, Source, Target};
 use crate::model::{NODE_UPLINK, POD_INTERFACE};
+use crate::model::{Phase, Probe, Protocol, Scenario};
 use crate::observe::conntrack_events::NodeRecorders;
 use crate::observe::{Capture, conntrack, write_pcap};
 use crate::oracle;
+use crate::probe::{Kinds, Shipment, Wire, Witnesses};
 use crate::proxy::{Env, Proxy, ProxyFailed, Running, State};
 use crate::topology::Topology;
-use crate::traffic::Attempt;
 use crate::traffic::client::SourcePorts;
-use crate::traffic::handmade::Martian;
-use crate::traffic::held::{self, HeldConnection};
-use crate::traffic::out_of_window::OutOfWindow;
-use crate::traffic::{Pace, Plan, Prober, Sent, Servers, Speech};
-use crate::verdict::evidence::{self, Evidence, Window};
+use crate::traffic::{Sent, Servers};
+use crate::verdict::evidence::{Evidence, Window};
 use crate::verdict::{self, ProbeVerdict};
 
 #[derive(Debug, Clone)]
@@ -171,11 +168,11 @@ fn run_in(
     let profile = options.profile.unwrap_or_else(|| proxy.profile());
     let mut unjudged = scenario.unjudged_flows.clone();
     let all = scenario.phases();
-    let mut opened = BTreeMap::new();
-    let mut streams = BTreeMap::new();
+    // The probes' kinds, with what each carries from phase to phase (held connections).
+    let mut kinds = Kinds::new();
     let (judged, expectations): (Vec<Vec<Probe>>, Vec<Vec<oracle::Expectation>>) = all
         .iter()
-        .map(|phase| predict_phase(phase, profile, &mut opened, &mut streams, &mut unjudged))
+        .map(|phase| predict_phase(phase, profile, &mut kinds, &mut unjudged))
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .unzip();
@@ -218,7 +215,7 @@ fn run_in(
     let servers = {
         let _in_runtime = runtime.enter();
         let mut servers = Servers::start(&scenario.cluster, &topology)?;
-        for (node, port) in localhost_targets(&phases) {
+        for (node, port) in localhost_listeners(&phases, &mut kinds) {
             servers.listen_on_localhost(&topology.node(&node)?.netns, port)?;
         }
         servers
@@ -228,12 +225,11 @@ fn run_in(
     // Entries that expire before a phase's table is read are still announced: the evidence
     // is the same however long the phase took.
     let mut announced = NodeRecorders::start(topology.nodes.iter().map(|n| (n.name.as_str(), &n.netns)))?;
-    let mut held = BTreeMap::new();
     let probed = probe_phases(
         &phases,
         &expectations,
         Restartable { proxy, env: &env, running: &mut running },
-        &mut held,
+        &mut kinds,
         &topology,
         &runtime,
         &captures,
@@ -242,7 +238,8 @@ fn run_in(
     );
     let frames = stop_captures(captures)?;
     let probed = probed?;
-    drop(held);
+    // Closes the held connections.
+    drop(kinds);
     let running = running.context("the proxy did not start again after a restart")?;
 
     // Each phase is judged with the conntrack tables read after it; the last stay as evidence.
@@ -332,15 +329,10 @@ fn dump_conntrack(topology: &Topology, expectations: &[oracle::Expectation]) -> 
     Ok(tables)
 }
 
-/// The nodes' 127.0.0.1 ports some probe sends martian traffic to.
-fn localhost_targets(phases: &[Phase<'_>]) -> std::collections::BTreeSet<(String, u16)> {
+/// The nodes' 127.0.0.1 ports some probe's traffic is aimed at.
+fn localhost_listeners(phases: &[Phase<'_>], kinds: &mut Kinds) -> std::collections::BTreeSet<(String, u16)> {
     let probes = phases.iter().flat_map(|p| p.probes);
-    probes
-        .filter_map(|p| match &p.to {
-            Target::Localhost { node, port } => Some((node.clone(), *port)),
-            _ => None,
-        })
-        .collect()
+    probes.filter_map(|p| kinds.of(p).localhost_listener(p)).collect()
 }
 
 /// The probes of `phase` that `profile` judges, with their expectations; the others go to
@@ -348,43 +340,14 @@ fn localhost_targets(phases: &[Phase<'_>]) -> std::collections::BTreeSet<(String
 fn predict_phase(
     phase: &Phase<'_>,
     profile: crate::model::Profile,
-    opened: &mut BTreeMap<String, oracle::Expectation>,
-    streams: &mut BTreeMap<(Source, u16), oracle::Expectation>,
+    kinds: &mut Kinds,
     unjudged: &mut Vec<(String, String)>,
 ) -> Result<(Vec<Probe>, Vec<oracle::Expectation>)> {
     let mut judged = (Vec::new(), Vec::new());
-    let mut next_streams = BTreeMap::new();
     for probe in phase.probes {
-        let prediction = match &probe.life {
-            // A held connection's fate is decided by the state it was opened in and this one.
-            Life::Held { opener, .. } => match opened.get(opener) {
-                Some(at_open) => oracle::live::predict_held(at_open, phase.cluster, probe, profile),
-                None => Ok(oracle::Prediction::Open(format!("its opener {opener} is not judged"))),
-            },
-            _ => oracle::predict(phase.cluster, probe, profile),
-        };
-        // A UDP stream keeps its conntrack entry from one phase to the next.
-        let prediction = match (probe.kind(), probe.source_port, prediction) {
-            (crate::model::ProbeKind::UdpStream, Some(port), Ok(fresh)) => {
-                let key = (probe.from.clone(), port);
-                let p = match streams.get(&key) {
-                    Some(previous) => {
-                        oracle::live::predict_stream(previous, phase.cluster, probe, fresh, profile)
-                    }
-                    None => fresh,
-                };
-                if let oracle::Prediction::Expected(e) = &p {
-                    next_streams.insert(key, e.clone());
-                }
-                Ok(p)
-            }
-            (_, _, other) => other,
-        };
+        let prediction = kinds.of(probe).predict(probe, phase.cluster, profile);
         match prediction.map_err(|e| anyhow::anyhow!("probe {}: {e}", probe.name))? {
             oracle::Prediction::Expected(expectation) => {
-                if probe.life == Life::Hold {
-                    opened.insert(probe.name.clone(), expectation.clone());
-                }
                 judged.0.push(probe.clone());
                 judged.1.push(expectation);
             }
@@ -393,28 +356,19 @@ fn predict_phase(
             }
         }
     }
-    *streams = next_streams;
+    kinds.phase_predicted();
     Ok(judged)
 }
 
 /// A probe as sent: its destination, its attempts, the frames it is judged on, faults found
-/// while sending (a held connection answered by another backend than before), and for a check
-/// of a held connection, the backend it was opened to.
+/// while sending (a held connection answered by another backend than before), and the
+/// witnesses its kind judges it by.
 struct SentProbe {
     dst: SocketAddr,
     sent: Vec<Sent>,
     window: Window,
     faults: Vec<String>,
-    held: Option<(String, SocketAddr, SocketAddr)>,
-}
-
-/// A connection a probe holds open for later phases, and who answered it when it opened:
-/// the pod, its address, and the source it saw.
-struct Held {
-    connection: HeldConnection,
-    pod: String,
-    backend: SocketAddr,
-    seen: SocketAddr,
+    witnesses: Box<dyn Witnesses>,
 }
 
 /// Each translating node's conntrack table, by node name.
@@ -456,7 +410,7 @@ fn probe_phases(
     phases: &[Phase<'_>],
     expectations: &[Vec<oracle::Expectation>],
     mut proxy: Restartable<'_, '_>,
-    held: &mut BTreeMap<String, Held>,
+    kinds: &mut Kinds,
     topology: &Topology,
     runtime: &tokio::runtime::Runtime,
     captures: &[(String, Capture)],
@@ -471,7 +425,8 @@ fn probe_phases(
         } else if i > 0 {
             proxy.get()?.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
-        let sent = send_probes(phase, topology, runtime, expected, &ports, held, captures, options)?;
+        let wire = Wire::new(phase.cluster, topology, runtime, &ports, captures, options.timeout);
+        let sent = send_probes(phase, expected, kinds, wire)?;
         out.push((sent, announced.complete(dump_conntrack(topology, expected)?)?));
     }
     Ok(out)
@@ -494,7 +449,7 @@ fn judge_phase(
         .iter()
         .zip(expectations)
         .zip(sent)
-        .map(|((probe, expected), SentProbe { dst, sent, window, faults, held })| {
+        .map(|((probe, expected), SentProbe { dst, sent, window, faults, witnesses })| {
             // Probes run one after another: each is judged on what the wire carried meanwhile.
             let during = evidence.during(&window);
             // An answer that came after the client's wait is an answer, not a drop.
@@ -502,201 +457,28 @@ fn judge_phase(
             let mut v =
                 verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
             v.failures.extend(faults);
-            match (held, &expected.outcome) {
-                (Some((pod, backend, seen)), oracle::Outcome::Answered { translated_by, .. }) => {
-                    let flow = verdict::held::HeldFlow {
-                        dst,
-                        pod: &pod,
-                        backend,
-                        seen,
-                        translated_by: translated_by.as_deref(),
-                    };
-                    v.failures.extend(sent.iter().flat_map(|s| verdict::held::check(&flow, s, &during)));
-                }
-                _ => {
-                    let view = phase.cluster.probe_view(probe);
-                    v.failures.extend(evidence::check(&view, probe, dst, &expected.outcome, &sent, &during));
-                }
-            }
+            v.failures.extend(witnesses.check(phase.cluster, probe, dst, &expected.outcome, &sent, &during));
             v
         })
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Sends each probe of `phase` as its kind does, one after another.
 fn send_probes(
     phase: &Phase<'_>,
-    topology: &Topology,
-    runtime: &tokio::runtime::Runtime,
     expectations: &[oracle::Expectation],
-    ports: &SourcePorts,
-    held: &mut BTreeMap<String, Held>,
-    captures: &[(String, Capture)],
-    options: &RunOptions,
+    kinds: &mut Kinds,
+    mut wire: Wire<'_>,
 ) -> Result<Vec<SentProbe>> {
-    let mut probers: BTreeMap<&Source, Prober> = BTreeMap::new();
     let mut all = Vec::new();
     for (probe, expected) in phase.probes.iter().zip(expectations) {
-        let prober = match probers.entry(&probe.from) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => {
-                let ns = topology.source_netns(&probe.from)?;
-                e.insert(Prober::new(ns, ports.clone(), options.timeout)?)
-            }
-        };
-        if let Life::Held { opener, out_of_window } = &probe.life {
-            let before = frame_counts(captures);
-            let (dst, sent, faults, opened) = match held.get_mut(opener) {
-                Some(h) => {
-                    let mut faults = Vec::new();
-                    let mut poked = None;
-                    if *out_of_window {
-                        let backend = phase.cluster.pods.iter().find(|p| p.name == h.pod);
-                        let backend = backend.with_context(|| format!("no pod {} in the scenario", h.pod))?;
-                        let point = format!("pod/{}", h.pod);
-                        let capture = captures.iter().find(|(k, _)| *k == point).map(|(_, c)| c);
-                        let frames = capture.with_context(|| format!("no capture at {point}"))?.frames();
-                        let segment = OutOfWindow::after(&frames, h.seen, backend.ip())?;
-                        segment.send(topology.pods.get(&h.pod).context("the backend's namespace")?)?;
-                        poked = Some(segment);
-                    }
-                    let sent = h.connection.check();
-                    if let (Some(segment), false) = (&poked, matches!(sent.attempt, Attempt::Answered { .. }))
-                    {
-                        let points = evidence::client_capture_points(probe);
-                        let client: Vec<crate::observe::Frame> = captures
-                            .iter()
-                            .zip(&before)
-                            .filter(|((key, _), _)| points.contains(key))
-                            .flat_map(|((_, capture), (_, from))| capture.frames().split_off(*from))
-                            .collect();
-                        faults.push(format!(
-                            "after the hand-made out-of-window segment {segment} from pod {}: {} (a proxy that \
-                             drops conntrack-invalid packets stops it on the node)",
-                            h.pod,
-                            segment.witnessed(&client, h.connection.source_port)
-                        ));
-                    }
-                    if let Attempt::Answered { pod, seen } = &sent.attempt
-                        && (*pod != h.pod || *seen != h.seen)
-                    {
-                        faults.push(format!(
-                            "the held connection moved: opened to {} seeing {}, now answered by {pod} seeing {seen}",
-                            h.pod, h.seen
-                        ));
-                    }
-                    let opened = Some((h.pod.clone(), h.backend, h.seen));
-                    (h.connection.dst, vec![sent], faults, opened)
-                }
-                None => {
-                    let reason = format!("{opener} holds no connection (it was never answered)");
-                    let sent = Sent { source_port: 0, request: None, attempt: Attempt::Broken { reason } };
-                    (SocketAddr::from(([0, 0, 0, 0], 0)), vec![sent], Vec::new(), None)
-                }
-            };
-            let after = frame_counts(captures);
-            let frames =
-                before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect();
-            all.push(SentProbe { dst, sent, window: Window { frames }, faults, held: opened });
-            continue;
-        }
-        // The probe's family: a dual-stack cluster's addresses of it.
-        let view = phase.cluster.probe_view(probe);
-        let dst = view
-            .target_address(&probe.to)
-            .with_context(|| format!("probe {}: no destination address", probe.name))?;
-        if let (Source::External(host), Some(via)) = (&probe.from, view.entry_node(&probe.to)) {
-            runtime.block_on(topology.steer(host, dst.ip(), via.ip()))?;
-        }
-        let before = frame_counts(captures);
-        let sent = match (&probe.to, &probe.from) {
-            (Target::Localhost { node, port }, Source::External(host)) => {
-                send_martian(&view, topology, host, node, *port, probe.count, ports, options)
-            }
-            _ if probe.life == Life::Hold => {
-                let (sent, connection) = held::open(prober, dst)?;
-                if let (Some(connection), Attempt::Answered { pod, seen }) = (connection, &sent.attempt) {
-                    let backend = held_backend(phase.cluster, probe, pod)?;
-                    held.insert(
-                        probe.name.clone(),
-                        Held { connection, pod: pod.clone(), backend, seen: *seen },
-                    );
-                }
-                Ok(vec![sent])
-            }
-            _ => prober.send(plan(probe, dst, expected)),
-        }
-        .with_context(|| format!("sending probe {}", probe.name))?;
-        let after = frame_counts(captures);
+        let before = wire.frame_counts();
+        let Shipment { dst, sent, faults, witnesses } = kinds.of(probe).send(probe, expected, &mut wire)?;
+        let after = wire.frame_counts();
         let frames = before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect();
-        all.push(SentProbe { dst, sent, window: Window { frames }, faults: Vec::new(), held: None });
+        all.push(SentProbe { dst, sent, window: Window { frames }, faults, witnesses });
     }
     Ok(all)
-}
-
-/// The address of the endpoint `pod` that answered a held connection of `probe`.
-fn held_backend(cluster: &crate::model::Cluster, probe: &Probe, pod: &str) -> Result<SocketAddr> {
-    let (Target::ClusterIp { service, port }
-    | Target::NodePort { service, port, .. }
-    | Target::ExternalIp { service, port, .. }
-    | Target::LoadBalancer { service, port, .. }) = &probe.to
-    else {
-        anyhow::bail!("probe {}: held connections to a raw address or a node: not modelled", probe.name);
-    };
-    let endpoints =
-        cluster.service_port(service, port).map(|(_, p)| p.endpoints.as_slice()).unwrap_or_default();
-    let endpoint = endpoints.iter().find(|e| e.pod == pod);
-    endpoint
-        .map(|e| e.address())
-        .with_context(|| format!("probe {}: {pod} is no endpoint of {service}:{port}", probe.name))
-}
-
-/// How many frames each capture point has taken so far.
-fn frame_counts(captures: &[(String, Capture)]) -> Vec<(String, usize)> {
-    captures.iter().map(|(key, capture)| (key.clone(), capture.count())).collect()
-}
-
-/// Hand-made SYNs from external host `host` to `node`'s 127.0.0.1:`port`.
-#[allow(clippy::too_many_arguments)]
-fn send_martian(
-    cluster: &crate::model::Cluster,
-    topology: &Topology,
-    host: &str,
-    node: &str,
-    port: u16,
-    count: u32,
-    ports: &SourcePorts,
-    options: &RunOptions,
-) -> Result<Vec<Sent>> {
-    let host_ns = topology.source_netns(&Source::External(host.to_string()))?;
-    let host_ip = match cluster.source_ip(&Source::External(host.to_string())) {
-        Some(std::net::IpAddr::V4(ip)) => ip,
-        _ => anyhow::bail!("external host {host} has no IPv4 address to send from"),
-    };
-    let node_ip = match cluster.node(node).map(|n| n.ip()) {
-        Some(std::net::IpAddr::V4(ip)) => ip,
-        _ => anyhow::bail!("node {node} has no IPv4 address"),
-    };
-    let martian = Martian::between(host_ns, host_ip, &topology.node(node)?.netns, node, node_ip)?;
-    martian.send(host_ns, port, count, ports, options.timeout)
-}
-
-/// How to send a probe. Traffic expected to vanish is sent all at once, so waiting out the
-/// silence costs one timeout rather than one per attempt; everything else goes one by one.
-fn plan(probe: &Probe, dst: SocketAddr, expected: &oracle::Expectation) -> Plan {
-    let speech = match probe.to {
-        Target::HealthCheck { .. } => Speech::HttpGet,
-        _ => Speech::Plain(probe.protocol),
-    };
-    let pace = match expected.outcome {
-        oracle::Outcome::Dropped | oracle::Outcome::Forwarded | oracle::Outcome::Unanswered { .. }
-            if probe.interval.is_none() && probe.source_port.is_none() =>
-        {
-            Pace::Concurrent
-        }
-        _ => Pace::Sequential { interval: probe.interval },
-    };
-    Plan { dst, source_port: probe.source_port, count: probe.count, speech, pace }
 }
 
 /// The folder for `name`'s evidence under `root`, emptied of an earlier run's. `name` must be

@@ -13,6 +13,9 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["report"],
     &["runner"],
+    // Each kind of probe plans with the oracle, sends with traffic, judges with verdict: a
+    // layer above all three, which only the runner calls.
+    &["probe"],
     &["scenario"],
     &["verdict"],
     &["proxy"],

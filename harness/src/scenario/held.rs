@@ -3,7 +3,7 @@
 //! its source and target from it (the Service may be gone by then), so it is assembled here,
 //! once the phases before it are known.
 
-use crate::model::{Life, Probe, Protocol};
+use crate::model::{Life, Probe, Protocol, Target};
 
 use super::error::{Diagnostics, Site};
 use super::spec::ProbeSpec;
@@ -31,11 +31,14 @@ pub(crate) fn life(site: &Site<'_>, path: &FieldPath, spec: &ProbeSpec, diag: &m
     }
 }
 
-/// A holding probe is one TCP connection from a port of its own.
+/// A holding probe is one TCP connection from a port of its own, which a hand-made SYN to a
+/// node's 127.0.0.1 never opens.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn check(
     site: &Site<'_>,
     path: &FieldPath,
     life: &Life,
+    to: &Target,
     protocol: Protocol,
     count: u32,
     source_port: Option<u16>,
@@ -49,6 +52,13 @@ pub(crate) fn check(
             "`held` checks go in a step, after the phase that holds the connection",
         ),
         Life::Hold => {
+            if matches!(to, Target::Localhost { .. }) {
+                diag.value(
+                    site,
+                    &path.key("hold"),
+                    "a hand-made SYN to a node's 127.0.0.1 opens no connection to hold",
+                );
+            }
             if protocol != Protocol::Tcp {
                 diag.value(
                     site,

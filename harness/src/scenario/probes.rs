@@ -112,7 +112,7 @@ fn resolve_one(
     let expect = spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names, diag));
     let (to, protocol) = to?;
     let protocol = protocol.unwrap_or(Protocol::Tcp);
-    super::held::check(site, path, &life, protocol, count, source_port, diag);
+    super::held::check(site, path, &life, &to, protocol, count, source_port, diag);
     Some(Probe { family, name, from: from?, to, protocol, count, interval, source_port, expect, life })
 }
 

@@ -2,9 +2,7 @@
 //! that sends probes from a source namespace and classifies what came back.
 
 pub mod client;
-pub(crate) mod handmade;
 pub mod held;
-pub(crate) mod out_of_window;
 pub mod reply;
 mod sctp;
 pub mod server;

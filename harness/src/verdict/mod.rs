@@ -5,7 +5,6 @@
 
 pub mod affinity;
 pub mod evidence;
-pub mod held;
 pub mod late;
 
 use std::collections::BTreeMap;

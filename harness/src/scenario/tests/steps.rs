@@ -104,3 +104,16 @@ fn a_step_needs_a_name_and_probes_whose_expectations_hold() {
     assert_eq!(errs[0].field, "spec.probes[0].expect");
     assert_eq!(errs[0].line, at(&text, "backends: [dns-old], source: client}\n---\napiVersion: discovery").0);
 }
+
+#[test]
+fn a_hand_made_syn_holds_no_connection() {
+    let text = edit(
+        include_str!("../../../../scenarios/localhost-node-port.yaml"),
+        "via: node-a}\n      count: 5\n      expect: {verdict: dropped}",
+        "via: node-a}\n      hold: true",
+    );
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].field.ends_with("].hold"), "{errs:?}");
+    assert_eq!(errs[0].message, "a hand-made SYN to a node's 127.0.0.1 opens no connection to hold");
+}

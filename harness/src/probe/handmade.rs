@@ -3,6 +3,8 @@
 //! (CVE-2020-8558). A host's own kernel never sends 127.0.0.1 out of an interface, so the
 //! frame is written whole (etherparse) to the node's MAC address through an AF_PACKET socket,
 //! and the same socket watches for the SYN-ACK or RST that an exposed listener would send back.
+//! The node's own listener on 127.0.0.1 is started for it; the answers are judged as a new
+//! flow's.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -10,24 +12,82 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 
-use super::client::{Attempt, Sent, SourcePorts};
-use crate::model::{NODE_UPLINK, POD_INTERFACE};
+use super::{Kind, NewFlow, Shipment, Wire};
+use crate::model::{Cluster, NODE_UPLINK, POD_INTERFACE, Probe, Profile, Source, Target};
 use crate::observe::packet_socket::PacketSocket;
+use crate::oracle::{self, Expectation, Prediction};
 use crate::topology::Netns;
+use crate::traffic::client::{Attempt, Sent, SourcePorts};
+
+/// A probe to a node's 127.0.0.1 (`Target::Localhost`), which only an external host sends.
+pub(super) struct HandMade;
+
+impl Kind for HandMade {
+    fn claims(&self, probe: &Probe) -> bool {
+        matches!(probe.to, Target::Localhost { .. })
+    }
+
+    fn predict(&mut self, probe: &Probe, cluster: &Cluster, profile: Profile) -> Result<Prediction, String> {
+        oracle::predict(cluster, probe, profile)
+    }
+
+    fn localhost_listener(&self, probe: &Probe) -> Option<(String, u16)> {
+        match &probe.to {
+            Target::Localhost { node, port } => Some((node.clone(), *port)),
+            _ => None,
+        }
+    }
+
+    fn send(&mut self, probe: &Probe, _expected: &Expectation, wire: &mut Wire<'_>) -> Result<Shipment> {
+        let dst = wire.destination(probe)?;
+        let sent = match (&probe.to, &probe.from) {
+            (Target::Localhost { node, port }, Source::External(host)) => {
+                send_martian(wire, &wire.cluster.probe_view(probe), host, node, *port, probe.count)
+            }
+            // The scenario reader lets only an external host send to another node's 127.0.0.1.
+            _ => Err(anyhow::anyhow!("a hand-made SYN goes from an external host to a node's 127.0.0.1")),
+        }
+        .with_context(|| format!("sending probe {}", probe.name))?;
+        Ok(Shipment { dst, sent, faults: Vec::new(), witnesses: Box::new(NewFlow) })
+    }
+}
+
+/// Hand-made SYNs from external host `host` to `node`'s 127.0.0.1:`port`.
+fn send_martian(
+    wire: &Wire<'_>,
+    cluster: &Cluster,
+    host: &str,
+    node: &str,
+    port: u16,
+    count: u32,
+) -> Result<Vec<Sent>> {
+    let topology = wire.topology;
+    let host_ns = topology.source_netns(&Source::External(host.to_string()))?;
+    let host_ip = match cluster.source_ip(&Source::External(host.to_string())) {
+        Some(IpAddr::V4(ip)) => ip,
+        _ => bail!("external host {host} has no IPv4 address to send from"),
+    };
+    let node_ip = match cluster.node(node).map(|n| n.ip()) {
+        Some(IpAddr::V4(ip)) => ip,
+        _ => bail!("node {node} has no IPv4 address"),
+    };
+    let martian = Martian::between(host_ns, host_ip, &topology.node(node)?.netns, node, node_ip)?;
+    martian.send(host_ns, port, count, wire.ports, wire.timeout)
+}
 
 /// Where the frames go: from the external host's interface to the node's uplink.
-pub struct Martian {
-    pub host_ip: Ipv4Addr,
+struct Martian {
+    host_ip: Ipv4Addr,
     /// The node's own address, which the host greets first (see [`Martian::send`]).
-    pub node_ip: Ipv4Addr,
-    pub host_mac: [u8; 6],
-    pub node_mac: [u8; 6],
-    pub node: String,
+    node_ip: Ipv4Addr,
+    host_mac: [u8; 6],
+    node_mac: [u8; 6],
+    node: String,
 }
 
 impl Martian {
     /// Looks up both interfaces' MAC addresses.
-    pub fn between(
+    fn between(
         host: &Netns,
         host_ip: Ipv4Addr,
         node: &Netns,
@@ -45,7 +105,7 @@ impl Martian {
 
     /// `count` SYNs to 127.0.0.1:`port` of the node, from as many source ports, all sent at
     /// once; then up to `timeout` for their answers. Runs on a thread inside `host`.
-    pub fn send(
+    fn send(
         &self,
         host: &Netns,
         port: u16,

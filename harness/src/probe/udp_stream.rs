@@ -1,0 +1,50 @@
+//! A UDP stream: every attempt from one kept source port, as a resolver sends, so every
+//! attempt is one conntrack flow, and that flow outlives a change of state: what the stream
+//! was expected to do in one phase decides what it must do in the next
+//! (`oracle::live::predict_stream`).
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use super::{Kind, Shipment, Wire, request};
+use crate::model::{Cluster, Probe, Profile, Protocol, Source};
+use crate::oracle::{self, Expectation, Prediction};
+use crate::traffic::Speech;
+
+/// Each stream's expectation in the phase last predicted, by its source and port.
+#[derive(Default)]
+pub(super) struct UdpStream {
+    last_phase: BTreeMap<(Source, u16), Expectation>,
+    this_phase: BTreeMap<(Source, u16), Expectation>,
+}
+
+impl Kind for UdpStream {
+    fn claims(&self, probe: &Probe) -> bool {
+        probe.protocol == Protocol::Udp && probe.source_port.is_some()
+    }
+
+    fn predict(&mut self, probe: &Probe, cluster: &Cluster, profile: Profile) -> Result<Prediction, String> {
+        let fresh = oracle::predict(cluster, probe, profile)?;
+        let Some(port) = probe.source_port else { return Ok(fresh) };
+        let key = (probe.from.clone(), port);
+        let prediction = match self.last_phase.get(&key) {
+            Some(previous) => oracle::live::predict_stream(previous, cluster, probe, fresh, profile),
+            None => fresh,
+        };
+        if let Prediction::Expected(e) = &prediction {
+            self.this_phase.insert(key, e.clone());
+        }
+        Ok(prediction)
+    }
+
+    /// An expectation carries to the next phase only: a stream not judged in a phase starts
+    /// afresh in the one after.
+    fn phase_predicted(&mut self) {
+        self.last_phase = std::mem::take(&mut self.this_phase);
+    }
+
+    fn send(&mut self, probe: &Probe, expected: &Expectation, wire: &mut Wire<'_>) -> Result<Shipment> {
+        request::send(probe, expected, wire, Speech::Plain(probe.protocol))
+    }
+}
