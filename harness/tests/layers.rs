@@ -1,7 +1,8 @@
 //! The library's modules form layers that only point down (the picture is in `src/lib.rs`):
 //! this test reads every `crate::` path in the library's non-test code and fails on an import
-//! that points up or sideways, and on a proxy backend that reaches into another backend's
-//! files. The judge (oracle) must never read the code it judges (proxy).
+//! that points up or sideways, on a proxy backend that reaches into another backend's
+//! files, and on an import cycle between the files of one folder (following `super::` and
+//! `self::` paths too). The judge (oracle) must never read the code it judges (proxy).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -12,10 +12,11 @@ use super::endpoints::{cluster_wide, cluster_wide_on, hints_zone, local_to, node
 use super::frontend::{ExternalKind, Frontend};
 use super::profile::Choices;
 use super::{Basis, Expectation, Outcome, Prediction, SeenSource, Spread};
+use crate::kubernetes::endpoints::PortPolicy;
 use crate::kubernetes::source_ranges_admit;
 use crate::model::{
-    Cluster, Endpoint, Node, Pod, Probe, Profile, Protocol, Service, ServicePort, ServiceType,
-    SessionAffinity, Source, TrafficPolicy, bridge_address,
+    Cluster, Endpoint, Node, Pod, Probe, Profile, Protocol, Service, ServicePort, SessionAffinity, Source,
+    TrafficPolicy, bridge_address,
 };
 
 /// Kernels age `recent` entries in jiffies; an interval this much past the affinity timeout is
@@ -130,7 +131,8 @@ fn cluster_ip(
             (chosen, because)
         }
         true if !choices.local_falls_back_to_cluster => return Ok(dropped(no_local)),
-        true if !uses_cluster_endpoints(svc, port) => {
+        // kube-proxy's `UsesClusterEndpoints`, as the backends ask it.
+        true if !PortPolicy::of(svc, port).uses_cluster_endpoints() => {
             return Ok(rejected(format!(
                 "{no_local}: IPVS mode's virtual server has no real servers (syncEndpoint has no Cluster set \
                  to fall back to), and the kernel answers ICMP port unreachable (ip_vs_leave)"
@@ -155,16 +157,6 @@ fn cluster_ip(
         }
     };
     answered(probe, svc, &chosen, seen, client_node, because)
-}
-
-/// kube-proxy's `UsesClusterEndpoints` (pkg/proxy/serviceport.go): a Local internal policy
-/// still needs the Cluster set when the Service is reachable from outside.
-fn uses_cluster_endpoints(svc: &Service, port: &ServicePort) -> bool {
-    let node_port = port.node_port.is_some()
-        && matches!(svc.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
-    let externally_accessible =
-        node_port || !svc.load_balancer_ips.is_empty() || !svc.external_ips.is_empty();
-    svc.internal_traffic_policy == TrafficPolicy::Cluster || externally_accessible
 }
 
 /// Node ports, external IPs and load-balancer IPs: the "external destinations" of a Service.
