@@ -13,7 +13,6 @@ use crate::engine::MachineReports;
 use crate::proxy;
 use crate::report::Paint;
 use crate::runner::RunOptions;
-use crate::topology::netns;
 
 #[derive(Parser)]
 #[command(
@@ -182,7 +181,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     // The matrix creates no namespace on this host; it stops its VMs on an interrupt instead.
     if !matches!(cli.command, Command::Matrix(_)) {
-        netns::install_interrupt_handler();
+        crate::topology::install_interrupt_handler();
     }
     let result = match cli.command {
         Command::Run {

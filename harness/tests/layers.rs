@@ -1,9 +1,10 @@
 //! The library's modules form layers that only point down (the picture is in `src/lib.rs`):
 //! this test reads every `crate::` path in the library's non-test code and fails on an import
-//! that points up or sideways, and on a proxy backend that reaches into another backend's
-//! files. The judge (oracle) must never read the code it judges (proxy).
+//! that points up or sideways, on a proxy backend that reaches into another backend's
+//! files, and on an import cycle between the files of one folder (following `super::` and
+//! `self::` paths too). The judge (oracle) must never read the code it judges (proxy).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Top to bottom. A module may use only modules of layers below its own.
@@ -30,7 +31,8 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// The proxy backends: each may use `proxy`'s shared modules and its own files, and another
-/// backend only through what that backend's `mod.rs` exports, never its files.
+/// backend only through what that backend's `mod.rs` defines (or re-exports from outside the
+/// backend), never its files nor what `mod.rs` re-exports from them.
 const BACKENDS: &[&str] =
     &["iptables", "nftables", "ipvs", "ruleset", "command", "apiserver", "cluster", "reference"];
 
@@ -76,11 +78,10 @@ fn code(text: &str) -> String {
 /// Every `crate::a::b…` path the code names, as its segments (`use crate::{a, b::c}` too).
 fn crate_paths(code: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        let after = &rest[at + "crate::".len()..];
+    for (at, _) in code.match_indices("crate::") {
+        let after = &code[at + "crate::".len()..];
         let preceded_by_ident =
-            rest[..at].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+            code[..at].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
         if !preceded_by_ident {
             if let Some(group) = after.strip_prefix('{') {
                 let end = matching_brace(group);
@@ -91,7 +92,6 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
                 paths.push(segments(after));
             }
         }
-        rest = after;
     }
     paths.retain(|p| !p.is_empty());
     paths
@@ -152,7 +152,7 @@ fn layer_of(module: &str) -> Option<usize> {
 }
 
 /// (file, its top-level module, the module path under `src/`, the code)
-fn library() -> Vec<(PathBuf, String, Vec<String>, String)> {
+fn library() -> Library {
     let mut files = Vec::new();
     rust_files(&src(), &mut files);
     files.sort();
@@ -208,6 +208,7 @@ fn imports_only_point_down() {
 #[test]
 fn no_backend_reaches_into_another() {
     let src = src();
+    let faces = faces(&library());
     let mut wrong = Vec::new();
     for (file, module, own_path, code) in library() {
         if module != "proxy" {
@@ -230,7 +231,10 @@ fn no_backend_reaches_into_another() {
                 continue;
             }
             let dir = src.join("proxy").join(backend);
-            if dir.join(format!("{inner}.rs")).exists() || dir.join(inner).is_dir() {
+            // A name the backend's `mod.rs` re-exports from one of its files is that file's.
+            let reexported =
+                faces.get(&vec!["proxy".to_string(), backend.clone()]).is_some_and(|f| f.contains_key(inner));
+            if dir.join(format!("{inner}.rs")).exists() || dir.join(inner).is_dir() || reexported {
                 wrong.push(format!("{}: crate::{}", file.display(), path.join("::")));
             }
         }
@@ -255,4 +259,223 @@ fn the_reader_of_paths_reads_them() {
             vec!["proxy".to_string(), "iptables".to_string(), "Rule".to_string(), "X".to_string()],
         ]
     );
+}
+
+/// Every path the code names from the module `from`: `crate::…`, `self::…` and `super::…`,
+/// made absolute.
+fn absolute_paths(from: &[String], code: &str) -> Vec<Vec<String>> {
+    let mut paths = crate_paths(code);
+    for (keyword, base) in [("self::", from), ("super::", &from[..from.len() - 1])] {
+        // Read `self::a` and `super::a` as `crate::a`, then put the base back in front.
+        let renamed = code.replace("crate::", "CRATE::").replace(keyword, "crate::");
+        for relative in crate_paths(&renamed) {
+            let mut absolute = base.to_vec();
+            let mut rest = relative.as_slice();
+            // `super::super::a` became `crate::crate::a`, read as ["crate", "a"].
+            while let Some((_, tail)) = rest.split_first().filter(|(first, _)| *first == "crate") {
+                absolute.pop();
+                rest = tail;
+            }
+            absolute.extend(rest.iter().cloned());
+            paths.push(absolute);
+        }
+    }
+    paths
+}
+
+/// The names a folder's `mod.rs` re-exports, and the child each comes from:
+/// `pub use child::{A, B as C};` → A and C from `child`.
+fn reexports(code: &str, children: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let mut names = BTreeMap::new();
+    for statement in code.split(';') {
+        let statement = statement.trim();
+        let Some(rest) =
+            ["pub use ", "pub(crate) use ", "pub(super) use "].iter().find_map(|p| statement.strip_prefix(p))
+        else {
+            continue;
+        };
+        let rest = rest.strip_prefix("self::").unwrap_or(rest);
+        let child = segments(rest).into_iter().next().unwrap_or_default();
+        if !children.contains(&child) {
+            continue;
+        }
+        let Some(open) = rest.find('{') else {
+            if let Some(last) = rest.rsplit(|c: char| c == ':' || c == ' ').next() {
+                names.insert(last.to_string(), child.clone());
+            }
+            continue;
+        };
+        let group = &rest[open + 1..open + 1 + matching_brace(&rest[open + 1..])];
+        for item in split_top_level(group) {
+            let last = item.rsplit(|c: char| c == ':' || c == ' ').next().unwrap_or_default();
+            names.insert(last.to_string(), child.clone());
+        }
+    }
+    names
+}
+
+type Library = Vec<(PathBuf, String, Vec<String>, String)>;
+
+/// The files and sub-folders of `folder`, by name.
+fn children(files: &Library, folder: &[String]) -> BTreeSet<String> {
+    files
+        .iter()
+        .filter(|(_, _, p, _)| p.len() > folder.len() && p.starts_with(folder))
+        .map(|(_, _, p, _)| p[folder.len()].clone())
+        .collect()
+}
+
+/// For each folder, the names its `mod.rs` re-exports and the child each comes from.
+fn faces(files: &Library) -> BTreeMap<Vec<String>, BTreeMap<String, String>> {
+    files
+        .iter()
+        .filter(|(file, ..)| file.file_name().is_some_and(|n| n == "mod.rs"))
+        .map(|(_, _, p, code)| (p.clone(), reexports(code, &children(files, p))))
+        .collect()
+}
+
+/// The import graph between the files (and sub-folders) of each folder: for the folder
+/// `scenario`, an edge `addresses → net` when `scenario/addresses.rs` names anything in
+/// `scenario/net.rs`, directly or through a name `scenario/mod.rs` re-exports from it.
+///
+/// A folder's `mod.rs` is its face, not a node: it declares its children, re-exports them and
+/// may assemble them (a backend factory), and the children may use what it defines. Counting
+/// those edges would call every factory a cycle; what is counted is sibling to sibling.
+fn folder_graphs() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+    let files = library();
+    let faces = faces(&files);
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (_, _, from, code) in &files {
+        for target in absolute_paths(from, code) {
+            // Each folder that holds both the file and the target, below the top level (which
+            // `imports_only_point_down` orders).
+            for depth in 1..from.len() {
+                let folder = &from[..depth];
+                if !faces.contains_key(folder) || target.len() <= depth || !target.starts_with(folder) {
+                    continue;
+                }
+                let siblings = children(&files, folder);
+                let source = &from[depth];
+                let named = &target[depth];
+                let node = if siblings.contains(named) {
+                    named.clone()
+                } else if let Some(child) = faces[folder].get(named) {
+                    child.clone()
+                } else {
+                    continue; // defined in the face itself
+                };
+                if node != *source {
+                    graphs
+                        .entry(folder.to_vec())
+                        .or_default()
+                        .entry(source.clone())
+                        .or_default()
+                        .insert(node);
+                }
+            }
+        }
+    }
+    graphs
+}
+
+/// The strongly connected components with more than one node (Tarjan's algorithm), each
+/// sorted, as the cycles to report.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, node: &'a str) {
+        let next = s.index.len();
+        s.index.insert(node, next);
+        s.low.insert(node, next);
+        s.stack.push(node);
+        for target in s.graph.get(node).into_iter().flatten() {
+            if !s.index.contains_key(target.as_str()) {
+                visit(s, target);
+                let low = s.low[node].min(s.low[target.as_str()]);
+                s.low.insert(node, low);
+            } else if s.stack.contains(&target.as_str()) {
+                let low = s.low[node].min(s.index[target.as_str()]);
+                s.low.insert(node, low);
+            }
+        }
+        if s.low[node] == s.index[node] {
+            let mut component = Vec::new();
+            while let Some(top) = s.stack.pop() {
+                component.push(top.to_string());
+                if top == node {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                s.found.push(component);
+            }
+        }
+    }
+    let mut state =
+        State { graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), found: Vec::new() };
+    for node in graph.keys() {
+        if !state.index.contains_key(node.as_str()) {
+            visit(&mut state, node);
+        }
+    }
+    state.found
+}
+
+/// One loop through a component, to print: `a → b → c → a`.
+fn one_loop(graph: &BTreeMap<String, BTreeSet<String>>, component: &[String]) -> String {
+    let start = &component[0];
+    // Breadth-first from start's successors back to start, inside the component.
+    let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start.as_str()]);
+    while let Some(node) = queue.pop_front() {
+        for next in graph.get(node).into_iter().flatten().filter(|n| component.contains(n)) {
+            if next == start {
+                let mut path = vec![start.as_str(), node];
+                let mut at = node;
+                while at != start {
+                    at = came_from[at];
+                    path.push(at);
+                }
+                path.reverse();
+                return path.join(" → ");
+            }
+            if !came_from.contains_key(next.as_str()) {
+                came_from.insert(next, node);
+                queue.push_back(next);
+            }
+        }
+    }
+    component.join(", ")
+}
+
+#[test]
+fn no_cycle_inside_a_folder() {
+    let mut found = Vec::new();
+    for (folder, graph) in folder_graphs() {
+        for component in cycles(&graph) {
+            found.push(format!("{}/: {}", folder.join("/"), one_loop(&graph, &component)));
+        }
+    }
+    assert!(found.is_empty(), "import cycles between the files of a folder:\n{}", found.join("\n"));
+}
+
+#[test]
+fn relative_paths_are_made_absolute_and_cycles_found() {
+    let from = ["scenario".to_string(), "net".to_string()];
+    let found = absolute_paths(&from, "use super::addresses::A;\nuse self::x;\nuse super::super::model;");
+    let names: Vec<String> = found.iter().map(|p| p.join("::")).collect();
+    assert_eq!(names, ["scenario::net::x", "scenario::addresses::A", "model"]);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, to) in [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")] {
+        graph.entry(from.to_string()).or_default().insert(to.to_string());
+    }
+    let found = cycles(&graph);
+    assert_eq!(found, [["a", "b", "c"]]);
+    assert_eq!(one_loop(&graph, &found[0]), "a → b → c → a");
 }

@@ -82,7 +82,7 @@ fn main() {
     // SAFETY: no other thread runs yet.
     unsafe { std::env::set_var("PACKETPROOF_BIN", env!("CARGO_BIN_EXE_packetproof")) };
     let args = Arguments::from_args();
-    netns::install_interrupt_handler();
+    packetproof::topology::install_interrupt_handler();
     let suite =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
     let files = only_named(scenario::discover(&[suite]).expect("listing scenarios/"), &args);

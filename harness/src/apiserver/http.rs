@@ -18,6 +18,7 @@ use axum::routing::{any, get};
 use futures::SinkExt;
 use serde_json::{Value, json};
 
+use super::response::{json_response, status};
 use super::selector::{Selector, selects};
 use super::store::{Event, Kind, Store};
 
@@ -72,19 +73,6 @@ async fn log_request(State(store): State<Arc<Store>>, request: HttpRequest, next
     let response = next.run(request).await;
     store.log(format!("{line} -> {}", response.status().as_u16()));
     response
-}
-
-pub(super) fn json_response(code: StatusCode, body: &Value) -> Response {
-    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
-}
-
-/// A `Status` document, as the real server answers errors.
-pub(super) fn status(code: StatusCode, reason: &str, message: &str) -> Response {
-    let body = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code.as_u16(),
-    });
-    json_response(code, &body)
 }
 
 async fn version() -> Response {

@@ -6,6 +6,7 @@
 //! The harness changes the [`Store`]; every change becomes watch events.
 
 mod http;
+mod response;
 pub mod selector;
 pub mod store;
 mod writes;

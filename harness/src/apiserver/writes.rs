@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::routing::{get, patch};
 use serde_json::{Value, json};
 
-use super::http::{json_response, status};
+use super::response::{json_response, status};
 use super::store::{Kind, Store};
 
 pub fn routes(router: Router<Arc<Store>>) -> Router<Arc<Store>> {

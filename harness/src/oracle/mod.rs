@@ -26,8 +26,11 @@
 //!   family); elsewhere the node's own stack refuses.
 
 mod endpoints;
+#[cfg(test)]
+mod flow_tests;
 mod frontend;
-mod ipvs;
+#[cfg(test)]
+mod ipvs_tests;
 pub mod live;
 mod local;
 mod paths;
@@ -189,8 +192,7 @@ pub(crate) fn predict(cluster: &Cluster, probe: &Probe, profile: Profile) -> Res
         .target_address(&probe.to)
         .ok_or_else(|| "the destination does not resolve to an address".to_string())?;
     match frontend::classify(cluster, probe, dst, profile) {
-        Ok(front) if profile == Profile::KubeProxyIpvs => ipvs::predict(cluster, probe, front),
-        Ok(front) => paths::expect(cluster, probe, front).map(Prediction::Expected),
+        Ok(front) => paths::predict(cluster, probe, front, profile),
         Err(NotAFrontend::Invalid(reason)) => Err(reason),
         Err(NotAFrontend::Open(frontend::Open(reason))) => {
             Ok(Prediction::Open(format!("Kubernetes leaves it open: {reason}")))

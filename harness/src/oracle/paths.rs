@@ -1,43 +1,90 @@
 //! The expectation for each kind of frontend: who may answer, what source they see, how the
-//! attempts spread, and where the traffic is translated.
+//! attempts spread, and where the traffic is translated. One path for every profile: where an
+//! implementation departs from the contract's path, the profile's [`Choices`] say so, and the
+//! path takes the departure (kube-proxy's IPVS mode is the one profile with departures; see
+//! `profile.rs` for each and its source).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
-use super::endpoints::{cluster_wide, cluster_wide_on, hints_zone, local_to, ready_local_count};
+use super::endpoints::{cluster_wide, cluster_wide_on, hints_zone, local_to, node_of, ready_local_count};
 use super::frontend::{ExternalKind, Frontend};
-use super::{Basis, Expectation, Outcome, SeenSource, Spread};
+use super::profile::Choices;
+use super::{Basis, Expectation, Outcome, Prediction, SeenSource, Spread};
+use crate::kubernetes::endpoints::PortPolicy;
 use crate::kubernetes::source_ranges_admit;
 use crate::model::{
-    Cluster, Endpoint, Node, Pod, Probe, Service, ServicePort, SessionAffinity, Source, TrafficPolicy,
-    bridge_address,
+    Cluster, Endpoint, Node, Pod, Probe, Profile, Protocol, Service, ServicePort, SessionAffinity, Source,
+    TrafficPolicy, bridge_address,
 };
 
 /// Kernels age `recent` entries in jiffies; an interval this much past the affinity timeout is
 /// safely past it.
 const AFFINITY_MARGIN: Duration = Duration::from_millis(500);
 
-pub(super) fn expect(cluster: &Cluster, probe: &Probe, front: Frontend<'_>) -> Result<Expectation, String> {
-    match front {
-        Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port),
-        Frontend::External { svc, port, kind, node } => external(cluster, probe, svc, port, kind, node),
-        Frontend::HealthCheck { svc, node } => Ok(health_check(svc, node)),
-        Frontend::NodeItself { node, why } => {
-            Ok(Expectation::required(Outcome::Closed { host: node.name.clone() }, why))
+/// What `profile` expects of a classified destination: the path with the profile's departures
+/// taken. A departure that ends where the contract's path does keeps the contract as its
+/// basis (and its reason); one that ends elsewhere is the profile's choice.
+pub(super) fn predict(
+    cluster: &Cluster,
+    probe: &Probe,
+    front: Frontend<'_>,
+    profile: Profile,
+) -> Result<Prediction, String> {
+    let choices = Choices::of(profile);
+    if choices == Choices::CONTRACT {
+        return path(cluster, probe, front, choices);
+    }
+    let prediction = match path(cluster, probe, front.clone(), choices)? {
+        Prediction::Expected(taken) => match path(cluster, probe, front, Choices::CONTRACT) {
+            Ok(Prediction::Expected(contract)) if contract.outcome == taken.outcome => {
+                Prediction::Expected(contract)
+            }
+            _ => Prediction::Expected(Expectation { basis: Basis::Choice(profile), ..taken }),
+        },
+        open => open,
+    };
+    Ok(match choices.affinity_outlives_connections {
+        true => persistence(probe, prediction, profile),
+        false => prediction,
+    })
+}
+
+fn path(
+    cluster: &Cluster,
+    probe: &Probe,
+    front: Frontend<'_>,
+    choices: Choices,
+) -> Result<Prediction, String> {
+    let expected = match front {
+        Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port, choices)?,
+        Frontend::External { svc, port, kind, node } => {
+            return external(cluster, probe, svc, port, kind, node, choices);
         }
-        Frontend::RejectedByRule { why } => Ok(rejected(why)),
-        Frontend::PassesThrough { why } => Ok(Expectation::required(Outcome::Forwarded, why)),
-        Frontend::Pod(pod) => Ok(direct_to_pod(cluster, probe, pod)),
-        Frontend::Martian { node } => Ok(dropped(format!(
+        Frontend::HealthCheck { svc, node } => health_check(svc, node),
+        Frontend::NodeItself { node, why } => {
+            Expectation::required(Outcome::Closed { host: node.name.clone() }, why)
+        }
+        Frontend::RejectedByRule { why } => rejected(why),
+        Frontend::PassesThrough { why } => Expectation::required(Outcome::Forwarded, why),
+        Frontend::Pod(pod) => direct_to_pod(cluster, probe, pod),
+        Frontend::Martian { node } => dropped(format!(
             "127.0.0.1 arriving at node {} from outside is martian: dropped by the kernel, or with \
              route_localnet by kube-proxy's KUBE-FIREWALL rule (CVE-2020-8558)",
             node.name
-        ))),
-        Frontend::Nowhere { why } => Ok(dropped(why)),
+        )),
+        Frontend::Nowhere { why } => dropped(why),
         Frontend::Chosen { frontend, by } => {
-            expect(cluster, probe, *frontend).map(|e| Expectation { basis: Basis::Choice(by), ..e })
+            return Ok(match path(cluster, probe, *frontend, choices)? {
+                Prediction::Expected(e) => {
+                    Prediction::Expected(Expectation { basis: Basis::Choice(by), ..e })
+                }
+                open => open,
+            });
         }
-    }
+    };
+    Ok(Prediction::Expected(expected))
 }
 
 pub(super) fn describe(svc: &Service, port: &ServicePort) -> String {
@@ -53,6 +100,7 @@ fn cluster_ip(
     probe: &Probe,
     svc: &Service,
     port: &ServicePort,
+    choices: Choices,
 ) -> Result<Expectation, String> {
     let name = format!("ClusterIP {}", describe(svc, port));
     // An external host reaches a cluster IP only through a node its routes name, which
@@ -76,9 +124,29 @@ fn cluster_ip(
         }
         TrafficPolicy::Local => (local_to(port, &client_node.name), ", internalTrafficPolicy Local"),
     };
-    if chosen.is_empty() {
-        return Ok(dropped(format!("{name}{policy}, no endpoint on {}", client_node.name)));
-    }
+    let no_local = format!("{name}{policy}, no endpoint on {}", client_node.name);
+    let (chosen, because) = match chosen.is_empty() {
+        false => {
+            let because = format!("{name}, {} usable endpoints{policy}", chosen.len());
+            (chosen, because)
+        }
+        true if !choices.local_falls_back_to_cluster => return Ok(dropped(no_local)),
+        // kube-proxy's `UsesClusterEndpoints`, as the backends ask it.
+        true if !PortPolicy::of(svc, port).uses_cluster_endpoints() => {
+            return Ok(rejected(format!(
+                "{no_local}: IPVS mode's virtual server has no real servers (syncEndpoint has no Cluster set \
+                 to fall back to), and the kernel answers ICMP port unreachable (ip_vs_leave)"
+            )));
+        }
+        true => {
+            let fallback = cluster_wide_on(cluster, svc, port, &client_node.name);
+            let because = format!(
+                "{no_local}: IPVS mode falls back to the {} Cluster endpoints (syncEndpoint, kubernetes#97081)",
+                fallback.len()
+            );
+            (fallback, because)
+        }
+    };
     // Traffic the node's local-traffic detector counts as from its pods keeps its source.
     let masquerade = super::local::masquerades_cluster_ip(cluster, &probe.from, client_node);
     let seen = |e: &Endpoint| {
@@ -88,14 +156,7 @@ fn cluster_ip(
             masqueraded_toward(cluster, client_node, e)
         }
     };
-    answered(
-        probe,
-        svc,
-        &chosen,
-        seen,
-        client_node,
-        format!("{name}, {} usable endpoints{policy}", chosen.len()),
-    )
+    answered(probe, svc, &chosen, seen, client_node, because)
 }
 
 /// Node ports, external IPs and load-balancer IPs: the "external destinations" of a Service.
@@ -106,19 +167,102 @@ fn external(
     port: &ServicePort,
     kind: ExternalKind,
     node: &Node,
-) -> Result<Expectation, String> {
+    choices: Choices,
+) -> Result<Prediction, String> {
     let name = format!("{} of {} on {}", kind.describe(), describe(svc, port), node.name);
+    let dst = cluster.target_address(&probe.to).expect("classified from this address").ip();
     if kind == ExternalKind::LoadBalancer {
-        // A node sending to an address bound on itself sends from that address.
-        let dst = cluster.target_address(&probe.to).expect("classified from this address").ip();
+        // A node sending to an address bound on itself sends from that address. The ranges
+        // drop before any endpoint choice, on every node alike.
         let source = cluster.source_ip_to(&probe.from, dst).expect("validated source");
         if !source_ranges_admit(svc, source, node.ip()) {
-            return Ok(dropped(format!("{name}: source {source} is outside loadBalancerSourceRanges")));
+            let why = format!("{name}: source {source} is outside loadBalancerSourceRanges");
+            return Ok(Prediction::Expected(dropped(why)));
         }
     }
-    if cluster_wide(port).is_empty() {
-        return Ok(rejected(format!("{name} has no endpoints")));
+    if choices.external_ips_on_every_node
+        && let Some(reason) = arp_race(cluster, probe, kind, dst)
+    {
+        return Ok(Prediction::Open(format!("{name}: {reason}")));
     }
+    if cluster_wide(port).is_empty() {
+        return Ok(Prediction::Expected(rejected(format!("{name} has no endpoints"))));
+    }
+    if svc.external_traffic_policy == TrafficPolicy::Local && choices.external_local_for_every_sender {
+        return local_for_every_sender(cluster, probe, svc, port, kind, node, dst, choices, name);
+    }
+    external_by_contract(cluster, probe, svc, port, kind, node, name).map(Prediction::Expected)
+}
+
+/// externalTrafficPolicy Local where every sender is held to the node's endpoints and none is
+/// masqueraded: an endpoint off the translating node then replies past it unless the client's
+/// address routes back through it.
+#[allow(clippy::too_many_arguments)]
+fn local_for_every_sender(
+    cluster: &Cluster,
+    probe: &Probe,
+    svc: &Service,
+    port: &ServicePort,
+    kind: ExternalKind,
+    node: &Node,
+    dst: IpAddr,
+    choices: Choices,
+    name: String,
+) -> Result<Prediction, String> {
+    let local = local_to(port, &node.name);
+    let (chosen, which) = match local.is_empty() {
+        false => {
+            (local, "IPVS mode's virtual server holds the node's local endpoints, whoever sends".to_string())
+        }
+        true if !choices.local_falls_back_to_cluster => {
+            let why = format!("{name}, externalTrafficPolicy Local, no endpoint on {}", node.name);
+            return Ok(Prediction::Expected(dropped(why)));
+        }
+        true => {
+            // Externally accessible, so the Cluster set exists (`UsesClusterEndpoints`).
+            let all = cluster_wide_on(cluster, svc, port, &node.name);
+            let which = format!(
+                "no endpoint on {}: IPVS mode falls back to the {} Cluster endpoints (syncEndpoint, kubernetes#97081)",
+                node.name,
+                all.len()
+            );
+            (all, which)
+        }
+    };
+    let because = format!("{name}, externalTrafficPolicy Local, not masqueraded, {which}");
+    let seen = |e: &Endpoint| unmasqueraded_source(cluster, probe, kind, node, dst, e);
+    let (returning, lost): (Vec<&Endpoint>, Vec<&Endpoint>) =
+        chosen.iter().copied().partition(|e| reply_returns(cluster, node, e, &seen(e)));
+    if lost.is_empty() {
+        return answered(probe, svc, &returning, seen, node, because).map(Prediction::Expected);
+    }
+    let names: Vec<String> = lost.iter().map(|e| e.pod.clone()).collect();
+    if !returning.is_empty() {
+        return Ok(Prediction::Open(format!(
+            "{because}: the replies of {} would bypass {} and those of the others would not; \
+             IPVS mode's outcome then depends on the endpoint each attempt reaches",
+            names.join(", "),
+            node.name
+        )));
+    }
+    let because = format!("{because}; {}", why_unanswered(cluster, node, lost[0], &seen(lost[0])));
+    Ok(Prediction::Expected(Expectation::required(
+        Outcome::Unanswered { backends: names, translated_by: node.name.clone() },
+        because,
+    )))
+}
+
+/// External destinations as the contract has them, once the source ranges admitted the
+/// client and the Service has endpoints.
+fn external_by_contract(
+    cluster: &Cluster,
+    probe: &Probe,
+    svc: &Service,
+    port: &ServicePort,
+    kind: ExternalKind,
+    node: &Node,
+    name: String,
+) -> Result<Expectation, String> {
     // Traffic not kept local goes to the Cluster set the receiving node chooses.
     let all = cluster_wide_on(cluster, svc, port, &node.name);
     // With policy Local, only traffic from outside is kept local: what the receiving node's
@@ -359,4 +503,139 @@ fn node_network_addresses(node: &Node) -> Vec<std::net::IpAddr> {
         addrs.extend(&node.secondary_ips);
     }
     addrs
+}
+
+/// Why an endpoint off the translating node never answers: its node drops a packet from an
+/// address of its own (a node address, or one bound to every node's `kube-ipvs0`) as martian,
+/// or the endpoint replies straight to the source it saw, past the node that translated.
+fn why_unanswered(cluster: &Cluster, node: &Node, e: &Endpoint, seen: &SeenSource) -> String {
+    let endpoint_node = node_of(cluster, e).and_then(|n| cluster.node(n));
+    let (SeenSource::Client { addrs } | SeenSource::Masqueraded { addrs, .. }) = seen;
+    let own = |n: &Node| {
+        addrs.iter().any(|&ip| {
+            n.node_network_ips().any(|a| a == ip)
+                || cluster
+                    .services
+                    .iter()
+                    .any(|s| s.external_ips.contains(&ip) || s.load_balancer_ips.contains(&ip))
+        })
+    };
+    if addrs.contains(&e.ip) {
+        return format!("{} receives it from its own address {}, which it drops as martian", e.pod, e.ip);
+    }
+    match endpoint_node {
+        Some(n) if own(n) => format!(
+            "the flow reaches {} (endpoint {}) from {seen}, an address of {} itself, which drops it as martian",
+            n.name, e.pod, n.name
+        ),
+        _ => format!("{}'s reply to {seen} bypasses {}, so it never reaches the client", e.pod, node.name),
+    }
+}
+
+/// The source an endpoint sees for externalTrafficPolicy Local traffic in IPVS mode: the
+/// client's own, never masqueraded, except a pod reaching itself through its own node (the
+/// `KUBE-LOOP-BACK` set holds only this node's endpoints). The node's own process sends to an
+/// address bound to `kube-ipvs0` from that very address (a local route's source is itself).
+fn unmasqueraded_source(
+    cluster: &Cluster,
+    probe: &Probe,
+    kind: ExternalKind,
+    node: &Node,
+    dst: IpAddr,
+    e: &Endpoint,
+) -> SeenSource {
+    if is_hairpin(probe, e) && node_of(cluster, e) == Some(node.name.as_str()) {
+        return masqueraded_toward(cluster, node, e);
+    }
+    let own_node = matches!(&probe.from, Source::Node(n) if *n == node.name);
+    let bound = kind != ExternalKind::NodePort && !node.node_network_ips().any(|a| a == dst);
+    if own_node && bound {
+        return SeenSource::Client { addrs: vec![dst] };
+    }
+    client_source(cluster, &probe.from)
+}
+
+/// Whether an endpoint's reply passes back through the translating node, which undoes the
+/// translation: it does from an endpoint on that node (its gateway), and toward an address of
+/// that node or of one of its pods; otherwise it goes straight to the source it saw.
+fn reply_returns(cluster: &Cluster, node: &Node, e: &Endpoint, seen: &SeenSource) -> bool {
+    if node_of(cluster, e) == Some(node.name.as_str()) {
+        return true;
+    }
+    let SeenSource::Client { addrs } = seen else { return true };
+    addrs.iter().any(|&ip| {
+        node.node_network_ips().any(|a| a == ip)
+            || crate::model::bridge_address(&node.pod_cidr()) == ip
+            || cluster.pod_by_ip(ip).is_some_and(|p| p.node == node.name)
+    })
+}
+
+/// An outside host reaching an external or load-balancer IPv4 address on its own network asks
+/// ARP for it, and every node answers (IPVS mode binds the address to each node's
+/// `kube-ipvs0` and, without `--ipvs-strict-arp`, leaves arp_ignore at 0): the first answer
+/// wins (measured: 6 µs apart on 6.12), so which node translates is a race.
+fn arp_race(cluster: &Cluster, probe: &Probe, kind: ExternalKind, dst: IpAddr) -> Option<String> {
+    let Source::External(host) = &probe.from else { return None };
+    let on_link = cluster.node_network.contains(&dst) && dst.is_ipv4();
+    (kind != ExternalKind::NodePort && on_link).then(|| {
+        format!(
+            "{dst} is on the node network, bound to every node's kube-ipvs0, so every node answers {host}'s \
+             ARP request for it (no --ipvs-strict-arp): which node receives the traffic is a race, and a \
+             node port on the same address and port shares its virtual server"
+        )
+    })
+}
+
+/// How long IPVS keeps a closed connection (the default timeouts of ip_vs_proto_tcp.c,
+/// ip_vs_proto_udp.c and ip_vs_proto_sctp.c, which kube-proxy leaves alone unless its
+/// `--ipvs-*-timeout` flags are set): TCP lingers in TIME_WAIT, UDP idles out, SCTP closes.
+fn lingering(protocol: Protocol) -> Duration {
+    match protocol {
+        Protocol::Tcp => Duration::from_secs(120),
+        Protocol::Udp => Duration::from_secs(300),
+        Protocol::Sctp => Duration::from_secs(10),
+    }
+}
+
+/// ClientIP affinity spaced past `timeoutSeconds`: the persistence template outlives the
+/// timeout while a connection it scheduled lingers, so attempts closer together than that
+/// stay on one backend; far enough apart they pick afresh; in between it is not judged.
+fn persistence(probe: &Probe, prediction: Prediction, profile: Profile) -> Prediction {
+    let Prediction::Expected(e) = prediction else { return prediction };
+    let Outcome::Answered { backends, spread: Spread::AffinityExpires { timeout }, translated_by } =
+        e.outcome
+    else {
+        return Prediction::Expected(e);
+    };
+    let linger = lingering(probe.protocol);
+    let interval = probe.interval.unwrap_or_default();
+    let template = "IPVS mode's persistence template lasts while connections it scheduled do \
+                    (ip_vs_conn_expire), and a closed";
+    if interval < linger {
+        return Prediction::Expected(Expectation {
+            outcome: Outcome::Answered { backends, spread: Spread::Sticky, translated_by },
+            because: format!(
+                "{}: {template} {} connection lingers {}s, longer than the {}ms between attempts",
+                e.because,
+                probe.protocol,
+                linger.as_secs(),
+                interval.as_millis()
+            ),
+            basis: Basis::Choice(profile),
+        });
+    }
+    if interval < linger + timeout + Duration::from_secs(1) {
+        return Prediction::Open(format!(
+            "{}: {template} {} connection lingers {}s, so whether affinity expires after {}ms depends on \
+             when the kernel reaps it",
+            e.because,
+            probe.protocol,
+            linger.as_secs(),
+            interval.as_millis()
+        ));
+    }
+    Prediction::Expected(Expectation {
+        outcome: Outcome::Answered { backends, spread: Spread::AffinityExpires { timeout }, translated_by },
+        ..e
+    })
 }

@@ -12,6 +12,7 @@ pub mod command;
 pub(crate) mod conntrack_cleanup;
 pub(crate) mod healthcheck;
 pub mod iptables;
+pub mod iptables_rules;
 pub mod ipvs;
 pub mod kube_proxy_config;
 mod loader;

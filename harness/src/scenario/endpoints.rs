@@ -15,8 +15,9 @@ use serde_json::Value;
 use crate::model::{Endpoint, ExternalHost, IpFamily, Node, Protocol, Service};
 
 use super::error::{Diagnostics, Site};
+use super::kind::Kind;
 use super::net::{ip_at, port_number, protocol};
-use super::objects::{Kind, Parsed, Unparsed};
+use super::objects::{Parsed, Unparsed};
 use super::pods::{PodEntry, Pods};
 use super::registry::{Lookup, Registry, known};
 use super::services::ServiceEntry;

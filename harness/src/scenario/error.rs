@@ -2,7 +2,12 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::net::IpAddr;
 use std::path::PathBuf;
+
+use ipnet::IpNet;
+
+use crate::model::IpFamily;
 
 use super::families::Families;
 use super::yaml::{Document, FieldPath, Pos};
@@ -135,6 +140,38 @@ impl Diagnostics {
         let later: HashSet<usize> = dual_stack.into_iter().skip(1).collect();
         let errors = self.errors.into_iter().enumerate().filter(|(i, _)| !later.contains(i)).map(|(_, e)| e);
         ScenarioErrors { errors: errors.collect() }
+    }
+}
+
+impl Diagnostics {
+    /// Whether a value of `family` (`shown`: the address, CIDR or family name) at `path` may
+    /// be in this scenario; reports the first that may not.
+    pub(crate) fn one_family(
+        &mut self,
+        site: &Site<'_>,
+        path: &FieldPath,
+        family: IpFamily,
+        shown: &str,
+    ) -> bool {
+        let line = site.doc.value_pos(path).line;
+        match self.families.admit(site.field(path), line, family, shown) {
+            Ok(()) => true,
+            Err(message) => {
+                self.families.reported.push(self.count());
+                self.value(site, path, message);
+                false
+            }
+        }
+    }
+
+    /// [`Diagnostics::one_family`] for an address.
+    pub(crate) fn ip_family(&mut self, site: &Site<'_>, path: &FieldPath, ip: IpAddr) -> bool {
+        self.one_family(site, path, IpFamily::of(ip), &ip.to_string())
+    }
+
+    /// [`Diagnostics::one_family`] for a CIDR.
+    pub(crate) fn net_family(&mut self, site: &Site<'_>, path: &FieldPath, net: &IpNet) -> bool {
+        self.one_family(site, path, IpFamily::of_net(net), &net.to_string())
     }
 }
 

@@ -15,8 +15,8 @@ use super::addresses::Addresses;
 use super::claims::Claims;
 use super::error::{Diagnostics, Site};
 use super::net::{ip_at, parse_cidr, port_number};
+use super::networks::Networks;
 use super::objects::Parsed;
-use super::scenario_doc::Networks;
 use super::yaml::FieldPath;
 
 /// The external frontends of one Service.

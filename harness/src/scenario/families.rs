@@ -1,6 +1,6 @@
 //! One address family per single-stack scenario: the first address read (the cluster's
 //! `podCIDR`, when it parses) sets it, and the first address of the other family in the file
-//! is the error. A dual-stack cluster (its networks list a CIDR of each family) admits both.
+//! is the error (reported through `Diagnostics::one_family` in `error`). A dual-stack cluster (its networks list a CIDR of each family) admits both.
 //!
 //! An address of the other family is treated like an address that does not parse: the field
 //! counts as broken, so nothing that depends on it reports again (an IPv4 node IP is not
@@ -8,14 +8,7 @@
 //! it counts as broken too; when the file's errors are collected only the first in the file
 //! stays, since every later one would say the same.
 
-use std::net::IpAddr;
-
-use ipnet::IpNet;
-
 use crate::model::IpFamily;
-
-use super::error::{Diagnostics, Site};
-use super::yaml::FieldPath;
 
 pub(crate) const DUAL_STACK: &str = "the cluster is single-stack: every address of the scenario must be of \
      one family (for dual-stack, give spec.cluster podCIDR, serviceCIDR and nodeNetwork a CIDR of each family)";
@@ -70,38 +63,6 @@ impl Families {
     /// The cluster is dual-stack: from here on, addresses of either family are admitted.
     pub(crate) fn set_dual(&mut self) {
         self.dual = true;
-    }
-}
-
-impl Diagnostics {
-    /// Whether a value of `family` (`shown`: the address, CIDR or family name) at `path` may
-    /// be in this scenario; reports the first that may not.
-    pub(crate) fn one_family(
-        &mut self,
-        site: &Site<'_>,
-        path: &FieldPath,
-        family: IpFamily,
-        shown: &str,
-    ) -> bool {
-        let line = site.doc.value_pos(path).line;
-        match self.families.admit(site.field(path), line, family, shown) {
-            Ok(()) => true,
-            Err(message) => {
-                self.families.reported.push(self.count());
-                self.value(site, path, message);
-                false
-            }
-        }
-    }
-
-    /// [`Diagnostics::one_family`] for an address.
-    pub(crate) fn ip_family(&mut self, site: &Site<'_>, path: &FieldPath, ip: IpAddr) -> bool {
-        self.one_family(site, path, IpFamily::of(ip), &ip.to_string())
-    }
-
-    /// [`Diagnostics::one_family`] for a CIDR.
-    pub(crate) fn net_family(&mut self, site: &Site<'_>, path: &FieldPath, net: &IpNet) -> bool {
-        self.one_family(site, path, IpFamily::of_net(net), &net.to_string())
     }
 }
 

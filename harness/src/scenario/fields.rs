@@ -81,7 +81,7 @@
 use serde_json::Value;
 
 use super::error::{Diagnostics, Site};
-use super::objects::Kind;
+use super::kind::Kind;
 use super::yaml::FieldPath;
 
 /// kube-proxy watches only objects without this label (another proxy serves them).

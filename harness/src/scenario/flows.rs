@@ -19,7 +19,8 @@ use crate::model::{ExternalHost, Node, Probe, Protocol, Service, ServicePort, So
 
 use super::de::typed;
 use super::error::{Diagnostics, Site};
-use super::probes::{DEFAULT_COUNT, Names, check_count};
+use super::probes::{DEFAULT_COUNT, check_count};
+use super::referents::Names;
 use super::spec::{FlowsSpec, ProbeSpec};
 use super::targets::port_ref;
 use super::yaml::FieldPath;

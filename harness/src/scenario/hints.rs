@@ -1,8 +1,8 @@
-//! Topology-aware routing as the scenario states it: the Service's hints annotation as
-//! kube-proxy reads it, and the zone hints the EndpointSlice controller puts on derived slices.
+//! Topology-aware routing as the scenario states it: the zone hints the EndpointSlice
+//! controller puts on derived slices (the Service's hints annotation is read with the
+//! Service, in `services`).
 
 use k8s_openapi::api::discovery::v1::{EndpointHints, ForZone};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::model::Node;
 
@@ -11,16 +11,6 @@ use super::error::Diagnostics;
 use super::registry::{Lookup, Registry};
 use super::services::ServiceEntry;
 use super::yaml::FieldPath;
-
-const TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
-const TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
-
-/// `topology-aware-hints`, or when it is absent `topology-mode` (pkg/proxy/serviceport.go:
-/// the deprecated annotation takes precedence).
-pub(crate) fn annotation(meta: &ObjectMeta) -> Option<String> {
-    let annotations = meta.annotations.as_ref()?;
-    annotations.get(TOPOLOGY_AWARE_HINTS).or_else(|| annotations.get(TOPOLOGY_MODE)).cloned()
-}
 
 /// Refuses slices derived for a Service with the topology annotation: the controller's hints
 /// for it come from a proportional allocation by each zone's CPU, which the model has no input

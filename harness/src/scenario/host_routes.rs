@@ -10,8 +10,8 @@ use crate::model::{HostRoute, IpFamily, Node};
 
 use super::error::{Diagnostics, Site};
 use super::net::parse_cidr;
+use super::networks::Networks;
 use super::registry::Registry;
-use super::scenario_doc::Networks;
 use super::spec::HostRouteSpec;
 use super::yaml::FieldPath;
 

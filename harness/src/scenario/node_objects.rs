@@ -14,11 +14,13 @@ use crate::model::{IpFamily, Node, PerFamily, bridge_address};
 
 use super::addresses::Addresses;
 use super::error::{Diagnostics, Site};
+use super::kind::Kind;
 use super::names::check_name;
 use super::net::{cidr_at, parse_cidr, parse_ip};
-use super::objects::{Kind, Parsed, Unparsed};
+use super::networks::Networks;
+use super::objects::{Parsed, Unparsed};
 use super::registry::{Lookup, Registry};
-use super::scenario_doc::{Networks, check_node_pod_cidr, host_ip};
+use super::scenario_doc::{check_node_pod_cidr, host_ip};
 use super::yaml::FieldPath;
 
 /// The label kube-proxy's topology code reads (pkg/proxy/topology.go, v1.LabelTopologyZone).

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::de;
 use super::error::{Diagnostics, Site};
 use super::fields;
+use super::kind::Kind;
 use super::spec;
 use super::yaml::{Document, FieldPath, Segment};
 
@@ -32,46 +33,6 @@ pub(crate) struct Unparsed<'a> {
     pub kind: Kind,
     pub name: Option<String>,
     pub site: Site<'a>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Scenario,
-    Service,
-    EndpointSlice,
-    Pod,
-    Node,
-}
-
-impl Kind {
-    fn parse(kind: &str) -> Option<Kind> {
-        Some(match kind {
-            spec::KIND => Kind::Scenario,
-            "Service" => Kind::Service,
-            "EndpointSlice" => Kind::EndpointSlice,
-            "Pod" => Kind::Pod,
-            "Node" => Kind::Node,
-            _ => return None,
-        })
-    }
-
-    fn api_version(self) -> &'static str {
-        match self {
-            Kind::Scenario => spec::API_VERSION,
-            Kind::Service | Kind::Pod | Kind::Node => "v1",
-            Kind::EndpointSlice => "discovery.k8s.io/v1",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Scenario => spec::KIND,
-            Kind::Service => "Service",
-            Kind::EndpointSlice => "EndpointSlice",
-            Kind::Pod => "Pod",
-            Kind::Node => "Node",
-        }
-    }
 }
 
 /// The documents of one file, by kind.

@@ -11,9 +11,10 @@ use crate::model::{ContainerPort, IpFamily, Node, PerFamily, Pod};
 use super::addresses::Addresses;
 use super::error::{Diagnostics, Site};
 use super::host_network::{self, HostNetworkPod};
+use super::kind::Kind;
 use super::names::check_name;
 use super::net::{ip_at, not_a_host_of, parse_ip, port_number, protocol};
-use super::objects::{Kind, Parsed, Unparsed};
+use super::objects::{Parsed, Unparsed};
 use super::registry::{Lookup, Registry};
 use super::yaml::FieldPath;
 

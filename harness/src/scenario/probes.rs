@@ -4,15 +4,13 @@
 use std::collections::HashMap;
 
 use crate::model::{
-    ExternalHost, IpFamily, Life, Node, Probe, Protocol, Source, StatedExpectation, StatedSource,
-    StatedVerdict, Target,
+    IpFamily, Life, Probe, Protocol, Source, StatedExpectation, StatedSource, StatedVerdict, Target,
 };
 
 use super::duration::parse_interval;
 use super::error::{Diagnostics, Site};
-use super::pods::PodEntry;
-use super::registry::{Lookup, Registry};
-use super::services::ServiceEntry;
+use super::referents::Names;
+use super::registry::Lookup;
 use super::spec::{ExpectSpec, ProbeSpec, ProtocolSpec, SourceKindSpec, SourceSpec, VerdictSpec};
 use super::targets;
 use super::yaml::FieldPath;
@@ -22,14 +20,6 @@ pub(crate) const MAX_COUNT: u32 = 10_000;
 
 /// The HTTP statuses of a health-check node port: 200 with local endpoints, 503 without.
 const HEALTH_CHECK_STATUSES: [u16; 2] = [200, 503];
-
-/// Everything a probe may refer to.
-pub(crate) struct Names<'r, 'a> {
-    pub nodes: &'r Registry<Node>,
-    pub external_hosts: &'r Registry<ExternalHost>,
-    pub pods: &'r Registry<PodEntry>,
-    pub services: &'r Registry<ServiceEntry<'a>>,
-}
 
 pub(crate) fn resolve(
     site: &Site<'_>,

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::model::{IpFamily, PerFamily, Service, ServicePort, ServiceType, TrafficPolicy};
@@ -18,11 +19,12 @@ use super::claims::Claims;
 use super::error::{Diagnostics, Site};
 use super::external::{self, Env, Shape};
 use super::families::DUAL_STACK;
+use super::kind::Kind;
 use super::names::check_name;
 use super::net::{ip_at, not_a_host_of, parse_ip, port_number, protocol};
-use super::objects::{Kind, Parsed, Unparsed};
+use super::networks::Networks;
+use super::objects::{Parsed, Unparsed};
 use super::registry::Registry;
-use super::scenario_doc::Networks;
 use super::yaml::FieldPath;
 
 /// `targetPort`, resolved against each pod when endpoints are derived.
@@ -156,7 +158,7 @@ fn read_one<'a>(
         load_balancer_source_ranges: external.source_ranges,
         health_check_node_port: external.health_check_node_port,
         session_affinity: session_affinity?,
-        hints_annotation: super::hints::annotation(&p.object.metadata),
+        hints_annotation: hints_annotation(&p.object.metadata),
     };
     Some(ServiceEntry {
         service,
@@ -166,6 +168,17 @@ fn read_one<'a>(
         traffic_distribution: spec.traffic_distribution.clone(),
         site: site.clone(),
     })
+}
+
+const TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
+const TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
+
+/// The topology hints annotation kube-proxy reads: `topology-aware-hints`, or when it is
+/// absent `topology-mode` (pkg/proxy/serviceport.go: the deprecated annotation takes
+/// precedence).
+fn hints_annotation(meta: &ObjectMeta) -> Option<String> {
+    let annotations = meta.annotations.as_ref()?;
+    annotations.get(TOPOLOGY_AWARE_HINTS).or_else(|| annotations.get(TOPOLOGY_MODE)).cloned()
 }
 
 fn read_type(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Option<ServiceType> {

@@ -20,7 +20,7 @@ use crate::model::{Node, Protocol, Service, ServicePort, ServiceType, Source, Ta
 
 use super::error::{Diagnostics, Site};
 use super::net::{ip_at, parse_ip};
-use super::probes::Names;
+use super::referents::Names;
 use super::spec::{PortRef, TargetSpec};
 use super::target_form::{Form, form};
 use super::yaml::FieldPath;

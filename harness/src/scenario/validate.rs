@@ -16,8 +16,8 @@ use super::selectors::ByLabel;
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
 use super::{
-    backend_names, defaults, derive, flows, held, host_network, node_objects, pods, probes, scenario_doc,
-    services,
+    backend_names, defaults, derive, flows, held, host_network, node_objects, pods, probes, referents,
+    scenario_doc, services,
 };
 
 pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
@@ -167,7 +167,7 @@ fn assemble<'a>(
             ));
         }
     }
-    let names = probes::Names {
+    let names = referents::Names {
         nodes: &doc.nodes,
         external_hosts: &doc.external_hosts,
         pods: &pods.registry,

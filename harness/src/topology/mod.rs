@@ -30,6 +30,16 @@ use crate::model::{
 use links::Links;
 pub use netns::Netns;
 
+/// On Ctrl-C, SIGTERM or SIGHUP, removes this process's namespaces and exits with 128 + the
+/// signal's number (130, 143, 129). Here, above both, since it undoes what each holds.
+pub fn install_interrupt_handler() {
+    crate::signals::on_termination(|| {
+        eprintln!("\npacketproof: interrupted, removing this run's namespaces");
+        existing::undo_all();
+        netns::remove_all_live_and_stop();
+    });
+}
+
 /// Removes what runs no longer alive left behind (every run's with `include_live`): their
 /// namespaces, and their additions to existing nodes. Returns what was removed, for the user.
 pub(crate) fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {

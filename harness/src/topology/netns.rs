@@ -226,7 +226,7 @@ fn remove_unregistered(name: &str) -> Result<()> {
 /// Removes every namespace this process holds and creates none after: the registry stays
 /// locked until the process exits, so a topology still being built on another thread cannot
 /// add one behind the cleanup. For the signal handler, which exits next.
-fn remove_all_live_and_stop() {
+pub(super) fn remove_all_live_and_stop() {
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     for name in std::mem::take(&mut *live) {
         if let Err(e) = remove_unregistered(&name) {
@@ -244,16 +244,6 @@ pub fn remove_all_live() {
             eprintln!("packetproof: {e:#}");
         }
     }
-}
-
-/// On Ctrl-C, SIGTERM or SIGHUP, removes this process's namespaces and exits with 128 + the
-/// signal's number (130, 143, 129).
-pub fn install_interrupt_handler() {
-    crate::signals::on_termination(|| {
-        eprintln!("\npacketproof: interrupted, removing this run's namespaces");
-        super::existing::undo_all();
-        remove_all_live_and_stop();
-    });
 }
 
 /// Lists namespaces named by this harness; `include_live` also lists those of running processes.

@@ -1,7 +1,7 @@
 //! Probes: real sockets opened in the source namespace, one new connection (and one new source
 //! port) per attempt, each classified as answered, refused or silent.
 
-use std::io::{ErrorKind, Read};
+use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -10,37 +10,13 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use socket2::{Domain, Socket, Type};
 
+use super::attempt::{Unsent, answer, bind_error, classify_error};
 use super::reply;
 use crate::model::Protocol;
 use crate::topology::Netns;
 use crate::topology::netns::NsThread;
 
-/// What one attempt got back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attempt {
-    /// A pod's server answered; `seen` is the source address it saw.
-    Answered { pod: String, seen: SocketAddr },
-    /// An HTTP server answered (a node's health-check port).
-    Http { status: u16, body: String },
-    /// The connection was actively refused: TCP RST or an ICMP unreachable.
-    Refused { reason: String },
-    /// Nothing came back before the timeout (dropped somewhere).
-    Silent,
-    /// Something came back that is neither an answer nor a refusal.
-    Broken { reason: String },
-}
-
-impl Attempt {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Attempt::Answered { .. } => "answered",
-            Attempt::Http { .. } => "http",
-            Attempt::Refused { .. } => "refused",
-            Attempt::Silent => "silent",
-            Attempt::Broken { .. } => "broken",
-        }
-    }
-}
+pub use super::attempt::Attempt;
 
 /// Source ports for a scenario: each attempt gets a port never used before in the scenario, so
 /// every attempt is a new conntrack flow and load balancing is sampled afresh.
@@ -230,19 +206,6 @@ const AUTOMATIC_PORT_TRIES: u32 = 16;
 
 const HTTP_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: packetproof\r\nConnection: close\r\n\r\n";
 
-pub(super) enum Unsent {
-    PortInUse,
-    Other(String),
-}
-
-pub(super) fn bind_error(e: std::io::Error, src: SocketAddr) -> Unsent {
-    if e.kind() == ErrorKind::AddrInUse {
-        Unsent::PortInUse
-    } else {
-        Unsent::Other(format!("binding source {src}: {e}"))
-    }
-}
-
 /// Connects, sends `request` (if any), reads to the end and lets `interpret` judge the answer.
 fn tcp(
     src: SocketAddr,
@@ -340,14 +303,6 @@ fn udp(src: SocketAddr, dst: SocketAddr, timeout: Duration, id: u64) -> Result<A
     }
 }
 
-pub(crate) fn answer(text: &str) -> Attempt {
-    match reply::decode(text) {
-        Some((pod, seen)) => Attempt::Answered { pod, seen },
-        None if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
-        None => Attempt::Broken { reason: format!("unexpected answer {:?}", text.trim_end()) },
-    }
-}
-
 /// `HTTP/1.1 200 OK ... \r\n\r\nbody` → status and body.
 fn http_answer(text: &str) -> Attempt {
     let status =
@@ -358,22 +313,6 @@ fn http_answer(text: &str) -> Attempt {
         _ => {
             Attempt::Broken { reason: format!("not an HTTP answer: {:?}", text.lines().next().unwrap_or("")) }
         }
-    }
-}
-
-pub(crate) fn classify_error(e: std::io::Error) -> Attempt {
-    match e.kind() {
-        ErrorKind::TimedOut | ErrorKind::WouldBlock => Attempt::Silent,
-        ErrorKind::ConnectionRefused => {
-            Attempt::Refused { reason: "connection refused (RST or ICMP port unreachable)".into() }
-        }
-        ErrorKind::HostUnreachable => Attempt::Refused { reason: "ICMP host unreachable".into() },
-        // No route in the source namespace: a topology fault, not a proxy's reject.
-        ErrorKind::NetworkUnreachable => {
-            Attempt::Broken { reason: "no route to the destination (ENETUNREACH)".into() }
-        }
-        ErrorKind::PermissionDenied => Attempt::Refused { reason: "ICMP administratively prohibited".into() },
-        _ => Attempt::Broken { reason: e.to_string() },
     }
 }
 

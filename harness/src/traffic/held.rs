@@ -11,7 +11,8 @@ use anyhow::Result;
 use socket2::{Domain, Socket, Type};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use super::client::{Attempt, Prober, Sent, answer, classify_error};
+use super::attempt::{Attempt, answer, classify_error};
+use super::client::{Prober, Sent};
 use super::reply;
 
 /// The server's side: the reply line, then the line again for every line received, until

@@ -1,6 +1,7 @@
 //! Real traffic: servers in every pod that report who they are and whom they saw, and a client
 //! that sends probes from a source namespace and classifies what came back.
 
+mod attempt;
 pub mod client;
 pub mod held;
 pub mod reply;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::client::{Attempt, Unsent, answer, bind_error, classify_error};
+use super::attempt::{Attempt, Unsent, answer, bind_error, classify_error};
 
 const IPPROTO_SCTP: i32 = 132;
 

@@ -12,7 +12,6 @@ pub(crate) mod ladder;
 mod load;
 pub mod mutants;
 pub mod naming;
-pub mod ruleset;
 
 #[cfg(test)]
 mod tests;
@@ -21,8 +20,9 @@ use anyhow::{Context, Result};
 
 pub use generate::node_rules;
 
-pub(crate) use ruleset::args;
-pub use ruleset::{Rule, RuleSet, normalize_save};
+// The rule set is shared with IPVS mode; `super::ruleset` in this backend's files names it.
+pub(crate) use super::iptables_rules as ruleset;
+pub use super::iptables_rules::{Rule, RuleSet, normalize_save};
 
 use crate::model::{Cluster, Profile};
 use crate::proxy::Mutant;

@@ -26,7 +26,7 @@ use crate::model::{
     Cluster, Endpoint, IpFamily, Node, Protocol, Service, ServicePort, ServiceType, SessionAffinity,
     TrafficPolicy, bridge_address,
 };
-use crate::proxy::iptables::{RuleSet, args};
+use crate::proxy::iptables_rules::{RuleSet, args};
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The name of the dummy interface holding service addresses (`defaultDummyDevice`).

@@ -11,7 +11,7 @@ use ipnet::IpNet;
 
 use super::*;
 use crate::model::IpFamily;
-use crate::proxy::iptables::args;
+use crate::proxy::iptables_rules::args;
 
 const NODEPORTS_COMMENT: &str =
     "\"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"";
