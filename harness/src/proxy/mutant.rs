@@ -320,7 +320,7 @@ impl Mutant {
                 "(IPVS mode) kube-ipvs0 holds no service address: packets to a cluster IP are not the node's own, so IPVS never sees them and they are routed on untranslated"
             }
             Mutant::PartialSyncMissesEndpoints => {
-                "(iptables mode) a partial sync does not count an endpoint change as a change: the Service's chains keep their old rules, so a Local Service that gains a local endpoint still drops outside traffic on that node"
+                "(iptables mode) a partial sync does not count an endpoint change as a change: the Service's chains keep their old rules, so on a node where a Local Service gains its first local endpoint KUBE-EXT has no jump to it, and the node port is refused by the node's own stack"
             }
         }
     }
@@ -363,7 +363,8 @@ impl Mutant {
     }
 
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
-    /// guard to leave out, and (v1.30) drops no conntrack-invalid packets.
+    /// guard to leave out, (v1.30) drops no conntrack-invalid packets, and (here) writes no
+    /// partial syncs.
     pub(crate) fn exists_in_nftables(self) -> bool {
         !matches!(
             self,
