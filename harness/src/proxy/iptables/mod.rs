@@ -11,8 +11,8 @@ pub(crate) mod generate;
 pub(crate) mod ladder;
 mod load;
 pub mod mutants;
-pub(crate) mod partial;
 pub mod naming;
+pub(crate) mod partial;
 pub mod ruleset;
 
 #[cfg(test)]

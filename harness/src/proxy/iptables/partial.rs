@@ -105,7 +105,11 @@ fn without_endpoints(svc: &Service) -> Service {
 
 /// The Services added, removed or changed between `before` and `after` (kube-proxy's
 /// `serviceChanged ∪ endpointsChanged`).
-pub(crate) fn changed_services(before: &Cluster, after: &Cluster, endpoints_tracked: bool) -> HashSet<String> {
+pub(crate) fn changed_services(
+    before: &Cluster,
+    after: &Cluster,
+    endpoints_tracked: bool,
+) -> HashSet<String> {
     let old: HashMap<String, &Service> = before.services.iter().map(|s| (key(s), s)).collect();
     let mut changed = HashSet::new();
     for svc in &after.services {
@@ -214,7 +218,8 @@ mod tests {
 
     #[test]
     fn a_sync_rewrites_only_what_changed() {
-        let before = Cluster::example(vec![svc("a", "10.96.0.10", &["10.244.0.5"]), svc("b", "10.96.0.11", &[])]);
+        let before =
+            Cluster::example(vec![svc("a", "10.96.0.10", &["10.244.0.5"]), svc("b", "10.96.0.11", &[])]);
         let mut after = before.clone();
         after.services[1] = svc("b", "10.96.0.11", &["10.244.0.6"]);
         let rules = super::super::node_ruleset(&after, "node-a", None);

@@ -251,7 +251,8 @@ impl RuleSet {
             rules_of.entry(rule.chain.as_str()).or_default().push(rule);
         }
         let mut declarations = String::new();
-        let _ = writeln!(declarations, "add table {ip} {TABLE} {{ comment {} ; }}", quote(&self.table_comment));
+        let _ =
+            writeln!(declarations, "add table {ip} {TABLE} {{ comment {} ; }}", quote(&self.table_comment));
         for chain in chains.iter().filter(|c| c.hook.is_none()) {
             let _ = writeln!(declarations, "add chain {ip} {TABLE} {}{}", chain.name, chain_spec(chain));
         }
