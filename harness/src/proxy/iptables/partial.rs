@@ -230,7 +230,11 @@ mod tests {
         let b = naming::svc_chain("default/b:http", Protocol::Tcp);
         let a = naming::svc_chain("default/a:http", Protocol::Tcp);
         assert!(text.contains(&format!(":{b} - [0:0]")), "{text}");
-        assert!(!text.contains(&a), "an unchanged Service's chains are left alone: {text}");
+        assert!(text.contains(&format!("-j {a}")), "KUBE-SERVICES is rewritten whole: {text}");
+        assert!(
+            !text.contains(&format!(":{a} ")) && !text.contains(&format!("-A {a} ")),
+            "an unchanged Service's chains are left alone: {text}"
+        );
         assert!(text.contains(":KUBE-SERVICES - [0:0]"), "{text}");
         assert!(!text.contains("-A PREROUTING"), "no jumps from built-in chains: {text}");
 
