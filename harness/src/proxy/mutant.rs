@@ -35,6 +35,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::Mutant::UdpConntrackFlushedOnRestart
             | $crate::proxy::Mutant::HealthCheckKeptWhenEndpointsGo
             | $crate::proxy::Mutant::ServiceAddressesNotBound
+            | $crate::proxy::Mutant::PartialSyncMissesEndpoints
     };
 }
 pub(crate) use outside_the_rules;
@@ -123,10 +124,14 @@ pub enum Mutant {
     /// (<https://github.com/kubernetes/kubernetes/issues/85422>,
     /// <https://github.com/kubernetes/kubernetes/issues/72197>).
     ServiceAddressesNotBound,
+    /// iptables mode: a partial sync's change tracker misses an endpoint change, so the
+    /// Service's chains are not rewritten and a Local Service's jump to its new local endpoint
+    /// never appears (<https://github.com/kubernetes/kubernetes/issues/121362>).
+    PartialSyncMissesEndpoints,
 }
 
 impl Mutant {
-    pub(crate) const ALL: [Mutant; 35] = [
+    pub(crate) const ALL: [Mutant; 36] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -162,6 +167,7 @@ impl Mutant {
         Mutant::UdpConntrackFlushedOnRestart,
         Mutant::HealthCheckKeptWhenEndpointsGo,
         Mutant::ServiceAddressesNotBound,
+        Mutant::PartialSyncMissesEndpoints,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -202,6 +208,7 @@ impl Mutant {
             Mutant::UdpConntrackFlushedOnRestart => "udp-conntrack-flushed-on-restart",
             Mutant::HealthCheckKeptWhenEndpointsGo => "health-check-kept-when-endpoints-go",
             Mutant::ServiceAddressesNotBound => "service-addresses-not-bound",
+            Mutant::PartialSyncMissesEndpoints => "partial-sync-misses-endpoints",
         }
     }
 
@@ -312,6 +319,9 @@ impl Mutant {
             Mutant::ServiceAddressesNotBound => {
                 "(IPVS mode) kube-ipvs0 holds no service address: packets to a cluster IP are not the node's own, so IPVS never sees them and they are routed on untranslated"
             }
+            Mutant::PartialSyncMissesEndpoints => {
+                "(iptables mode) a partial sync does not count an endpoint change as a change: the Service's chains keep their old rules, so on a node where a Local Service gains its first local endpoint KUBE-EXT has no jump to it, and the node port is refused by the node's own stack"
+            }
         }
     }
 
@@ -355,9 +365,13 @@ impl Mutant {
     }
 
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
-    /// guard to leave out, and (v1.30) drops no conntrack-invalid packets.
+    /// guard to leave out, (v1.30) drops no conntrack-invalid packets, and (here) writes no
+    /// partial syncs.
     pub(crate) fn exists_in_nftables(self) -> bool {
-        !matches!(self, Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped) && !self.only_in_ipvs()
+        !matches!(
+            self,
+            Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped | Mutant::PartialSyncMissesEndpoints
+        ) && !self.only_in_ipvs()
     }
 
     /// A bug of IPVS mode's own machinery (virtual servers, the dummy link), which the
@@ -388,7 +402,7 @@ impl Mutant {
     /// Whether the proxy's loading of its rules is the bug (the rules are right).
     #[cfg(test)]
     pub(crate) fn breaks_loading(self) -> bool {
-        self == Mutant::AffinityLostOnSync
+        matches!(self, Mutant::AffinityLostOnSync | Mutant::PartialSyncMissesEndpoints)
     }
 
     /// Whether the node's health check servers are the bug.

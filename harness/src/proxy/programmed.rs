@@ -19,6 +19,9 @@ pub struct NodeState {
     pub loaded: BTreeSet<IpFamily>,
     /// Its health check servers; dropped (stopped) with the state.
     pub health: healthcheck::Servers,
+    /// What the proxy remembers of its last sync on the node, in its own type (iptables mode:
+    /// what it wrote, for a partial sync to write only what changed).
+    pub memory: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Programs one node namespace with the cluster's Services, as the proxy on that node would.

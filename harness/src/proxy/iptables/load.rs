@@ -32,6 +32,13 @@ pub fn restore(node: &NodeHandle, text: &str, family: IpFamily) -> Result<()> {
     loader::run(node, restore, &["-w"], text, rule_kind(family), offending_lines)
 }
 
+/// Writes `text` into the node's tables of `family` with `--noflush`: the chains it declares
+/// are flushed and rewritten, every other chain is left as it is (a partial sync).
+pub fn restore_noflush(node: &NodeHandle, text: &str, family: IpFamily) -> Result<()> {
+    let (restore, _) = tools(family);
+    loader::run(node, restore, &["-w", "--noflush"], text, rule_kind(family), offending_lines)
+}
+
 /// The input lines an error points at: the line it names and, when that is a `COMMIT` (nft
 /// checks jump targets only when committing), the first rule using a name it quotes
 /// (`Chain 'KUBE-X' does not exist`).

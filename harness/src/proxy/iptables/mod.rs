@@ -12,6 +12,7 @@ pub(crate) mod ladder;
 mod load;
 pub mod mutants;
 pub mod naming;
+pub(crate) mod partial;
 
 #[cfg(test)]
 mod tests;
@@ -102,12 +103,34 @@ impl NodeProgrammer for BuiltinIptables {
                     .with_context(|| format!("setting route_localnet on node {}", node.name))?;
             }
             state.loaded.insert(family);
-            if self.mutant == Some(Mutant::AffinityLostOnSync) {
-                // The bug: the tables are emptied before every sync, so the `recent` lists of
-                // the affinity rules go with their last rule.
-                load::restore(node, "*filter\nCOMMIT\n*nat\nCOMMIT\n", family)?;
-            }
-            load::restore(node, &node_ruleset(view, &node.name, self.mutant).render(), family)?;
+            let rules = node_ruleset(view, &node.name, self.mutant);
+            let memory = state.memory.get_or_insert_with(|| Box::new(partial::Memory::default()));
+            let memory = memory.downcast_mut::<partial::Memory>().context("another proxy's memory")?;
+            let last = memory.families.remove(&family);
+            let endpoints_tracked = self.mutant != Some(Mutant::PartialSyncMissesEndpoints);
+            let partial_syncs = match partial::plan(last.as_ref(), view, endpoints_tracked) {
+                partial::Plan::Partial(changed) if self.mutant != Some(Mutant::AffinityLostOnSync) => {
+                    let last = last.as_ref().expect("a partial sync follows one");
+                    let text = partial::text(&rules, view, last, &changed);
+                    // A failed partial sync is followed by a full one at once (kube-proxy:
+                    // at its next sync, `needFullSync`).
+                    load::restore_noflush(node, &text, family).ok().map(|()| last.partial_syncs() + 1)
+                }
+                _ => None,
+            };
+            let partial_syncs = match partial_syncs {
+                Some(n) => n,
+                None => {
+                    if self.mutant == Some(Mutant::AffinityLostOnSync) {
+                        // The bug: the tables are emptied before every sync, so the `recent`
+                        // lists of the affinity rules go with their last rule.
+                        load::restore(node, "*filter\nCOMMIT\n*nat\nCOMMIT\n", family)?;
+                    }
+                    load::restore(node, &rules.render(), family)?;
+                    0
+                }
+            };
+            memory.families.insert(family, partial::Last::new(view, &rules, partial_syncs));
         }
         let bug = self.mutant.and_then(Mutant::health_bug);
         healthcheck::serve_node(node, &mut state.health, &views, bug)

@@ -30,6 +30,13 @@ pub struct Existing {
     pub sets: BTreeMap<String, bool>,
 }
 
+impl Existing {
+    /// No table yet (or an empty one).
+    pub fn is_empty(&self) -> bool {
+        self.chains.is_empty() && self.sets.is_empty()
+    }
+}
+
 /// Reads the family's table of `node` (`nft list table`); none yet is an empty one.
 pub fn existing(node: &NodeHandle, rules: &RuleSet) -> Result<Existing> {
     let listed = node.netns.exec("nft", &["list", "table", rules.ip(), TABLE], None);

@@ -123,6 +123,11 @@ pub(crate) fn load_text(cluster: &Cluster, node: &str, mutant: Option<Mutant>, l
     node_rulesets_in(cluster, node, mutant, layout).iter().map(RuleSet::render_replacing).collect()
 }
 
+/// The rules of one transaction of a first load ([`RuleSet::render_staged`]): short enough
+/// that the kernel's walks of the transaction per anonymous set stay cheap, long enough that
+/// few `nft` runs re-read the growing table.
+const RULES_PER_STAGE: usize = 5000;
+
 impl BuiltinNftables {
     fn proxy_name(&self) -> &'static str {
         match self.layout {
@@ -161,8 +166,18 @@ impl NodeProgrammer for BuiltinNftables {
             let rulesets = node_rulesets_in(cluster, &node.name, self.mutant, self.layout);
             let existing: Vec<in_place::Existing> =
                 rulesets.iter().map(|rules| in_place::existing(node, rules)).collect::<Result<_>>()?;
-            let text: String = rulesets.iter().zip(&existing).map(|(r, e)| in_place::text(r, e)).collect();
-            load::apply(node, &text)?;
+            if existing.iter().all(in_place::Existing::is_empty) {
+                // A node without tables: loaded in stages, each a short transaction.
+                for rules in &rulesets {
+                    for stage in rules.render_staged(RULES_PER_STAGE) {
+                        load::apply(node, &stage)?;
+                    }
+                }
+            } else {
+                let text: String =
+                    rulesets.iter().zip(&existing).map(|(r, e)| in_place::text(r, e)).collect();
+                load::apply(node, &text)?;
+            }
             for (rules, existing) in rulesets.iter().zip(&existing) {
                 in_place::delete_stale_chains(node, rules, existing);
             }

@@ -231,6 +231,73 @@ impl RuleSet {
         out
     }
 
+    /// The table as several `nft -f` inputs, for a node that has none yet: declarations
+    /// first, then the rules of the regular chains, at most `rules_per_stage` a transaction,
+    /// then the base chains with their rules and every element. Each is its own transaction,
+    /// yet nothing is seen half-done: no packet enters the table before its base chains, and
+    /// nothing reaches a service chain before the map elements and base-chain rules that
+    /// point to it, which come last. Why: the kernel walks a transaction's whole list for
+    /// each anonymous set bound in it (`__nft_set_trans_bind`, `nft_set_lookup_byid`), and
+    /// every `numgen … vmap { … }` rule holds one, so one transaction of N Services costs N
+    /// times its own length.
+    pub(crate) fn render_staged(&self, rules_per_stage: usize) -> Vec<String> {
+        let ip = self.ip();
+        let mut chains: Vec<&Chain> = self.chains.iter().collect();
+        chains.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut sets: Vec<&Set> = self.sets.iter().collect();
+        sets.sort_by(|a, b| (a.map, &a.name).cmp(&(b.map, &b.name)));
+        let mut rules_of: HashMap<&str, Vec<&Rule>> = HashMap::new();
+        for rule in &self.rules {
+            rules_of.entry(rule.chain.as_str()).or_default().push(rule);
+        }
+        let mut declarations = String::new();
+        let _ =
+            writeln!(declarations, "add table {ip} {TABLE} {{ comment {} ; }}", quote(&self.table_comment));
+        for chain in chains.iter().filter(|c| c.hook.is_none()) {
+            let _ = writeln!(declarations, "add chain {ip} {TABLE} {}{}", chain.name, chain_spec(chain));
+        }
+        for set in &sets {
+            let kind = if set.map { "map" } else { "set" };
+            let _ = writeln!(declarations, "add {kind} {ip} {TABLE} {} {}", set.name, set_spec(set));
+        }
+        let mut stages = vec![declarations];
+        let mut stage = String::new();
+        let mut in_stage = 0;
+        for chain in chains.iter().filter(|c| c.hook.is_none()) {
+            for rule in rules_of.get(chain.name.as_str()).into_iter().flatten() {
+                let _ = writeln!(stage, "add rule {ip} {TABLE} {}", rule_line(rule));
+                in_stage += 1;
+                if in_stage == rules_per_stage.max(1) {
+                    stages.push(std::mem::take(&mut stage));
+                    in_stage = 0;
+                }
+            }
+        }
+        if !stage.is_empty() {
+            stages.push(stage);
+        }
+        let mut wiring = String::new();
+        for chain in chains.iter().filter(|c| c.hook.is_some()) {
+            let _ = writeln!(wiring, "add chain {ip} {TABLE} {}{}", chain.name, chain_spec(chain));
+        }
+        for chain in chains.iter().filter(|c| c.hook.is_some()) {
+            for rule in rules_of.get(chain.name.as_str()).into_iter().flatten() {
+                let _ = writeln!(wiring, "add rule {ip} {TABLE} {}", rule_line(rule));
+            }
+        }
+        let mut elements_of: HashMap<&str, Vec<&Element>> = HashMap::new();
+        for e in &self.elements {
+            elements_of.entry(e.set.as_str()).or_default().push(e);
+        }
+        for set in &sets {
+            for e in elements_of.get(set.name.as_str()).into_iter().flatten() {
+                let _ = writeln!(wiring, "add element {ip} {TABLE} {} {{ {} }}", set.name, element_body(e));
+            }
+        }
+        stages.push(wiring);
+        stages
+    }
+
     /// `nft -f` input that replaces the family's table with this one in one transaction:
     /// `add` then `delete` (so the delete cannot fail on a fresh node), then the table.
     pub(crate) fn render_replacing(&self) -> String {
