@@ -7,6 +7,7 @@ pub mod affinity;
 pub mod evidence;
 pub mod held;
 pub mod late;
+pub mod symptom;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
