@@ -162,7 +162,7 @@ impl NodeProgrammer for BuiltinNftables {
             let existing: Vec<in_place::Existing> =
                 rulesets.iter().map(|rules| in_place::existing(node, rules)).collect::<Result<_>>()?;
             let text: String = rulesets.iter().zip(&existing).map(|(r, e)| in_place::text(r, e)).collect();
-            load::apply(node, &text)?;
+            load::apply(node, &text).map_err(|e| mutants::failed_sync(self.mutant, e))?;
             for (rules, existing) in rulesets.iter().zip(&existing) {
                 in_place::delete_stale_chains(node, rules, existing);
             }
