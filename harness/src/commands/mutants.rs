@@ -256,13 +256,15 @@ impl<F: FnMut(usize, &Scenario, &anyhow::Result<ScenarioReport>)> Reporter for E
     }
 }
 
-/// Names of the probes that failed in a judged scenario.
+/// Names of the probes that failed in a judged scenario, or [`PROXY`] where the proxy failed
+/// at its own job (a kill too: the scenario fails).
 fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ {
-    let verdicts = match &report.outcome {
-        Outcome::Judged(v) => v.as_slice(),
-        Outcome::ProxyFailed(_) | Outcome::Skipped(_) => &[],
+    let (verdicts, proxy_failed) = match &report.outcome {
+        Outcome::Judged(v) => (v.as_slice(), None),
+        Outcome::ProxyFailed(_) => (&[][..], Some(PROXY.to_string())),
+        Outcome::Skipped(_) => (&[][..], None),
     };
-    verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone())
+    verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone()).chain(proxy_failed)
 }
 
 /// Runs every scenario against `proxy`, one per core at a time, handing each result to

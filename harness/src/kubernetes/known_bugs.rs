@@ -131,30 +131,29 @@ pub struct KnownBug {
     pub upstream: &'static [&'static str],
     /// The proxy and the releases the bug shipped in, or `unknown`.
     pub shipped: &'static str,
-    /// Where it was fixed, `unknown`, or `not fixed`.
+    /// Where it was fixed, or `unknown` (with why, after it).
     pub fixed: &'static str,
     /// The probes a proxy with the bug fails, in every mode where the bug can exist.
     pub signature: &'static [Mark],
 }
 
 impl KnownBug {
-    /// `matches kubernetes/kubernetes#131765 (kube-proxy nftables mode v1.29–v1.33.4; fixed in
-    /// v1.33.5, v1.34.1)`, or for a made-up mutant `matches mutant no-affinity`.
+    /// `matches kubernetes/kubernetes#131765, mutant etp-local-filtered-before-dnat (in kube-proxy
+    /// nftables mode up to v1.33.4 (…); fixed in v1.33.5 and v1.34 (…))`, or for a made-up
+    /// mutant `matches mutant no-affinity`.
     pub fn headline(&self) -> String {
         let what = match self.upstream.first() {
             Some(first) => format!("{first}, mutant {}", self.name),
             None => format!("mutant {}", self.name),
         };
         let mut when = Vec::new();
-        if self.shipped != UNKNOWN {
+        if !self.shipped.starts_with(UNKNOWN) {
             when.push(format!("in {}", self.shipped));
         }
-        if self.fixed != UNKNOWN {
-            when.push(if self.fixed == NOT_FIXED {
-                NOT_FIXED.to_string()
-            } else {
-                format!("fixed in {}", self.fixed)
-            });
+        if !self.fixed.starts_with(UNKNOWN) {
+            // `by #139629, release unknown` reads after `fixed`; a release after `fixed in`.
+            let by = if self.fixed.starts_with("by ") { "" } else { "in " };
+            when.push(format!("fixed {by}{}", self.fixed));
         }
         if when.is_empty() {
             format!("matches {what}")
@@ -171,7 +170,6 @@ impl KnownBug {
 }
 
 const UNKNOWN: &str = "unknown";
-const NOT_FIXED: &str = "not fixed";
 
 /// The bug a mutant reproduces, by the mutant's name.
 pub fn by_name(name: &str) -> Option<&'static KnownBug> {
@@ -494,7 +492,7 @@ pub static CATALOG: &[KnownBug] = &[
         name: "stale-udp-kept-when-scaled-to-zero",
         upstream: &["kubernetes/kubernetes#139628", "kubernetes/kubernetes#139629"],
         shipped: "kube-proxy v1.32 on (the conntrack reconciler; a regression from v1.31)",
-        fixed: "unknown (fix #139629)",
+        fixed: "by #139629, release unknown",
         signature: &[
             mark("live-udp-scaled-to-zero", "scaled-back: reaches-the-new-replica", WrongBackend),
             mark("live-udp-scaled-to-zero", "scaled-to-zero: rejected", Answered),
@@ -504,7 +502,7 @@ pub static CATALOG: &[KnownBug] = &[
         name: "stale-udp-kept-when-deleted",
         upstream: &["kubernetes/kubernetes#141371"],
         shipped: "unknown",
-        fixed: "unknown (fix #141371)",
+        fixed: "by #141371, release unknown",
         signature: &[mark("live-udp-service-deleted", "service-deleted: no-longer-answered", Answered)],
     },
     KnownBug {
@@ -540,7 +538,7 @@ pub static CATALOG: &[KnownBug] = &[
         name: "affinity-to-not-ready",
         upstream: &["kubernetes/kubernetes#110302", "kubernetes/kubernetes#106030"],
         shipped: "kube-proxy v1.22 iptables mode",
-        fixed: "unknown (fix #106030)",
+        fixed: "by #106030, release unknown",
         signature: &[mark(
             "live-affinity-not-ready",
             "checkout-0-not-ready: moves-to-checkout-1",
@@ -558,7 +556,7 @@ pub static CATALOG: &[KnownBug] = &[
         name: "udp-conntrack-flushed-on-restart",
         upstream: &["kubernetes/kubernetes#122740"],
         shipped: "kube-proxy iptables and nftables modes, seen in v1.30.3",
-        fixed: "not fixed",
+        fixed: "unknown (the issue is open; #122741 was closed unmerged)",
         signature: &[mark(
             "live-udp-kept-across-restart",
             "restart-while-draining: stream-stays",
@@ -588,8 +586,8 @@ pub static CATALOG: &[KnownBug] = &[
     KnownBug {
         name: "etp-local-filtered-before-dnat",
         upstream: &["kubernetes/kubernetes#131765", "kubernetes/kubernetes#132456"],
-        shipped: "kube-proxy nftables mode v1.29 to v1.33.4 (seen in v1.30.3)",
-        fixed: "v1.34 (#132456; release-1.33: #133969)",
+        shipped: "kube-proxy nftables mode up to v1.33.4 (seen in v1.30.3)",
+        fixed: "v1.33.5 and v1.34 (#132456; release-1.33: #133969)",
         signature: &[
             mark("all-flows", "flow: node node-b -> api:https loadBalancer 198.51.100.50", Silent),
             mark("external-ips-local", "node-b-host", Silent),
@@ -598,8 +596,8 @@ pub static CATALOG: &[KnownBug] = &[
     KnownBug {
         name: "interface-prefix-matched-by-index",
         upstream: &["kubernetes/kubernetes#134024"],
-        shipped: "kube-proxy nftables mode with detectLocalMode InterfaceNamePrefix, v1.29 to v1.34 (seen in v1.30.3)",
-        fixed: "v1.35 (#134024; release-1.33: #134099, #134117; release-1.34: #134118)",
+        shipped: "kube-proxy nftables mode with detectLocalMode InterfaceNamePrefix (seen in v1.30.3)",
+        fixed: "#134024, backported to release-1.33 (#134099, #134117) and release-1.34 (#134118); releases unknown",
         signature: &[mark("detect-local-interface-prefix", PROXY, ProxyFailed)],
     },
 ];
@@ -619,6 +617,21 @@ mod tests {
                 assert!(probes.insert((m.scenario, m.probe)), "{}: {m:?} twice", bug.name);
             }
         }
+    }
+
+    #[test]
+    fn headlines_name_the_report_and_the_releases_known() {
+        let headline = |name| by_name(name).map(KnownBug::headline).unwrap_or_default();
+        assert_eq!(
+            headline("etp-local-filtered-before-dnat"),
+            "matches kubernetes/kubernetes#131765, mutant etp-local-filtered-before-dnat (in kube-proxy nftables \
+             mode up to v1.33.4 (seen in v1.30.3); fixed in v1.33.5 and v1.34 (#132456; release-1.33: #133969))"
+        );
+        assert_eq!(
+            headline("stale-udp-kept-when-deleted"),
+            "matches kubernetes/kubernetes#141371, mutant stale-udp-kept-when-deleted (fixed by #141371, release unknown)"
+        );
+        assert_eq!(headline("no-affinity"), "matches mutant no-affinity");
     }
 
     #[test]
