@@ -1,62 +1,90 @@
-//! Every catalogued mutant — a realistic proxy bug applied to a built-in proxy — must be
-//! killed by some scenario of the suite, in iptables mode and in nftables mode. A survivor is
-//! a hole in the suite: add the scenario that catches it. (`packetproof mutants [--proxy P]`
-//! prints the whole table.)
+//! Every catalogued mutant — a known proxy bug applied to a built-in proxy — must fail its
+//! signature (`kubernetes::known_bugs`): each probe the signature names fails as it says, in
+//! iptables mode and in nftables mode. That kills every mutant and proves every signature by
+//! running only the signatures' scenarios; `packetproof mutants [--proxy P]` still hunts
+//! through the whole suite and prints which scenarios kill each one.
 
 use std::path::Path;
 use std::sync::Mutex;
 
-use packetproof::commands::mutants::{self, Baseline, Hunt};
+use packetproof::commands::mutants::{self, SignatureCheck};
+use packetproof::kubernetes::known_bugs::CATALOG;
 use packetproof::model::Scenario;
+use packetproof::proxy::Mutant;
 use packetproof::{proxy, scenario};
 
-/// One hunt at a time: each already runs a scenario per core, and a loaded machine turns
+/// One mode at a time: each already runs a scenario per core, and a loaded machine turns
 /// answers into timeouts.
-static ONE_HUNT: Mutex<()> = Mutex::new(());
+static ONE_MODE: Mutex<()> = Mutex::new(());
 
-/// The suite, or `None` (with the reason printed) where scenarios cannot run.
-fn suite() -> Option<Vec<Scenario>> {
-    if !packetproof::privileges::scenarios_can_run() {
-        return None;
-    }
+fn load_suite() -> Vec<Scenario> {
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let scenarios = scenario::discover(&[suite])
+    scenario::discover(&[suite])
         .expect("listing scenarios/")
         .iter()
         .map(|f| scenario::load(f).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
-    Some(scenarios)
+        .collect()
 }
 
-fn assert_every_mutant_killed(scenarios: &[Scenario], proxy_name: &str, baseline: &Baseline) {
+/// The suite, or `None` where scenarios cannot run.
+fn suite() -> Option<Vec<Scenario>> {
+    packetproof::privileges::scenarios_can_run().then(load_suite)
+}
+
+#[test]
+fn every_signature_names_probes_of_the_suite() {
+    let dangling = mutants::dangling_marks(&load_suite());
+    assert!(dangling.is_empty(), "signatures name probes the suite lacks: {dangling:#?}");
+}
+
+#[test]
+fn the_known_bugs_are_the_mutants() {
+    for name in [proxy::iptables::NAME, proxy::nftables::NAME, proxy::ipvs::NAME] {
+        for mutant in mutants::catalog(name) {
+            assert!(mutant.known_bug().is_some(), "{mutant} is in no entry of the known-bug catalog");
+        }
+    }
+    for bug in CATALOG {
+        assert!(bug.name.parse::<Mutant>().is_ok(), "{} is no mutant", bug.name);
+    }
+}
+
+fn assert_every_signature_holds(scenarios: &[Scenario], proxy_name: &str) {
     let breakable = mutants::breakable(proxy_name).expect("a built-in proxy");
-    let hunts =
-        mutants::hunt(scenarios, &mutants::catalog(proxy_name), true, breakable, baseline, |h: &Hunt| {
+    let checks = mutants::check_signatures(
+        scenarios,
+        &mutants::catalog(proxy_name),
+        breakable,
+        |c: &SignatureCheck| {
             eprintln!(
-                "{proxy_name}: {} {} by {}",
-                if h.killed() { "killed" } else { "SURVIVED" },
-                h.mutant.name(),
-                h.killed_by.join(", ")
+                "{proxy_name}: {} {}",
+                c.mutant.name(),
+                if c.proven() {
+                    "fails its signature".to_string()
+                } else {
+                    format!("{:?} {:?}", c.unmet, c.errors)
+                }
             );
-        });
-    let survivors: Vec<&str> = hunts.iter().filter(|h| !h.killed()).map(|h| h.mutant.name()).collect();
-    let errors: Vec<&String> = hunts.iter().flat_map(|h| &h.errors).collect();
+        },
+    )
+    .expect("running the signatures");
+    let errors: Vec<&String> = checks.iter().flat_map(|c| &c.errors).collect();
     assert!(errors.is_empty(), "scenarios could not be set up under some mutant: {errors:#?}");
-    assert!(survivors.is_empty(), "mutants no scenario kills: {survivors:?}\n{}", mutants::table(&hunts));
+    let unmet: Vec<String> =
+        checks.iter().flat_map(|c| c.unmet.iter().map(move |u| format!("{}: {u}", c.mutant))).collect();
+    assert!(unmet.is_empty(), "mutants that do not fail their signature as it says: {unmet:#?}");
 }
 
 #[test]
-fn every_mutant_is_killed_by_the_suite() {
-    let _alone = ONE_HUNT.lock().unwrap_or_else(|e| e.into_inner());
+fn every_mutant_fails_its_signature_in_iptables_mode() {
+    let _alone = ONE_MODE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(scenarios) = suite() else { return };
-    // The suite passes against the unbroken iptables proxy: every failure is a kill.
-    assert_every_mutant_killed(&scenarios, proxy::iptables::NAME, &Baseline::new());
+    assert_every_signature_holds(&scenarios, proxy::iptables::NAME);
 }
 
 #[test]
-fn every_mutant_is_killed_in_nftables_mode() {
-    let _alone = ONE_HUNT.lock().unwrap_or_else(|e| e.into_inner());
+fn every_mutant_fails_its_signature_in_nftables_mode() {
+    let _alone = ONE_MODE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(scenarios) = suite() else { return };
-    // The suite passes against the unbroken nftables proxy too (under its own profile).
-    assert_every_mutant_killed(&scenarios, proxy::nftables::NAME, &Baseline::new());
+    assert_every_signature_holds(&scenarios, proxy::nftables::NAME);
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
+use crate::kubernetes::known_bugs::{ANY, PROXY, Symptom};
 use crate::model::Scenario;
 use crate::proxy::Mutant;
 use crate::proxy::Proxy;
@@ -105,13 +106,165 @@ fn hunt_one(
     result
 }
 
-/// Names of the probes that failed in a judged scenario.
-fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ {
+/// What a mutant's signature run showed (`known_bugs`): each probe of its signature that did
+/// not fail as the signature says.
+#[derive(Debug)]
+pub struct SignatureCheck {
+    pub mutant: Mutant,
+    /// `scenario: probe: why`, for each probe of the signature not failing as it says.
+    pub unmet: Vec<String>,
+    /// Scenarios that could not be set up with this mutant.
+    pub errors: Vec<String>,
+}
+
+impl SignatureCheck {
+    pub fn proven(&self) -> bool {
+        self.unmet.is_empty() && self.errors.is_empty()
+    }
+}
+
+/// Runs each mutant against its signature's scenarios only (instead of hunting through the
+/// whole suite) and checks that every probe of the signature fails with the signature's
+/// symptom: a kill and a proof of the signature at once. All runs share one engine, a
+/// scenario per core at a time.
+pub fn check_signatures(
+    scenarios: &[Scenario],
+    mutants: &[Mutant],
+    breakable: Breakable,
+    on_done: impl Fn(&SignatureCheck),
+) -> anyhow::Result<Vec<SignatureCheck>> {
+    let proxies: Vec<Box<dyn Proxy>> = mutants.iter().map(|&m| breakable(Some(m))).collect();
+    let mut checks: Vec<SignatureCheck> = mutants
+        .iter()
+        .map(|&mutant| SignatureCheck { mutant, unmet: Vec::new(), errors: Vec::new() })
+        .collect();
+    // (mutant's index, run) for every scenario of every signature.
+    let mut owners = Vec::new();
+    let mut runs = Vec::new();
+    for (i, (&mutant, proxy)) in mutants.iter().zip(&proxies).enumerate() {
+        let Some(bug) = mutant.known_bug() else {
+            checks[i].unmet.push("no entry in the known-bug catalog".into());
+            continue;
+        };
+        for name in bug.scenarios() {
+            match scenarios.iter().find(|s| s.name == name) {
+                Some(scenario) => {
+                    owners.push(i);
+                    runs.push(Run { scenario, proxy: RunProxy::Built(proxy.as_ref()) });
+                }
+                None => checks[i].unmet.push(format!("{name}: no such scenario")),
+            }
+        }
+    }
+    let engine = Engine {
+        options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() },
+        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let mut left: Vec<usize> = mutants.iter().map(|_| 0).collect();
+    for &i in &owners {
+        left[i] += 1;
+    }
+    let without_runs: Vec<usize> = (0..mutants.len()).filter(|&i| left[i] == 0).collect();
+    let mut reporter =
+        EachRun(|index: usize, scenario: &Scenario, result: &anyhow::Result<ScenarioReport>| {
+            let i = owners[index];
+            let check = &mut checks[i];
+            match result {
+                Ok(report) => check.unmet.extend(unmet(check.mutant, scenario, report)),
+                Err(e) => check.errors.push(format!("{}: {e:#}", scenario.name)),
+            }
+            left[i] -= 1;
+            if left[i] == 0 {
+                on_done(check);
+            }
+        });
+    engine.execute(&runs, &mut [&mut reporter])?;
+    for i in without_runs {
+        on_done(&checks[i]);
+    }
+    Ok(checks)
+}
+
+/// The probes of `mutant`'s signature in `scenario` that did not fail as the signature says.
+fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<String> {
+    let Some(bug) = mutant.known_bug() else { return Vec::new() };
+    let marks = bug.signature.iter().filter(|m| m.scenario == scenario.name);
     let verdicts = match &report.outcome {
         Outcome::Judged(v) => v.as_slice(),
-        Outcome::ProxyFailed(_) | Outcome::Skipped(_) => &[],
+        Outcome::ProxyFailed(why) => {
+            return marks
+                .filter(|m| m.symptom != Symptom::ProxyFailed)
+                .map(|m| format!("{}: {}: the proxy failed: {why}", m.scenario, m.probe))
+                .collect();
+        }
+        Outcome::Skipped(why) => return vec![format!("{}: skipped: {why}", scenario.name)],
     };
-    verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone())
+    marks
+        .filter_map(|m| {
+            let why = match verdicts.iter().find(|v| v.probe.name == m.probe) {
+                None if m.symptom == Symptom::ProxyFailed => "the proxy did not fail".to_string(),
+                None if m.probe == ANY => {
+                    if verdicts.iter().any(|v| v.symptoms().contains(&m.symptom)) {
+                        return None;
+                    }
+                    format!("no probe failed as {}", m.symptom)
+                }
+                None => "not judged".to_string(),
+                Some(v) if v.passed() => "passed".to_string(),
+                Some(v) if v.symptoms().contains(&m.symptom) => return None,
+                Some(v) => {
+                    let kinds: Vec<String> = v.symptoms().iter().map(|k| k.to_string()).collect();
+                    format!(
+                        "failed as {} instead of {}: {}",
+                        kinds.join(", "),
+                        m.symptom,
+                        v.failures.join("; ")
+                    )
+                }
+            };
+            Some(format!("{}: {}: {why}", m.scenario, m.probe))
+        })
+        .collect()
+}
+
+/// Every probe a known bug's signature names that the suite lacks (a renamed scenario or probe).
+pub fn dangling_marks(scenarios: &[Scenario]) -> Vec<String> {
+    crate::kubernetes::known_bugs::CATALOG
+        .iter()
+        .flat_map(|bug| bug.signature.iter().map(move |m| (bug, m)))
+        .filter(|(_, m)| {
+            !scenarios.iter().any(|s| {
+                s.name == m.scenario
+                    && (m.probe == PROXY
+                        || m.probe == ANY
+                        || s.phases().iter().any(|ph| ph.probes.iter().any(|p| p.name == m.probe)))
+            })
+        })
+        .map(|(bug, m)| format!("{}: {}: {}", bug.name, m.scenario, m.probe))
+        .collect()
+}
+
+/// A reporter that hands each finished run, by its index, to a closure.
+struct EachRun<F>(F);
+
+impl<F: FnMut(usize, &Scenario, &anyhow::Result<ScenarioReport>)> Reporter for EachRun<F> {
+    fn event(&mut self, event: &Event<'_>) -> anyhow::Result<Control> {
+        if let Event::ScenarioFinished { index, scenario, result, .. } = event {
+            (self.0)(*index, scenario, result);
+        }
+        Ok(Control::Continue)
+    }
+}
+
+/// Names of the probes that failed in a judged scenario, or [`PROXY`] where the proxy failed
+/// at its own job (a kill too: the scenario fails).
+fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ {
+    let (verdicts, proxy_failed) = match &report.outcome {
+        Outcome::Judged(v) => (v.as_slice(), None),
+        Outcome::ProxyFailed(_) => (&[][..], Some(PROXY.to_string())),
+        Outcome::Skipped(_) => (&[][..], None),
+    };
+    verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone()).chain(proxy_failed)
 }
 
 /// Runs every scenario against `proxy`, one per core at a time, handing each result to

@@ -73,6 +73,7 @@ impl Reporter for TerminalReport {
                 let clean = errors == 0 && !summary.failed && summary.judged_something;
                 let line = if clean { self.paint.pass(&line) } else { self.paint.fail(&line) };
                 println!("\n{line} in {:.2}s", elapsed.as_secs_f64());
+                print!("{}", report::known_bug_lines(&report::known_bug_matches(reports.iter().copied())));
                 self.summary = Some(summary);
             }
         }

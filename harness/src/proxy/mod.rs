@@ -160,7 +160,14 @@ pub fn catalog(name: &str) -> Vec<Mutant> {
         return ipvs::mutants::CATALOG.to_vec();
     }
     let nftables = name.starts_with(nftables::NAME);
-    Mutant::ALL.into_iter().filter(|m| !m.only_in_ipvs() && (!nftables || m.exists_in_nftables())).collect()
+    Mutant::ALL
+        .into_iter()
+        .filter(|m| {
+            !m.only_in_ipvs() && if nftables { m.exists_in_nftables() } else { !m.only_in_nftables() }
+        })
+        // v1.31's layout has this bug by design: the mutant would change nothing.
+        .filter(|m| !(name == nftables::NAME_V1_31 && *m == Mutant::EtpLocalFilteredBeforeDnat))
+        .collect()
 }
 
 /// A built-in proxy from its one option, `mutant: NAME` (a deliberately broken build of it,

@@ -128,10 +128,23 @@ pub enum Mutant {
     /// Service's chains are not rewritten and a Local Service's jump to its new local endpoint
     /// never appears (<https://github.com/kubernetes/kubernetes/issues/121362>).
     PartialSyncMissesEndpoints,
+    /// nftables mode only: the filter chains holding `service-endpoints-check` run before DNAT
+    /// (v1.31's base chains), so the node's own traffic (host-network pods' too) to an external
+    /// IP or LB IP of an `externalTrafficPolicy: Local` Service without local endpoints on this
+    /// node is dropped instead of short-circuited to the Service's endpoints
+    /// (<https://github.com/kubernetes/kubernetes/issues/131765>, fixed by
+    /// <https://github.com/kubernetes/kubernetes/pull/132456>). `builtin-nftables-v1.31` has it
+    /// by design.
+    EtpLocalFilteredBeforeDnat,
+    /// nftables mode only: `detectLocalMode: InterfaceNamePrefix` written with `iif` (an
+    /// interface index, resolved when the rules load) instead of `iifname`, so `iif "veth*"`
+    /// names no interface and every sync fails
+    /// (<https://github.com/kubernetes/kubernetes/pull/134024>).
+    InterfacePrefixMatchedByIndex,
 }
 
 impl Mutant {
-    pub(crate) const ALL: [Mutant; 36] = [
+    pub(crate) const ALL: [Mutant; 38] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -168,6 +181,8 @@ impl Mutant {
         Mutant::HealthCheckKeptWhenEndpointsGo,
         Mutant::ServiceAddressesNotBound,
         Mutant::PartialSyncMissesEndpoints,
+        Mutant::EtpLocalFilteredBeforeDnat,
+        Mutant::InterfacePrefixMatchedByIndex,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -209,6 +224,8 @@ impl Mutant {
             Mutant::HealthCheckKeptWhenEndpointsGo => "health-check-kept-when-endpoints-go",
             Mutant::ServiceAddressesNotBound => "service-addresses-not-bound",
             Mutant::PartialSyncMissesEndpoints => "partial-sync-misses-endpoints",
+            Mutant::EtpLocalFilteredBeforeDnat => "etp-local-filtered-before-dnat",
+            Mutant::InterfacePrefixMatchedByIndex => "interface-prefix-matched-by-index",
         }
     }
 
@@ -322,7 +339,18 @@ impl Mutant {
             Mutant::PartialSyncMissesEndpoints => {
                 "(iptables mode) a partial sync does not count an endpoint change as a change: the Service's chains keep their old rules, so on a node where a Local Service gains its first local endpoint KUBE-EXT has no jump to it, and the node port is refused by the node's own stack"
             }
+            Mutant::EtpLocalFilteredBeforeDnat => {
+                "(nftables mode) the filter chains run before DNAT (v1.31's base chains): the node itself (and host-network pods) reaching an external IP or LB IP of an externalTrafficPolicy Local Service with no endpoint on this node is dropped instead of sent to its endpoints elsewhere"
+            }
+            Mutant::InterfacePrefixMatchedByIndex => {
+                "(nftables mode) detectLocalMode InterfaceNamePrefix is matched with `iif` instead of `iifname`: `iif \"veth*\"` names no interface, so loading the rules fails and the node is never programmed"
+            }
         }
+    }
+
+    /// The known bug it reproduces: upstream reports, releases, signature.
+    pub fn known_bug(self) -> Option<&'static crate::kubernetes::known_bugs::KnownBug> {
+        crate::kubernetes::known_bugs::by_name(self.name())
     }
 
     /// The endpoint-choice bugs, which the generator itself must make.
@@ -378,6 +406,12 @@ impl Mutant {
     /// iptables and nftables modes do not have.
     pub(crate) fn only_in_ipvs(self) -> bool {
         self == Mutant::ServiceAddressesNotBound
+    }
+
+    /// A bug of nftables mode's own machinery (chain priorities, `iif`), which the iptables
+    /// and IPVS modes do not have.
+    pub(crate) fn only_in_nftables(self) -> bool {
+        matches!(self, Mutant::EtpLocalFilteredBeforeDnat | Mutant::InterfacePrefixMatchedByIndex)
     }
 
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.

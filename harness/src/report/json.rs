@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Finished, destination, expected};
+use super::{Finished, destination, expected, headlines_for, known_bug_matches};
+use crate::kubernetes::known_bugs;
 use crate::oracle::Basis;
 use crate::runner::Outcome;
 
@@ -14,7 +15,23 @@ struct Run {
     failed: usize,
     skipped: usize,
     errors: usize,
+    /// The known bugs the failures match.
+    known_bugs: Vec<KnownBug>,
     scenarios: Vec<Scenario>,
+}
+
+/// A known bug the run's failures match, and the failing probes that match it.
+#[derive(Serialize)]
+struct KnownBug {
+    /// The mutant reproducing it (`packetproof run --proxy-option mutant=NAME`).
+    name: &'static str,
+    upstream: &'static [&'static str],
+    shipped: &'static str,
+    fixed: &'static str,
+    /// `matches kubernetes/kubernetes#131765, mutant … (in …; fixed in …)`.
+    headline: String,
+    /// `[scenario, probe]`.
+    probes: Vec<(String, String)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -35,6 +52,9 @@ pub(crate) struct Scenario {
     pub evidence: Option<String>,
     pub probes: Vec<Probe>,
     pub not_judged: Vec<NotJudged>,
+    /// The known bugs whose signature this scenario's failures belong to, as headlines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known_bugs: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -50,6 +70,12 @@ pub(crate) struct Probe {
     pub observed: String,
     pub passed: bool,
     pub failures: Vec<String>,
+    /// The kinds of the failures (`kubernetes::known_bugs::Symptom`), for a failed probe.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub symptoms: Vec<String>,
+    /// The known bugs whose signature this failure belongs to, as headlines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known_bugs: Vec<String>,
 }
 
 impl Probe {
@@ -73,11 +99,23 @@ pub(crate) struct NotJudged {
 pub fn json_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
     let scenarios = scenarios(finished);
     let count = |status| scenarios.iter().filter(|s| s.status == status).count();
+    let known_bugs = matches(finished)
+        .into_iter()
+        .map(|m| KnownBug {
+            name: m.bug.name,
+            upstream: m.bug.upstream,
+            shipped: m.bug.shipped,
+            fixed: m.bug.fixed,
+            headline: m.bug.headline(),
+            probes: m.probes,
+        })
+        .collect();
     let run = Run {
         passed: count("passed"),
         failed: count("failed"),
         skipped: count("skipped"),
         errors: count("error"),
+        known_bugs,
         scenarios,
     };
     Ok(serde_json::to_string_pretty(&run)?)
@@ -85,10 +123,18 @@ pub fn json_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
 
 /// Every finished scenario in the report's shape.
 pub(crate) fn scenarios(finished: &[Finished<'_>]) -> Vec<Scenario> {
-    finished.iter().map(scenario).collect()
+    let matches = matches(finished);
+    finished.iter().map(|f| scenario(f, &matches)).collect()
 }
 
-fn scenario(finished: &Finished<'_>) -> Scenario {
+fn matches(finished: &[Finished<'_>]) -> Vec<known_bugs::Match> {
+    known_bug_matches(finished.iter().filter_map(|f| match f {
+        Finished::Ran { report, .. } => Some(*report),
+        Finished::Error { .. } => None,
+    }))
+}
+
+fn scenario(finished: &Finished<'_>, matches: &[known_bugs::Match]) -> Scenario {
     let (s, report) = match finished {
         Finished::Error { scenario, error } => {
             return Scenario {
@@ -102,6 +148,7 @@ fn scenario(finished: &Finished<'_>) -> Scenario {
                 evidence: None,
                 probes: Vec::new(),
                 not_judged: Vec::new(),
+                known_bugs: Vec::new(),
             };
         }
         Finished::Ran { scenario, report } => (*scenario, *report),
@@ -126,6 +173,8 @@ fn scenario(finished: &Finished<'_>) -> Scenario {
                     observed: v.observed_summary(),
                     passed: v.passed(),
                     failures: v.failures.clone(),
+                    symptoms: v.symptoms().iter().map(|k| k.to_string()).collect(),
+                    known_bugs: headlines_for(matches, &s.name, &v.probe.name),
                 })
                 .collect();
             (if report.passed() { "passed" } else { "failed" }, None, probes)
@@ -145,6 +194,11 @@ fn scenario(finished: &Finished<'_>) -> Scenario {
             .unjudged
             .iter()
             .map(|(flow, reason)| NotJudged { flow: flow.clone(), reason: reason.clone() })
+            .collect(),
+        known_bugs: matches
+            .iter()
+            .filter(|m| m.probes.iter().any(|(scenario, _)| *scenario == s.name))
+            .map(|m| m.bug.headline())
             .collect(),
     }
 }

@@ -65,6 +65,10 @@ pub(crate) fn suite(origin: Origin<'_>, scenario: &Scenario) -> TestSuite {
     if let Some(proxy) = &scenario.proxy {
         suite.add_property(quick_junit::Property::new("proxy", proxy.as_str()));
     }
+    // The known bugs its failures match (Jenkins' schema allows properties on suites only).
+    for bug in &scenario.known_bugs {
+        suite.add_property(quick_junit::Property::new("known-bug", bug.as_str()));
+    }
     let mut add = |case_name: &str, status: TestCaseStatus| {
         let mut case = TestCase::new(case_name, status);
         case.set_classname(classname.as_str());
@@ -87,7 +91,8 @@ pub(crate) fn suite(origin: Origin<'_>, scenario: &Scenario) -> TestSuite {
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
             let evidence =
                 scenario.evidence.as_deref().map(|dir| format!("\nevidence: {dir}")).unwrap_or_default();
-            status.set_message("the proxy failed").set_description(format!("{reason}{evidence}"));
+            let bugs: String = scenario.known_bugs.iter().map(|b| format!("\n{b}")).collect();
+            status.set_message("the proxy failed").set_description(format!("{reason}{evidence}{bugs}"));
             add("proxy", status);
         }
         _ => {
@@ -113,8 +118,13 @@ fn failure(origin: Origin<'_>, scenario: &Scenario, probe: &Probe) -> TestCaseSt
         (Origin::Host, Some(dir)) => format!("evidence: {dir}\n"),
         (Origin::Guest(_), Some(dir)) => format!("evidence (in the guest): {dir}\n"),
     };
-    status.set_message(probe.failures.first().map_or("failed", String::as_str)).set_description(format!(
-        "from {} to {}\nexpected: {} ({}; by {})\nobserved: {}\n{}{evidence}",
+    let first = probe.failures.first().map_or("failed", String::as_str);
+    let message = match probe.known_bugs.first() {
+        Some(bug) => format!("{first} ({bug})"),
+        None => first.to_string(),
+    };
+    status.set_message(message).set_description(format!(
+        "from {} to {}\nexpected: {} ({}; by {})\nobserved: {}\n{}{}{evidence}",
         probe.from,
         probe.to,
         probe.expected,
@@ -122,6 +132,7 @@ fn failure(origin: Origin<'_>, scenario: &Scenario, probe: &Probe) -> TestCaseSt
         probe.basis(),
         probe.observed,
         probe.failures.iter().map(|f| format!("✗ {f}\n")).collect::<String>(),
+        probe.known_bugs.iter().map(|b| format!("{b}\n")).collect::<String>(),
     ));
     status
 }

@@ -15,6 +15,9 @@ pub use terminal::Paint;
 
 use std::fmt::Write;
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::kubernetes::known_bugs::{self, Symptom};
 use crate::model::{Cluster, Target};
 use crate::oracle::{self, Outcome as Expected};
 use crate::runner::{Outcome, ScenarioReport};
@@ -180,6 +183,54 @@ pub(crate) fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String
     let skipped = reports.iter().filter(|r| matches!(r.outcome, Outcome::Skipped(_))).count();
     let failed = reports.iter().filter(|r| r.failed()).count();
     format!("{passed} passed, {failed} failed, {skipped} skipped, {errors} errors")
+}
+
+/// The known bugs whose signature the judged scenarios' failures match
+/// (`kubernetes::known_bugs::matches` says how much must match).
+pub fn known_bug_matches<'r>(
+    reports: impl IntoIterator<Item = &'r ScenarioReport>,
+) -> Vec<known_bugs::Match> {
+    let mut judged: BTreeMap<(&str, &str), BTreeSet<Symptom>> = BTreeMap::new();
+    for report in reports {
+        let scenario = report.scenario.as_str();
+        match &report.outcome {
+            Outcome::Judged(verdicts) => {
+                judged.insert((scenario, known_bugs::PROXY), BTreeSet::new());
+                judged.insert((scenario, known_bugs::ANY), BTreeSet::new());
+                for v in verdicts {
+                    let symptoms = v.symptoms();
+                    judged.entry((scenario, known_bugs::ANY)).or_default().extend(symptoms.iter().copied());
+                    judged.entry((scenario, v.probe.name.as_str())).or_default().extend(symptoms);
+                }
+            }
+            Outcome::ProxyFailed(_) => {
+                judged.insert((scenario, known_bugs::PROXY), BTreeSet::from([Symptom::ProxyFailed]));
+            }
+            Outcome::Skipped(_) => {}
+        }
+    }
+    known_bugs::matches(|scenario, probe| judged.get(&(scenario, probe)).cloned())
+}
+
+/// What the terminal prints after the summary: one line per known bug matched, with the
+/// failing probes that match it.
+pub fn known_bug_lines(matches: &[known_bugs::Match]) -> String {
+    matches
+        .iter()
+        .map(|m| {
+            let probes: Vec<String> = m.probes.iter().map(|(s, p)| format!("{s}: {p}")).collect();
+            format!("the failures of {} {}\n", probes.join(", "), m.bug.headline())
+        })
+        .collect()
+}
+
+/// The headlines of the known bugs `matches` that name probe `probe` of `scenario`.
+pub(crate) fn headlines_for(matches: &[known_bugs::Match], scenario: &str, probe: &str) -> Vec<String> {
+    matches
+        .iter()
+        .filter(|m| m.probes.iter().any(|(s, p)| s == scenario && p == probe))
+        .map(|m| m.bug.headline())
+        .collect()
 }
 
 /// A scenario as it ended, for the machine-readable reports.

@@ -6,6 +6,7 @@
 pub mod affinity;
 pub mod evidence;
 pub mod late;
+pub mod symptom;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -170,13 +170,13 @@ impl NodeProgrammer for BuiltinNftables {
                 // A node without tables: loaded in stages, each a short transaction.
                 for rules in &rulesets {
                     for stage in rules.render_staged(RULES_PER_STAGE) {
-                        load::apply(node, &stage)?;
+                        load::apply(node, &stage).map_err(|e| mutants::failed_sync(self.mutant, e))?;
                     }
                 }
             } else {
                 let text: String =
                     rulesets.iter().zip(&existing).map(|(r, e)| in_place::text(r, e)).collect();
-                load::apply(node, &text)?;
+                load::apply(node, &text).map_err(|e| mutants::failed_sync(self.mutant, e))?;
             }
             for (rules, existing) in rulesets.iter().zip(&existing) {
                 in_place::delete_stale_chains(node, rules, existing);

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use super::generate::{
-    CLUSTER_IPS, FIREWALL_IPS, JUMP_MASQ, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES,
+    CLUSTER_IPS, CLUSTER_IPS_CHECK, FIREWALL_IPS, JUMP_MASQ, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES,
     NODEPORT_ENDPOINTS_CHECK, NODEPORT_IPS, REJECT_CHAIN, SERVICES, dnat, no_localhost,
     node_port_destination,
 };
@@ -82,11 +82,51 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
             !(e.set == NO_ENDPOINT_NODEPORTS && e.value.as_deref().is_some_and(|v| v.ends_with(REJECT_CHAIN)))
         }),
         Mutant::SourceRangesNodeReachesFirstLbIpOnly => node_admitted_on_first_lb_ip_only(cluster, rules),
+        Mutant::EtpLocalFilteredBeforeDnat => filter_before_dnat(rules),
+        Mutant::InterfacePrefixMatchedByIndex => {
+            for rule in rules.rules.iter_mut() {
+                rule.text = rule.text.replace("iifname ", "iif ");
+            }
+        }
         outside_the_rules!() => {}
         // No route_localnet, so no localnet guard to leave out (`Mutant::exists_in_nftables`).
         Mutant::LocalnetNotFirewalled => {}
         // v1.30's nftables mode drops no conntrack-invalid packets (kubernetes/kubernetes#122663).
         Mutant::InvalidNotDropped => {}
+    }
+}
+
+/// A load that fails because of the mutant (`iif "veth*"` names no interface) is the proxy
+/// failing at its job, as kube-proxy's sync fails: reported as such, not as the harness's error.
+pub(super) fn failed_sync(mutant: Option<Mutant>, error: anyhow::Error) -> anyhow::Error {
+    if mutant == Some(Mutant::InterfacePrefixMatchedByIndex) {
+        let message = format!("loading the rules failed, as kube-proxy's sync does: {error:#}");
+        crate::proxy::ProxyFailed { message, log: Vec::new() }.into()
+    } else {
+        error
+    }
+}
+
+/// v1.31's base chains (`Layout::V1_31`), kubernetes/kubernetes#131765: the filter chains
+/// that check for endpoints run before DNAT (`dstnat - 10`), so `service-endpoints-check` sees
+/// the external IP of the node's own traffic that DNAT would have sent to the Service's
+/// endpoints; the check for unallocated cluster IPs stays after DNAT, in
+/// `filter-output-post-dnat`.
+fn filter_before_dnat(rules: &mut RuleSet) {
+    const POST_DNAT: &str = "filter-output-post-dnat";
+    let Some(output) = rules.chains.iter().find(|c| c.name == "filter-output").cloned() else { return };
+    for chain in &mut rules.chains {
+        if let Some(hook) = chain.hook.as_mut().filter(|h| h.kind == "filter" && h.priority == 0) {
+            hook.priority = -110;
+        }
+    }
+    let at = rules.chains.iter().position(|c| c.name == output.name).map_or(rules.chains.len(), |i| i + 1);
+    let hook = output.hook.map(|h| super::ruleset::Hook { priority: -90, ..h });
+    rules.chains.insert(at, super::ruleset::Chain { name: POST_DNAT.into(), hook, comment: output.comment });
+    for rule in
+        rules.rules.iter_mut().filter(|r| r.chain == output.name && r.text.ends_with(CLUSTER_IPS_CHECK))
+    {
+        rule.chain = POST_DNAT.into();
     }
 }
 

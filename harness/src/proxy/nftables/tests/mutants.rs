@@ -9,6 +9,10 @@ fn mutated(m: Mutant, node: &str) -> (RuleSet, RuleSet) {
     if m == Mutant::DetectLocalModeIgnored {
         c.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
     }
+    // `iif` for `iifname` shows only where interfaces are matched by name.
+    if m == Mutant::InterfacePrefixMatchedByIndex {
+        c.proxy.detect_local = crate::model::DetectLocal::InterfaceNamePrefix("veth".into());
+    }
     (node_rulesets(&c, node, None).remove(0), node_rulesets(&c, node, Some(m)).remove(0))
 }
 
@@ -25,6 +29,32 @@ fn every_mutant_of_the_rules_changes_them() {
         });
         assert_eq!(changed, !elsewhere(m), "{m}");
     }
+}
+
+#[test]
+fn filter_before_dnat_moves_only_the_filter_chains_after_dnat() {
+    let (before, after) = mutated(Mutant::EtpLocalFilteredBeforeDnat, "node-b");
+    // Only the cluster-IP check moves, to the chain after DNAT.
+    let moved: Vec<&str> =
+        after.rules.iter().filter(|r| !before.rules.contains(r)).map(|r| r.chain.as_str()).collect();
+    assert_eq!(moved, ["filter-output-post-dnat"]);
+    let priorities = |r: &RuleSet| -> Vec<(String, i32)> {
+        r.chains.iter().filter_map(|c| c.hook.as_ref().map(|h| (c.name.clone(), h.priority))).collect()
+    };
+    let moved: Vec<(String, i32)> =
+        priorities(&after).into_iter().filter(|p| !priorities(&before).contains(p)).collect();
+    let names: Vec<&str> = moved.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["filter-forward", "filter-input", "filter-output", "filter-output-post-dnat"]);
+    assert_eq!(moved.iter().map(|(_, p)| *p).collect::<Vec<_>>(), [-110, -110, -110, -90]);
+}
+
+#[test]
+fn interface_prefix_by_index_writes_iif() {
+    let (before, after) = mutated(Mutant::InterfacePrefixMatchedByIndex, "node-a");
+    let (gone, new) = diff(&before, &after);
+    assert!(!gone.is_empty() && gone.iter().all(|r| r.contains("iifname")), "{gone:?}");
+    assert!(new.iter().all(|r| r.contains("\"veth*\"") && !r.contains("iifname")), "{new:?}");
+    assert_eq!(new, gone.iter().map(|r| r.replace("iifname ", "iif ")).collect::<Vec<_>>());
 }
 
 #[test]

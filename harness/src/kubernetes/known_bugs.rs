@@ -1,0 +1,670 @@
+//! The catalog of known bugs: each entry of the mutation catalog (`proxy::Mutant`, by name)
+//! with the upstream reports of the bug, the releases it shipped in and where it was fixed (as
+//! far as known), and its signature: the probes of which scenarios a proxy with the bug fails,
+//! and how. A run whose failures match a signature names the bug (`report::known_bugs`);
+//! `tests/mutants.rs` proves each signature by running its mutant against its scenarios.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// How a probe failed, in the words of the verdict: the kinds of failure a signature names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Symptom {
+    /// Answered by a pod that is not a valid backend (or no longer backs the destination).
+    WrongBackend,
+    /// Answered by a valid backend that saw the wrong source address (masquerade missing or
+    /// unwanted).
+    WrongSource,
+    /// Answered, where the flow should have been dropped, rejected or left unanswered.
+    Answered,
+    /// Nothing came back, where an answer or a refusal was expected.
+    Silent,
+    /// Refused (TCP RST, ICMP unreachable), where an answer or silence was expected.
+    Refused,
+    /// Something came back that is neither an answer nor a refusal.
+    Broken,
+    /// The valid backends' shares fall outside the binomial bounds (one never chosen).
+    Uneven,
+    /// Session affinity broken or lost: one client reached several backends.
+    AffinityBroken,
+    /// Session affinity never expired.
+    AffinityKept,
+    /// A health check answered with the wrong status or `localEndpoints` count.
+    WrongHealth,
+    /// The packets went on (forwarded out of a node) where a rule should have dropped or
+    /// rejected them.
+    Leaked,
+    /// Refused by a host's own stack (a TCP reset of a closed port), not by a proxy's rule.
+    RefusedByHost,
+    /// The client saw the right thing but the packets took the wrong path (the capture or
+    /// conntrack contradicts it).
+    WrongPath,
+    /// The proxy failed at its own job (a failed sync, an exit) before any probe: the
+    /// signature's probe is then [`PROXY`].
+    ProxyFailed,
+    /// A failure the verdict gives no kind.
+    Other,
+}
+
+/// The probe name that stands for any probe of the scenario: the mark holds when some probe
+/// failed with its symptom (a bug each probe shows only by chance, such as affinity lost on a
+/// restart, which a client re-picking its old backend hides).
+pub const ANY: &str = "*";
+
+/// The probe name a signature gives the proxy's own failure in a scenario ([`Symptom::ProxyFailed`]).
+pub const PROXY: &str = "(the proxy)";
+
+impl Symptom {
+    pub const ALL: [Symptom; 15] = [
+        Symptom::WrongBackend,
+        Symptom::WrongSource,
+        Symptom::Answered,
+        Symptom::Silent,
+        Symptom::Refused,
+        Symptom::Broken,
+        Symptom::Uneven,
+        Symptom::AffinityBroken,
+        Symptom::AffinityKept,
+        Symptom::WrongHealth,
+        Symptom::Leaked,
+        Symptom::RefusedByHost,
+        Symptom::WrongPath,
+        Symptom::ProxyFailed,
+        Symptom::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Symptom::WrongBackend => "wrong-backend",
+            Symptom::WrongSource => "wrong-source",
+            Symptom::Answered => "answered",
+            Symptom::Silent => "silent",
+            Symptom::Refused => "refused",
+            Symptom::Broken => "broken",
+            Symptom::Uneven => "uneven",
+            Symptom::AffinityBroken => "affinity-broken",
+            Symptom::AffinityKept => "affinity-kept",
+            Symptom::WrongHealth => "wrong-health",
+            Symptom::Leaked => "leaked",
+            Symptom::RefusedByHost => "refused-by-host",
+            Symptom::WrongPath => "wrong-path",
+            Symptom::ProxyFailed => "proxy-failed",
+            Symptom::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for Symptom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Symptom {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Symptom, String> {
+        Symptom::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| format!("unknown symptom {s:?}"))
+    }
+}
+
+/// One probe of a signature: it fails, and among its symptoms is `symptom`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    pub scenario: &'static str,
+    pub probe: &'static str,
+    pub symptom: Symptom,
+}
+
+const fn mark(scenario: &'static str, probe: &'static str, symptom: Symptom) -> Mark {
+    Mark { scenario, probe, symptom }
+}
+
+/// A known bug.
+#[derive(Debug, Clone, Copy)]
+pub struct KnownBug {
+    /// The mutant that reproduces it (`proxy::Mutant::name`).
+    pub name: &'static str,
+    /// Upstream reports and fixes, `owner/repo#N`; empty for a mutant made up to prove a check
+    /// (a bug a proxy could ship, no report known).
+    pub upstream: &'static [&'static str],
+    /// The proxy and the releases the bug shipped in, or `unknown`.
+    pub shipped: &'static str,
+    /// Where it was fixed, or `unknown` (with why, after it).
+    pub fixed: &'static str,
+    /// The probes a proxy with the bug fails, in every mode where the bug can exist.
+    pub signature: &'static [Mark],
+}
+
+impl KnownBug {
+    /// `matches kubernetes/kubernetes#131765, mutant etp-local-filtered-before-dnat (in kube-proxy
+    /// nftables mode up to v1.33.4 (…); fixed in v1.33.5 and v1.34 (…))`, or for a made-up
+    /// mutant `matches mutant no-affinity`.
+    pub fn headline(&self) -> String {
+        let what = match self.upstream.first() {
+            Some(first) => format!("{first}, mutant {}", self.name),
+            None => format!("mutant {}", self.name),
+        };
+        let mut when = Vec::new();
+        if !self.shipped.starts_with(UNKNOWN) {
+            when.push(format!("in {}", self.shipped));
+        }
+        if !self.fixed.starts_with(UNKNOWN) {
+            // `by #139629, release unknown` reads after `fixed`; a release after `fixed in`.
+            let by = if self.fixed.starts_with("by ") { "" } else { "in " };
+            when.push(format!("fixed {by}{}", self.fixed));
+        }
+        if when.is_empty() {
+            format!("matches {what}")
+        } else {
+            format!("matches {what} ({})", when.join("; "))
+        }
+    }
+
+    /// The scenarios the signature names, each once, in order.
+    pub fn scenarios(&self) -> Vec<&'static str> {
+        let mut seen = BTreeSet::new();
+        self.signature.iter().map(|m| m.scenario).filter(|s| seen.insert(*s)).collect()
+    }
+}
+
+const UNKNOWN: &str = "unknown";
+
+/// The bug a mutant reproduces, by the mutant's name.
+pub fn by_name(name: &str) -> Option<&'static KnownBug> {
+    CATALOG.iter().find(|b| b.name == name)
+}
+
+/// A known bug whose signature a run's failures match.
+#[derive(Debug, Clone)]
+pub struct Match {
+    pub bug: &'static KnownBug,
+    /// The signature's probes the run judged, `(scenario, probe)`: every one failed as the
+    /// signature says.
+    pub probes: Vec<(String, String)>,
+}
+
+/// The bugs whose signature `judged` matches. `judged(scenario, probe)` is `None` for a probe
+/// the run did not judge, else the symptoms it failed with (empty when it passed); for
+/// [`ANY`], those of every probe of the scenario; for [`PROXY`], the proxy's own failure. A bug matches
+/// when the run judged at least half of its signature's probes and every one of them failed
+/// with the signature's symptom: a run of a few scenarios can name a bug, and one probe that
+/// passes, or fails otherwise, rules it out.
+pub fn matches(judged: impl Fn(&str, &str) -> Option<BTreeSet<Symptom>>) -> Vec<Match> {
+    CATALOG
+        .iter()
+        .filter_map(|bug| {
+            let mut probes = Vec::new();
+            for m in bug.signature {
+                match judged(m.scenario, m.probe) {
+                    None => {}
+                    Some(symptoms) if symptoms.contains(&m.symptom) => {
+                        probes.push((m.scenario.to_string(), m.probe.to_string()))
+                    }
+                    Some(_) => return None,
+                }
+            }
+            (!probes.is_empty() && 2 * probes.len() >= bug.signature.len()).then_some(Match { bug, probes })
+        })
+        .collect()
+}
+
+use Symptom::*;
+
+/// Every known bug, in the order of `proxy::Mutant::ALL`.
+pub static CATALOG: &[KnownBug] = &[
+    KnownBug {
+        name: "no-hairpin-masq",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("etp-local-nodeport", "endpoint-hairpin-via-own-node-port", Silent),
+            mark("hairpin", "self-via-service-tcp", Silent),
+            mark("hairpin", "self-via-service-udp", Silent),
+        ],
+    },
+    KnownBug {
+        name: "no-node-port-masq",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("external-ip-on-node-address", "office-to-external-ip-on-node-a", WrongSource),
+            mark("external-ip-on-node-address", "office-to-web-node-port-on-node-b", WrongSource),
+            mark("external-ip-on-node-address", "pod-to-external-ip-on-node-a", WrongSource),
+            mark("external-ips", "node-a-host", WrongSource),
+            mark("external-ips", "node-b-host-udp", WrongSource),
+            mark("external-ips", "outside-udp-via-node-a", WrongSource),
+            mark("external-ips", "outside-via-node-a", WrongSource),
+            mark("external-ips", "outside-via-node-b", WrongSource),
+            mark("external-ips", "pod-on-node-a", WrongSource),
+            mark("external-ips", "pod-on-node-b", WrongSource),
+        ],
+    },
+    KnownBug {
+        name: "no-off-cluster-masq",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("dual-stack", "node-host-to-cluster-ip-v4", WrongSource),
+            mark("dual-stack", "node-host-to-cluster-ip-v6", WrongSource),
+            mark("ipv6-cluster-ip", "node-a-host-to-cluster-ip-tcp", WrongSource),
+            mark("ipv6-cluster-ip", "node-b-host-to-cluster-ip-udp", WrongSource),
+        ],
+    },
+    KnownBug {
+        name: "last-endpoint-never-chosen",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("ipv6-cluster-ip", "pod-to-cluster-ip-tcp", Uneven),
+            mark("ipv6-cluster-ip", "pod-to-cluster-ip-udp", Uneven),
+            mark("kube-dns-udp", "client-to-dns", Uneven),
+        ],
+    },
+    KnownBug {
+        name: "drop-instead-of-reject",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("command-clusterip", "pod-to-service-without-endpoints", Silent),
+            mark("no-endpoints-reject", "external-to-node-port", Silent),
+            mark("no-endpoints-reject", "pod-tcp-to-cluster-ip", Silent),
+            mark("no-endpoints-reject", "pod-udp-to-cluster-ip", Silent),
+        ],
+    },
+    KnownBug {
+        name: "dnat-to-service-port",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("dual-stack", "external-to-node-port-v4", Refused),
+            mark("dual-stack", "external-to-node-port-v6", Refused),
+            mark("dual-stack", "node-host-to-cluster-ip-v4", Refused),
+            mark("dual-stack", "node-host-to-cluster-ip-v6", Refused),
+            mark("dual-stack", "pod-to-cluster-ip-v4", Refused),
+            mark("dual-stack", "pod-to-cluster-ip-v6", Refused),
+            mark("dual-stack", "pod-to-cluster-ip-v6-udp", Refused),
+            mark("dual-stack", "pod-to-ipv6-only-service", Refused),
+            mark("external-ip-on-node-address", "node-b-host-to-external-ip-on-node-a", Refused),
+            mark("external-ip-on-node-address", "office-to-external-ip-on-node-a", Refused),
+            mark("external-ip-on-node-address", "office-to-web-node-port-on-node-b", Refused),
+            mark("external-ip-on-node-address", "pod-to-external-ip-on-node-a", Refused),
+        ],
+    },
+    KnownBug {
+        name: "etp-local-masquerades",
+        upstream: &["kubernetes/kubernetes#89869", "kubernetes/kubernetes#62537"],
+        shipped: "kube-proxy IPVS mode",
+        fixed: "unknown",
+        signature: &[
+            mark("etp-local-nodeport", "node-b-host-to-node-a-node-port", WrongSource),
+            mark("etp-local-nodeport", "outside-via-endpoint-node", WrongSource),
+            mark("ipv6-node-port", "local-policy-via-endpoint-node", WrongSource),
+        ],
+    },
+    KnownBug {
+        name: "etp-local-uses-remote-endpoints",
+        upstream: &["kubernetes/kubernetes#97073"],
+        shipped: "kube-proxy IPVS mode (reported on v1.18.9)",
+        fixed: "unknown",
+        signature: &[
+            mark("external-ips-local", "outside-via-node-without-endpoint", Leaked),
+            mark("ipv6-node-port", "local-policy-via-node-without-endpoint", Leaked),
+        ],
+    },
+    KnownBug {
+        name: "etp-local-no-drop",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("etp-local-nodeport", "outside-via-node-without-endpoint", Leaked),
+            mark("ipv6-node-port", "local-policy-via-node-without-endpoint", Leaked),
+        ],
+    },
+    KnownBug {
+        name: "itp-local-falls-back-to-remote",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("itp-local", "node-c-host", Answered),
+            mark("itp-local", "pod-on-node-without-endpoint", Answered),
+        ],
+    },
+    KnownBug {
+        name: "source-ranges-not-enforced",
+        upstream: &["kubernetes/kubernetes#88698", "cilium/cilium#34903"],
+        shipped: "kube-proxy IPVS mode; Cilium",
+        fixed: "unknown",
+        signature: &[
+            mark("loadbalancer-source-ranges", "blocked-via-node-a", Answered),
+            mark("loadbalancer-source-ranges", "blocked-via-node-b", Answered),
+            mark("loadbalancer-source-ranges", "node-host-to-lb-ip", Answered),
+            mark("loadbalancer-source-ranges", "pod-to-lb-ip", Answered),
+        ],
+    },
+    KnownBug {
+        name: "affinity-without-timeout",
+        upstream: &["kubernetes/kubernetes#89358", "cloudnativelabs/kube-router#882"],
+        shipped: "kube-proxy IPVS mode; kube-router",
+        fixed: "unknown",
+        signature: &[mark("session-affinity-timeout", "affinity-expires-between-attempts", AffinityKept)],
+    },
+    KnownBug {
+        name: "no-affinity",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("session-affinity", "first-client-pod-is-sticky", AffinityBroken),
+            mark("session-affinity", "node-host-is-sticky", AffinityBroken),
+            mark("session-affinity", "outside-via-node-port-is-sticky", AffinityBroken),
+            mark("session-affinity", "second-client-pod-is-sticky", AffinityBroken),
+        ],
+    },
+    KnownBug {
+        name: "terminating-used-while-ready",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("terminating-ignored-while-ready", "outside-to-node-port", WrongBackend),
+            mark("terminating-ignored-while-ready", "pod-to-cluster-ip", WrongBackend),
+        ],
+    },
+    KnownBug {
+        name: "terminating-never-fallback",
+        upstream: &["kubernetes/kubernetes#85643"],
+        shipped: "kube-proxy before v1.26",
+        fixed: "v1.26 (ProxyTerminatingEndpoints on by default)",
+        signature: &[
+            mark("terminating-fallback", "node-host-to-cluster-ip", Refused),
+            mark("terminating-fallback", "outside-to-node-port", Refused),
+            mark("terminating-fallback", "pod-to-cluster-ip", Refused),
+        ],
+    },
+    KnownBug {
+        name: "node-port-on-all-addresses",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("node-port-addresses", "node-b-host-to-node-a-secondary", Answered),
+            mark("node-port-addresses", "outside-to-node-a-secondary", Answered),
+            mark("node-port-addresses", "outside-to-node-b-secondary-udp", Answered),
+        ],
+    },
+    KnownBug {
+        name: "health-check-always-ok",
+        upstream: &["cilium/cilium#11043"],
+        shipped: "Cilium",
+        fixed: "unknown",
+        signature: &[
+            mark("all-flows", "flow: external laptop -> api healthCheck@node-b", WrongHealth),
+            mark("all-flows", "flow: node node-a -> api healthCheck@node-b", WrongHealth),
+            mark("all-flows", "flow: node node-b -> api healthCheck@node-b", WrongHealth),
+            mark("etp-local-health-check", "balancer-asks-node-b", WrongHealth),
+            mark("etp-local-health-check", "node-a-asks-node-b", WrongHealth),
+        ],
+    },
+    KnownBug {
+        name: "node-ports-not-last",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[mark("external-ip-on-node-address", "office-to-external-ip-on-node-a", WrongBackend)],
+    },
+    KnownBug {
+        name: "stale-udp-conntrack-kept",
+        upstream: &["kubernetes/kubernetes#59368", "kubernetes/kubernetes#72336"],
+        shipped: "kube-proxy before the fixes of both",
+        fixed: "unknown",
+        signature: &[mark("live-stale-udp-conntrack", "endpoint-replaced: after", WrongBackend)],
+    },
+    KnownBug {
+        name: "localnet-not-firewalled",
+        upstream: &["kubernetes/kubernetes#90259"],
+        shipped: "kube-proxy iptables mode before v1.16.11, v1.17.7 and v1.18.4 (CVE-2020-8558)",
+        fixed: "v1.16.11, v1.17.7, v1.18.4",
+        signature: &[mark("localhost-node-port", "neighbour-to-node-a-localhost", Answered)],
+    },
+    KnownBug {
+        name: "node-port-without-endpoints-not-rejected",
+        upstream: &["kubernetes/kubernetes#43212", "kubernetes/kubernetes#43415"],
+        shipped: "kube-proxy before #43415",
+        fixed: "unknown",
+        signature: &[
+            mark("ipv6-hairpin-and-reject", "no-endpoints-node-port", RefusedByHost),
+            mark("no-endpoints-reject", "external-to-node-port", RefusedByHost),
+        ],
+    },
+    KnownBug {
+        name: "hints-ignored",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("topology-hints", "etp-local-pod-to-cluster-ip", WrongBackend),
+            mark("topology-hints", "hinted-from-node-a-host", WrongBackend),
+            mark("topology-hints", "hinted-from-zone-a", WrongBackend),
+            mark("topology-hints", "hinted-from-zone-b", WrongBackend),
+            mark("topology-hints", "hinted-outside-via-node-a", WrongBackend),
+            mark("topology-hints", "hinted-outside-via-node-b", WrongBackend),
+            mark("traffic-distribution", "zone-a-node-host", WrongBackend),
+            mark("traffic-distribution", "zone-a-pod-without-local-endpoint", WrongBackend),
+            mark("traffic-distribution", "zone-b-pod", WrongBackend),
+        ],
+    },
+    KnownBug {
+        name: "hints-used-when-incomplete",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[mark("topology-hints", "partial-from-zone-a", Uneven)],
+    },
+    KnownBug {
+        name: "ip-mode-proxy-ignored",
+        upstream: &["kubernetes/enhancements#1860"],
+        shipped: "kube-proxy before v1.29",
+        fixed: "v1.29 (gate LoadBalancerIPMode)",
+        signature: &[
+            mark("loadbalancer-ip-mode-proxy", "node-to-proxy-mode-ip", Answered),
+            mark("loadbalancer-ip-mode-proxy", "outside-to-proxy-mode-ip-via-node-a", Answered),
+            mark("loadbalancer-ip-mode-proxy", "pod-to-proxy-mode-ip", Answered),
+        ],
+    },
+    KnownBug {
+        name: "invalid-not-dropped",
+        upstream: &["kubernetes/kubernetes#74839", "kubernetes/kubernetes#122663"],
+        shipped: "kube-proxy iptables mode before the fix of #74839",
+        fixed: "unknown",
+        signature: &[mark("live-out-of-window", "out-of-window-segment: session-survives", Refused)],
+    },
+    KnownBug {
+        name: "stale-udp-kept-when-scaled-to-zero",
+        upstream: &["kubernetes/kubernetes#139628", "kubernetes/kubernetes#139629"],
+        shipped: "kube-proxy v1.32 on (the conntrack reconciler; a regression from v1.31)",
+        fixed: "by #139629, release unknown",
+        signature: &[
+            mark("live-udp-scaled-to-zero", "scaled-back: reaches-the-new-replica", WrongBackend),
+            mark("live-udp-scaled-to-zero", "scaled-to-zero: rejected", Answered),
+        ],
+    },
+    KnownBug {
+        name: "stale-udp-kept-when-deleted",
+        upstream: &["kubernetes/kubernetes#141371"],
+        shipped: "unknown",
+        fixed: "by #141371, release unknown",
+        signature: &[mark("live-udp-service-deleted", "service-deleted: no-longer-answered", Answered)],
+    },
+    KnownBug {
+        name: "affinity-lost-on-sync",
+        upstream: &["kubernetes/kubernetes#123162"],
+        shipped: "kube-proxy nftables mode, on restart",
+        fixed: "unknown",
+        signature: &[
+            // Each client re-picks its old backend with chance 1/4: all 8 after the two
+            // steps do with chance 1.5e-5.
+            mark("live-affinity-kept", ANY, AffinityBroken),
+        ],
+    },
+    KnownBug {
+        name: "udp-conntrack-cleared-when-not-ready",
+        upstream: &["kubernetes/kubernetes#134143"],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[mark("live-udp-terminating", "old-replica-terminating: stream-stays", WrongBackend)],
+    },
+    KnownBug {
+        name: "detect-local-mode-ignored",
+        upstream: &[],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[
+            mark("detect-local-interface-prefix", "own-nodes-pod-dropped-without-local-endpoint", Answered),
+            mark("detect-local-interface-prefix", "pod-to-cluster-ip-masqueraded", WrongSource),
+            mark("detect-local-node-cidr", "other-nodes-pod-dropped-without-local-endpoint", Leaked),
+        ],
+    },
+    KnownBug {
+        name: "affinity-to-not-ready",
+        upstream: &["kubernetes/kubernetes#110302", "kubernetes/kubernetes#106030"],
+        shipped: "kube-proxy v1.22 iptables mode",
+        fixed: "by #106030, release unknown",
+        signature: &[mark(
+            "live-affinity-not-ready",
+            "checkout-0-not-ready: moves-to-checkout-1",
+            WrongBackend,
+        )],
+    },
+    KnownBug {
+        name: "source-ranges-node-reaches-first-lb-ip-only",
+        upstream: &["kubernetes/kubernetes#109826"],
+        shipped: "kube-proxy before #109826",
+        fixed: "unknown",
+        signature: &[mark("loadbalancer-source-ranges-local-vips", "node-to-second-vip", Silent)],
+    },
+    KnownBug {
+        name: "udp-conntrack-flushed-on-restart",
+        upstream: &["kubernetes/kubernetes#122740"],
+        shipped: "kube-proxy iptables and nftables modes, seen in v1.30.3",
+        fixed: "unknown (the issue is open; #122741 was closed unmerged)",
+        signature: &[mark(
+            "live-udp-kept-across-restart",
+            "restart-while-draining: stream-stays",
+            WrongBackend,
+        )],
+    },
+    KnownBug {
+        name: "health-check-kept-when-endpoints-go",
+        upstream: &["kubernetes/kubernetes#44311"],
+        shipped: "unknown",
+        fixed: "unknown",
+        signature: &[mark(
+            "live-health-check-endpoint-moves",
+            "endpoint-moves-to-node-b: node-a-now-unhealthy",
+            WrongHealth,
+        )],
+    },
+    KnownBug {
+        name: "service-addresses-not-bound",
+        upstream: &["kubernetes/kubernetes#85422", "kubernetes/kubernetes#72197"],
+        shipped: "kube-proxy IPVS mode",
+        fixed: "unknown",
+        // IPVS mode runs in the kernel matrix's VMs only: this signature is not proven by
+        // `tests/mutants.rs` (the VMs' hunt, `matrix --mutants`, kills the mutant there).
+        signature: &[mark("pod-to-clusterip-cross-node", "frontend-to-api", Silent)],
+    },
+    KnownBug {
+        name: "partial-sync-misses-endpoints",
+        upstream: &["kubernetes/kubernetes#121362", "kubernetes/kubernetes#122204"],
+        shipped: "kube-proxy iptables mode v1.27 and later, with partial syncs (MinimizeIPTablesRestore)",
+        fixed: "#122204 (release-1.28: #122757); releases unknown",
+        signature: &[mark("live-local-endpoint-arrives", "endpoint-on-node-b-ready: node-b-now-serves-locally", Refused)],
+    },
+    KnownBug {
+        name: "etp-local-filtered-before-dnat",
+        upstream: &["kubernetes/kubernetes#131765", "kubernetes/kubernetes#132456"],
+        shipped: "kube-proxy nftables mode up to v1.33.4 (seen in v1.30.3)",
+        fixed: "v1.33.5 and v1.34 (#132456; release-1.33: #133969)",
+        signature: &[
+            mark("all-flows", "flow: node node-b -> api:https loadBalancer 198.51.100.50", Silent),
+            mark("external-ips-local", "node-b-host", Silent),
+        ],
+    },
+    KnownBug {
+        name: "interface-prefix-matched-by-index",
+        upstream: &["kubernetes/kubernetes#134024"],
+        shipped: "kube-proxy nftables mode with detectLocalMode InterfaceNamePrefix (seen in v1.30.3)",
+        fixed: "#134024, backported to release-1.33 (#134099, #134117) and release-1.34 (#134118); releases unknown",
+        signature: &[mark("detect-local-interface-prefix", PROXY, ProxyFailed)],
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_signatures_are_unique_and_nonempty() {
+        let mut names = BTreeSet::new();
+        for bug in CATALOG {
+            assert!(names.insert(bug.name), "{} twice", bug.name);
+            assert!(!bug.signature.is_empty(), "{} has no signature", bug.name);
+            let mut probes = BTreeSet::new();
+            for m in bug.signature {
+                assert!(probes.insert((m.scenario, m.probe)), "{}: {m:?} twice", bug.name);
+            }
+        }
+    }
+
+    #[test]
+    fn headlines_name_the_report_and_the_releases_known() {
+        let headline = |name| by_name(name).map(KnownBug::headline).unwrap_or_default();
+        assert_eq!(
+            headline("etp-local-filtered-before-dnat"),
+            "matches kubernetes/kubernetes#131765, mutant etp-local-filtered-before-dnat (in kube-proxy nftables \
+             mode up to v1.33.4 (seen in v1.30.3); fixed in v1.33.5 and v1.34 (#132456; release-1.33: #133969))"
+        );
+        assert_eq!(
+            headline("stale-udp-kept-when-deleted"),
+            "matches kubernetes/kubernetes#141371, mutant stale-udp-kept-when-deleted (fixed by #141371, release unknown)"
+        );
+        assert_eq!(headline("no-affinity"), "matches mutant no-affinity");
+    }
+
+    #[test]
+    fn symptoms_read_back_by_name() {
+        for s in Symptom::ALL {
+            assert_eq!(s.name().parse::<Symptom>(), Ok(s));
+        }
+    }
+
+    #[test]
+    fn a_match_needs_half_the_signature_and_no_contradiction() {
+        let bug = &CATALOG[0];
+        let first = bug.signature[0];
+        let failing = |s: &str, p: &str| {
+            bug.signature
+                .iter()
+                .find(|m| m.scenario == s && m.probe == p)
+                .map(|m| BTreeSet::from([m.symptom]))
+        };
+        assert!(matches(failing).iter().any(|m| m.bug.name == bug.name));
+        // The first probe passed: ruled out.
+        let one_passed = |s: &str, p: &str| {
+            if (s, p) == (first.scenario, first.probe) { Some(BTreeSet::new()) } else { failing(s, p) }
+        };
+        assert!(!matches(one_passed).iter().any(|m| m.bug.name == bug.name));
+        // Nothing of the signature judged: no claim.
+        assert!(matches(|_: &str, _: &str| None).is_empty());
+    }
+}
