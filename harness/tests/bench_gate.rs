@@ -1,6 +1,6 @@
 //! The performance gate of `packetproof bench --scale` judges real runs: it flags a proxy
 //! slowed on purpose (the `command` adapter running the example proxy behind a wrapper that
-//! sleeps before every sync) and passes two runs of the same proxy. The verdict is asserted,
+//! sleeps 0.8 s before every sync) and passes two runs of the same proxy. The verdict is asserted,
 //! never a duration.
 
 use std::path::Path;
@@ -35,7 +35,7 @@ fn the_gate_flags_a_proxy_that_sleeps_before_each_sync() {
         return;
     }
     let json = std::env::temp_dir().join(format!("packetproof-gate-{}.json", std::process::id()));
-    let (slow, fast) = (command_option("0.4"), command_option("0"));
+    let (slow, fast) = (command_option("0.8"), command_option("0"));
     let (code, stdout) = bench(&[
         "--proxy",
         "command",
@@ -55,11 +55,11 @@ fn the_gate_flags_a_proxy_that_sleeps_before_each_sync() {
     let comparisons = report["gate"]["comparisons"].as_array().expect("the gate's verdict");
     let regressed =
         |figure: &str| comparisons.iter().any(|c| c["figure"] == figure && c["regressed"] == true);
-    // Every sync sleeps: the start and every change are slower; a connect through rules
-    // already loaded is not.
-    for figure in ["start-to-synced", "add-service", "scale-up", "delete-service"] {
-        assert!(regressed(figure), "{figure} regressed");
-    }
+    // Every sync sleeps: the start and the changes are slower (with 5 rounds one outlier can
+    // lift a figure's p over 0.01, so most, not all); a connect through rules already loaded
+    // is not.
+    let slower = ["start-to-synced", "add-service", "remove-endpoint", "scale-up", "delete-service"];
+    assert!(slower.iter().filter(|f| regressed(f)).count() >= 3, "most sync figures regressed");
     assert!(!regressed("connect-first") && !regressed("connect-last"));
     assert_eq!(report["results"].as_array().unwrap().len(), 2);
 }

@@ -146,8 +146,12 @@ pub fn main(args: &ScaleArgs) -> Result<i32> {
     let verdict = match (&args.baseline, baseline_file) {
         (None, _) => None,
         (Some(Baseline::Proxy(_)), _) => {
+            // Per scale, one result per side in `sides`' order: the baseline is the last.
             let (baseline, candidate): (Vec<_>, Vec<_>) =
-                results.iter().cloned().partition(|m| Some(&m.side) == sides.last());
+                results.iter().enumerate().partition(|(i, _)| i % sides.len() == sides.len() - 1);
+            let strip =
+                |v: Vec<(usize, &Measured)>| v.into_iter().map(|(_, m)| m.clone()).collect::<Vec<_>>();
+            let (baseline, candidate) = (strip(baseline), strip(candidate));
             Some(gate::judge(&candidate, &baseline, &args.thresholds)?)
         }
         (Some(Baseline::File(_)), Some(file)) => {
