@@ -41,7 +41,7 @@ fn default_namespace() -> String {
     "default".into()
 }
 
-/// `docs` with the generated Services added after the Scenario's own documents.
+/// `docs` with the generated Services added to the first state, after its own documents.
 pub(crate) fn expand(mut docs: Vec<Document>, diag: &mut Diagnostics) -> Vec<Document> {
     let Some(scenario) =
         docs.iter().find(|d| d.value.get("kind").and_then(Value::as_str) == Some("Scenario"))
@@ -87,7 +87,12 @@ pub(crate) fn expand(mut docs: Vec<Document>, diag: &mut Diagnostics) -> Vec<Doc
             generated.push(Document::generated(service, at));
         }
     }
-    docs.extend(generated);
+    // Before the first Step: every document after a Step is that step's.
+    let first_step = docs
+        .iter()
+        .position(|d| d.value.get("kind").and_then(Value::as_str) == Some("Step"))
+        .unwrap_or(docs.len());
+    docs.splice(first_step..first_step, generated);
     docs
 }
 

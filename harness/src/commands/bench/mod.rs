@@ -1,7 +1,21 @@
 //! `packetproof bench`: figures, never assertions. Topology build and teardown for a 2-node,
 //! 8-pod cluster; the median answered TCP probe next to a bare connect-and-read between the
 //! same namespaces; and the whole suite's wall time. With a proxy (`--proxy`), its time from
-//! start to synced on every node and from a step's push to synced, instead.
+//! start to synced on every node and from a step's push to synced, instead. With `--scale`,
+//! a proxy's figures on N generated Services, measured with real packets ([`scale`]), and the
+//! performance gate ([`gate`]).
+
+mod gate;
+mod round;
+mod scale;
+mod scenario;
+mod stats;
+
+pub use gate::Thresholds;
+pub use scale::{Baseline, ScaleArgs, Side};
+
+/// The most Services `--scale` takes: what `spec.generate` allows in one file.
+pub const MAX_SCALE: usize = 100_000;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,6 +28,31 @@ use crate::runner::RunOptions;
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
 use crate::traffic::{Attempt, Prober, Servers};
+
+/// `bench --scale`: every round, the table, the JSON and the gate; the exit code.
+pub fn scale(args: &ScaleArgs) -> Result<i32> {
+    for side in args.proxies.iter().chain(match &args.baseline {
+        Some(Baseline::Proxy(side)) => Some(side),
+        _ => None,
+    }) {
+        scale::check_side(side)?;
+    }
+    scale::main(args)
+}
+
+/// One round of `bench --scale` (what [`scale`] runs as a process of its own): its figures to
+/// `out`; the exit code (1 when the proxy failed at its job).
+pub fn scale_round(services: usize, side: &Side, connects: usize, out: &Path) -> i32 {
+    let result = crate::commands::proxy_choice(&side.proxy, &side.options)
+        .and_then(|choice| round::run(services, &choice, connects, out));
+    match result {
+        Ok(()) => crate::commands::EXIT_PASS,
+        Err(e) => {
+            eprintln!("packetproof: {e:#}");
+            scale::exit_code_of(&e)
+        }
+    }
+}
 
 const TOPOLOGY_ROUNDS: usize = 20;
 const BENCH_PORT: u16 = 8080;
