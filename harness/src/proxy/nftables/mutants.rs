@@ -115,6 +115,10 @@ pub(super) fn failed_sync(mutant: Option<Mutant>, error: anyhow::Error) -> anyho
 fn filter_before_dnat(rules: &mut RuleSet) {
     const POST_DNAT: &str = "filter-output-post-dnat";
     let Some(output) = rules.chains.iter().find(|c| c.name == "filter-output").cloned() else { return };
+    if rules.chains.iter().any(|c| c.name == POST_DNAT) {
+        // v1.31's layout (`builtin-nftables-v1.31`) has the bug already.
+        return;
+    }
     for chain in &mut rules.chains {
         if let Some(hook) = chain.hook.as_mut().filter(|h| h.kind == "filter" && h.priority == 0) {
             hook.priority = -110;

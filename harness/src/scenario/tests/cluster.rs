@@ -343,6 +343,6 @@ fn proxy_config_errors() {
         &parse_errors(&text),
         at(&text, "masqueradAll"),
         "spec.proxyConfig.masqueradAll",
-        "unknown field `masqueradAll`, expected one of `masqueradeAll`, `nodePortAddresses`, `localhostNodePorts`, `featureGates`, `detectLocalMode`, `detectLocal`",
+        "unknown field `masqueradAll`, expected one of `masqueradeAll`, `nodePortAddresses`, `localhostNodePorts`, `featureGates`, `detectLocalMode`, `detectLocal`, `clusterCIDR`",
     );
 }
