@@ -588,7 +588,11 @@ pub static CATALOG: &[KnownBug] = &[
         upstream: &["kubernetes/kubernetes#121362", "kubernetes/kubernetes#122204"],
         shipped: "kube-proxy iptables mode v1.27 and later, with partial syncs (MinimizeIPTablesRestore)",
         fixed: "#122204 (release-1.28: #122757); releases unknown",
-        signature: &[mark("live-local-endpoint-arrives", "endpoint-on-node-b-ready: node-b-now-serves-locally", Refused)],
+        signature: &[mark(
+            "live-local-endpoint-arrives",
+            "endpoint-on-node-b-ready: node-b-now-serves-locally",
+            Refused,
+        )],
     },
     KnownBug {
         name: "etp-local-filtered-before-dnat",

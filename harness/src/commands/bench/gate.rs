@@ -14,7 +14,7 @@
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
-use super::scale::{FIGURES, Measured, value};
+use super::figures::{FIGURES, Measured, value};
 use super::stats::mann_whitney_greater;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -132,7 +132,7 @@ pub fn print(v: &Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::bench::scale::{Figure, Side};
+    use crate::commands::bench::figures::{Figure, Side};
     use crate::commands::bench::stats::Summary;
 
     fn measured(proxy: &str, start: &[f64], connect: &[f64]) -> Measured {

@@ -5,14 +5,16 @@
 //! a proxy's figures on N generated Services, measured with real packets ([`scale`]), and the
 //! performance gate ([`gate`]).
 
+mod figures;
 mod gate;
 mod round;
 mod scale;
 mod scenario;
 mod stats;
 
+pub use figures::Side;
 pub use gate::Thresholds;
-pub use scale::{Baseline, ScaleArgs, Side};
+pub use scale::{Baseline, ScaleArgs};
 
 /// The most Services `--scale` takes: what `spec.generate` allows in one file.
 pub const MAX_SCALE: usize = 100_000;

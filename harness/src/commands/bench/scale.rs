@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use super::figures::{FIGURES, Figure, Measured, Side, value};
 use super::gate::{self, Thresholds};
 use super::round::RoundFigures;
 use super::scenario::Change;
@@ -34,47 +35,6 @@ pub enum Baseline {
     File(PathBuf),
 }
 
-/// A proxy as given on the command line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Side {
-    pub proxy: String,
-    pub options: Vec<String>,
-}
-
-impl Side {
-    pub fn label(&self) -> String {
-        if self.options.is_empty() {
-            self.proxy.clone()
-        } else {
-            format!("{} ({})", self.proxy, self.options.join(", "))
-        }
-    }
-}
-
-/// One proxy at one scale, over its rounds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Measured {
-    #[serde(flatten)]
-    pub side: Side,
-    pub services: usize,
-    pub rounds: usize,
-    /// By key (see [`FIGURES`]): every sample and their summary.
-    pub figures: BTreeMap<String, Figure>,
-    pub harness_peak_mb: f64,
-    pub proxy_peak_mb: f64,
-    /// The rounds' wall time together, processes included.
-    pub wall_s: f64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Figure {
-    pub unit: String,
-    #[serde(flatten)]
-    pub summary: Summary,
-    pub samples: Vec<f64>,
-}
-
 /// The JSON report.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -85,21 +45,6 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<gate::Verdict>,
 }
-
-/// The figures, in the table's order: key, title, unit, and whether the gate judges it.
-pub const FIGURES: &[(&str, &str, &str, bool)] = &[
-    ("start-to-synced", "start to synced", "ms", true),
-    ("add-service", "add a Service, on the wire", "ms", true),
-    ("remove-endpoint", "remove an endpoint, on the wire", "ms", true),
-    ("scale-up", "scale a Service 0 → 1, on the wire", "ms", true),
-    ("delete-service", "delete a Service, on the wire", "ms", true),
-    ("add-service-synced", "add a Service, proxy reports synced", "ms", false),
-    ("remove-endpoint-synced", "remove an endpoint, proxy reports synced", "ms", false),
-    ("scale-up-synced", "scale a Service 0 → 1, proxy reports synced", "ms", false),
-    ("delete-service-synced", "delete a Service, proxy reports synced", "ms", false),
-    ("connect-first", "connect to the first Service", "µs", true),
-    ("connect-last", "connect to the last Service", "µs", true),
-];
 
 fn change_key(change: Change) -> &'static str {
     match change {
@@ -315,10 +260,6 @@ pub fn print_table(m: &Measured) {
         "  peak RSS: harness {:.0} MB (its VmHWM, built-in proxies' rule models included); proxy {:.0} MB (the largest child process, getrusage)",
         m.harness_peak_mb, m.proxy_peak_mb
     );
-}
-
-pub fn value(v: f64, unit: &str) -> String {
-    if unit == "ms" { format!("{v:.1} ms") } else { format!("{v:.0} {unit}") }
 }
 
 fn cores() -> usize {
