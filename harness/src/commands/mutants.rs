@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
 use crate::kubernetes::known_bugs::{ANY, PROXY, Symptom};
 use crate::model::Scenario;
@@ -310,26 +312,46 @@ fn killers(names: &[String]) -> String {
 /// "killed", "killed_by", "errors"}], "baseline": [[scenario, probe]]}`. A mutant whose
 /// hunt could not set up some scenario counts among `errors`, killed or not.
 pub fn json(proxy: &str, hunts: &[Hunt], baseline: &Baseline) -> anyhow::Result<String> {
-    let mutants: Vec<serde_json::Value> = hunts
+    let mutants: Vec<HuntedMutant> = hunts
         .iter()
-        .map(|h| {
-            serde_json::json!({
-                "name": h.mutant.name(),
-                "killed": h.killed(),
-                "killed_by": h.killed_by,
-                "errors": h.errors,
-            })
+        .map(|h| HuntedMutant {
+            name: h.mutant.name().into(),
+            killed: h.killed(),
+            killed_by: h.killed_by.clone(),
+            errors: h.errors.clone(),
         })
         .collect();
     let killed = hunts.iter().filter(|h| h.killed()).count();
-    Ok(serde_json::to_string_pretty(&serde_json::json!({
-        "proxy": proxy,
-        "killed": killed,
-        "survived": hunts.len() - killed,
-        "errors": hunts.iter().filter(|h| !h.errors.is_empty()).count(),
-        "mutants": mutants,
-        "baseline": baseline,
-    }))?)
+    Ok(serde_json::to_string_pretty(&HuntReport {
+        proxy: proxy.into(),
+        killed,
+        survived: hunts.len() - killed,
+        errors: hunts.iter().filter(|h| !h.errors.is_empty()).count(),
+        mutants,
+        baseline: baseline.clone(),
+    })?)
+}
+
+/// A hunt's report (`mutants --json`), as written and as `matrix --mutants` reads its guests'
+/// back.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct HuntReport {
+    pub proxy: String,
+    pub killed: usize,
+    pub survived: usize,
+    /// Mutants whose hunt could not set up some scenario (killed or not).
+    pub errors: usize,
+    pub mutants: Vec<HuntedMutant>,
+    /// `[scenario, probe]` pairs failing against the unbroken proxy.
+    pub baseline: Baseline,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct HuntedMutant {
+    pub name: String,
+    pub killed: bool,
+    pub killed_by: Vec<String>,
+    pub errors: Vec<String>,
 }
 
 /// The catalog as a Markdown table: mutant, what it breaks, killed or survived, by whom.

@@ -9,25 +9,27 @@ use crate::kubernetes::known_bugs;
 use crate::oracle::Basis;
 use crate::runner::Outcome;
 
-#[derive(Serialize)]
-struct Run {
-    passed: usize,
-    failed: usize,
-    skipped: usize,
-    errors: usize,
+/// A run's report (`run --json`), as written and as the kernel matrix reads its guests' back.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Run {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub errors: usize,
     /// The known bugs the failures match.
+    #[serde(default)]
     known_bugs: Vec<KnownBug>,
-    scenarios: Vec<Scenario>,
+    pub scenarios: Vec<Scenario>,
 }
 
 /// A known bug the run's failures match, and the failing probes that match it.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct KnownBug {
     /// The mutant reproducing it (`packetproof run --proxy-option mutant=NAME`).
-    name: &'static str,
-    upstream: &'static [&'static str],
-    shipped: &'static str,
-    fixed: &'static str,
+    name: String,
+    upstream: Vec<String>,
+    shipped: String,
+    fixed: String,
     /// `matches kubernetes/kubernetes#131765, mutant … (in …; fixed in …)`.
     headline: String,
     /// `[scenario, probe]`.
@@ -102,10 +104,10 @@ pub fn json_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
     let known_bugs = matches(finished)
         .into_iter()
         .map(|m| KnownBug {
-            name: m.bug.name,
-            upstream: m.bug.upstream,
-            shipped: m.bug.shipped,
-            fixed: m.bug.fixed,
+            name: m.bug.name.into(),
+            upstream: m.bug.upstream.iter().map(|u| u.to_string()).collect(),
+            shipped: m.bug.shipped.into(),
+            fixed: m.bug.fixed.into(),
             headline: m.bug.headline(),
             probes: m.probes,
         })

@@ -5,6 +5,7 @@ mod json;
 mod junit;
 pub mod terminal;
 
+pub(crate) use json::Run as JsonRun;
 pub(crate) use json::Scenario as ReportedScenario;
 pub use json::json_report;
 pub use junit::junit_report;

@@ -2,9 +2,8 @@
 //! not the same on every kernel the matrix ran, with the kernels of each outcome. A line per
 //! scenario, so that a kernel-specific failure (or skip) is named beside the kernel table.
 
-use serde_json::Value;
-
 use super::junit::CellRun;
+use crate::report::ReportedScenario;
 
 /// `sctp with builtin-iptables: passed on 6.12, 7.3; failed on 5.10`, in the order the
 /// scenarios and kernels first appear. A run without a report (its guest panicked, say) is
@@ -32,7 +31,7 @@ pub(crate) fn by_kernel(cells: &[CellRun<'_>]) -> Vec<String> {
         let mut names: Vec<&str> = Vec::new();
         for run in &runs {
             for s in scenarios(run) {
-                let name = s["name"].as_str().unwrap_or_default();
+                let name = s.name.as_str();
                 if !names.contains(&name) {
                     names.push(name);
                 }
@@ -43,8 +42,8 @@ pub(crate) fn by_kernel(cells: &[CellRun<'_>]) -> Vec<String> {
             let mut outcomes: Vec<(String, Vec<&str>)> = Vec::new();
             for run in &runs {
                 let status = scenarios(run)
-                    .find(|s| s["name"] == name)
-                    .map(|s| s["status"].as_str().unwrap_or("error").to_string())
+                    .find(|s| s.name == name)
+                    .map(|s| s.status.clone())
                     .unwrap_or_else(|| "not run".into());
                 match outcomes.iter_mut().find(|(o, _)| *o == status) {
                     Some((_, kernels)) => kernels.push(run.kernel),
@@ -61,22 +60,30 @@ pub(crate) fn by_kernel(cells: &[CellRun<'_>]) -> Vec<String> {
     out
 }
 
-fn scenarios<'v>(run: &CellRun<'v>) -> impl Iterator<Item = &'v Value> {
-    run.report.and_then(|r| r["scenarios"].as_array()).into_iter().flatten()
+fn scenarios<'v>(run: &CellRun<'v>) -> impl Iterator<Item = &'v ReportedScenario> {
+    run.report.map(super::GuestReport::scenarios).unwrap_or_default().iter()
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
+    use super::super::GuestReport;
     use super::*;
 
-    fn report(statuses: &[(&str, &str)]) -> Value {
-        let scenarios: Vec<Value> = statuses.iter().map(|(n, s)| json!({"name": n, "status": s})).collect();
-        json!({ "scenarios": scenarios })
+    fn report(statuses: &[(&str, &str)]) -> GuestReport {
+        let scenarios: Vec<Value> = statuses
+            .iter()
+            .map(|(n, s)| {
+                json!({"name": n, "file": format!("scenarios/{n}.yaml"), "status": s,
+                       "elapsed_seconds": 1.0, "probes": [], "not_judged": []})
+            })
+            .collect();
+        serde_json::from_value(json!({"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "scenarios": scenarios}))
+            .unwrap()
     }
 
-    fn cell<'a>(kernel: &'a str, proxy: &'a str, report: Option<&'a Value>) -> CellRun<'a> {
+    fn cell<'a>(kernel: &'a str, proxy: &'a str, report: Option<&'a GuestReport>) -> CellRun<'a> {
         CellRun { kernel, version: "x", proxy, report, error: None }
     }
 

@@ -4,8 +4,8 @@
 //! from, and turned into suites by the same function (`report::junit`).
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
-use serde_json::Value;
 
+use super::GuestReport;
 use crate::report::{JunitOrigin, ReportedScenario, junit_suite};
 
 /// One kernel × proxy as the matrix ended it.
@@ -14,7 +14,7 @@ pub(crate) struct CellRun<'a> {
     pub version: &'a str,
     pub proxy: &'a str,
     /// The guest's JSON report of its run, if it wrote one.
-    pub report: Option<&'a Value>,
+    pub report: Option<&'a GuestReport>,
     /// Why the run could not be carried out (no report, or a VM that failed).
     pub error: Option<&'a str>,
 }
@@ -29,7 +29,7 @@ pub(crate) fn junit(cells: &[CellRun<'_>]) -> anyhow::Result<String> {
         };
         match read {
             Ok(scenarios) => {
-                for scenario in &scenarios {
+                for scenario in scenarios {
                     report.add_test_suite(junit_suite(JunitOrigin::Guest(&run), scenario));
                 }
             }
@@ -46,16 +46,20 @@ pub(crate) fn junit(cells: &[CellRun<'_>]) -> anyhow::Result<String> {
     crate::report::junit_root_without_skipped(&xml)
 }
 
-/// The guest's scenarios, read back into the shape the host's reports are written from.
-fn scenarios(cell: &CellRun<'_>) -> Result<Vec<ReportedScenario>, String> {
-    let report = cell.report.ok_or("the guest wrote no report")?;
-    serde_json::from_value(report["scenarios"].clone())
-        .map_err(|e| format!("the guest's JSON report does not read as a packetproof report: {e}"))
+/// The guest's scenarios, read back in the shape the host's reports are written from.
+fn scenarios<'a>(cell: &CellRun<'a>) -> Result<&'a [ReportedScenario], String> {
+    match cell.report {
+        Some(GuestReport::Run(run)) => Ok(&run.scenarios),
+        Some(GuestReport::Hunt(_)) => Err("the guest hunted mutants: its report has no scenarios".into()),
+        None => Err("the guest wrote no report, or one that does not read as a packetproof report".into()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use serde_json::Value;
 
     fn probe(name: &str, failures: &[&str]) -> Value {
         serde_json::json!({
@@ -83,7 +87,8 @@ mod tests {
 
     #[test]
     fn suites_are_named_by_kernel_proxy_and_scenario() {
-        let report = report();
+        let report: GuestReport = serde_json::from_value(report()).unwrap();
+        assert!(matches!(report, GuestReport::Run(_)), "a run's report reads as one");
         let cells = [
             CellRun {
                 kernel: "5.10",

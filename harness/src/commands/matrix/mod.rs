@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
 
 use crate::commands::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS};
 
@@ -78,6 +79,25 @@ pub struct Args {
     only: Vec<String>,
 }
 
+/// What a guest wrote as its report: `run --json`'s, or with `--mutants` the hunt's
+/// (`mutants --json`), read back as the types that wrote them.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum GuestReport {
+    Hunt(crate::commands::mutants::HuntReport),
+    Run(crate::report::JsonRun),
+}
+
+impl GuestReport {
+    /// The scenarios a run judged (a hunt has none).
+    pub(crate) fn scenarios(&self) -> &[crate::report::ReportedScenario] {
+        match self {
+            GuestReport::Run(run) => &run.scenarios,
+            GuestReport::Hunt(_) => &[],
+        }
+    }
+}
+
 /// One kernel × proxy, as it ended.
 struct Cell {
     kernel: String,
@@ -85,7 +105,7 @@ struct Cell {
     proxy: String,
     exit_code: i32,
     /// The guest's JSON report of the run, if it wrote one.
-    report: Option<serde_json::Value>,
+    report: Option<GuestReport>,
     error: Option<String>,
     /// Where its files were kept, if they were.
     kept: Option<PathBuf>,
@@ -381,18 +401,14 @@ fn failing_part(output: &str) -> String {
     }
 }
 
-fn counts(report: &serde_json::Value) -> String {
-    if let Some(hunt) = mutants::counts(report) {
-        return hunt;
+fn counts(report: &GuestReport) -> String {
+    match report {
+        GuestReport::Hunt(hunt) => mutants::counts(hunt),
+        GuestReport::Run(run) => format!(
+            "{} passed, {} failed, {} skipped, {} errors",
+            run.passed, run.failed, run.skipped, run.errors
+        ),
     }
-    let n = |k: &str| report.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-    format!(
-        "{} passed, {} failed, {} skipped, {} errors",
-        n("passed"),
-        n("failed"),
-        n("skipped"),
-        n("errors")
-    )
 }
 
 fn verdict(cell: &Cell) -> &'static str {
@@ -448,14 +464,14 @@ fn table(cells: &[Cell]) -> String {
 fn skipped(cells: &[Cell]) -> Vec<String> {
     let mut out = Vec::new();
     for cell in cells {
-        let scenarios = cell.report.as_ref().and_then(|r| r["scenarios"].as_array());
-        for s in scenarios.into_iter().flatten().filter(|s| s["status"] == "skipped") {
+        let scenarios = cell.report.as_ref().map(GuestReport::scenarios).unwrap_or_default();
+        for s in scenarios.iter().filter(|s| s.status == "skipped") {
             out.push(format!(
                 "{} {}: skipped {}: {}",
                 cell.kernel,
                 cell.proxy,
-                s["name"].as_str().unwrap_or_default(),
-                s["reason"].as_str().unwrap_or_default()
+                s.name,
+                s.reason.as_deref().unwrap_or_default()
             ));
         }
     }
@@ -502,7 +518,10 @@ mod tests {
             version: format!("{kernel}.1-1"),
             proxy: proxy.into(),
             exit_code,
-            report: Some(serde_json::json!({"passed": 3, "failed": 0, "skipped": 1, "errors": 0})),
+            report: serde_json::from_value(
+                serde_json::json!({"passed": 3, "failed": 0, "skipped": 1, "errors": 0, "scenarios": []}),
+            )
+            .ok(),
             error: None,
             kept: None,
         }
@@ -538,10 +557,15 @@ mod tests {
     #[test]
     fn skipped_scenarios_are_listed_per_kernel_with_their_reason() {
         let mut old = cell("5.10", "builtin-nftables", 0);
-        old.report = Some(serde_json::json!({"scenarios": [
-            {"name": "sctp", "status": "passed"},
-            {"name": "new-feature", "status": "skipped", "reason": "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64"},
-        ]}));
+        let scenario = |name: &str, status: &str| {
+            serde_json::json!({"name": name, "file": "x.yaml", "status": status, "elapsed_seconds": 0.0,
+                               "probes": [], "not_judged": []})
+        };
+        let mut skipped_one = scenario("new-feature", "skipped");
+        skipped_one["reason"] = "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64".into();
+        old.report = serde_json::from_value(serde_json::json!({"passed": 1, "failed": 0, "skipped": 1,
+            "errors": 0, "scenarios": [scenario("sctp", "passed"), skipped_one]}))
+        .ok();
         let new = cell("7.3", "builtin-nftables", 0);
         assert_eq!(
             skipped(&[old, new]),

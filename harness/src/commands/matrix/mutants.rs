@@ -3,7 +3,7 @@
 //! scenarios and writes every mutant's verdict as JSON where `run` writes its report, so the
 //! matrix brings it back and prints it in the same lines and table.
 
-use serde_json::Value;
+use crate::commands::mutants::HuntReport;
 
 /// The `packetproof mutants` command line of `proxy` in the guest: first kills only (a
 /// mutant is killed or not; which scenarios all kill it is the host's longer question).
@@ -23,25 +23,21 @@ pub(crate) fn guest_args(proxy: &str, only: &[String], report: &str, paths: &[St
     args
 }
 
-/// `21 killed, 1 survived (service-addresses-not-bound), 0 with setup errors`, for a report
-/// that is a hunt's; `None` for a run's report.
-pub(crate) fn counts(report: &Value) -> Option<String> {
-    let mutants = report.get("mutants")?.as_array()?;
-    let names = |pick: &dyn Fn(&Value) -> bool| -> Vec<&str> {
-        mutants.iter().filter(|m| pick(m)).filter_map(|m| m["name"].as_str()).collect()
-    };
-    let survived = names(&|m| m["killed"] != true);
-    let errors = names(&|m| m["errors"].as_array().is_some_and(|e| !e.is_empty()));
+/// `21 killed, 1 survived (service-addresses-not-bound), 0 with setup errors`.
+pub(crate) fn counts(report: &HuntReport) -> String {
+    let mutants = &report.mutants;
+    let survived: Vec<&str> = mutants.iter().filter(|m| !m.killed).map(|m| m.name.as_str()).collect();
+    let errors: Vec<&str> = mutants.iter().filter(|m| !m.errors.is_empty()).map(|m| m.name.as_str()).collect();
     let listed =
         |names: &[&str]| if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) };
-    Some(format!(
+    format!(
         "{} killed, {} survived{}, {} with setup errors{}",
         mutants.len() - survived.len(),
         survived.len(),
         listed(&survived),
         errors.len(),
         listed(&errors)
-    ))
+    )
 }
 
 #[cfg(test)]
@@ -65,14 +61,16 @@ mod tests {
 
     #[test]
     fn a_hunts_counts_name_the_survivors() {
-        let report = serde_json::json!({"mutants": [
+        let report = serde_json::json!({"proxy": "builtin-ipvs", "killed": 1, "survived": 1, "errors": 1,
+          "baseline": [], "mutants": [
             {"name": "no-affinity", "killed": true, "killed_by": ["session-affinity"], "errors": []},
             {"name": "service-addresses-not-bound", "killed": false, "killed_by": [], "errors": ["x: boom"]},
         ]});
+        let read: super::super::GuestReport = serde_json::from_value(report).unwrap();
+        let super::super::GuestReport::Hunt(hunt) = read else { panic!("a hunt's report reads as one") };
         assert_eq!(
-            counts(&report).unwrap(),
+            counts(&hunt),
             "1 killed, 1 survived (service-addresses-not-bound), 1 with setup errors (service-addresses-not-bound)"
         );
-        assert_eq!(counts(&serde_json::json!({"passed": 3})), None);
     }
 }
