@@ -62,7 +62,7 @@ pub struct Payload<'a> {
 /// Writes the archive to `out`.
 pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
     let mut tree = Tree::default();
-    let busybox = find_busybox()?;
+    let busybox = static_busybox()?;
     tree.file("bin/busybox", &busybox, true)?;
     for (name, required) in TOOLS {
         match find(name) {
@@ -122,7 +122,9 @@ fn find(name: &str) -> Option<PathBuf> {
     SEARCH.iter().map(|d| Path::new(d).join(name)).find(|p| p.exists())
 }
 
-fn find_busybox() -> Result<PathBuf> {
+/// This machine's busybox, which must be static (Debian's busybox-static): a guest, or a
+/// container image made from it, has none of this machine's libraries.
+pub fn static_busybox() -> Result<PathBuf> {
     let path = ["/bin/busybox", "/usr/bin/busybox"]
         .iter()
         .map(PathBuf::from)

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 pub use guest::GuestRun;
-pub use initramfs::Payload;
+pub use initramfs::{Payload, static_busybox};
 pub use kernel::{Kernel, cache_dir, get as kernel};
 pub use qemu::{Accel, Machine};
 pub use scratch::{Scratch, remove_stale as remove_stale_scratch};

@@ -79,8 +79,10 @@ mod tests {
                        "elapsed_seconds": 1.0, "probes": [], "not_judged": []})
             })
             .collect();
-        serde_json::from_value(json!({"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "scenarios": scenarios}))
-            .unwrap()
+        serde_json::from_value(
+            json!({"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "scenarios": scenarios}),
+        )
+        .unwrap()
     }
 
     fn cell<'a>(kernel: &'a str, proxy: &'a str, report: Option<&'a GuestReport>) -> CellRun<'a> {

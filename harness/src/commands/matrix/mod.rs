@@ -562,7 +562,8 @@ mod tests {
                                "probes": [], "not_judged": []})
         };
         let mut skipped_one = scenario("new-feature", "skipped");
-        skipped_one["reason"] = "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64".into();
+        skipped_one["reason"] =
+            "needs kernel 5.15 or newer (minKernel); this kernel is 5.10.0-32-amd64".into();
         old.report = serde_json::from_value(serde_json::json!({"passed": 1, "failed": 0, "skipped": 1,
             "errors": 0, "scenarios": [scenario("sctp", "passed"), skipped_one]}))
         .ok();

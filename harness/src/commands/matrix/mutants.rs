@@ -27,7 +27,8 @@ pub(crate) fn guest_args(proxy: &str, only: &[String], report: &str, paths: &[St
 pub(crate) fn counts(report: &HuntReport) -> String {
     let mutants = &report.mutants;
     let survived: Vec<&str> = mutants.iter().filter(|m| !m.killed).map(|m| m.name.as_str()).collect();
-    let errors: Vec<&str> = mutants.iter().filter(|m| !m.errors.is_empty()).map(|m| m.name.as_str()).collect();
+    let errors: Vec<&str> =
+        mutants.iter().filter(|m| !m.errors.is_empty()).map(|m| m.name.as_str()).collect();
     let listed =
         |names: &[&str]| if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) };
     format!(
