@@ -40,7 +40,8 @@ enum Command {
         proxy_options: Vec<String>,
         /// Judge by this profile (kubernetes, kube-proxy-iptables, kube-proxy-nftables, kube-proxy-ipvs)
         /// instead of the proxy's own; under `kubernetes`, outcomes Kubernetes leaves open are
-        /// not judged.
+        /// not judged. A kube-proxy profile may name the release whose choices it states
+        /// (`kube-proxy-nftables@v1.30`; v1.30 to v1.34); without `@`, the newest.
         #[arg(long)]
         profile: Option<crate::model::Profile>,
         /// Milliseconds an attempt waits before it counts as dropped (10 to 60000).

@@ -23,7 +23,7 @@ pub(crate) const POD_INTERFACE: &str = "eth0";
 mod per_family;
 mod profile;
 pub use per_family::{OfFamily, PerFamily};
-pub use profile::Profile;
+pub use profile::{Implementation, Profile, Release};
 
 /// The folder a file sits in, which relative paths in it start from: `.` for a bare file
 /// name (whose `parent()` is the empty path, which cannot be made absolute).

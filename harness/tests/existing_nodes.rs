@@ -91,7 +91,7 @@ fn run_scenario(
     let rt = runtime();
     let stand_ins = StandIns::start(&scenario.cluster, kind, &node_proxy(flags), rt.handle()).unwrap();
     let before = stand_ins.snapshot().unwrap();
-    let proxy = ClusterProxy::new(stand_ins.kubeconfig.clone(), Profile::KubeProxyIptables);
+    let proxy = ClusterProxy::new(stand_ins.kubeconfig.clone(), Profile::KUBE_PROXY_IPTABLES);
     let options = RunOptions { nodes: stand_ins.nodes.clone(), ..RunOptions::default() };
     let started = Instant::now();
     let report = runner::run(scenario, &proxy, &options)

@@ -116,7 +116,7 @@ fn reports_of_every_kind_validate() {
         elapsed: Duration::from_millis(1234),
         artifacts: Some(PathBuf::from("artifacts/kube-dns-udp")),
         unjudged: vec![("client-to-node-localhost".into(), "Kubernetes leaves it open".into())],
-        profile: Some(Profile::Kubernetes),
+        profile: Some(Profile::KUBERNETES),
     };
     let skipped_scenario = load("sctp");
     let skipped = ScenarioReport::skipped(&skipped_scenario, "builtin-iptables", "no SCTP sockets".into());
@@ -158,7 +158,7 @@ fn reports_of_real_runs_validate() {
         commands::run_one(&skip, None, &options, Some("needs root (pretend)")).expect("skipping");
 
     let open = load("localhost-node-port");
-    let kubernetes = RunOptions { profile: Some(Profile::Kubernetes), ..options.clone() };
+    let kubernetes = RunOptions { profile: Some(Profile::KUBERNETES), ..options.clone() };
     let open_report = runner::run(&open, &correct, &kubernetes).expect("localhost-node-port runs");
     assert!(!open_report.unjudged.is_empty(), "the kubernetes profile judged every flow of {}", open.name);
 

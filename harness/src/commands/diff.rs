@@ -88,7 +88,7 @@ pub fn diff(
     reporters: &mut [&mut dyn Reporter],
 ) -> anyhow::Result<Vec<FlowDiff>> {
     let engine = Engine {
-        options: RunOptions { profile: Some(Profile::KubeProxyIptables), ..engine.options.clone() },
+        options: RunOptions { profile: Some(Profile::KUBE_PROXY_IPTABLES), ..engine.options.clone() },
         ..engine.clone()
     };
     let runs: Vec<Run> = scenarios

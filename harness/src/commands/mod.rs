@@ -109,7 +109,7 @@ pub fn check(paths: &[PathBuf], show: bool) -> Result<i32> {
 /// A line per probe of `s`: the outcome its proxy's profile expects, and why.
 fn expectations(s: &Scenario) -> String {
     let profile = proxy::build(&s.proxy, crate::model::folder_of(&s.source))
-        .map_or(crate::model::Profile::Kubernetes, |p| p.profile());
+        .map_or(crate::model::Profile::KUBERNETES, |p| p.profile());
     let mut text = String::new();
     for probe in &s.probes {
         let expected = match crate::oracle::predict(&s.cluster, probe, profile) {

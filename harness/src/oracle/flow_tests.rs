@@ -162,7 +162,7 @@ macro_rules! flows {
 #[test]
 fn kube_proxy_iptables() {
     run(
-        Profile::KubeProxyIptables,
+        Profile::KUBE_PROXY_IPTABLES,
         flows![
             "pod to cluster IP",                    "pod:client-a", "web",     "web-a|web-b", No;
             "node to cluster IP",                   "node:a",       "web",     "web-a|web-b", Yes;
@@ -185,7 +185,7 @@ fn kube_proxy_iptables() {
 #[test]
 fn kube_proxy_ipvs() {
     run(
-        Profile::KubeProxyIpvs,
+        Profile::KUBE_PROXY_IPVS,
         flows![
             "pod to cluster IP",                    "pod:client-a", "web",     "web-a|web-b", No;
             "node to cluster IP",                   "node:a",       "web",     "web-a|web-b", Yes;

@@ -4,11 +4,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::model::Profile;
 use crate::model::{
-    Cluster, IpFamily, Node, Pod, Probe, Protocol, ProxyConfig, Service, ServicePort, Source, Target,
-    bridge_address,
+    Cluster, Implementation, IpFamily, Node, Pod, Probe, Profile, Protocol, ProxyConfig, Service,
+    ServicePort, Source, Target, bridge_address,
 };
+
+use super::profile::UNALLOCATED_SERVICE_IPS_DROPPED;
 
 #[derive(Clone)]
 pub(super) enum Frontend<'a> {
@@ -85,11 +86,11 @@ fn chosen<'a>(
     ipvs: Frontend<'a>,
     open: &str,
 ) -> Result<Frontend<'a>, NotAFrontend> {
-    let frontend = match profile {
-        Profile::Kubernetes => return Err(NotAFrontend::Open(Open(open.to_string()))),
-        Profile::KubeProxyIptables => iptables,
-        Profile::KubeProxyNftables => nftables,
-        Profile::KubeProxyIpvs => ipvs,
+    let frontend = match profile.implementation {
+        Implementation::Kubernetes => return Err(NotAFrontend::Open(Open(open.to_string()))),
+        Implementation::KubeProxyIptables => iptables,
+        Implementation::KubeProxyNftables => nftables,
+        Implementation::KubeProxyIpvs => ipvs,
     };
     Ok(Frontend::Chosen { frontend: Box::new(frontend), by: profile })
 }
@@ -334,7 +335,8 @@ fn raw_address<'a>(
     }
     // No proxy rule catches it: iptables mode lets it through to the routes un-translated (the
     // node forwards it toward the service CIDR's route, and nothing answers in this topology);
-    // nftables mode rejects a cluster IP's other ports and drops the rest of the service CIDR.
+    // nftables mode rejects a cluster IP's other ports and, from v1.33, drops the rest of the
+    // service CIDR (a release change: `UNALLOCATED_SERVICE_IPS_DROPPED`).
     let passes = || Frontend::PassesThrough {
         why: "iptables mode has no rule for it: the node forwards it un-translated to its routes, \
               and nothing answers there"
@@ -356,10 +358,13 @@ fn raw_address<'a>(
         );
     }
     if cluster.service_cidr.contains(&dst.ip()) {
+        let change = &UNALLOCATED_SERVICE_IPS_DROPPED;
+        let why = change.why(profile);
+        let nftables = if change.made_by(profile) { nowhere(&why) } else { Frontend::PassesThrough { why } };
         return chosen(
             profile,
             passes(),
-            nowhere("nftables mode drops traffic to service-CIDR addresses no Service has"),
+            nftables,
             passes(),
             "an address of the service CIDR that no Service has",
         );

@@ -7,8 +7,8 @@ use crate::model::Profile;
 use crate::model::*;
 use crate::oracle::{Basis, Outcome, Prediction, SeenSource, Spread, predict};
 
-const IPVS: Profile = Profile::KubeProxyIpvs;
-const CONTRACT: Profile = Profile::Kubernetes;
+const IPVS: Profile = Profile::KUBE_PROXY_IPVS;
+const CONTRACT: Profile = Profile::KUBERNETES;
 
 fn service(name: &str, ip: &str, node_port: Option<u16>) -> Service {
     let endpoint = Endpoint {

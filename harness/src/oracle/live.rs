@@ -16,7 +16,7 @@
 //!   its nftables mode (v1.30) has no such rule (kubernetes/kubernetes#122663), and Kubernetes
 //!   leaves it open.
 
-use crate::model::{Cluster, Life, Probe, Target};
+use crate::model::{Cluster, Implementation, Life, Probe, Target};
 
 use super::{Basis, Expectation, Outcome, Prediction, Profile, Spread};
 
@@ -45,8 +45,8 @@ pub(crate) fn predict_held(
     let gone: Vec<&str> =
         backends.keys().map(String::as_str).filter(|pod| !still_serving(now, &check.to, pod)).collect();
     if *out_of_window {
-        return Ok(match profile {
-            Profile::KubeProxyIptables => Prediction::Expected(Expectation {
+        return Ok(match profile.implementation {
+            Implementation::KubeProxyIptables => Prediction::Expected(Expectation {
                 outcome,
                 because: format!(
                     "connection of {opener}, after an out-of-window segment: conntrack-invalid packets are \
@@ -54,17 +54,17 @@ pub(crate) fn predict_held(
                 ),
                 basis: Basis::Choice(profile),
             }),
-            Profile::KubeProxyIpvs => Prediction::Open(
+            Implementation::KubeProxyIpvs => Prediction::Open(
                 "an out-of-window segment may reset the connection: IPVS mode does not drop \
                  conntrack-invalid packets (no such rule in pkg/proxy/ipvs/proxier.go)"
                     .into(),
             ),
-            Profile::KubeProxyNftables => Prediction::Open(
+            Implementation::KubeProxyNftables => Prediction::Open(
                 "an out-of-window segment may reset the connection: nftables mode does not drop \
                  conntrack-invalid packets (kubernetes/kubernetes#122663)"
                     .into(),
             ),
-            Profile::Kubernetes => {
+            Implementation::Kubernetes => {
                 Prediction::Open("Kubernetes does not say what an out-of-window segment does".into())
             }
         });
@@ -79,8 +79,8 @@ pub(crate) fn predict_held(
         "connection of {opener}, still open: {} left the Service, and TCP conntrack entries are kept",
         gone.join(", ")
     );
-    Ok(match profile {
-        Profile::Kubernetes => Prediction::Open(format!(
+    Ok(match profile.implementation {
+        Implementation::Kubernetes => Prediction::Open(format!(
             "Kubernetes does not say whether an established connection to a removed endpoint ({}) goes on",
             gone.join(", ")
         )),
@@ -112,15 +112,15 @@ pub(crate) fn predict_stream(
         return fresh;
     }
     let names: Vec<&str> = before.keys().map(String::as_str).collect();
-    match profile {
-        Profile::Kubernetes => Prediction::Open(format!(
+    match profile.implementation {
+        Implementation::Kubernetes => Prediction::Open(format!(
             "Kubernetes does not say whether a UDP flow keeps its endpoint ({}) once new flows go elsewhere",
             names.join("|")
         )),
         // IPVS mode deletes a UDP real server as soon as new flows no longer go to it
         // (`deleteRsFunc`, pkg/proxy/ipvs/graceful_termination.go), and with
         // `expire_nodest_conn` the flow's next packet is scheduled afresh.
-        Profile::KubeProxyIpvs => fresh,
+        Implementation::KubeProxyIpvs => fresh,
         _ => Prediction::Expected(Expectation {
             outcome: Outcome::Answered {
                 backends: before.clone(),
@@ -229,19 +229,20 @@ mod tests {
     /// oracle says (`None`: not judged).
     #[test]
     fn held_connections_table() {
-        use Profile::*;
+        let (kubernetes, iptables, nftables) =
+            (Profile::KUBERNETES, Profile::KUBE_PROXY_IPTABLES, Profile::KUBE_PROXY_NFTABLES);
         let kept = cluster(&[("web-0", true)]);
         let removed = cluster(&[("web-1", true)]);
         let not_serving = cluster(&[("web-0", false)]);
         let rows: [(&Cluster, bool, Profile, Option<Basis>); 8] = [
-            (&kept, false, Kubernetes, Some(Basis::Contract)),
-            (&kept, false, KubeProxyNftables, Some(Basis::Contract)),
-            (&removed, false, Kubernetes, None),
-            (&removed, false, KubeProxyIptables, Some(Basis::Choice(KubeProxyIptables))),
-            (&not_serving, false, KubeProxyNftables, Some(Basis::Choice(KubeProxyNftables))),
-            (&kept, true, KubeProxyIptables, Some(Basis::Choice(KubeProxyIptables))),
-            (&kept, true, KubeProxyNftables, None),
-            (&kept, true, Kubernetes, None),
+            (&kept, false, kubernetes, Some(Basis::Contract)),
+            (&kept, false, nftables, Some(Basis::Contract)),
+            (&removed, false, kubernetes, None),
+            (&removed, false, iptables, Some(Basis::Choice(iptables))),
+            (&not_serving, false, nftables, Some(Basis::Choice(nftables))),
+            (&kept, true, iptables, Some(Basis::Choice(iptables))),
+            (&kept, true, nftables, None),
+            (&kept, true, kubernetes, None),
         ];
         for (i, (now, oow, profile, want)) in rows.into_iter().enumerate() {
             let got = predict_held(&opened(), now, &check(oow), profile).unwrap();
@@ -252,6 +253,6 @@ mod tests {
     #[test]
     fn a_check_of_a_connection_that_was_never_answered_is_an_error() {
         let refused = Expectation::required(Outcome::Rejected, "no endpoints");
-        assert!(predict_held(&refused, &cluster(&[]), &check(false), Profile::Kubernetes).is_err());
+        assert!(predict_held(&refused, &cluster(&[]), &check(false), Profile::KUBERNETES).is_err());
     }
 }

@@ -169,7 +169,7 @@ impl fmt::Display for Outcome {
 /// outcome everywhere and that scenario files are checked against), or why none can be
 /// computed (a scenario error).
 pub fn expect(cluster: &Cluster, probe: &Probe) -> Result<Expectation, String> {
-    match predict(cluster, probe, Profile::KubeProxyIptables)? {
+    match predict(cluster, probe, Profile::KUBE_PROXY_IPTABLES)? {
         Prediction::Expected(expectation) => Ok(expectation),
         Prediction::Open(reason) => Err(reason),
     }
@@ -295,7 +295,7 @@ pub(crate) fn scenario_problems(cluster: &Cluster, probes: &[Probe]) -> Vec<(usi
 fn check_stated_under(cluster: &Cluster, probe: &Probe, stated: &StatedExpectation) -> Result<(), String> {
     // kube-proxy's iptables mode chooses everywhere Kubernetes leaves an outcome open, so its
     // expectation tells a required outcome (basis Contract) from a choice.
-    let profile = stated.profile.unwrap_or(Profile::KubeProxyIptables);
+    let profile = stated.profile.unwrap_or(Profile::KUBE_PROXY_IPTABLES);
     let expectation = match predict(cluster, probe, profile)? {
         Prediction::Expected(expectation) => expectation,
         Prediction::Open(reason) => {
@@ -305,7 +305,7 @@ fn check_stated_under(cluster: &Cluster, probe: &Probe, stated: &StatedExpectati
         }
     };
     if let (None, Basis::Choice(_)) = (stated.profile, expectation.basis) {
-        let choices: Vec<String> = [Profile::KubeProxyIptables, Profile::KubeProxyNftables]
+        let choices: Vec<String> = [Profile::KUBE_PROXY_IPTABLES, Profile::KUBE_PROXY_NFTABLES]
             .into_iter()
             .filter_map(|p| match predict(cluster, probe, p) {
                 Ok(Prediction::Expected(e)) => Some(format!("{p} chooses {}", e.outcome)),
@@ -316,7 +316,7 @@ fn check_stated_under(cluster: &Cluster, probe: &Probe, stated: &StatedExpectati
             "Kubernetes leaves this outcome open ({}): say whose choice the scenario states, e.g. \
              `profile: {}`",
             choices.join(", "),
-            Profile::KubeProxyIptables
+            Profile::KUBE_PROXY_IPTABLES
         ));
     }
     check_stated(&expectation, stated)

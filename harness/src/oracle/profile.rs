@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::model::Profile;
+use crate::model::{Implementation, Profile, Release};
 
 /// Why an expectation holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,12 +73,105 @@ impl Choices {
         affinity_outlives_connections: true,
     };
 
+    /// The departures of `profile`; no release changed them (v1.30 to v1.34).
     pub(super) fn of(profile: Profile) -> Choices {
-        match profile {
-            Profile::Kubernetes | Profile::KubeProxyIptables | Profile::KubeProxyNftables => {
-                Choices::CONTRACT
-            }
-            Profile::KubeProxyIpvs => Choices::KUBE_PROXY_IPVS,
+        match profile.implementation {
+            Implementation::Kubernetes
+            | Implementation::KubeProxyIptables
+            | Implementation::KubeProxyNftables => Choices::CONTRACT,
+            Implementation::KubeProxyIpvs => Choices::KUBE_PROXY_IPVS,
+        }
+    }
+}
+
+/// A choice one release of an implementation changed, as data: the releases from `since` on
+/// (and a profile naming no release: the newest) make it, earlier ones do what `before`
+/// says. The oracle's one path takes the choice where [`ReleaseChange::made_by`] the profile
+/// it judges by, and says why with the source.
+#[derive(Debug)]
+pub(super) struct ReleaseChange {
+    pub implementation: Implementation,
+    pub since: Release,
+    /// What the releases from `since` on do.
+    pub made: &'static str,
+    /// What the releases before `since` do instead, and why.
+    pub before: &'static str,
+    /// Where in kube-proxy's source both were read.
+    pub source: &'static str,
+}
+
+impl ReleaseChange {
+    /// Why `profile` expects what it does: the choice it makes or the one before, and where
+    /// that is read.
+    pub(super) fn why(&self, profile: Profile) -> String {
+        let what = if self.made_by(profile) { self.made } else { self.before };
+        format!("{what} ({})", self.source)
+    }
+
+    /// Whether `profile` states this choice: its implementation, at `since` or later.
+    pub(super) fn made_by(&self, profile: Profile) -> bool {
+        profile.implementation == self.implementation && profile.release.is_none_or(|r| r >= self.since)
+    }
+}
+
+/// Traffic to an address of the service CIDR that no Service holds (`raw-addresses`'s
+/// `unallocated-service-address`; a deleted Service's cluster IP, `live-udp-service-deleted`).
+/// kube-proxy's nftables mode writes "Drop traffic to unallocated ClusterIPs" only for the
+/// ServiceCIDR objects it watches (pkg/proxy/nftables/proxier.go: `OnServiceCIDRsChanged` fills
+/// `serviceCIDRs`; the rule is written when it is non-empty), and it watches them only when
+/// the gate MultiCIDRServiceAllocator is on (cmd/kube-proxy/app/server.go,
+/// `NewServiceCIDRConfig`): alpha in v1.30 (networking/v1alpha1), beta and off by default in
+/// v1.31 and v1.32 (v1beta1), GA and on in v1.33 (v1). Read in v1.30.3's source and in the
+/// later releases' `server.go`; with the gate on, v1.30 drops them too (docs/src/proxies.md).
+pub(super) const UNALLOCATED_SERVICE_IPS_DROPPED: ReleaseChange = ReleaseChange {
+    implementation: Implementation::KubeProxyNftables,
+    since: Release::V1_33,
+    made: "nftables mode drops traffic to service-CIDR addresses no Service has",
+    before: "nftables mode before v1.33 has no rule for a service-CIDR address no Service has (it drops \
+             them only for ServiceCIDR objects, watched only behind the gate MultiCIDRServiceAllocator, off \
+             by default before v1.33): the node forwards it un-translated to its routes, and nothing \
+             answers there",
+    source: "kube-proxy's cmd/kube-proxy/app/server.go and pkg/proxy/nftables/proxier.go",
+};
+
+/// Every choice a release changed.
+#[cfg(test)]
+const RELEASE_CHANGES: &[&ReleaseChange] = &[&UNALLOCATED_SERVICE_IPS_DROPPED];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_change_flips_only_its_implementations_choice_before_its_release() {
+        let change = &UNALLOCATED_SERVICE_IPS_DROPPED;
+        let at = |implementation, release| Profile { implementation, release };
+        let nftables = Implementation::KubeProxyNftables;
+        assert!(change.made_by(Profile::KUBE_PROXY_NFTABLES), "the newest makes it");
+        for (release, made) in [
+            (Release::V1_30, false),
+            (Release::V1_31, false),
+            (Release::V1_32, false),
+            (Release::V1_33, true),
+            (Release::V1_34, true),
+        ] {
+            assert_eq!(change.made_by(at(nftables, Some(release))), made, "{release}");
+            assert!(!change.made_by(at(Implementation::KubeProxyIptables, Some(release))));
+        }
+        assert!(!change.made_by(Profile::KUBERNETES) && !change.made_by(Profile::KUBE_PROXY_IPVS));
+    }
+
+    #[test]
+    fn every_change_falls_between_known_releases_and_cites_its_source() {
+        for change in RELEASE_CHANGES {
+            // A change at the first known release would change nothing a profile can name.
+            assert!(Release::KNOWN[1..].contains(&change.since), "{change:?}");
+            assert!(change.implementation != Implementation::Kubernetes, "{change:?}");
+            assert!(change.source.contains(".go"), "{change:?}");
+            let before = Profile { implementation: change.implementation, release: Some(Release::KNOWN[0]) };
+            assert!(
+                change.why(before).starts_with(change.before) && change.why(before).contains(change.source)
+            );
         }
     }
 }

@@ -516,8 +516,8 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
         Prediction::Expected(e) => Some((e.outcome, e.basis)),
         Prediction::Open(_) => None,
     };
-    let iptables = Profile::KubeProxyIptables;
-    let nftables = Profile::KubeProxyNftables;
+    let iptables = Profile::KUBE_PROXY_IPTABLES;
+    let nftables = Profile::KUBE_PROXY_NFTABLES;
 
     // A secondary node address: every address in iptables mode, the primary only in nftables mode.
     let secondary = probe(Source::External("ext".into()), node_port_at("192.168.50.111"));
@@ -525,10 +525,10 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
         matches!(outcome(&secondary, iptables), Some((Outcome::Answered { .. }, Basis::Choice(p))) if p == iptables)
     );
     assert_eq!(outcome(&secondary, nftables), Some((closed("a"), Basis::Choice(nftables))));
-    assert_eq!(outcome(&secondary, Profile::Kubernetes), None);
+    assert_eq!(outcome(&secondary, Profile::KUBERNETES), None);
     let primary = probe(Source::External("ext".into()), node_port_at("192.168.50.11"));
     assert!(
-        matches!(outcome(&primary, Profile::Kubernetes), Some((Outcome::Answered { .. }, Basis::Contract))),
+        matches!(outcome(&primary, Profile::KUBERNETES), Some((Outcome::Answered { .. }, Basis::Contract))),
         "the primary node IP is the contract"
     );
 
@@ -538,18 +538,41 @@ fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
         matches!(outcome(&localhost, iptables), Some((Outcome::Answered { .. }, Basis::Choice(p))) if p == iptables)
     );
     assert_eq!(outcome(&localhost, nftables), Some((closed("a"), Basis::Choice(nftables))));
-    assert_eq!(outcome(&localhost, Profile::Kubernetes), None);
+    assert_eq!(outcome(&localhost, Profile::KUBERNETES), None);
 
     // A cluster IP's unused port passes through iptables mode un-translated; nftables mode
     // rejects it by a rule. An unallocated service address too passes through iptables mode.
     let wrong_port = probe(Source::Pod("client".into()), raw("10.96.0.20", 81));
     assert_eq!(outcome(&wrong_port, iptables), Some((Outcome::Forwarded, Basis::Choice(iptables))));
     assert_eq!(outcome(&wrong_port, nftables), Some((Outcome::Rejected, Basis::Choice(nftables))));
-    assert_eq!(outcome(&wrong_port, Profile::Kubernetes), None);
+    assert_eq!(outcome(&wrong_port, Profile::KUBERNETES), None);
     let unallocated = probe(Source::Pod("client".into()), raw("10.96.255.254", 80));
     assert_eq!(outcome(&unallocated, nftables), Some((Outcome::Dropped, Basis::Choice(nftables))));
     assert_eq!(outcome(&unallocated, iptables), Some((Outcome::Forwarded, Basis::Choice(iptables))));
-    assert_eq!(outcome(&unallocated, Profile::Kubernetes), None);
+    assert_eq!(outcome(&unallocated, Profile::KUBERNETES), None);
+
+    // Before v1.33, nftables mode forwards it as iptables mode does (no ServiceCIDR gate by
+    // default); every release of iptables mode forwards it; the unused port is rejected in all.
+    let at = |implementation, release| Profile { implementation, release: Some(release) };
+    for release in crate::model::Release::KNOWN {
+        let nftables_then = at(crate::model::Implementation::KubeProxyNftables, release);
+        let dropped = release >= crate::model::Release::V1_33;
+        let want = if dropped { Outcome::Dropped } else { Outcome::Forwarded };
+        assert_eq!(
+            outcome(&unallocated, nftables_then),
+            Some((want, Basis::Choice(nftables_then))),
+            "{release}"
+        );
+        assert_eq!(
+            outcome(&wrong_port, nftables_then),
+            Some((Outcome::Rejected, Basis::Choice(nftables_then)))
+        );
+        let iptables_then = at(crate::model::Implementation::KubeProxyIptables, release);
+        assert_eq!(
+            outcome(&unallocated, iptables_then),
+            Some((Outcome::Forwarded, Basis::Choice(iptables_then)))
+        );
+    }
 }
 
 #[test]
@@ -569,7 +592,7 @@ fn stated_expectations_name_the_profile_whose_choice_they_state() {
         p.expect = Some(expect);
         scenario_problems(&c, &[p]).into_iter().map(|(_, _, m)| m).collect::<Vec<_>>()
     };
-    let (iptables, nftables) = (Some(Profile::KubeProxyIptables), Some(Profile::KubeProxyNftables));
+    let (iptables, nftables) = (Some(Profile::KUBE_PROXY_IPTABLES), Some(Profile::KUBE_PROXY_NFTABLES));
     // A secondary node address is a choice: it must say whose, and agree with that profile.
     let open = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, None));
     assert!(open[0].contains("kube-proxy-nftables chooses CLOSED a"), "{open:?}");
@@ -577,7 +600,7 @@ fn stated_expectations_name_the_profile_whose_choice_they_state() {
     assert!(problems(at("192.168.50.111"), stated(StatedVerdict::Rejected, nftables)).is_empty());
     let wrong = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, nftables));
     assert!(wrong[0].contains("but kube-proxy-nftables chooses CLOSED a"), "{wrong:?}");
-    let none = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, Some(Profile::Kubernetes)));
+    let none = problems(at("192.168.50.111"), stated(StatedVerdict::Answered, Some(Profile::KUBERNETES)));
     assert!(none[0].contains("expects nothing here"), "{none:?}");
     // The primary address is the contract: no profile needed, and any profile agrees.
     assert!(problems(at("192.168.50.11"), stated(StatedVerdict::Answered, None)).is_empty());

@@ -77,7 +77,7 @@ impl ClusterProxy {
                 format!("proxy {NAME} needs the cluster's kubeconfig: option `kubeconfig` or env KUBECONFIG")
             })?,
         };
-        let profile = super::options::profile(options, Profile::Kubernetes)?;
+        let profile = super::options::profile(options, Profile::KUBERNETES)?;
         let mut proxy = ClusterProxy::new(kubeconfig, profile);
         match options.get("metricsPort") {
             None => {}
@@ -285,7 +285,7 @@ pub(crate) fn delete_leftover(
         .enable_all()
         .build()
         .context("starting a runtime to delete leftover objects")?;
-    let proxy = ClusterProxy::new(kubeconfig.to_path_buf(), Profile::Kubernetes);
+    let proxy = ClusterProxy::new(kubeconfig.to_path_buf(), Profile::KUBERNETES);
     let client = proxy.client(runtime.handle())?;
     runtime.block_on(delete(&client, &key))
 }
@@ -482,7 +482,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             (p.kubeconfig.as_path(), p.profile, p.metrics_port),
-            (Path::new("/k"), Profile::KubeProxyNftables, None)
+            (Path::new("/k"), Profile::KUBE_PROXY_NFTABLES, None)
         );
         assert!(ClusterProxy::from_options(&json!({"kubeconfig": "/k", "command": "x"})).is_err());
         assert!(ClusterProxy::from_options(&json!({"kubeconfig": 3})).is_err());

@@ -54,7 +54,7 @@ pub trait Proxy: Send + Sync {
     /// The profile its outcomes are judged by unless the run names one: the implementation
     /// it is, or just the Kubernetes contract.
     fn profile(&self) -> Profile {
-        Profile::Kubernetes
+        Profile::KUBERNETES
     }
 
     /// Starts the proxy on every node of `env.topology` and returns once every node

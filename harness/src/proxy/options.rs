@@ -48,10 +48,10 @@ mod tests {
 
     #[test]
     fn profile_defaults_and_refuses_non_strings() {
-        assert_eq!(profile(&json!({}), Profile::Kubernetes).unwrap(), Profile::Kubernetes);
+        assert_eq!(profile(&json!({}), Profile::KUBERNETES).unwrap(), Profile::KUBERNETES);
         assert!(
-            profile(&json!({"profile": 3}), Profile::Kubernetes).unwrap_err().to_string().contains("string")
+            profile(&json!({"profile": 3}), Profile::KUBERNETES).unwrap_err().to_string().contains("string")
         );
-        assert!(profile(&json!({"profile": "nonsense"}), Profile::Kubernetes).is_err());
+        assert!(profile(&json!({"profile": "nonsense"}), Profile::KUBERNETES).is_err());
     }
 }

@@ -147,7 +147,7 @@ impl ApiServerProxy {
             }
         };
         // kube-proxy configured by the file is judged by its mode's choices.
-        let default_profile = if writes_config { mode_profile(mode) } else { Profile::Kubernetes };
+        let default_profile = if writes_config { mode_profile(mode) } else { Profile::KUBERNETES };
         let profile = super::options::profile(options, default_profile)?;
         super::options::refuse_unknown(NAME, options, OPTIONS)?;
         Ok(ApiServerProxy {
@@ -236,8 +236,8 @@ const OPTIONS: &[&str] =
 
 fn mode_profile(mode: Mode) -> Profile {
     match mode {
-        Mode::Iptables => Profile::KubeProxyIptables,
-        Mode::Nftables => Profile::KubeProxyNftables,
+        Mode::Iptables => Profile::KUBE_PROXY_IPTABLES,
+        Mode::Nftables => Profile::KUBE_PROXY_NFTABLES,
     }
 }
 
@@ -712,7 +712,7 @@ mod tests {
         assert!(ApiServerProxy::from_options(&json!({"command": 3})).is_err());
         let p =
             ApiServerProxy::from_options(&json!({"command": "x", "profile": "kube-proxy-nftables"})).unwrap();
-        assert_eq!(p.profile, Profile::KubeProxyNftables);
+        assert_eq!(p.profile, Profile::KUBE_PROXY_NFTABLES);
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "profile": "ipvs"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x {bogus}"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "healthzport": 1})).is_err());
@@ -730,13 +730,13 @@ mod tests {
             (p.metrics_port, p.healthz_port),
             (Some(DEFAULT_METRICS_PORT), Some(DEFAULT_HEALTHZ_PORT))
         );
-        assert_eq!(p.profile, Profile::KubeProxyNftables);
+        assert_eq!(p.profile, Profile::KUBE_PROXY_NFTABLES);
         assert_eq!(p.feature_gates["NFTablesProxyMode"], true);
         let p = ApiServerProxy::from_options(
             &json!({"command": "kube-proxy --config={config}", "metricsPort": null}),
         )
         .unwrap();
-        assert_eq!((p.metrics_port, p.mode, p.profile), (None, Mode::Iptables, Profile::KubeProxyIptables));
+        assert_eq!((p.metrics_port, p.mode, p.profile), (None, Mode::Iptables, Profile::KUBE_PROXY_IPTABLES));
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "mode": "ipvs"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "featureGates": "A=maybe"})).is_err());
     }

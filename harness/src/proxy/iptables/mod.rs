@@ -73,7 +73,7 @@ impl Proxy for BuiltinIptables {
     }
 
     fn profile(&self) -> Profile {
-        Profile::KubeProxyIptables
+        Profile::KUBE_PROXY_IPTABLES
     }
 
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {

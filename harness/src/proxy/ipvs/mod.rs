@@ -94,7 +94,7 @@ impl Proxy for BuiltinIpvs {
     }
 
     fn profile(&self) -> Profile {
-        Profile::KubeProxyIpvs
+        Profile::KUBE_PROXY_IPVS
     }
 
     fn unavailable(&self) -> Option<String> {

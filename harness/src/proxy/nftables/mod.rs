@@ -143,7 +143,7 @@ impl Proxy for BuiltinNftables {
     }
 
     fn profile(&self) -> Profile {
-        Profile::KubeProxyNftables
+        Profile::KUBE_PROXY_NFTABLES
     }
 
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
