@@ -607,6 +607,18 @@ fn stated_expectations_name_the_profile_whose_choice_they_state() {
     assert!(problems(at("192.168.50.11"), stated(StatedVerdict::Answered, nftables)).is_empty());
     let contract = problems(at("192.168.50.11"), stated(StatedVerdict::Dropped, None));
     assert!(contract[0].contains("but Kubernetes semantics say"), "{contract:?}");
+
+    // A release profile's choice is checked as that release makes it.
+    let unallocated = |expect| {
+        let mut p = probe(Source::Pod("client".into()), Target::Address("10.96.255.254:80".parse().unwrap()));
+        p.expect = Some(expect);
+        scenario_problems(&c, &[p]).into_iter().map(|(_, _, m)| m).collect::<Vec<_>>()
+    };
+    let v1_30 = Some("kube-proxy-nftables@v1.30".parse().unwrap());
+    assert!(unallocated(stated(StatedVerdict::Forwarded, v1_30)).is_empty());
+    assert!(unallocated(stated(StatedVerdict::Dropped, nftables)).is_empty());
+    let wrong = unallocated(stated(StatedVerdict::Dropped, v1_30));
+    assert!(wrong[0].contains("but kube-proxy-nftables@v1.30 chooses FORWARD un-translated"), "{wrong:?}");
 }
 
 /// Topology hints as flows: (case, policies, client, target) → backends. Node a is in zone-a
