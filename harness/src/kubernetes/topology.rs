@@ -27,6 +27,10 @@ pub enum Hints {
     /// Hints filter endpoints even when some ready endpoint has none (such an endpoint is
     /// then never used).
     UsedWhenIncomplete,
+    /// `canUseTopology` counts unready endpoints too (kube-proxy before
+    /// <https://github.com/kubernetes/kubernetes/pull/106507>): a zone whose hinted endpoints
+    /// are all unready is still narrowed to them, and keeps no ready endpoint.
+    CountsUnready,
 }
 
 /// What topology filtering sees of one service port on one node (the default: nothing that
@@ -62,7 +66,8 @@ pub(crate) fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: H
         return None;
     }
     let zone = cx.zone.filter(|z| !z.is_empty())?;
-    let ready = endpoints.iter().filter(|e| e.ready);
+    let counted = hints == Hints::CountsUnready;
+    let ready = endpoints.iter().filter(|e| counted || e.ready);
     let complete = hints == Hints::UsedWhenIncomplete || ready.clone().all(|e| !e.zone_hints.is_empty());
     let hinted_here = ready.clone().any(|e| available(e, zone));
     (complete && hinted_here).then_some(zone)

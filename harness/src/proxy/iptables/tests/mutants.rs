@@ -355,6 +355,7 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
     let mut node_cidr = c.clone();
     node_cidr.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
     crate::proxy::test_support::add_second_lb_ip(&mut c);
+    crate::proxy::test_support::add_policy_crossings(&mut c);
     for m in Mutant::ALL {
         let changed = [&c, &node_cidr].iter().any(|c| {
             ["node-a", "node-b", "node-c"]

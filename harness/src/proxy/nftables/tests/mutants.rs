@@ -5,6 +5,7 @@ use super::*;
 fn mutated(m: Mutant, node: &str) -> (RuleSet, RuleSet) {
     let mut c = everything();
     crate::proxy::test_support::add_second_lb_ip(&mut c);
+    crate::proxy::test_support::add_policy_crossings(&mut c);
     // Ignoring detectLocalMode shows only where the mode is not the default.
     if m == Mutant::DetectLocalModeIgnored {
         c.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
