@@ -668,6 +668,16 @@ pub static CATALOG: &[KnownBug] = &[
         fixed: "by #55519, release unknown",
         signature: &[mark("etp-local-affinity", "outside-via-endpoint-node-is-sticky", AffinityBroken)],
     },
+    KnownBug {
+        name: "health-check-on-all-addresses",
+        upstream: &["kubernetes/kubernetes#82163"],
+        shipped: "kube-proxy, reported on v1.15 in IPVS mode (the health check server is every mode's)",
+        fixed: "unknown (the issue was closed as stale; v1.30.3 passes node-port-addresses)",
+        signature: &[
+            mark("node-port-addresses", "balancer-asks-node-a-secondary", Broken),
+            mark("node-port-addresses", "node-b-host-asks-node-a-secondary", Broken),
+        ],
+    },
 ];
 
 #[cfg(test)]

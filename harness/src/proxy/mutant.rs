@@ -39,6 +39,7 @@ macro_rules! outside_the_rules {
             | $crate::proxy::Mutant::ItpLocalFiltersExternalTraffic
             | $crate::proxy::Mutant::EtpLocalSkipsInternalFiltering
             | $crate::proxy::Mutant::HintsCountUnreadyEndpoints
+            | $crate::proxy::Mutant::HealthCheckOnAllAddresses
     };
 }
 pub(crate) use outside_the_rules;
@@ -171,10 +172,13 @@ pub enum Mutant {
     /// (<https://github.com/kubernetes/kubernetes/issues/55429>, fixed by
     /// <https://github.com/kubernetes/kubernetes/pull/55519>).
     EtpLocalAffinityIgnored,
+    /// The health check servers ignore `--nodeport-addresses` and listen on every address
+    /// (<https://github.com/kubernetes/kubernetes/issues/82163>).
+    HealthCheckOnAllAddresses,
 }
 
 impl Mutant {
-    pub(crate) const ALL: [Mutant; 44] = [
+    pub(crate) const ALL: [Mutant; 45] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -219,6 +223,7 @@ impl Mutant {
         Mutant::EtpLocalSkipsInternalFiltering,
         Mutant::HintsCountUnreadyEndpoints,
         Mutant::EtpLocalAffinityIgnored,
+        Mutant::HealthCheckOnAllAddresses,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -268,6 +273,7 @@ impl Mutant {
             Mutant::EtpLocalSkipsInternalFiltering => "etp-local-skips-internal-filtering",
             Mutant::HintsCountUnreadyEndpoints => "hints-count-unready-endpoints",
             Mutant::EtpLocalAffinityIgnored => "etp-local-affinity-ignored",
+            Mutant::HealthCheckOnAllAddresses => "health-check-on-all-addresses",
         }
     }
 
@@ -405,6 +411,9 @@ impl Mutant {
             Mutant::EtpLocalAffinityIgnored => {
                 "the Local-policy chains (KUBE-SVL, local-) lack the ClientIP affinity checks: outside clients of an externalTrafficPolicy Local Service with sessionAffinity ClientIP are balanced anew on every connection"
             }
+            Mutant::HealthCheckOnAllAddresses => {
+                "--nodeport-addresses is ignored by the health check servers: a health check node port answers on every local address, not only on the node addresses the setting selects"
+            }
         }
     }
 
@@ -519,6 +528,7 @@ impl Mutant {
         match self {
             Mutant::HealthCheckAlwaysOk => Some(Bug::AlwaysOk),
             Mutant::HealthCheckKeptWhenEndpointsGo => Some(Bug::KeptWhenEndpointsGo),
+            Mutant::HealthCheckOnAllAddresses => Some(Bug::OnAllAddresses),
             _ => None,
         }
     }
