@@ -385,6 +385,34 @@ mod tests {
         assert!(policy.externally_accessible && policy.external_local);
     }
 
+    /// `FilterEndpoints` of v1.21-v1.22 (kubernetes/kubernetes#105470), as two mutants make it.
+    #[test]
+    fn the_traffic_policy_deviations_entangle_the_policies() {
+        let mut svc = Service {
+            service_type: ServiceType::NodePort,
+            internal_traffic_policy: TrafficPolicy::Local,
+            ports: vec![port(vec![ep("10.0.0.1", "a", true, true, false)])],
+            ..Service::new("default", "web", "10.96.0.1".parse().unwrap())
+        };
+        let cluster = Cluster::example(vec![svc.clone()]);
+        let choose = |d: Deviations, svc: &Service, node: &str| {
+            let c = d.choose(&cluster, svc, &svc.ports[0], node);
+            (ips(&c.eps.cluster), ips(&c.eps.local), c.eps.has_any, c.policy.internal_local)
+        };
+        let filters_all = Deviations { itp_local_filters_all: true, ..Default::default() };
+        // Node b has no local endpoint: outside traffic still has node a's, unless the
+        // internal policy narrowed them all away.
+        assert_eq!(choose(Deviations::default(), &svc, "b"), (vec!["10.0.0.1".into()], vec![], true, true));
+        assert_eq!(choose(filters_all, &svc, "b"), (vec![], vec![], false, true));
+        assert_eq!(choose(filters_all, &svc, "a").0, ["10.0.0.1"]);
+        // With external Local policy too, the internal Local policy holds, unless skipped.
+        svc.external_traffic_policy = TrafficPolicy::Local;
+        let skips = Deviations { etp_local_skips_filtering: true, ..Default::default() };
+        assert!(choose(Deviations::default(), &svc, "b").3);
+        assert!(choose(filters_all, &svc, "b").2, "v1.22 returned early for external Local policy");
+        assert!(!choose(skips, &svc, "b").3);
+    }
+
     #[test]
     fn local_set_is_this_nodes_and_may_fall_back_alone() {
         let p = port(vec![ep("10.0.0.1", "a", true, true, false), ep("10.0.0.2", "b", false, true, true)]);

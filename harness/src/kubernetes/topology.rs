@@ -172,4 +172,19 @@ mod tests {
         assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
         assert_eq!(zone_filter(&refs, cx, Hints::UsedWhenIncomplete), Some("zone-a"));
     }
+
+    #[test]
+    fn the_unready_hints_mutant_narrows_to_an_unready_zone() {
+        // zone-a's only hinted endpoint is unready: kube-proxy ignores the hints there.
+        let eps = [hinted("10.1.2.3", false, &["zone-a"]), hinted("10.1.2.4", true, &["zone-b"])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        let cx = Context { annotation: Some("Auto"), zone: Some("zone-a"), traffic_distribution_gate: false };
+        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
+        assert_eq!(zone_filter(&refs, cx, Hints::CountsUnready), Some("zone-a"));
+        // An unready endpoint without hints makes them incomplete when unready ones count.
+        let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", false, &[])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), Some("zone-a"));
+        assert_eq!(zone_filter(&refs, cx, Hints::CountsUnready), None);
+    }
 }
