@@ -190,6 +190,6 @@ pub(crate) fn add_policy_crossings(cluster: &mut crate::model::Cluster) {
         )],
     );
     sticky_local.external_traffic_policy = TrafficPolicy::Local;
-    sticky_local.session_affinity = SessionAffinity::ClientIp { timeout_seconds: 10800 };
+    sticky_local.session_affinity = SessionAffinity::ClientIp { timeout_seconds: 600 };
     cluster.services.extend([both_local, zoned_unready, sticky_local]);
 }

@@ -324,12 +324,14 @@ fn node_port_on_all_addresses_ignores_node_port_addresses() {
 
 #[test]
 fn health_check_always_ok_leaves_the_rules_alone() {
-    for node in ["node-a", "node-c"] {
-        let (before, after) = broken(Mutant::HealthCheckAlwaysOk, node);
-        assert_eq!(before, after);
+    for m in [Mutant::HealthCheckAlwaysOk, Mutant::HealthCheckOnAllAddresses] {
+        for node in ["node-a", "node-c"] {
+            let (before, after) = broken(m, node);
+            assert_eq!(before, after);
+        }
+        assert!(m.breaks_health_checks());
     }
-    assert!(Mutant::HealthCheckAlwaysOk.breaks_health_checks());
-    assert!(Mutant::ALL.iter().filter(|m| m.breaks_health_checks()).count() == 2);
+    assert!(Mutant::ALL.iter().filter(|m| m.breaks_health_checks()).count() == 3);
 }
 
 #[test]
