@@ -208,6 +208,14 @@ pub struct Deviations {
     pub hints: Hints,
     /// ClientIP affinity checks are written for not-ready endpoints too (kube-proxy v1.22).
     pub affinity_to_not_ready: bool,
+    /// internalTrafficPolicy Local narrows the endpoints before traffic is told apart
+    /// (kube-proxy v1.21-v1.22's `FilterEndpoints`, which returned early for external Local
+    /// policy): outside traffic too gets only this node's endpoints, and a node without any
+    /// has none at all (every address rejects).
+    pub itp_local_filters_all: bool,
+    /// externalTrafficPolicy Local skips the internal filtering (the same `FilterEndpoints`):
+    /// internalTrafficPolicy Local and topology hints are ignored for internal traffic.
+    pub etp_local_skips_filtering: bool,
 }
 
 impl Deviations {
@@ -222,11 +230,27 @@ impl Deviations {
     ) -> Choice<'a> {
         let mut policy = PortPolicy::of(svc, port);
         let topo = topology::Context::of(cluster, svc, node);
-        let mut eps = select_with(port, policy, node, self.terminating, topo, self.hints);
+        let mut hints = self.hints;
+        if self.etp_local_skips_filtering && policy.external_local {
+            // The bug: `FilterEndpoints` returns every endpoint for an external-Local port.
+            policy.internal_local = false;
+            hints = Hints::Ignored;
+        }
+        let mut eps = select_with(port, policy, node, self.terminating, topo, hints);
+        if self.itp_local_filters_all && policy.internal_local && !policy.external_local {
+            // The bug: only this node's endpoints are left for every kind of traffic.
+            eps.cluster = eps.local.clone();
+            eps.reachable = eps.local.clone();
+            eps.has_any &= !eps.local.is_empty();
+        }
+        if hints == Hints::CountsUnready && policy.uses_cluster_endpoints() && eps.cluster.is_empty() {
+            // The zone was narrowed to unready endpoints: the port has none usable here.
+            eps.has_any = false;
+        }
         if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
             // The bug: on this node the port behaves as if its internal policy were Cluster.
             policy.internal_local = false;
-            eps = select_with(port, policy, node, self.terminating, topo, self.hints);
+            eps = select_with(port, policy, node, self.terminating, topo, hints);
         }
         let stale_affinity = if self.affinity_to_not_ready
             && matches!(svc.session_affinity, crate::model::SessionAffinity::ClientIp { .. })
@@ -359,6 +383,34 @@ mod tests {
         svc.load_balancer_ips = vec!["203.0.113.7".parse().unwrap()];
         let policy = PortPolicy::of(&svc, &p);
         assert!(policy.externally_accessible && policy.external_local);
+    }
+
+    /// `FilterEndpoints` of v1.21-v1.22 (kubernetes/kubernetes#105470), as two mutants make it.
+    #[test]
+    fn the_traffic_policy_deviations_entangle_the_policies() {
+        let mut svc = Service {
+            service_type: ServiceType::NodePort,
+            internal_traffic_policy: TrafficPolicy::Local,
+            ports: vec![port(vec![ep("10.0.0.1", "a", true, true, false)])],
+            ..Service::new("default", "web", "10.96.0.1".parse().unwrap())
+        };
+        let cluster = Cluster::example(vec![svc.clone()]);
+        let choose = |d: Deviations, svc: &Service, node: &str| {
+            let c = d.choose(&cluster, svc, &svc.ports[0], node);
+            (ips(&c.eps.cluster), ips(&c.eps.local), c.eps.has_any, c.policy.internal_local)
+        };
+        let filters_all = Deviations { itp_local_filters_all: true, ..Default::default() };
+        // Node b has no local endpoint: outside traffic still has node a's, unless the
+        // internal policy narrowed them all away.
+        assert_eq!(choose(Deviations::default(), &svc, "b"), (vec!["10.0.0.1".into()], vec![], true, true));
+        assert_eq!(choose(filters_all, &svc, "b"), (vec![], vec![], false, true));
+        assert_eq!(choose(filters_all, &svc, "a").0, ["10.0.0.1"]);
+        // With external Local policy too, the internal Local policy holds, unless skipped.
+        svc.external_traffic_policy = TrafficPolicy::Local;
+        let skips = Deviations { etp_local_skips_filtering: true, ..Default::default() };
+        assert!(choose(Deviations::default(), &svc, "b").3);
+        assert!(choose(filters_all, &svc, "b").2, "v1.22 returned early for external Local policy");
+        assert!(!choose(skips, &svc, "b").3);
     }
 
     #[test]

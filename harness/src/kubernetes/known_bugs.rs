@@ -611,6 +611,73 @@ pub static CATALOG: &[KnownBug] = &[
         fixed: "#134024, backported to release-1.33 (#134099, #134117) and release-1.34 (#134118); releases unknown",
         signature: &[mark("detect-local-interface-prefix", PROXY, ProxyFailed)],
     },
+    KnownBug {
+        name: "source-ranges-checked-after-dnat",
+        upstream: &["kubernetes/kubernetes#122614"],
+        shipped: "kube-proxy nftables mode v1.29 (alpha)",
+        fixed: "v1.30 (#122614)",
+        signature: &[
+            mark("loadbalancer-source-ranges", "blocked-via-node-a", Answered),
+            mark("loadbalancer-source-ranges", "blocked-via-node-b", Answered),
+            mark("loadbalancer-source-ranges", "pod-to-lb-ip", Answered),
+        ],
+    },
+    KnownBug {
+        name: "etp-local-pods-not-short-circuited",
+        upstream: &[
+            "kubernetes/kubernetes#77523",
+            "kubernetes/kubernetes#93456",
+            "kubernetes/kubernetes#97081",
+        ],
+        shipped: "kube-proxy iptables mode before #77523; IPVS mode (#93456, partly fixed by #97081)",
+        fixed: "unknown (the releases of #77523 and #97081 are not known here)",
+        signature: &[mark("external-ips-local", "pod-on-node-b", Silent)],
+    },
+    KnownBug {
+        name: "itp-local-filters-external-traffic",
+        upstream: &["kubernetes/kubernetes#105470"],
+        shipped: "kube-proxy with internalTrafficPolicy (alpha in v1.21), as reported in 2021",
+        fixed: "unknown",
+        signature: &[
+            mark("itp-local", "pod-on-node-without-endpoint", Refused),
+            mark("traffic-policies-apart", "outside-via-node-without-endpoint", Refused),
+            mark("traffic-policies-apart", "pod-on-node-without-endpoint", Refused),
+        ],
+    },
+    KnownBug {
+        name: "etp-local-skips-internal-filtering",
+        upstream: &["kubernetes/kubernetes#105470"],
+        shipped: "kube-proxy with internalTrafficPolicy or topology hints (alpha in v1.21), as reported in 2021",
+        fixed: "unknown",
+        signature: &[
+            mark("topology-hints", "etp-local-pod-to-cluster-ip", WrongBackend),
+            mark("traffic-policies-apart", "both-local-pod-on-node-without-endpoint", Answered),
+        ],
+    },
+    KnownBug {
+        name: "hints-count-unready-endpoints",
+        upstream: &["kubernetes/kubernetes#106507"],
+        shipped: "kube-proxy with TopologyAwareHints before #106507",
+        fixed: "by #106507, release unknown",
+        signature: &[mark("topology-hints-unready", "zone-a-pod-uses-every-ready-endpoint", Refused)],
+    },
+    KnownBug {
+        name: "etp-local-affinity-ignored",
+        upstream: &["kubernetes/kubernetes#55429", "kubernetes/kubernetes#55519"],
+        shipped: "kube-proxy iptables mode before #55519 (reported in 2017)",
+        fixed: "by #55519, release unknown",
+        signature: &[mark("etp-local-affinity", "outside-via-endpoint-node-is-sticky", AffinityBroken)],
+    },
+    KnownBug {
+        name: "health-check-on-all-addresses",
+        upstream: &["kubernetes/kubernetes#82163"],
+        shipped: "kube-proxy, reported on v1.15 in IPVS mode (the health check server is every mode's)",
+        fixed: "unknown (the issue was closed as stale; v1.30.3 passes node-port-addresses)",
+        signature: &[
+            mark("node-port-addresses", "balancer-asks-node-a-secondary", Broken),
+            mark("node-port-addresses", "node-b-host-asks-node-a-secondary", Broken),
+        ],
+    },
 ];
 
 #[cfg(test)]

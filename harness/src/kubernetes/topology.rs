@@ -27,6 +27,10 @@ pub enum Hints {
     /// Hints filter endpoints even when some ready endpoint has none (such an endpoint is
     /// then never used).
     UsedWhenIncomplete,
+    /// `canUseTopology` counts unready endpoints too (kube-proxy before
+    /// <https://github.com/kubernetes/kubernetes/pull/106507>): a zone whose hinted endpoints
+    /// are all unready is still narrowed to them, and keeps no ready endpoint.
+    CountsUnready,
 }
 
 /// What topology filtering sees of one service port on one node (the default: nothing that
@@ -62,7 +66,8 @@ pub(crate) fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: H
         return None;
     }
     let zone = cx.zone.filter(|z| !z.is_empty())?;
-    let ready = endpoints.iter().filter(|e| e.ready);
+    let counted = hints == Hints::CountsUnready;
+    let ready = endpoints.iter().filter(|e| counted || e.ready);
     let complete = hints == Hints::UsedWhenIncomplete || ready.clone().all(|e| !e.zone_hints.is_empty());
     let hinted_here = ready.clone().any(|e| available(e, zone));
     (complete && hinted_here).then_some(zone)
@@ -166,5 +171,20 @@ mod tests {
         let cx = Context { annotation: Some("Auto"), zone: Some("zone-a"), traffic_distribution_gate: false };
         assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
         assert_eq!(zone_filter(&refs, cx, Hints::UsedWhenIncomplete), Some("zone-a"));
+    }
+
+    #[test]
+    fn the_unready_hints_mutant_narrows_to_an_unready_zone() {
+        // zone-a's only hinted endpoint is unready: kube-proxy ignores the hints there.
+        let eps = [hinted("10.1.2.3", false, &["zone-a"]), hinted("10.1.2.4", true, &["zone-b"])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        let cx = Context { annotation: Some("Auto"), zone: Some("zone-a"), traffic_distribution_gate: false };
+        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
+        assert_eq!(zone_filter(&refs, cx, Hints::CountsUnready), Some("zone-a"));
+        // An unready endpoint without hints makes them incomplete when unready ones count.
+        let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", false, &[])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), Some("zone-a"));
+        assert_eq!(zone_filter(&refs, cx, Hints::CountsUnready), None);
     }
 }

@@ -105,6 +105,9 @@ pub enum Bug {
     /// The last answer stays when the count of local endpoints drops to zero (the count of a
     /// Service with none left is never refreshed: kubernetes/kubernetes#44311).
     KeptWhenEndpointsGo,
+    /// The servers listen on every address (`0.0.0.0`, `[::]`) whatever
+    /// `--nodeport-addresses` says (kubernetes/kubernetes#82163).
+    OnAllAddresses,
 }
 
 /// What a server answers with.
@@ -199,6 +202,8 @@ pub fn serve(
     families: &[IpFamily],
     bug: Option<Bug>,
 ) -> Result<()> {
+    let everywhere: Vec<IpAddr> = families.iter().map(|f| f.unspecified()).collect();
+    let addresses = if bug == Some(Bug::OnAllAddresses) { &everywhere[..] } else { addresses };
     let mut wanted: BTreeMap<SocketAddr, Answer> = BTreeMap::new();
     for svc in services {
         for ip in addresses {

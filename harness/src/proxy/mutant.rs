@@ -36,6 +36,10 @@ macro_rules! outside_the_rules {
             | $crate::proxy::Mutant::HealthCheckKeptWhenEndpointsGo
             | $crate::proxy::Mutant::ServiceAddressesNotBound
             | $crate::proxy::Mutant::PartialSyncMissesEndpoints
+            | $crate::proxy::Mutant::ItpLocalFiltersExternalTraffic
+            | $crate::proxy::Mutant::EtpLocalSkipsInternalFiltering
+            | $crate::proxy::Mutant::HintsCountUnreadyEndpoints
+            | $crate::proxy::Mutant::HealthCheckOnAllAddresses
     };
 }
 pub(crate) use outside_the_rules;
@@ -141,10 +145,40 @@ pub enum Mutant {
     /// names no interface and every sync fails
     /// (<https://github.com/kubernetes/kubernetes/pull/134024>).
     InterfacePrefixMatchedByIndex,
+    /// nftables mode only: `firewall-check` hooked at input and forward (after DNAT) instead of
+    /// prerouting, as kube-proxy's alpha nftables mode (v1.29) had it, so traffic to an LB IP
+    /// from outside `loadBalancerSourceRanges` is never dropped
+    /// (<https://github.com/kubernetes/kubernetes/pull/122614>).
+    SourceRangesCheckedAfterDnat,
+    /// The short-circuit of pod traffic to an external IP or LB IP of an
+    /// `externalTrafficPolicy: Local` Service is missing, so such pods on a node without local
+    /// endpoints are dropped (<https://github.com/kubernetes/kubernetes/issues/65387>, fixed in
+    /// iptables mode by <https://github.com/kubernetes/kubernetes/pull/77523>; IPVS mode:
+    /// <https://github.com/kubernetes/kubernetes/issues/93456>).
+    EtpLocalPodsNotShortCircuited,
+    /// kube-proxy v1.21-v1.22's `FilterEndpoints`: internalTrafficPolicy Local narrowed the
+    /// endpoints for outside traffic too
+    /// (<https://github.com/kubernetes/kubernetes/issues/105470>).
+    ItpLocalFiltersExternalTraffic,
+    /// kube-proxy v1.21-v1.22's `FilterEndpoints`: externalTrafficPolicy Local skipped
+    /// internalTrafficPolicy Local and topology hints
+    /// (<https://github.com/kubernetes/kubernetes/issues/105470>).
+    EtpLocalSkipsInternalFiltering,
+    /// Topology hints counted unready endpoints
+    /// (<https://github.com/kubernetes/kubernetes/pull/106507>).
+    HintsCountUnreadyEndpoints,
+    /// ClientIP affinity is missing from the Local-policy chains (`KUBE-SVL-…`, `local-…`),
+    /// so outside clients of an `externalTrafficPolicy: Local` Service are not sticky
+    /// (<https://github.com/kubernetes/kubernetes/issues/55429>, fixed by
+    /// <https://github.com/kubernetes/kubernetes/pull/55519>).
+    EtpLocalAffinityIgnored,
+    /// The health check servers ignore `--nodeport-addresses` and listen on every address
+    /// (<https://github.com/kubernetes/kubernetes/issues/82163>).
+    HealthCheckOnAllAddresses,
 }
 
 impl Mutant {
-    pub(crate) const ALL: [Mutant; 38] = [
+    pub(crate) const ALL: [Mutant; 45] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -183,6 +217,13 @@ impl Mutant {
         Mutant::PartialSyncMissesEndpoints,
         Mutant::EtpLocalFilteredBeforeDnat,
         Mutant::InterfacePrefixMatchedByIndex,
+        Mutant::SourceRangesCheckedAfterDnat,
+        Mutant::EtpLocalPodsNotShortCircuited,
+        Mutant::ItpLocalFiltersExternalTraffic,
+        Mutant::EtpLocalSkipsInternalFiltering,
+        Mutant::HintsCountUnreadyEndpoints,
+        Mutant::EtpLocalAffinityIgnored,
+        Mutant::HealthCheckOnAllAddresses,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -226,6 +267,13 @@ impl Mutant {
             Mutant::PartialSyncMissesEndpoints => "partial-sync-misses-endpoints",
             Mutant::EtpLocalFilteredBeforeDnat => "etp-local-filtered-before-dnat",
             Mutant::InterfacePrefixMatchedByIndex => "interface-prefix-matched-by-index",
+            Mutant::SourceRangesCheckedAfterDnat => "source-ranges-checked-after-dnat",
+            Mutant::EtpLocalPodsNotShortCircuited => "etp-local-pods-not-short-circuited",
+            Mutant::ItpLocalFiltersExternalTraffic => "itp-local-filters-external-traffic",
+            Mutant::EtpLocalSkipsInternalFiltering => "etp-local-skips-internal-filtering",
+            Mutant::HintsCountUnreadyEndpoints => "hints-count-unready-endpoints",
+            Mutant::EtpLocalAffinityIgnored => "etp-local-affinity-ignored",
+            Mutant::HealthCheckOnAllAddresses => "health-check-on-all-addresses",
         }
     }
 
@@ -345,6 +393,27 @@ impl Mutant {
             Mutant::InterfacePrefixMatchedByIndex => {
                 "(nftables mode) detectLocalMode InterfaceNamePrefix is matched with `iif` instead of `iifname`: `iif \"veth*\"` names no interface, so loading the rules fails and the node is never programmed"
             }
+            Mutant::SourceRangesCheckedAfterDnat => {
+                "(nftables mode) firewall-check is jumped to from the input and forward hooks, after DNAT, instead of prerouting: an LB IP's traffic already carries its endpoint's address there, so loadBalancerSourceRanges drops nothing from outside or from pods"
+            }
+            Mutant::EtpLocalPodsNotShortCircuited => {
+                "pods' traffic to an external IP or LB IP of an externalTrafficPolicy Local Service is not short-circuited to the Cluster endpoints: on a node without local endpoints it is dropped like outside traffic"
+            }
+            Mutant::ItpLocalFiltersExternalTraffic => {
+                "internalTrafficPolicy Local narrows the endpoints before internal and outside traffic are told apart: outside traffic to the node port goes only to this node's endpoints, and a node without any rejects it as a Service without endpoints"
+            }
+            Mutant::EtpLocalSkipsInternalFiltering => {
+                "externalTrafficPolicy Local makes the proxy skip the internal filtering: internalTrafficPolicy Local and topology hints are ignored for the Service's cluster IP"
+            }
+            Mutant::HintsCountUnreadyEndpoints => {
+                "topology hints count unready endpoints: a zone whose only hinted endpoint is unready is narrowed to it instead of using every endpoint, and its clients find no endpoint (rejected)"
+            }
+            Mutant::EtpLocalAffinityIgnored => {
+                "the Local-policy chains (KUBE-SVL, local-) lack the ClientIP affinity checks: outside clients of an externalTrafficPolicy Local Service with sessionAffinity ClientIP are balanced anew on every connection"
+            }
+            Mutant::HealthCheckOnAllAddresses => {
+                "--nodeport-addresses is ignored by the health check servers: a health check node port answers on every local address, not only on the node addresses the setting selects"
+            }
         }
     }
 
@@ -364,6 +433,9 @@ impl Mutant {
             Mutant::HintsIgnored => d.hints = Hints::Ignored,
             Mutant::HintsUsedWhenIncomplete => d.hints = Hints::UsedWhenIncomplete,
             Mutant::AffinityToNotReady => d.affinity_to_not_ready = true,
+            Mutant::ItpLocalFiltersExternalTraffic => d.itp_local_filters_all = true,
+            Mutant::EtpLocalSkipsInternalFiltering => d.etp_local_skips_filtering = true,
+            Mutant::HintsCountUnreadyEndpoints => d.hints = Hints::CountsUnready,
             _ => {}
         }
         d
@@ -408,10 +480,15 @@ impl Mutant {
         self == Mutant::ServiceAddressesNotBound
     }
 
-    /// A bug of nftables mode's own machinery (chain priorities, `iif`), which the iptables
+    /// A bug of nftables mode's own machinery (chain priorities and hooks, `iif`), which the iptables
     /// and IPVS modes do not have.
     pub(crate) fn only_in_nftables(self) -> bool {
-        matches!(self, Mutant::EtpLocalFilteredBeforeDnat | Mutant::InterfacePrefixMatchedByIndex)
+        matches!(
+            self,
+            Mutant::EtpLocalFilteredBeforeDnat
+                | Mutant::InterfacePrefixMatchedByIndex
+                | Mutant::SourceRangesCheckedAfterDnat
+        )
     }
 
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
@@ -451,6 +528,7 @@ impl Mutant {
         match self {
             Mutant::HealthCheckAlwaysOk => Some(Bug::AlwaysOk),
             Mutant::HealthCheckKeptWhenEndpointsGo => Some(Bug::KeptWhenEndpointsGo),
+            Mutant::HealthCheckOnAllAddresses => Some(Bug::OnAllAddresses),
             _ => None,
         }
     }

@@ -137,3 +137,59 @@ pub(crate) fn add_zoned_services(cluster: &mut crate::model::Cluster) {
         cluster.services.push(svc);
     }
 }
+
+/// The shapes the endpoint-filtering bugs of older kube-proxies need, all with endpoints on
+/// node-b only (zones as [`add_zoned_services`] sets them): `both-local` (internal and
+/// external Local policy), `zoned-unready` (zone-a's only hinted endpoint unready) and
+/// `sticky-local` (external Local policy with ClientIP affinity, two endpoints).
+pub(crate) fn add_policy_crossings(cluster: &mut crate::model::Cluster) {
+    use crate::model::{SessionAffinity, TrafficPolicy};
+    let mut both_local = service(
+        "default",
+        "both-local",
+        ServiceType::NodePort,
+        "10.96.0.92",
+        vec![port("", Protocol::Tcp, 80, Some(30092), vec![ep("10.244.1.92", 80, Some("node-b"))])],
+    );
+    both_local.external_traffic_policy = TrafficPolicy::Local;
+    both_local.internal_traffic_policy = TrafficPolicy::Local;
+    let hinted = |ip: &str, node: &str, zone: &str, ready: bool| Endpoint {
+        zone_hints: vec![zone.into()],
+        ready,
+        serving: ready,
+        ..ep(ip, 80, Some(node))
+    };
+    let mut zoned_unready = service(
+        "default",
+        "zoned-unready",
+        ServiceType::ClusterIp,
+        "10.96.0.93",
+        vec![port(
+            "",
+            Protocol::Tcp,
+            80,
+            None,
+            vec![
+                hinted("10.244.0.93", "node-a", "zone-a", false),
+                hinted("10.244.1.93", "node-b", "zone-b", true),
+            ],
+        )],
+    );
+    zoned_unready.hints_annotation = Some("Auto".into());
+    let mut sticky_local = service(
+        "default",
+        "sticky-local",
+        ServiceType::NodePort,
+        "10.96.0.94",
+        vec![port(
+            "",
+            Protocol::Tcp,
+            80,
+            Some(30094),
+            vec![ep("10.244.1.94", 80, Some("node-b")), ep("10.244.1.95", 80, Some("node-b"))],
+        )],
+    );
+    sticky_local.external_traffic_policy = TrafficPolicy::Local;
+    sticky_local.session_affinity = SessionAffinity::ClientIp { timeout_seconds: 600 };
+    cluster.services.extend([both_local, zoned_unready, sticky_local]);
+}

@@ -53,9 +53,18 @@ impl Mutant {
                 rules.filter.rules.retain(|r| !(r.has("INVALID") && r.target() == Some("DROP")))
             }
             Mutant::SourceRangesNodeReachesFirstLbIpOnly => node_admitted_on_first_lb_ip_only(cluster, rules),
+            Mutant::EtpLocalPodsNotShortCircuited => rules.nat.rules.retain(|r| {
+                !(r.chain.starts_with("KUBE-EXT-")
+                    && r.comment().is_some_and(|c| c.starts_with("pod traffic for ")))
+            }),
+            Mutant::EtpLocalAffinityIgnored => {
+                rules.nat.rules.retain(|r| !(r.chain.starts_with("KUBE-SVL-") && r.has("--rcheck")))
+            }
             outside_the_rules!() => {}
             // nftables mode's own bugs (`Mutant::only_in_nftables`).
-            Mutant::EtpLocalFilteredBeforeDnat | Mutant::InterfacePrefixMatchedByIndex => {}
+            Mutant::EtpLocalFilteredBeforeDnat
+            | Mutant::InterfacePrefixMatchedByIndex
+            | Mutant::SourceRangesCheckedAfterDnat => {}
         }
     }
 }

@@ -22,8 +22,8 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use super::generate::{
-    CLUSTER_IPS, CLUSTER_IPS_CHECK, FIREWALL_IPS, JUMP_MASQ, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES,
-    NODEPORT_ENDPOINTS_CHECK, NODEPORT_IPS, REJECT_CHAIN, SERVICES, dnat, no_localhost,
+    CLUSTER_IPS, CLUSTER_IPS_CHECK, FIREWALL_CHECK, FIREWALL_IPS, JUMP_MASQ, NO_ENDPOINT_NODEPORTS,
+    NO_ENDPOINT_SERVICES, NODEPORT_ENDPOINTS_CHECK, NODEPORT_IPS, REJECT_CHAIN, SERVICES, dnat, no_localhost,
     node_port_destination,
 };
 use super::naming::{self, PortChains};
@@ -88,6 +88,13 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
                 rule.text = rule.text.replace("iifname ", "iif ");
             }
         }
+        Mutant::SourceRangesCheckedAfterDnat => firewall_check_after_dnat(rules),
+        Mutant::EtpLocalPodsNotShortCircuited => rules.rules.retain(|r| {
+            !(r.chain.starts_with("external-") && r.comment.as_deref() == Some("short-circuit pod traffic"))
+        }),
+        Mutant::EtpLocalAffinityIgnored => {
+            rules.rules.retain(|r| !(r.chain.starts_with("local-") && r.text.contains("@affinity-")))
+        }
         outside_the_rules!() => {}
         // No route_localnet, so no localnet guard to leave out (`Mutant::exists_in_nftables`).
         Mutant::LocalnetNotFirewalled => {}
@@ -104,6 +111,24 @@ pub(super) fn failed_sync(mutant: Option<Mutant>, error: anyhow::Error) -> anyho
         crate::proxy::ProxyFailed { message, log: Vec::new() }.into()
     } else {
         error
+    }
+}
+
+/// v1.29's hooks (kubernetes/kubernetes#122614): `firewall-check` is jumped to from
+/// `filter-input` and `filter-forward`, not from the prerouting chain. Input and forward come
+/// after prerouting's DNAT whatever their priority, so an LB IP's packet there already has its
+/// endpoint's address, and `@firewall-ips` matches nothing. The node's own traffic (output,
+/// before DNAT) is still checked.
+fn firewall_check_after_dnat(rules: &mut RuleSet) {
+    let jump = format!("ct state new jump {FIREWALL_CHECK}");
+    let Some(at) =
+        rules.rules.iter().position(|r| r.chain.starts_with("filter-prerouting") && r.text == jump)
+    else {
+        return;
+    };
+    rules.rules.remove(at);
+    for chain in ["filter-input", "filter-forward"] {
+        rules.rule(chain, jump.clone());
     }
 }
 

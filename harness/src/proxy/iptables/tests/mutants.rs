@@ -324,12 +324,14 @@ fn node_port_on_all_addresses_ignores_node_port_addresses() {
 
 #[test]
 fn health_check_always_ok_leaves_the_rules_alone() {
-    for node in ["node-a", "node-c"] {
-        let (before, after) = broken(Mutant::HealthCheckAlwaysOk, node);
-        assert_eq!(before, after);
+    for m in [Mutant::HealthCheckAlwaysOk, Mutant::HealthCheckOnAllAddresses] {
+        for node in ["node-a", "node-c"] {
+            let (before, after) = broken(m, node);
+            assert_eq!(before, after);
+        }
+        assert!(m.breaks_health_checks());
     }
-    assert!(Mutant::HealthCheckAlwaysOk.breaks_health_checks());
-    assert!(Mutant::ALL.iter().filter(|m| m.breaks_health_checks()).count() == 2);
+    assert!(Mutant::ALL.iter().filter(|m| m.breaks_health_checks()).count() == 3);
 }
 
 #[test]
@@ -355,6 +357,7 @@ fn every_mutant_changes_the_rules_the_health_server_or_the_conntrack_cleanup() {
     let mut node_cidr = c.clone();
     node_cidr.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
     crate::proxy::test_support::add_second_lb_ip(&mut c);
+    crate::proxy::test_support::add_policy_crossings(&mut c);
     for m in Mutant::ALL {
         let changed = [&c, &node_cidr].iter().any(|c| {
             ["node-a", "node-b", "node-c"]

@@ -5,6 +5,7 @@ use super::*;
 fn mutated(m: Mutant, node: &str) -> (RuleSet, RuleSet) {
     let mut c = everything();
     crate::proxy::test_support::add_second_lb_ip(&mut c);
+    crate::proxy::test_support::add_policy_crossings(&mut c);
     // Ignoring detectLocalMode shows only where the mode is not the default.
     if m == Mutant::DetectLocalModeIgnored {
         c.proxy.detect_local = crate::model::DetectLocal::NodeCidr;
@@ -185,4 +186,28 @@ fn endpoint_choice_mutants() {
     assert!(before.render().contains("dnat to 10.244.1.9:80"));
     let rejected = after.elements_of(generate::NO_ENDPOINT_SERVICES).find(|e| e.key[0] == "10.96.0.15");
     assert_eq!(rejected.and_then(|e| e.value.as_deref()), Some("goto reject-chain"));
+}
+
+#[test]
+fn source_ranges_after_dnat_moves_only_the_firewall_check_jump() {
+    let (before, after) = mutated(Mutant::SourceRangesCheckedAfterDnat, "node-a");
+    let jumps = |r: &RuleSet| -> Vec<String> {
+        r.rules.iter().filter(|r| r.text.ends_with("jump firewall-check")).map(|r| r.chain.clone()).collect()
+    };
+    assert_eq!(jumps(&before), ["filter-prerouting-pre-dnat", "filter-output-pre-dnat"]);
+    assert_eq!(jumps(&after), ["filter-output-pre-dnat", "filter-input", "filter-forward"]);
+    let others = |r: &RuleSet| r.rules.iter().filter(|r| !r.text.ends_with("jump firewall-check")).count();
+    assert_eq!(others(&before), others(&after));
+}
+
+#[test]
+fn local_policy_mutants_remove_only_their_rules() {
+    let (before, after) = mutated(Mutant::EtpLocalPodsNotShortCircuited, "node-a");
+    let (gone, new) = diff(&before, &after);
+    assert!(new.is_empty() && !gone.is_empty(), "{gone:?} {new:?}");
+    assert!(gone.iter().all(|r| r.contains("short-circuit pod traffic")), "{gone:?}");
+    let (before, after) = mutated(Mutant::EtpLocalAffinityIgnored, "node-b");
+    let (gone, new) = diff(&before, &after);
+    assert!(new.is_empty() && !gone.is_empty(), "{gone:?} {new:?}");
+    assert!(gone.iter().all(|r| r.contains("@affinity-") && r.contains(" local-")), "{gone:?}");
 }
