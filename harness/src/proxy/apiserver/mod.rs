@@ -613,7 +613,11 @@ impl Running for ApiRunning<'_> {
             return Ok(());
         }
         let families = objects::families_reached(self.store(), resource_version)?;
-        let judges = before.into_iter().map(|b| SyncJudge::after_push(pushed, b, families)).collect();
+        let programming = objects::programming_expected(self.store(), resource_version)?;
+        let judges = before
+            .into_iter()
+            .map(|b| SyncJudge::after_push(pushed, b, families).with_programming(programming))
+            .collect();
         self.wait_synced(judges, &baselines, Some(UNCHANGED_AFTER))
     }
 

@@ -58,7 +58,15 @@ pub(crate) fn service_cidr_object(cluster: &Cluster) -> Value {
     })
 }
 
-/// Makes the store hold exactly `state`; returns how many watch events that made.
+/// The annotation the endpointslice controller sets on every slice it writes: when the change
+/// that made it write happened, as RFC 3339 with nanoseconds (k8s.io/api core/v1
+/// `EndpointsLastChangeTriggerTime`; pkg/controller/endpointslice's reconciler `finalize`).
+/// kube-proxy observes the time from it to the sync that programmed the slice.
+pub(crate) const TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// Makes the store hold exactly `state`; returns how many watch events that made. A slice
+/// that changes carries the time of the push as its trigger time, one that does not keeps its
+/// own: the controller writes only slices that changed.
 pub fn push(store: &Store, state: &State<'_>) -> Result<usize> {
     let mut events = store
         .replace(Kind::ServiceCidr, vec![service_cidr_object(state.cluster)])
@@ -67,6 +75,7 @@ pub fn push(store: &Store, state: &State<'_>) -> Result<usize> {
     let services = state.objects.services.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>();
     let slices =
         state.objects.endpoint_slices.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>();
+    let slices = slices.map(|slices| stamp_trigger_times(store, slices, &trigger_time_now()));
     events += store.replace(Kind::Node, nodes).context("storing Nodes")?;
     events +=
         store.replace(Kind::Service, services.context("encoding Services")?).context("storing Services")?;
@@ -74,6 +83,71 @@ pub fn push(store: &Store, state: &State<'_>) -> Result<usize> {
         .replace(Kind::EndpointSlice, slices.context("encoding EndpointSlices")?)
         .context("storing EndpointSlices")?;
     Ok(events)
+}
+
+fn trigger_time_now() -> String {
+    // RFC3339Nano in UTC, as Go's `time.RFC3339Nano` writes it (no trailing zeros).
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// `slices` with `at` as the trigger time of each that differs from the stored one, and the
+/// stored trigger time on each that does not.
+fn stamp_trigger_times(store: &Store, slices: Vec<Value>, at: &str) -> Vec<Value> {
+    slices
+        .into_iter()
+        .map(|mut slice| {
+            let stored = crate::apiserver::store::key_of(&slice).ok().and_then(|k| store.get(Kind::EndpointSlice, &k));
+            let kept = stored.filter(|s| as_written(s) == as_written(&slice));
+            let time = match &kept {
+                Some(s) => s["metadata"]["annotations"][TRIGGER_TIME].as_str().unwrap_or(at),
+                None => at,
+            };
+            slice["metadata"]["annotations"][TRIGGER_TIME] = time.into();
+            slice
+        })
+        .collect()
+}
+
+/// A slice as the controller writes it: without the fields the server sets, and without the
+/// trigger time.
+fn as_written(slice: &Value) -> Value {
+    let mut s = slice.clone();
+    if let Some(o) = s.as_object_mut() {
+        o.remove("kind");
+        o.remove("apiVersion");
+    }
+    if let Some(meta) = s.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["resourceVersion", "uid", "creationTimestamp"] {
+            meta.remove(field);
+        }
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            annotations.remove(TRIGGER_TIME);
+            if annotations.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    s
+}
+
+/// How many changes after `resource_version` kube-proxy's programming histogram will count,
+/// when it can count them all: only EndpointSlices changed, none was deleted (a deletion is
+/// not observed: pkg/proxy/endpointschangetracker.go), and each carries a trigger time and
+/// passes kube-proxy's label selector; otherwise 0.
+pub(crate) fn programming_expected(store: &Store, resource_version: u64) -> Result<usize> {
+    let labels = Selector::parse(PROXY_LABEL_SELECTOR)?;
+    let fields = Selector::parse("")?;
+    let others = [Kind::Service, Kind::Node, Kind::ServiceCidr]
+        .into_iter()
+        .any(|kind| !store.events_after(kind, resource_version).1.is_empty());
+    let slices = store.events_after(Kind::EndpointSlice, resource_version).1;
+    let countable = |e: &crate::apiserver::store::Event| {
+        e.change != "DELETED"
+            && e.object["metadata"]["annotations"][TRIGGER_TIME].is_string()
+            && selects(&labels, &fields, &e.object)
+            && e.previous.as_ref().is_none_or(|p| selects(&labels, &fields, p))
+    };
+    Ok(if others || !slices.iter().all(countable) { 0 } else { slices.len() })
 }
 
 /// The IP families whose kube-proxy proxier the changes after `resource_version` reach, as
@@ -136,6 +210,39 @@ mod tests {
         let mut ips = vec![internal[0]];
         ips.extend(internal.iter().find(|ip| ip.is_ipv6() != internal[0].is_ipv6()));
         ips
+    }
+
+    fn slice(name: &str, ip: &str) -> Value {
+        json!({
+            "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": [ip]}],
+        })
+    }
+
+    /// As the endpointslice controller: a slice it rewrites carries the new change's time, one
+    /// it leaves alone keeps its own; kube-proxy can count only pushes of slices it will see.
+    #[test]
+    fn changed_slices_carry_the_push_s_trigger_time_and_unchanged_ones_keep_theirs() {
+        let store = Store::default();
+        let first = stamp_trigger_times(&store, vec![slice("a", "10.0.0.1"), slice("b", "10.0.0.2")], "T1");
+        store.replace(Kind::EndpointSlice, first).unwrap();
+        let rv = store.resource_version();
+        let second = stamp_trigger_times(&store, vec![slice("a", "10.0.0.1"), slice("b", "10.0.0.3")], "T2");
+        assert_eq!(second[0]["metadata"]["annotations"][TRIGGER_TIME], "T1");
+        assert_eq!(second[1]["metadata"]["annotations"][TRIGGER_TIME], "T2");
+        assert_eq!(store.replace(Kind::EndpointSlice, second).unwrap(), 1, "only b changed");
+        assert_eq!(programming_expected(&store, rv).unwrap(), 1);
+
+        let rv = store.resource_version();
+        let third = stamp_trigger_times(&store, vec![slice("b", "10.0.0.4")], "T3");
+        store.replace(Kind::EndpointSlice, third).unwrap();
+        assert_eq!(programming_expected(&store, rv).unwrap(), 0, "a deletion is not observed");
+
+        let rv = store.resource_version();
+        let fourth = stamp_trigger_times(&store, vec![slice("b", "10.0.0.5")], "T4");
+        store.replace(Kind::EndpointSlice, fourth).unwrap();
+        store.replace(Kind::Service, vec![json!({"metadata": {"name": "web", "namespace": "default"}})]).unwrap();
+        assert_eq!(programming_expected(&store, rv).unwrap(), 0, "a Service changed too");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use axum::Router;
 use axum::routing::get;
 
 const DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
+const PROGRAMMING: &str = "kubeproxy_network_programming_duration_seconds";
 const LAST_QUEUED: &str = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
 const LAST_SYNCED: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
 const RESTORE_FAILURES: &str = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
@@ -18,6 +19,48 @@ const RESTORE_FAILURES: &str = "kubeproxy_sync_proxy_rules_iptables_restore_fail
 /// `SyncProxyRulesLatency`'s buckets: `ExponentialBuckets(0.001, 2, 15)`.
 fn buckets() -> impl Iterator<Item = f64> {
     (0..15).map(|i| 0.001 * f64::from(1u32 << i))
+}
+
+/// `NetworkProgrammingLatency`'s buckets: 0.25 s and 0.5 s, then every second to 59 s, every
+/// 5 s to 115 s, every 30 s to 5 min.
+fn programming_buckets() -> impl Iterator<Item = f64> {
+    let quarters = [0.25, 0.5].into_iter();
+    let seconds = (1..=59).map(f64::from);
+    let fives = (0..12).map(|i| 60.0 + 5.0 * f64::from(i));
+    let halves = (0..7).map(|i| 120.0 + 30.0 * f64::from(i));
+    quarters.chain(seconds).chain(fives).chain(halves)
+}
+
+/// A Prometheus histogram: cumulative bucket counts, count and sum.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Histogram {
+    buckets: Vec<u64>,
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, bounds: impl Iterator<Item = f64>, secs: f64) {
+        let bounds: Vec<f64> = bounds.collect();
+        self.buckets.resize(bounds.len(), 0);
+        for (count, bound) in self.buckets.iter_mut().zip(bounds) {
+            if secs <= bound {
+                *count += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += secs;
+    }
+
+    fn render(&self, name: &str, bounds: impl Iterator<Item = f64>, out: &mut String) {
+        for (i, bound) in bounds.enumerate() {
+            let count = self.buckets.get(i).copied().unwrap_or(0);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {}", go_float(bound), go_float(count as f64));
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", go_float(self.count as f64));
+        let _ = writeln!(out, "{name}_sum {}", go_float(self.sum));
+        let _ = writeln!(out, "{name}_count {}", go_float(self.count as f64));
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -28,9 +71,9 @@ pub struct Metrics {
     /// family's `SyncLoop`.
     last_queued: f64,
     /// `SyncProxyRulesLatency`: one observation per sync attempt of an initialized proxier.
-    counts: [u64; 15],
-    count: u64,
-    sum: f64,
+    syncs: Histogram,
+    /// `NetworkProgrammingLatency`: one observation per slice change a successful sync wrote.
+    programming: Histogram,
     /// `IptablesRestoreFailuresTotal`: one per sync whose rules could not be applied (both
     /// modes count into it in v1.30: pkg/proxy/iptables and pkg/proxy/nftables proxier.go).
     restore_failures: u64,
@@ -58,33 +101,24 @@ impl Metrics {
         self.last_queued = unix_seconds(now);
     }
 
+    pub(crate) fn observe_programming(&mut self, since_trigger: Duration) {
+        self.programming.observe(programming_buckets(), since_trigger.as_secs_f64());
+    }
+
     pub fn observe(&mut self, took: Duration) {
-        let secs = took.as_secs_f64();
-        for (count, bound) in self.counts.iter_mut().zip(buckets()) {
-            if secs <= bound {
-                *count += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += secs;
+        self.syncs.observe(buckets(), took.as_secs_f64());
     }
 
     /// The exposition, families in name order as Go's registry gathers them.
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
-        let mut family = |name: &str, help: &str, kind: &str| {
-            let _ = writeln!(out, "# HELP {name} [ALPHA] {help}\n# TYPE {name} {kind}");
+        let histogram = |out: &mut String, name: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} [ALPHA] {help}\n# TYPE {name} histogram");
         };
-        family(DURATION, "SyncProxyRules latency in seconds", "histogram");
-        let mut text = String::new();
-        for (count, bound) in self.counts.iter().zip(buckets()) {
-            let _ =
-                writeln!(text, "{DURATION}_bucket{{le=\"{}\"}} {}", go_float(bound), go_float(*count as f64));
-        }
-        let _ = writeln!(text, "{DURATION}_bucket{{le=\"+Inf\"}} {}", go_float(self.count as f64));
-        let _ = writeln!(text, "{DURATION}_sum {}", go_float(self.sum));
-        let _ = writeln!(text, "{DURATION}_count {}", go_float(self.count as f64));
-        out.push_str(&text);
+        histogram(&mut out, PROGRAMMING, "In Cluster Network Programming Latency in seconds");
+        self.programming.render(PROGRAMMING, programming_buckets(), &mut out);
+        histogram(&mut out, DURATION, "SyncProxyRules latency in seconds");
+        self.syncs.render(DURATION, buckets(), &mut out);
         let _ = writeln!(
             out,
             "# HELP {RESTORE_FAILURES} [ALPHA] Cumulative proxy iptables restore failures\n# TYPE {RESTORE_FAILURES} counter\n{RESTORE_FAILURES} {}",
@@ -193,7 +227,8 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.001\"} 0
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.002\"} 0
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.004\"} 1
 ";
-        assert!(text.starts_with(expected_head), "{text}");
+        assert!(text.contains(expected_head), "{text}");
+        assert!(text.starts_with("# HELP kubeproxy_network_programming_duration_seconds"), "names in order: {text}");
         let expected_tail = "\
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.064\"} 1
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.128\"} 2
@@ -215,7 +250,28 @@ kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds 1.7225064002499998e+09
 kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7225064007500002e+09
 ";
         assert!(text.ends_with(expected_end), "{text}");
-        assert_eq!(text.lines().filter(|l| l.contains("_bucket")).count(), 16);
+        assert_eq!(text.lines().filter(|l| l.contains("rules_duration_seconds_bucket")).count(), 16);
         assert!(!text.contains("ip_family"), "v1.30's metrics carry no family label");
+    }
+
+    #[test]
+    fn programming_latency_has_kube_proxy_s_buckets() {
+        let bounds: Vec<f64> = programming_buckets().collect();
+        assert_eq!(bounds.len(), 80);
+        assert_eq!((bounds[0], bounds[1], bounds[2], bounds[60], bounds[61], bounds[73]), (0.25, 0.5, 1.0, 59.0, 60.0, 120.0));
+        assert_eq!(bounds.last(), Some(&300.0));
+        let mut m = Metrics::default();
+        m.observe_programming(Duration::from_millis(300));
+        m.observe_programming(Duration::from_millis(1500));
+        let text = m.render();
+        for line in [
+            "kubeproxy_network_programming_duration_seconds_bucket{le=\"0.25\"} 0",
+            "kubeproxy_network_programming_duration_seconds_bucket{le=\"0.5\"} 1",
+            "kubeproxy_network_programming_duration_seconds_bucket{le=\"2\"} 2",
+            "kubeproxy_network_programming_duration_seconds_count 2",
+            "kubeproxy_network_programming_duration_seconds_sum 1.8",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in {text}");
+        }
     }
 }

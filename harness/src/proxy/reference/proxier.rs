@@ -11,12 +11,14 @@
 //!   sync when its rate limit allows (`runner`);
 //! - a Node whose labels changed queues a sync too, initialized or not (`OnNodeAdd`);
 //! - a sync (`syncProxyRules`) programs the family's view of the cluster, records its
-//!   duration, and on success reports `Updated` and the last-synced metric, then clears stale
-//!   UDP conntrack entries; on failure it retries after the sync period.
+//!   duration, and on success observes the programming latency of each slice change it wrote
+//!   (from the change's `last-change-trigger-time`), reports `Updated` and the last-synced
+//!   metric, then clears stale UDP conntrack entries; on failure it retries after the sync
+//!   period.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Node as K8sNode, Service as K8sService};
@@ -34,6 +36,9 @@ use crate::topology::NodeHandle;
 
 /// The EndpointSlice label naming its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// `v1.EndpointsLastChangeTriggerTime`.
+const TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
 /// A handler call of kube-proxy's `proxy.Provider`, as the metaproxier passes it to the
 /// proxier of one family.
@@ -163,6 +168,10 @@ pub struct State {
     slices_synced: bool,
     /// `nodeLabels`: `None` is Go's nil map.
     node_labels: Option<BTreeMap<String, String>>,
+    /// `EndpointsChangeTracker.lastChangeTriggerTimes`, per Service, and the tracker's start:
+    /// older trigger times are not the proxy's to measure.
+    trigger_times: BTreeMap<(String, String), Vec<SystemTime>>,
+    tracker_started: SystemTime,
 }
 
 impl State {
@@ -178,6 +187,8 @@ impl State {
             services_synced: false,
             slices_synced: false,
             node_labels: None,
+            trigger_times: BTreeMap::new(),
+            tracker_started: SystemTime::now(),
         }
     }
 
@@ -283,9 +294,22 @@ impl State {
             (None, None) => !remove,
         };
         if changed {
+            // A deletion's trigger time is that of the slice's last update, not of the
+            // deletion: kube-proxy forgets the Service's times instead.
+            let service = key.0.clone();
+            if remove {
+                self.trigger_times.remove(&service);
+            } else if let Some(t) = trigger_time(slice).filter(|t| *t > self.tracker_started) {
+                self.trigger_times.entry(service).or_default().push(t);
+            }
             self.slices_pending.insert(key, data);
         }
         changed
+    }
+
+    /// `checkoutTriggerTimes`: the trigger times of the changes a sync is about to program.
+    fn checkout_trigger_times(&mut self) -> Vec<SystemTime> {
+        std::mem::take(&mut self.trigger_times).into_values().flatten().collect()
     }
 
     /// What a sync programs (every Service, this family's slices, in name order), with the
@@ -302,6 +326,19 @@ impl State {
         let services = self.services.values().map(|s| (**s).clone()).collect();
         let slices = self.slices.values().map(|s| (**s).clone()).collect();
         (services, slices)
+    }
+}
+
+/// `getLastChangeTriggerTime`: the annotation as RFC 3339 (Go's `time.RFC3339Nano` parse);
+/// none when absent or unreadable (kube-proxy logs the latter).
+fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
+    let value = slice.metadata.annotations.as_ref()?.get(TRIGGER_TIME)?;
+    match value.parse::<k8s_openapi::jiff::Timestamp>() {
+        Ok(t) => Some(SystemTime::from(t)),
+        Err(e) => {
+            eprintln!("reference-proxy: error while parsing {TRIGGER_TIME} {value:?}: {e}");
+            None
+        }
     }
 }
 
@@ -414,6 +451,7 @@ impl Proxier {
     fn sync_rules(&mut self) {
         let family = self.family();
         let (services, slices) = self.state.checkout();
+        let trigger_times = self.state.checkout_trigger_times();
         let view = match self.program(&services, &slices) {
             Ok(view) => view,
             Err(e) => {
@@ -427,6 +465,9 @@ impl Proxier {
             }
         };
         let now = Moment::now();
+        for t in trigger_times {
+            self.metrics().observe_programming(now.wall.duration_since(t).unwrap_or_default());
+        }
         self.health().updated(family, now);
         self.metrics().set_last_synced(now.wall);
         let Some(view) = view else {
@@ -504,6 +545,30 @@ mod tests {
             s.checkout();
         }
         states
+    }
+
+    /// `EndpointSliceUpdate`'s trigger times: those of changes made after the tracker started,
+    /// forgotten on a deletion, handed to the next sync once.
+    #[test]
+    fn only_changes_triggered_after_start_are_measured() {
+        let stamped = |ip: &str, at: SystemTime| {
+            let mut s = (*slice("web-1", "web", V4, ip, true)).clone();
+            let t = k8s_openapi::jiff::Timestamp::try_from(at).unwrap().to_string();
+            s.metadata.annotations = Some([(TRIGGER_TIME.to_string(), t)].into());
+            Arc::new(s)
+        };
+        let (mut v4, _) = listed();
+        let before_start = v4.tracker_started - Duration::from_secs(5);
+        let after_start = v4.tracker_started + Duration::from_millis(5);
+        assert_eq!(v4.handle(Event::Slice { slice: stamped("10.0.0.1", before_start), remove: false }), Next::Queue);
+        assert!(v4.checkout_trigger_times().is_empty(), "older than the tracker");
+        assert_eq!(v4.handle(Event::Slice { slice: stamped("10.0.0.2", after_start), remove: false }), Next::Queue);
+        assert_eq!(v4.handle(Event::Slice { slice: stamped("10.0.0.2", after_start), remove: false }), Next::Nothing);
+        assert_eq!(v4.checkout_trigger_times(), [after_start], "one change, one time");
+        assert!(v4.checkout_trigger_times().is_empty(), "handed out once");
+        v4.handle(Event::Slice { slice: stamped("10.0.0.3", after_start), remove: false });
+        v4.handle(Event::Slice { slice: stamped("10.0.0.3", after_start), remove: true });
+        assert!(v4.checkout_trigger_times().is_empty(), "a deletion forgets the Service's times");
     }
 
     /// The metaproxier's dispatch: Services to both proxiers, slices to their family's.

@@ -8,6 +8,12 @@
 //! ip6tables both work: cmd/kube-proxy/app/server_linux.go `platformCheckSupported`) write the
 //! same series, so one family's sync looks like both; newer releases label them `ip_family`
 //! (kubernetes/kubernetes#129034). Both forms are read.
+//!
+//! `kubeproxy_network_programming_duration_seconds` observes, once per EndpointSlice change
+//! that carried an `endpoints.kubernetes.io/last-change-trigger-time` newer than the proxy's
+//! start, the moment a successful sync wrote that change into the rules
+//! (pkg/proxy/endpointschangetracker.go `EndpointSliceUpdate`, pkg/proxy/iptables/proxier.go
+//! `syncProxyRules`, v1.30). It is unlabelled in every release.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,6 +27,7 @@ const SYNC_SECONDS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_sum";
 /// still observes its duration and, in v1.30, shares its series with the other family's
 /// successful one, so only this counter tells it.
 const RESTORE_FAILURES: &str = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
+const PROGRAMMED: &str = "kubeproxy_network_programming_duration_seconds_count";
 
 /// When the signals cannot decide (a change queued while a sync was running, or a family the
 /// push reached that found nothing to do), the proxy is taken as synced once they have not
@@ -44,6 +51,8 @@ pub struct Gauges {
     pub syncs: f64,
     pub sync_seconds: f64,
     pub restore_failures: f64,
+    /// Slice changes programmed (`network_programming_duration_seconds_count`).
+    pub programmed: f64,
 }
 
 /// The sync series of a `/metrics` answer, by `ip_family` label (`None`: unlabelled).
@@ -71,6 +80,7 @@ impl SyncMetrics {
                 SYNCS => g.syncs = value,
                 SYNC_SECONDS => g.sync_seconds = value,
                 RESTORE_FAILURES => g.restore_failures = value,
+                PROGRAMMED => g.programmed = value,
                 _ => {}
             }
         }
@@ -80,6 +90,11 @@ impl SyncMetrics {
 
     fn get(&self, family: &Option<String>) -> Gauges {
         self.0.get(family).copied().unwrap_or_default()
+    }
+
+    /// Slice changes programmed, whatever series carries the count.
+    fn programmed(&self) -> f64 {
+        self.0.values().map(|g| g.programmed).sum()
     }
 }
 
@@ -116,6 +131,11 @@ impl Families {
 /// they have stood still for [`UNDECIDED_GRACE`]. At start-up every family must have synced
 /// (no grace for a missing count), and even a certain answer must stand still for
 /// [`START_SETTLE`].
+///
+/// A push of EndpointSlice changes only, each stamped with a trigger time, has a second proof
+/// of the order ([`SyncJudge::with_programming`]): once the programming histogram counted every
+/// change, the syncs that wrote them began after each was received, so no change can be
+/// waiting for a next sync.
 #[derive(Debug, Clone)]
 pub struct SyncJudge {
     pushed: f64,
@@ -126,6 +146,8 @@ pub struct SyncJudge {
     undecided_since: Option<(Instant, SyncMetrics)>,
     /// At start-up every family syncs once, so "nothing queued" is never an answer.
     starting: bool,
+    /// How many slice changes with a trigger time the push made, when it made no other.
+    programming: Option<f64>,
 }
 
 impl SyncJudge {
@@ -146,7 +168,20 @@ impl SyncJudge {
             last_sync_seconds: BTreeMap::new(),
             undecided_since: None,
             starting: false,
+            programming: None,
         }
+    }
+
+    /// The push made `changes` EndpointSlice changes (added or modified, none deleted, no
+    /// other object changed), each with a fresh `last-change-trigger-time`: each is one
+    /// observation of the programming histogram when a sync has written it.
+    pub(crate) fn with_programming(self, changes: usize) -> SyncJudge {
+        SyncJudge { programming: (changes > 0).then_some(changes as f64), ..self }
+    }
+
+    /// Whether every slice change of the push has been written by a sync.
+    fn all_programmed(&self, now: &SyncMetrics) -> bool {
+        self.programming.is_some_and(|wanted| now.programmed() - self.before.programmed() >= wanted)
     }
 
     /// How many syncs failed since the push (at start-up: since the proxy started).
@@ -167,8 +202,9 @@ impl SyncJudge {
             return false;
         }
         let mut certain = true;
+        let programmed = self.all_programmed(now);
         for (family, g) in &now.0 {
-            match self.series_state(family, g) {
+            match self.series_state(family, g, programmed) {
                 State::Certain => {}
                 State::Undecided => certain = false,
                 State::Pending => {
@@ -193,17 +229,19 @@ impl SyncJudge {
         }
     }
 
-    fn series_state(&self, family: &Option<String>, g: &Gauges) -> State {
+    /// `programmed`: every slice change of the push is in the rules (see the type's comment).
+    fn series_state(&self, family: &Option<String>, g: &Gauges, programmed: bool) -> State {
         let expected = self.families.expected_syncs(family);
         if expected == 0.0 {
             return State::Certain;
         }
         let syncs = g.syncs - self.before.get(family).syncs;
         let ended_after_push = g.last_synced >= self.pushed && g.last_synced >= g.last_queued;
-        let began_after_queue = self
-            .last_sync_seconds
-            .get(family)
-            .is_some_and(|seconds| g.last_synced - seconds >= g.last_queued);
+        // The histogram's duration runs past the timestamp (health check servers and the
+        // conntrack cleanup come after it), so this underestimates the start: a proof when
+        // true, no disproof when false.
+        let began_after_queue = programmed
+            || self.last_sync_seconds.get(family).is_some_and(|seconds| g.last_synced - seconds >= g.last_queued);
         if syncs >= expected && ended_after_push && began_after_queue {
             State::Certain
         } else if self.starting && syncs < expected {
@@ -280,7 +318,8 @@ mod tests {
                 last_queued: 1.6e9,
                 syncs: 3.0,
                 sync_seconds: 0.25,
-                restore_failures: 0.0
+                restore_failures: 0.0,
+                programmed: 0.0,
             }
         );
         let labelled = SyncMetrics::parse(&format!(
@@ -331,6 +370,38 @@ mod tests {
             !j.synced(&metrics(90.0, 100.01, 5.0, 0.45), at(5.0)),
             "never synced: pending, not undecided"
         );
+    }
+
+    /// kube-proxy v1.30 in dual-stack after a push of one IPv4 slice change at 100: its sync
+    /// began before the change was queued by the durations (the timestamp comes before the
+    /// cleanup that the duration includes), but the programming histogram counted the change.
+    #[test]
+    fn a_programmed_slice_change_needs_no_grace() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let with_programmed = |m: SyncMetrics, n: f64| {
+            let text = format!("{PROGRAMMED} {n}\n");
+            let mut m = m;
+            m.0.get_mut(&None).unwrap().programmed = SyncMetrics::parse(&text).programmed();
+            m
+        };
+        let before = with_programmed(metrics(90.0, 89.0, 4.0, 0.4), 3.0);
+        let ipv4 = Families { ipv4: true, ipv6: false };
+        let synced = metrics(100.10, 100.01, 5.0, 0.5);
+
+        let mut without = SyncJudge::after_push(100.0, before.clone(), ipv4);
+        assert!(!without.synced(&with_programmed(synced.clone(), 4.0), at(0.1)), "the durations cannot decide");
+
+        let mut judge = SyncJudge::after_push(100.0, before.clone(), ipv4).with_programming(1);
+        assert!(!judge.synced(&with_programmed(synced.clone(), 3.0), at(0.1)), "not yet programmed");
+        assert!(judge.synced(&with_programmed(synced.clone(), 4.0), at(0.15)), "programmed and synced");
+
+        let mut unended = SyncJudge::after_push(100.0, before.clone(), ipv4).with_programming(1);
+        let running = with_programmed(metrics(100.10, 100.01, 4.0, 0.4), 4.0);
+        assert!(!unended.synced(&running, at(0.1)), "programmed, but the sync has not ended");
+
+        let mut two = SyncJudge::after_push(100.0, before, ipv4).with_programming(2);
+        assert!(!two.synced(&with_programmed(synced, 4.0), at(0.1)), "one of two changes programmed");
     }
 
     #[test]
