@@ -6,6 +6,7 @@
 //! stops it before the namespaces go.
 
 pub mod apiserver;
+pub(crate) mod changes;
 pub mod cluster;
 mod cluster_settings;
 pub mod command;

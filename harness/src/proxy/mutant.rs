@@ -128,8 +128,9 @@ pub enum Mutant {
     /// (<https://github.com/kubernetes/kubernetes/issues/85422>,
     /// <https://github.com/kubernetes/kubernetes/issues/72197>).
     ServiceAddressesNotBound,
-    /// iptables mode: a partial sync's change tracker misses an endpoint change, so the
-    /// Service's chains are not rewritten and a Local Service's jump to its new local endpoint
+    /// iptables mode (and nftables mode's partial syncs, which use the same trackers): a
+    /// partial sync's change tracker misses an endpoint change, so the Service's chains are not
+    /// rewritten and a Local Service's jump to its new local endpoint
     /// never appears (<https://github.com/kubernetes/kubernetes/issues/121362>).
     PartialSyncMissesEndpoints,
     /// nftables mode only: the filter chains holding `service-endpoints-check` run before DNAT
@@ -385,7 +386,7 @@ impl Mutant {
                 "(IPVS mode) kube-ipvs0 holds no service address: packets to a cluster IP are not the node's own, so IPVS never sees them and they are routed on untranslated"
             }
             Mutant::PartialSyncMissesEndpoints => {
-                "(iptables mode) a partial sync does not count an endpoint change as a change: the Service's chains keep their old rules, so on a node where a Local Service gains its first local endpoint KUBE-EXT has no jump to it, and the node port is refused by the node's own stack"
+                "(iptables and nftables modes) a partial sync does not count an endpoint change as a change: the Service's chains keep their old rules, so on a node where a Local Service gains its first local endpoint its external chain has no jump to it, and the node port is refused by the node's own stack"
             }
             Mutant::EtpLocalFilteredBeforeDnat => {
                 "(nftables mode) the filter chains run before DNAT (v1.31's base chains): the node itself (and host-network pods) reaching an external IP or LB IP of an externalTrafficPolicy Local Service with no endpoint on this node is dropped instead of sent to its endpoints elsewhere"
@@ -465,13 +466,11 @@ impl Mutant {
     }
 
     /// Whether nftables mode can have this bug: it sets no route_localnet, so it has no localnet
-    /// guard to leave out, (v1.30) drops no conntrack-invalid packets, and (here) writes no
-    /// partial syncs.
+    /// guard to leave out, and (v1.30) drops no conntrack-invalid packets. Its partial syncs
+    /// skip the chains of Services the same change trackers did not mark (`skipServiceUpdate`),
+    /// so it can miss an endpoint change as iptables mode did.
     pub(crate) fn exists_in_nftables(self) -> bool {
-        !matches!(
-            self,
-            Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped | Mutant::PartialSyncMissesEndpoints
-        ) && !self.only_in_ipvs()
+        !matches!(self, Mutant::LocalnetNotFirewalled | Mutant::InvalidNotDropped) && !self.only_in_ipvs()
     }
 
     /// A bug of IPVS mode's own machinery (virtual servers, the dummy link), which the

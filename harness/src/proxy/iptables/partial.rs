@@ -13,15 +13,16 @@
 //! which leaves what kube-proxy's full `--noflush` restore leaves in a namespace it alone writes.
 //!
 //! What changed is decided from the model, as kube-proxy decides it from its change trackers
-//! (`serviceChanged`, `endpointsChanged`), not by comparing rules: so a tracker that misses a
-//! change (kubernetes/kubernetes#121362) leaves stale chains, as it did in kube-proxy.
+//! ([`changes`]), not by comparing rules: so a tracker that misses a change
+//! (kubernetes/kubernetes#121362) leaves stale chains, as it did in kube-proxy.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 
 use super::naming;
 use super::ruleset::{RuleSet, Table, TableName};
-use crate::model::{Cluster, IpFamily, Service};
+use crate::model::{Cluster, IpFamily};
+use crate::proxy::changes::{self, key, shape};
 
 /// Partial syncs between two full ones (kube-proxy counts time instead: a full sync every
 /// `syncPeriod`; a run has too few syncs for an hour to pass, so a count keeps both kinds in
@@ -65,13 +66,6 @@ fn chain_names(table: &Table) -> BTreeSet<String> {
     table.chains.iter().filter(|c| !c.builtin).map(|c| c.name.clone()).collect()
 }
 
-fn shape(cluster: &Cluster) -> String {
-    let mut rest = cluster.clone();
-    rest.services.clear();
-    rest.pods.clear();
-    format!("{rest:?}")
-}
-
 /// How the next sync writes.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Plan {
@@ -87,45 +81,7 @@ pub(crate) fn plan(last: Option<&Last>, view: &Cluster, endpoints_tracked: bool)
     if last.partial_syncs >= FULL_SYNC_EVERY || last.shape != shape(view) {
         return Plan::Full;
     }
-    Plan::Partial(changed_services(&last.cluster, view, endpoints_tracked))
-}
-
-fn key(svc: &Service) -> String {
-    format!("{}/{}", svc.namespace, svc.name)
-}
-
-/// The Service without its endpoints: what kube-proxy's service tracker compares.
-fn without_endpoints(svc: &Service) -> Service {
-    let mut s = svc.clone();
-    for port in &mut s.ports {
-        port.endpoints.clear();
-    }
-    s
-}
-
-/// The Services added, removed or changed between `before` and `after` (kube-proxy's
-/// `serviceChanged ∪ endpointsChanged`).
-pub(crate) fn changed_services(
-    before: &Cluster,
-    after: &Cluster,
-    endpoints_tracked: bool,
-) -> HashSet<String> {
-    let old: HashMap<String, &Service> = before.services.iter().map(|s| (key(s), s)).collect();
-    let mut changed = HashSet::new();
-    for svc in &after.services {
-        let k = key(svc);
-        let differs = match old.get(&k) {
-            None => true,
-            Some(b) if without_endpoints(b) != without_endpoints(svc) => true,
-            Some(b) => endpoints_tracked && *b != svc,
-        };
-        if differs {
-            changed.insert(k);
-        }
-    }
-    let new: HashSet<String> = after.services.iter().map(key).collect();
-    changed.extend(old.into_keys().filter(|k| !new.contains(k)));
-    changed
+    Plan::Partial(changes::changed_services(&last.cluster, view, endpoints_tracked))
 }
 
 /// Whether `name` is one Service's own chain rather than a top-level one.
@@ -190,7 +146,7 @@ fn is_builtin(table: TableName, chain: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Endpoint, Protocol, ServicePort};
+    use crate::model::{Endpoint, Protocol, Service, ServicePort};
 
     fn svc(name: &str, ip: &str, endpoints: &[&str]) -> Service {
         let mut s = Service::new("default", name, ip.parse().unwrap());

@@ -3,8 +3,9 @@
 //!
 //! `generate` writes the `kube-proxy` table kube-proxy (v1.31 and later) would write on a node
 //! for one family (chain names from `naming`, endpoint choice shared with iptables mode), as a
-//! structured `ruleset` that `mutants` can break on purpose; `load` replaces the node's
-//! tables in one transaction and reads the ruleset back. Programming a node also runs the
+//! structured `ruleset` that `mutants` can break on purpose; `load` runs `nft -f` and reads the
+//! ruleset back. A full sync writes the whole table (`in_place`, or in stages on a fresh
+//! node); later syncs write only what changed (`partial`). Programming a node also runs the
 //! health check servers of `externalTrafficPolicy: Local` load balancers.
 //!
 //! kube-proxy runs one proxier per family: a dual-stack node gets `table ip kube-proxy` and
@@ -15,12 +16,15 @@ mod in_place;
 mod load;
 pub mod mutants;
 pub mod naming;
+mod partial;
 pub mod ruleset;
 
 #[cfg(test)]
 mod tests;
 
-use anyhow::Result;
+use std::collections::BTreeSet;
+
+use anyhow::{Context, Result};
 use ipnet::IpNet;
 
 pub use generate::{Layout, node_rules};
@@ -135,6 +139,47 @@ impl BuiltinNftables {
             Layout::V1_34 => NAME,
         }
     }
+
+    /// Writes the whole table: in stages on a node without one, else in place.
+    fn full_sync(&self, node: &NodeHandle, rules: &RuleSet) -> Result<()> {
+        let existing = in_place::existing(node, rules)?;
+        if existing.is_empty() {
+            // A node without tables: loaded in stages, each a short transaction.
+            for stage in rules.render_staged(RULES_PER_STAGE) {
+                load::apply(node, &stage).map_err(|e| mutants::failed_sync(self.mutant, e))?;
+            }
+        } else {
+            load::apply(node, &in_place::text(rules, &existing))
+                .map_err(|e| mutants::failed_sync(self.mutant, e))?;
+        }
+        in_place::delete_stale_chains(node, rules, &existing);
+        Ok(())
+    }
+}
+
+/// A partial sync of one family's table to `rules`: what the proxy remembers of it, or `None`
+/// when its transaction failed.
+fn partial_sync(
+    node: &NodeHandle,
+    view: &Cluster,
+    rules: &RuleSet,
+    last: &partial::Last,
+    changed: &std::collections::HashSet<String>,
+) -> Option<partial::Last> {
+    // Chains flushed by an earlier sync go first, in their own transaction (kube-proxy's
+    // `staleChains`); busy ones are tried again next time, and one in use again is no longer
+    // stale.
+    let mut pending: BTreeSet<String> = last.stale.iter().filter(|c| !rules.has_chain(c)).cloned().collect();
+    if !pending.is_empty() && load::apply(node, &partial::delete_chains(rules.family, &pending)).is_ok() {
+        pending.clear();
+    }
+    let mut written = partial::text(rules, last, changed);
+    load::apply(node, &written.text).ok()?;
+    pending.append(&mut written.stale);
+    if !pending.is_empty() && load::apply(node, &partial::delete_chains(rules.family, &pending)).is_ok() {
+        pending.clear();
+    }
+    Some(partial::Last::partial(view, rules, written, pending))
 }
 
 impl Proxy for BuiltinNftables {
@@ -159,35 +204,39 @@ impl NodeProgrammer for BuiltinNftables {
     /// Needs a tokio runtime entered on the calling thread when the node serves health checks.
     /// No `route_localnet`: nftables mode has no localhost node ports.
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle, state: &mut NodeState) -> Result<()> {
-        let text = if self.mutant == Some(Mutant::AffinityLostOnSync) {
+        let views = family_views(cluster, &node.name);
+        if self.mutant == Some(Mutant::AffinityLostOnSync) {
             // The bug: every sync deletes and recreates the table, affinity sets with it.
-            load_text(cluster, &node.name, self.mutant, self.layout)
+            load::apply(node, &load_text(cluster, &node.name, self.mutant, self.layout))?;
         } else {
-            let rulesets = node_rulesets_in(cluster, &node.name, self.mutant, self.layout);
-            let existing: Vec<in_place::Existing> =
-                rulesets.iter().map(|rules| in_place::existing(node, rules)).collect::<Result<_>>()?;
-            if existing.iter().all(in_place::Existing::is_empty) {
-                // A node without tables: loaded in stages, each a short transaction.
-                for rules in &rulesets {
-                    for stage in rules.render_staged(RULES_PER_STAGE) {
-                        load::apply(node, &stage).map_err(|e| mutants::failed_sync(self.mutant, e))?;
+            let memory = state.memory.get_or_insert_with(|| Box::new(partial::Memory::default()));
+            let memory = memory.downcast_mut::<partial::Memory>().context("another proxy's memory")?;
+            let endpoints_tracked = self.mutant != Some(Mutant::PartialSyncMissesEndpoints);
+            for view in &views {
+                let family = view.ip_family();
+                let rules = family_ruleset(view, &node.name, self.mutant, self.layout);
+                let last = memory.families.remove(&family);
+                let synced = match partial::plan(last.as_ref(), view, &rules, endpoints_tracked) {
+                    partial::Plan::Partial(changed) => {
+                        let last = last.as_ref().expect("a partial sync follows one");
+                        partial_sync(node, view, &rules, last, &changed)
                     }
-                }
-            } else {
-                let text: String =
-                    rulesets.iter().zip(&existing).map(|(r, e)| in_place::text(r, e)).collect();
-                load::apply(node, &text).map_err(|e| mutants::failed_sync(self.mutant, e))?;
+                    partial::Plan::Full => None,
+                };
+                // A failed partial sync is followed by a full one at once (kube-proxy: at its
+                // next sync, `needFullSync`).
+                let synced = match synced {
+                    Some(last) => last,
+                    None => {
+                        self.full_sync(node, &rules)?;
+                        partial::Last::full(view, &rules)
+                    }
+                };
+                memory.families.insert(family, synced);
             }
-            for (rules, existing) in rulesets.iter().zip(&existing) {
-                in_place::delete_stale_chains(node, rules, existing);
-            }
-            String::new()
-        };
-        if !text.is_empty() {
-            load::apply(node, &text)?;
         }
         let bug = self.mutant.and_then(Mutant::health_bug);
-        healthcheck::serve_node(node, &mut state.health, &family_views(cluster, &node.name), bug)
+        healthcheck::serve_node(node, &mut state.health, &views, bug)
     }
 
     fn dump_node(&self, node: &NodeHandle, _state: &NodeState) -> Result<String> {

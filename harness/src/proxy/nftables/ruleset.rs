@@ -318,7 +318,7 @@ fn quote(s: &str) -> String {
     format!("\"{s}\"")
 }
 
-fn chain_spec(chain: &Chain) -> String {
+pub(super) fn chain_spec(chain: &Chain) -> String {
     let mut parts = Vec::new();
     if let Some(h) = &chain.hook {
         parts.push(format!("type {} hook {} priority {} ;", h.kind, h.hook, h.priority));
@@ -329,7 +329,7 @@ fn chain_spec(chain: &Chain) -> String {
     if parts.is_empty() { String::new() } else { format!(" {{ {} }}", parts.join(" ")) }
 }
 
-fn set_spec(set: &Set) -> String {
+pub(super) fn set_spec(set: &Set) -> String {
     let mut spec = format!("{{ type {} ;", set.type_);
     if !set.flags.is_empty() {
         let _ = write!(spec, " flags {} ;", set.flags.join(","));
@@ -352,7 +352,7 @@ pub(crate) fn rule_line(rule: &Rule) -> String {
     }
 }
 
-fn element_body(e: &Element) -> String {
+pub(super) fn element_body(e: &Element) -> String {
     let mut body = e.key.join(" . ");
     if let Some(c) = &e.comment {
         let _ = write!(body, " comment {}", quote(c));
