@@ -36,6 +36,10 @@ const EVERY_PROXY: &[&str] = &[
     proxy::apiserver::REFERENCE_NFTABLES,
 ];
 
+/// The proxies whose trials take longest: a process per node through the API server, and
+/// kube-proxy's min-sync-period waited out at every start.
+const SLOW_PROXIES: &[&str] = &[proxy::apiserver::REFERENCE_IPTABLES, proxy::apiserver::REFERENCE_NFTABLES];
+
 /// The proxies a file runs against (`None` is its own choice), from its `spec.proxy`.
 fn proxies_of(peeked: &scenario::Peek) -> Vec<Option<&'static str>> {
     match &peeked.proxy {
@@ -81,7 +85,8 @@ fn main() {
     // The reference proxy runs as `packetproof reference-proxy`: the binary cargo built.
     // SAFETY: no other thread runs yet.
     unsafe { std::env::set_var("PACKETPROOF_BIN", env!("CARGO_BIN_EXE_packetproof")) };
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    args.test_threads = args.test_threads.or_else(default_threads);
     packetproof::topology::install_interrupt_handler();
     let suite =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
@@ -124,6 +129,8 @@ fn main() {
                 .with_ignored_flag(ignored)
         })
         .collect();
+    // Slowest first, so that no slow trial starts last and runs alone at the end.
+    trials.sort_by_key(|t| !SLOW_PROXIES.iter().any(|p| t.name().ends_with(&format!("[{p}]"))));
     trials.push(protocol::trial(skip_reason.is_none()));
     let conclusion = libtest_mimic::run(&args, trials);
     if let Err(e) = write_reports(&finished) {
@@ -142,6 +149,17 @@ fn main() {
         std::process::exit(101);
     }
     conclusion.exit();
+}
+
+/// Trials at once unless `--test-threads` (or `RUST_TEST_THREADS`) says: two per core, as
+/// `packetproof run` does. A trial mostly waits (on proxies' syncs, timeouts, affinity
+/// expiry), each in namespaces of its own, and every verdict stands on captured packets, not
+/// on how soon they came (`RunOptions::timeout` is three orders above an answer's time here).
+fn default_threads() -> Option<usize> {
+    if let Some(n) = std::env::var("RUST_TEST_THREADS").ok().and_then(|v| v.parse().ok()) {
+        return Some(n);
+    }
+    Some(2 * std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The scenarios the trials ran, with how each ended, shared by the trials and `main`.

@@ -136,20 +136,21 @@ impl Engine {
         tell(&Event::SuiteStarted { total }, &mut failure);
         // Once per suite: a host that cannot run scenarios skips every one with the reason.
         let skip_all = crate::privileges::preflight();
+        let order = longest_first(runs);
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<Message>();
         std::thread::scope(|scope| {
             for _ in 0..self.jobs.clamp(1, total.max(1)) {
                 let tx = tx.clone();
-                let (next, stop, skip_all) = (&next, &stop, skip_all.as_deref());
+                let (next, order, stop, skip_all) = (&next, &order, &stop, skip_all.as_deref());
                 scope.spawn(move || {
                     // The reporters' answer to each finished run: a worker waits for it, so
                     // that once a reporter says stop, no worker starts another run.
                     let (answer, answered) = mpsc::channel::<Control>();
                     while !stop.load(Ordering::Relaxed) {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(run) = runs.get(index) else { break };
+                        let Some(&index) = order.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                        let run = &runs[index];
                         let _ = tx.send(Message::Started(index));
                         let result = run_caught(run, &self.options, skip_all);
                         let _ = tx.send(Message::Finished(index, result, answer.clone()));
@@ -217,6 +218,26 @@ impl Engine {
             None => Ok(results),
         }
     }
+}
+
+/// The order to start `runs` in: the longest deliberate waits first (a probe's pauses
+/// between attempts, e.g. outlasting a session-affinity timeout), then the most phases, else
+/// as given. A long run started last would run alone while the other workers sit idle.
+fn longest_first(runs: &[Run<'_>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(expected_waits(runs[i].scenario)));
+    order
+}
+
+/// What `scenario` waits for whatever the proxy: its probes' pauses, and its phases.
+fn expected_waits(scenario: &Scenario) -> (Duration, usize) {
+    let phases = scenario.phases();
+    let paused = phases
+        .iter()
+        .flat_map(|p| p.probes)
+        .map(|probe| probe.interval.unwrap_or_default() * probe.count.saturating_sub(1))
+        .sum();
+    (paused, phases.len())
 }
 
 enum Message {

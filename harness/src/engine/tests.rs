@@ -101,3 +101,17 @@ fn every_reporter_hears_every_event_and_an_error_is_returned_after_the_runs() {
     assert_eq!(error.to_string(), "cannot write the report");
     assert_eq!(log.lines.len(), 6, "the other reporter heard the whole suite: {:?}", log.lines);
 }
+
+#[test]
+fn the_run_with_the_longest_pauses_starts_first_and_results_keep_the_given_order() {
+    let mut suite = scenarios(3);
+    suite[2].probes[0].interval = Some(Duration::from_millis(1500));
+    let unknown = ProxyChoice::named("no-such-proxy");
+    let engine = Engine { options: RunOptions::default(), jobs: 1 };
+    let mut log = Log { lines: Vec::new(), stop_after: None };
+    let results = engine.execute(&Run::each(&suite, Some(&unknown)), &mut [&mut log]).unwrap();
+    let started: Vec<&str> = log.lines.iter().filter_map(|l| l.strip_prefix("started ")).collect();
+    assert_eq!(started, ["s2", "s0", "s1"]);
+    let names: Vec<&str> = results.iter().map(|(s, _)| s.name.as_str()).collect();
+    assert_eq!(names, ["s0", "s1", "s2"]);
+}

@@ -400,29 +400,30 @@ impl ClusterRunning<'_> {
             anyhow::Ok(())
         })?;
         let deadline = Instant::now() + self.proxy.sync_timeout;
+        // Every node's wait at once (`sync::wait_all`): each node's grace overlaps the others'.
+        let mut waits: Vec<Box<dyn sync::NodeWait + '_>> = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
-            let waited = match self.metrics_addr() {
+            waits.push(match self.metrics_addr() {
                 Some(addr) => {
                     let judge = SyncJudge::after_push(pushed, before[i].clone(), families);
-                    sync::wait_metrics(&node.netns, addr, judge, deadline, || Ok(()))
+                    Box::new(sync::MetricsWait::new(&node.netns, addr, judge, || Ok(())))
                 }
-                None => sync::wait_stable(
+                None => Box::new(sync::StableWait::new(
                     &baselines[i],
                     QUIET,
                     Some(UNCHANGED_AFTER),
-                    deadline,
-                    || rules(node),
+                    move || rules(node),
                     || Ok(()),
-                ),
-            };
-            waited.with_context(|| {
-                format!(
-                    "waiting for the cluster's proxy on node {} to apply packetproof's objects",
-                    node.name
-                )
-            })?;
+                )),
+            });
         }
-        Ok(())
+        let mut waits: Vec<&mut dyn sync::NodeWait> = waits.iter_mut().map(|w| &mut **w as _).collect();
+        sync::wait_all(&mut waits, deadline).map_err(|(i, e)| {
+            e.context(format!(
+                "waiting for the cluster's proxy on node {} to apply packetproof's objects",
+                self.nodes[i].name
+            ))
+        })
     }
 }
 

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 
 use super::links::Links;
 use super::netns::Netns;
+use super::ready;
 use super::{NODE_NETWORK_BRIDGE, POD_INTERFACE, Topology, sysctl};
 use crate::model::Cluster;
 
@@ -41,6 +42,11 @@ impl ControlPlane {
         let eth0 = links.index(POD_INTERFACE).await?;
         links.address(eth0, ip, cluster.node_network.prefix_len()).await?;
         links.up(eth0).await?;
+        // Until the kernel has acted on the new link's carrier, the bridge drops what crosses
+        // it (`ready.rs`): a proxy's first ARP request for the API server went unanswered and
+        // its connection waited out ARP's one-second retransmit, at every start.
+        ready::wait_until_ready(&links).await?;
+        ready::wait_until_ready_named(&net, |name| name == port).await?;
         Ok(cp)
     }
 }

@@ -473,45 +473,57 @@ impl ApiRunning<'_> {
         unchanged_after: Option<Duration>,
     ) -> Result<()> {
         let deadline = Instant::now() + self.proxy.sync_timeout;
-        for ((i, n), judge) in self.nodes.iter_mut().enumerate().zip(judges) {
-            let NodeProxy { node, child, log, metrics, .. } = n;
-            let alive = || -> Result<()> {
-                let Some(c) = child.as_mut() else { bail!("the proxy on node {} was stopped", node.name) };
-                // An exit is most often a wrong command or flag, for the user to fix (exit 2);
-                // a proxy that runs but cannot apply its rules fails (`sync::wait_metrics`).
-                if let Some(status) = c.try_wait()? {
-                    bail!(
-                        "the proxy on node {} exited ({status}); its log ends:\n{}",
-                        node.name,
-                        log_tail(log)
-                    );
-                }
-                Ok(())
-            };
-            let waited = match metrics {
-                Some(addr) => sync::wait_metrics(&node.netns, *addr, judge, deadline, alive),
-                None => {
-                    let baseline = baselines.get(i).map_or("", String::as_str);
-                    sync::wait_stable(baseline, QUIET, unchanged_after, deadline, || dump(&node.netns), alive)
-                }
-            };
-            // The log goes with the proxy; its end goes into the error. A proxy that failed
-            // its syncs has failed the scenario, and its whole log is the evidence.
-            if let Err(e) = waited {
-                let proxy_failed = e.chain().any(|c| c.is::<crate::proxy::ProxyFailed>());
-                let e = e.context(format!("waiting for the proxy on node {} to sync", node.name));
-                let message = if format!("{e:#}").contains("its log ends") {
-                    format!("{e:#}")
-                } else {
-                    format!("{e:#}; its log ends:\n{}", log_tail(log))
+        // Every node's wait at once (`sync::wait_all`): each node's grace overlaps the others'.
+        let waited = {
+            let mut waits: Vec<Box<dyn sync::NodeWait + '_>> = Vec::new();
+            for ((i, n), judge) in self.nodes.iter_mut().enumerate().zip(judges) {
+                let NodeProxy { node, child, log, metrics, .. } = n;
+                let (node, log) = (&*node, &*log);
+                let netns = &node.netns;
+                let alive = move || -> Result<()> {
+                    let Some(c) = child.as_mut() else {
+                        bail!("the proxy on node {} was stopped", node.name)
+                    };
+                    // An exit is most often a wrong command or flag, for the user to fix (exit 2);
+                    // a proxy that runs but cannot apply its rules fails (`sync::MetricsWait`).
+                    if let Some(status) = c.try_wait()? {
+                        bail!(
+                            "the proxy on node {} exited ({status}); its log ends:\n{}",
+                            node.name,
+                            log_tail(log)
+                        );
+                    }
+                    Ok(())
                 };
-                if proxy_failed {
-                    let whole = std::fs::read(&*log).unwrap_or_default();
-                    let log = vec![(format!("{}.log", node.name), whole)];
-                    return Err(crate::proxy::ProxyFailed { message, log }.into());
-                }
-                bail!("{message}");
+                waits.push(match metrics {
+                    Some(addr) => Box::new(sync::MetricsWait::new(netns, *addr, judge, alive)),
+                    None => {
+                        let baseline = baselines.get(i).map_or("", String::as_str);
+                        let dump = move || dump(netns);
+                        Box::new(sync::StableWait::new(baseline, QUIET, unchanged_after, dump, alive))
+                    }
+                });
             }
+            let mut waits: Vec<&mut dyn sync::NodeWait> = waits.iter_mut().map(|w| &mut **w as _).collect();
+            sync::wait_all(&mut waits, deadline)
+        };
+        // The log goes with the proxy; its end goes into the error. A proxy that failed its
+        // syncs has failed the scenario, and its whole log is the evidence.
+        if let Err((i, e)) = waited {
+            let NodeProxy { node, log, .. } = &self.nodes[i];
+            let proxy_failed = e.chain().any(|c| c.is::<crate::proxy::ProxyFailed>());
+            let e = e.context(format!("waiting for the proxy on node {} to sync", node.name));
+            let message = if format!("{e:#}").contains("its log ends") {
+                format!("{e:#}")
+            } else {
+                format!("{e:#}; its log ends:\n{}", log_tail(log))
+            };
+            if proxy_failed {
+                let whole = std::fs::read(log).unwrap_or_default();
+                let log = vec![(format!("{}.log", node.name), whole)];
+                return Err(crate::proxy::ProxyFailed { message, log }.into());
+            }
+            bail!("{message}");
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::topology::Netns;
 
@@ -32,21 +32,79 @@ pub fn http_get(netns: &Netns, addr: SocketAddr, path: &str) -> Result<String> {
     })?
 }
 
+/// One node's wait for a sync, taken a look at a time, so that the waits of several nodes
+/// run side by side ([`wait_all`]).
+pub(crate) trait NodeWait {
+    /// One look: `Ok(true)` once the node has applied the change.
+    fn poll(&mut self) -> Result<bool>;
+    /// How long to leave the node before the next look.
+    fn interval(&self) -> Duration;
+    /// The error when the deadline passed without the change applied: what was seen last.
+    fn timed_out(&self) -> anyhow::Error;
+}
+
+/// Looks at every node's wait in turn until all are done. A node's signals must often stand
+/// still for a while before they count (`SyncJudge`'s grace, `StableWait`'s quiet time):
+/// waited side by side, that costs a phase one such wait, not one per node. Ends at the first
+/// error, or the first wait still undone at `deadline`, with that wait's index.
+pub(crate) fn wait_all(
+    waits: &mut [&mut dyn NodeWait],
+    deadline: Instant,
+) -> Result<(), (usize, anyhow::Error)> {
+    let mut next: Vec<Option<Instant>> = vec![Some(Instant::now()); waits.len()];
+    loop {
+        for (i, wait) in waits.iter_mut().enumerate() {
+            if next[i].is_none_or(|at| Instant::now() < at) {
+                continue;
+            }
+            next[i] = match wait.poll() {
+                Ok(true) => None,
+                Ok(false) if Instant::now() >= deadline => return Err((i, wait.timed_out())),
+                Ok(false) => Some(Instant::now() + wait.interval()),
+                Err(e) => return Err((i, e)),
+            };
+        }
+        let Some(soonest) = next.iter().flatten().min() else { return Ok(()) };
+        std::thread::sleep(soonest.saturating_duration_since(Instant::now()));
+    }
+}
+
 /// Polls the proxy's `/metrics` at `addr` until `judge` finds the push applied. `alive` says
 /// whether the proxy is still running (a dead one never syncs: fail at once).
 pub(crate) fn wait_metrics(
     netns: &Netns,
     addr: SocketAddr,
-    mut judge: SyncJudge,
+    judge: SyncJudge,
     deadline: Instant,
-    mut alive: impl FnMut() -> Result<()>,
+    alive: impl FnMut() -> Result<()>,
 ) -> Result<()> {
-    loop {
-        alive()?;
-        let last = match http_get(netns, addr, "/metrics") {
+    let mut wait = MetricsWait::new(netns, addr, judge, alive);
+    wait_all(&mut [&mut wait], deadline).map_err(|(_, e)| e)
+}
+
+/// [`wait_metrics`] a look at a time.
+pub(crate) struct MetricsWait<'n, A> {
+    netns: &'n Netns,
+    addr: SocketAddr,
+    judge: SyncJudge,
+    alive: A,
+    last: String,
+}
+
+impl<'n, A: FnMut() -> Result<()>> MetricsWait<'n, A> {
+    pub(crate) fn new(netns: &'n Netns, addr: SocketAddr, judge: SyncJudge, alive: A) -> Self {
+        MetricsWait { netns, addr, judge, alive, last: String::new() }
+    }
+}
+
+impl<A: FnMut() -> Result<()>> NodeWait for MetricsWait<'_, A> {
+    fn poll(&mut self) -> Result<bool> {
+        (self.alive)()?;
+        let addr = self.addr;
+        self.last = match http_get(self.netns, addr, "/metrics") {
             Ok(body) => {
                 let metrics = SyncMetrics::parse(&body);
-                let failed = judge.failed_syncs(&metrics);
+                let failed = self.judge.failed_syncs(&metrics);
                 if failed > 0.0 {
                     // The proxy will not apply the change (it retries only after its sync
                     // period): judging probes now would judge a ruleset it did not mean.
@@ -56,51 +114,91 @@ pub(crate) fn wait_metrics(
                     );
                     return Err(crate::proxy::ProxyFailed { message, log: Vec::new() }.into());
                 }
-                if judge.synced(&metrics, Instant::now()) {
-                    return Ok(());
+                if self.judge.synced(&metrics, Instant::now()) {
+                    return Ok(true);
                 }
-                judge.describe(&metrics)
+                self.judge.describe(&metrics)
             }
             Err(e) => format!("{e:#}"),
         };
-        if Instant::now() >= deadline {
-            bail!("the proxy's metrics at {addr} reported no sync of the change; last seen: {last}");
-        }
-        std::thread::sleep(POLL);
+        Ok(false)
+    }
+
+    fn interval(&self) -> Duration {
+        POLL
+    }
+
+    fn timed_out(&self) -> anyhow::Error {
+        anyhow::anyhow!(
+            "the proxy's metrics at {} reported no sync of the change; last seen: {}",
+            self.addr,
+            self.last
+        )
     }
 }
 
-/// For proxies without healthz: polls `dump` until it has moved away from `baseline` (the
-/// rules before the change) and then stayed the same for `quiet`. A change need not touch a
-/// node's rules: with `unchanged_after`, rules that never move count as applied after it.
-pub(crate) fn wait_stable(
-    baseline: &str,
+/// For proxies without healthz: polls the node's rules (`dump`) until they have moved away
+/// from `baseline` (the rules before the change) and then stayed the same for `quiet`. A
+/// change need not touch a node's rules: with `unchanged_after`, rules that never move count
+/// as applied after it.
+pub(crate) struct StableWait<'b, D, A> {
+    baseline: &'b str,
     quiet: Duration,
     unchanged_after: Option<Duration>,
-    deadline: Instant,
-    mut dump: impl FnMut() -> Result<String>,
-    mut alive: impl FnMut() -> Result<()>,
-) -> Result<()> {
-    let started = Instant::now();
-    let mut last = without_counters(&dump()?);
-    let mut moved = last != baseline;
-    let mut since = Instant::now();
-    loop {
-        alive()?;
-        std::thread::sleep(POLL * 4);
-        let now = without_counters(&dump().context("reading the node's rules")?);
-        if now != last {
-            moved |= now != baseline;
-            last = now;
-            since = Instant::now();
-        } else if since.elapsed() >= quiet
-            && (moved || unchanged_after.is_some_and(|u| started.elapsed() >= u))
-        {
-            return Ok(());
+    dump: D,
+    alive: A,
+    started: Instant,
+    /// The rules at the last look (none before the first), and since when they read so.
+    last: Option<(String, Instant)>,
+    moved: bool,
+}
+
+impl<'b, D, A> StableWait<'b, D, A>
+where
+    D: FnMut() -> Result<String>,
+    A: FnMut() -> Result<()>,
+{
+    pub(crate) fn new(
+        baseline: &'b str,
+        quiet: Duration,
+        unchanged_after: Option<Duration>,
+        dump: D,
+        alive: A,
+    ) -> Self {
+        let started = Instant::now();
+        StableWait { baseline, quiet, unchanged_after, dump, alive, started, last: None, moved: false }
+    }
+}
+
+impl<D, A> NodeWait for StableWait<'_, D, A>
+where
+    D: FnMut() -> Result<String>,
+    A: FnMut() -> Result<()>,
+{
+    fn poll(&mut self) -> Result<bool> {
+        (self.alive)()?;
+        let now = without_counters(&(self.dump)().context("reading the node's rules")?);
+        match &self.last {
+            Some((last, since)) if *last == now => Ok(since.elapsed() >= self.quiet
+                && (self.moved || self.unchanged_after.is_some_and(|u| self.started.elapsed() >= u))),
+            _ => {
+                self.moved |= now != self.baseline;
+                self.last = Some((now, Instant::now()));
+                Ok(false)
+            }
         }
-        if Instant::now() >= deadline {
-            bail!(if moved { "the node's rules kept changing" } else { "the node's rules never changed" });
-        }
+    }
+
+    fn interval(&self) -> Duration {
+        POLL * 4
+    }
+
+    fn timed_out(&self) -> anyhow::Error {
+        anyhow::anyhow!(if self.moved {
+            "the node's rules kept changing"
+        } else {
+            "the node's rules never changed"
+        })
     }
 }
 
@@ -133,6 +231,54 @@ pub(crate) fn without_counters(dump: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Done after `polls` looks; each look is logged as its name.
+    struct Countdown<'l> {
+        name: &'static str,
+        polls: u32,
+        log: &'l std::cell::RefCell<Vec<&'static str>>,
+        fails: bool,
+    }
+
+    impl NodeWait for Countdown<'_> {
+        fn poll(&mut self) -> Result<bool> {
+            self.log.borrow_mut().push(self.name);
+            if self.fails {
+                anyhow::bail!("{} failed", self.name);
+            }
+            self.polls = self.polls.saturating_sub(1);
+            Ok(self.polls == 0)
+        }
+
+        fn interval(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+
+        fn timed_out(&self) -> anyhow::Error {
+            anyhow::anyhow!("{} timed out", self.name)
+        }
+    }
+
+    #[test]
+    fn every_nodes_wait_is_polled_in_turn_and_the_first_failure_names_its_node() {
+        let log = std::cell::RefCell::new(Vec::new());
+        let later = Instant::now() + Duration::from_secs(60);
+        let mut a = Countdown { name: "a", polls: 3, log: &log, fails: false };
+        let mut b = Countdown { name: "b", polls: 2, log: &log, fails: false };
+        wait_all(&mut [&mut a, &mut b], later).unwrap();
+        // Side by side: b's waiting overlaps a's, rather than starting after it.
+        assert_eq!(*log.borrow(), ["a", "b", "a", "b", "a"]);
+
+        log.borrow_mut().clear();
+        let mut a = Countdown { name: "a", polls: 5, log: &log, fails: false };
+        let mut b = Countdown { name: "b", polls: 5, log: &log, fails: true };
+        let (i, e) = wait_all(&mut [&mut a, &mut b], later).unwrap_err();
+        assert_eq!((i, e.to_string()), (1, "b failed".to_string()));
+
+        let mut a = Countdown { name: "a", polls: 5, log: &log, fails: false };
+        let (i, e) = wait_all(&mut [&mut a], Instant::now()).unwrap_err();
+        assert_eq!((i, e.to_string()), (0, "a timed out".to_string()));
+    }
 
     #[test]
     fn counters_do_not_count_as_changes() {
