@@ -17,6 +17,8 @@ use crate::model::{Cluster, DetectLocal};
 pub enum Mode {
     Iptables,
     Nftables,
+    /// Only where the kernel has IPVS (the kernel matrix's VMs).
+    Ipvs,
 }
 
 impl Mode {
@@ -24,7 +26,8 @@ impl Mode {
         match text {
             "iptables" => Ok(Mode::Iptables),
             "nftables" => Ok(Mode::Nftables),
-            other => Err(format!("mode {other:?} is not one packetproof runs (iptables, nftables)")),
+            "ipvs" => Ok(Mode::Ipvs),
+            other => Err(format!("mode {other:?} is not one packetproof runs (iptables, nftables, ipvs)")),
         }
     }
 
@@ -32,6 +35,7 @@ impl Mode {
         match self {
             Mode::Iptables => "iptables",
             Mode::Nftables => "nftables",
+            Mode::Ipvs => "ipvs",
         }
     }
 }
@@ -142,7 +146,7 @@ pub fn kube_proxy_configuration(
     config["featureGates"] = Value::Object(with_scenario_gates(feature_gates, &cluster.proxy));
     config["healthzBindAddress"] = json!(address(node.healthz));
     config["metricsBindAddress"] = json!(address(node.metrics));
-    for table in ["iptables", "nftables"] {
+    for table in ["iptables", "nftables", "ipvs"] {
         config[table]["syncPeriod"] = json!("30s");
         config[table]["minSyncPeriod"] = json!("1s");
     }
@@ -208,7 +212,7 @@ mod tests {
         assert_eq!(c["clientConnection"]["kubeconfig"], "/tmp/k");
         assert_eq!(c["detectLocalMode"], "InterfaceNamePrefix");
         assert_eq!(c["detectLocal"], json!({"interfaceNamePrefix": "cni"}));
-        assert!(Mode::parse("ipvs").is_err());
+        assert!(Mode::parse("userspace").is_err());
         assert_eq!(c["iptables"]["syncPeriod"], "30s");
         assert_eq!(
             changed_settings(&cluster.proxy),

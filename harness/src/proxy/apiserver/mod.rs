@@ -18,6 +18,8 @@
 //! ```
 //!
 //! For nftables mode: `mode=nftables` and `featureGates=NFTablesProxyMode=true` (v1.30).
+//! IPVS mode (`mode=ipvs`) needs a kernel with IPVS: inside the kernel matrix, which carries
+//! the binary into its VMs (`packetproof matrix --guest-file PATH/kube-proxy`).
 
 mod command;
 mod node_image;
@@ -221,7 +223,7 @@ impl ApiServerProxy {
             // As kube-proxy v1.30, the reference proxy runs nftables mode only behind its gate.
             feature_gates: match mode {
                 Mode::Nftables => Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]),
-                Mode::Iptables => Map::new(),
+                Mode::Iptables | Mode::Ipvs => Map::new(),
             },
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             // Built on the built-in generators, which write what kube-proxy writes.
@@ -238,6 +240,7 @@ fn mode_profile(mode: Mode) -> Profile {
     match mode {
         Mode::Iptables => Profile::KubeProxyIptables,
         Mode::Nftables => Profile::KubeProxyNftables,
+        Mode::Ipvs => Profile::KubeProxyIpvs,
     }
 }
 
@@ -737,7 +740,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.metrics_port, p.mode, p.profile), (None, Mode::Iptables, Profile::KubeProxyIptables));
-        assert!(ApiServerProxy::from_options(&json!({"command": "x", "mode": "ipvs"})).is_err());
+        let ipvs = ApiServerProxy::from_options(&json!({"command": "kp --config={config}", "mode": "ipvs"})).unwrap();
+        assert_eq!((ipvs.mode, ipvs.profile), (Mode::Ipvs, Profile::KubeProxyIpvs));
+        assert!(ApiServerProxy::from_options(&json!({"command": "x", "mode": "userspace"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "featureGates": "A=maybe"})).is_err());
     }
 
