@@ -172,7 +172,10 @@ pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
         // An ELF file goes without its debug sections, as packetproof's own binary does: a
         // kube-proxy built from source carries 25 MB of DWARF the guest never reads.
         let source = match is_elf(&program.source)? {
-            true => without_debug_sections(&program.source, &out.with_extension(format!("guest-{}", program.name)))?,
+            true => without_debug_sections(
+                &program.source,
+                &out.with_extension(format!("guest-{}", program.name)),
+            )?,
             false => program.source.clone(),
         };
         let path = program.guest_path();
@@ -241,7 +244,11 @@ fn libraries_of(binaries: &[PathBuf]) -> Result<Vec<PathBuf>> {
     // ldd exits non-zero when one is static ("not a dynamic executable").
     let text = String::from_utf8_lossy(&output.stdout);
     let missing = not_found(&text);
-    ensure!(missing.is_empty(), "this host lacks libraries the guest's programs load: {}", missing.join(", "));
+    ensure!(
+        missing.is_empty(),
+        "this host lacks libraries the guest's programs load: {}",
+        missing.join(", ")
+    );
     let mut libs = parse_ldd(&text);
     libs.sort();
     libs.dedup();
@@ -414,7 +421,8 @@ mod tests {
 
     #[test]
     fn a_library_ldd_cannot_find_is_named_with_its_program() {
-        let text = "/tmp/kp:\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x2)\n\tlibgone.so.3 => not found\n";
+        let text =
+            "/tmp/kp:\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x2)\n\tlibgone.so.3 => not found\n";
         assert_eq!(not_found(text), ["libgone.so.3 (for /tmp/kp)"]);
     }
 
@@ -424,7 +432,16 @@ mod tests {
         assert_eq!((p.name.as_str(), p.guest_path()), ("sh", "/usr/local/bin/sh".to_string()));
         let p = GuestProgram::parse("kube-proxy=/bin/sh").unwrap();
         assert_eq!(p.guest_path(), "/usr/local/bin/kube-proxy");
-        for hostile in ["../x=/bin/sh", "a/b=/bin/sh", "..=/bin/sh", ".hidden=/bin/sh", "-rf=/bin/sh", "=/bin/sh", "a b=/bin/sh", "x\n=/bin/sh"] {
+        for hostile in [
+            "../x=/bin/sh",
+            "a/b=/bin/sh",
+            "..=/bin/sh",
+            ".hidden=/bin/sh",
+            "-rf=/bin/sh",
+            "=/bin/sh",
+            "a b=/bin/sh",
+            "x\n=/bin/sh",
+        ] {
             let e = GuestProgram::parse(hostile).unwrap_err().to_string();
             assert!(e.contains("plain file name"), "{hostile}: {e}");
         }

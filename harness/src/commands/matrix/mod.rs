@@ -200,7 +200,11 @@ pub fn main(args: Args) -> Result<i32> {
         );
     }
     for program in &args.guest_files {
-        eprintln!("packetproof: {} goes into every guest as {}", program.source.display(), program.guest_path());
+        eprintln!(
+            "packetproof: {} goes into every guest as {}",
+            program.source.display(),
+            program.guest_path()
+        );
     }
     let binary = std::env::current_exe().context("finding the packetproof binary")?;
     let payload = vm::Payload { binary: &binary, files: &paths, programs: &args.guest_files };
@@ -367,7 +371,12 @@ fn run_kernel(
                         Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
                     }
                     if let Some(table) = &cell.differences {
-                        eprintln!("--- {} {} against {}:\n{table}", kernel.spec, run.name, args.against.as_deref().unwrap_or_default());
+                        eprintln!(
+                            "--- {} {} against {}:\n{table}",
+                            kernel.spec,
+                            run.name,
+                            args.against.as_deref().unwrap_or_default()
+                        );
                     } else if exit_code != EXIT_PASS {
                         // The guest's own report of what failed.
                         eprintln!(
@@ -477,7 +486,8 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 /// one line saying nothing differs, to the end.
 fn diff_table(output: &str) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
-    let start = lines.iter().rposition(|l| l.starts_with("scenario ") || l.starts_with("no behaviour differs"))?;
+    let start =
+        lines.iter().rposition(|l| l.starts_with("scenario ") || l.starts_with("no behaviour differs"))?;
     Some(lines[start..].join("\n"))
 }
 
@@ -728,7 +738,10 @@ mod tests {
             diff_table(output).unwrap(),
             "scenario  probe  apiserver  builtin-ipvs\nhairpin   p      refused    answered\n1 flows behave differently"
         );
-        assert_eq!(diff_table("x\nno behaviour differs between a and b\n").unwrap(), "no behaviour differs between a and b");
+        assert_eq!(
+            diff_table("x\nno behaviour differs between a and b\n").unwrap(),
+            "no behaviour differs between a and b"
+        );
         assert_eq!(diff_table("crashed\n"), None);
     }
 }

@@ -740,7 +740,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.metrics_port, p.mode, p.profile), (None, Mode::Iptables, Profile::KubeProxyIptables));
-        let ipvs = ApiServerProxy::from_options(&json!({"command": "kp --config={config}", "mode": "ipvs"})).unwrap();
+        let ipvs = ApiServerProxy::from_options(&json!({"command": "kp --config={config}", "mode": "ipvs"}))
+            .unwrap();
         assert_eq!((ipvs.mode, ipvs.profile), (Mode::Ipvs, Profile::KubeProxyIpvs));
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "mode": "userspace"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "featureGates": "A=maybe"})).is_err());
