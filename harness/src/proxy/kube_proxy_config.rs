@@ -146,9 +146,13 @@ pub fn kube_proxy_configuration(
     config["featureGates"] = Value::Object(with_scenario_gates(feature_gates, &cluster.proxy));
     config["healthzBindAddress"] = json!(address(node.healthz));
     config["metricsBindAddress"] = json!(address(node.metrics));
-    for table in ["iptables", "nftables", "ipvs"] {
+    for table in ["iptables", "nftables"] {
         config[table]["syncPeriod"] = json!("30s");
         config[table]["minSyncPeriod"] = json!("1s");
+    }
+    // Only in IPVS mode: the reference proxy, which has no IPVS mode, refuses the section.
+    if mode == Mode::Ipvs {
+        config["ipvs"] = json!({"syncPeriod": "30s", "minSyncPeriod": "1s"});
     }
     config["conntrack"] = json!({"maxPerCore": 0});
     config
@@ -202,6 +206,7 @@ mod tests {
             metrics: Some("127.0.0.1:10249".parse().unwrap()),
         };
         let c = kube_proxy_configuration(&cluster, Mode::Nftables, &gates, &node);
+        assert!(c.get("ipvs").is_none(), "the reference proxy refuses an ipvs section");
         assert_eq!(c["mode"], "nftables");
         assert_eq!(c["nftables"]["masqueradeAll"], true);
         assert_eq!(c["iptables"]["masqueradeAll"], true);
