@@ -6,6 +6,8 @@
 pub const SHARE: &str = "/share";
 /// The guest's working directory: scenario files are copied under it at their relative paths.
 pub const WORKDIR: &str = "/work";
+/// Where the user's programs (`--guest-file`) land; first on the guest's PATH.
+pub const PROGRAMS: &str = "/usr/local/bin";
 /// The file in the share `/init` runs.
 pub const JOB_FILE: &str = "job.sh";
 /// Printed on the console when the guest is up and when its job is over.
@@ -35,7 +37,7 @@ pub fn init_script() -> String {
         r#"#!/bin/busybox sh
 /bin/busybox mkdir -p /proc /sys /dev /tmp /run /bbin {SHARE}
 /bin/busybox --install -s /bbin
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin:/bbin
+export PATH={PROGRAMS}:/usr/sbin:/usr/bin:/sbin:/bin:/bbin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev

@@ -57,6 +57,69 @@ pub struct Payload<'a> {
     /// Host files or directories copied under the guest's working directory, at the same
     /// relative path (`scenarios/sctp.yaml` → `/work/scenarios/sctp.yaml`).
     pub files: &'a [PathBuf],
+    /// Programs of the user's (a proxy and what it needs), each at
+    /// `/usr/local/bin/NAME` ([`guest::PROGRAMS`], on the guest's PATH), with the shared
+    /// libraries it loads.
+    pub programs: &'a [GuestProgram],
+}
+
+/// A host file carried into the guest as `/usr/local/bin/NAME`: `--guest-file [NAME=]PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestProgram {
+    pub name: String,
+    pub source: PathBuf,
+}
+
+impl GuestProgram {
+    /// `PATH` (named as its file) or `NAME=PATH`. The name must be a plain file name, since
+    /// it becomes a path in the guest: letters, digits, `.`, `_`, `+`, `-`, not starting with
+    /// `.` or `-`. The source must be a regular file (symlinks followed).
+    pub fn parse(text: &str) -> Result<GuestProgram> {
+        let (name, source) = match text.split_once('=') {
+            Some((name, source)) => (name.to_string(), PathBuf::from(source)),
+            None => {
+                let source = PathBuf::from(text);
+                let name = source
+                    .file_name()
+                    .with_context(|| format!("{text:?} names no file"))?
+                    .to_str()
+                    .with_context(|| format!("{text:?}: the file name is not UTF-8"))?
+                    .to_string();
+                (name, source)
+            }
+        };
+        check_name(&name)?;
+        let meta = std::fs::metadata(&source).with_context(|| format!("guest file {}", source.display()))?;
+        ensure!(meta.is_file(), "guest file {} is not a regular file", source.display());
+        Ok(GuestProgram { name, source })
+    }
+
+    /// Where it lands in the guest.
+    pub fn guest_path(&self) -> String {
+        format!("{}/{}", guest::PROGRAMS, self.name)
+    }
+}
+
+/// A guest file's name: one path component the guest cannot misread.
+fn check_name(name: &str) -> Result<()> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-');
+    ensure!(
+        !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(plain)
+            && !name.starts_with('.')
+            && !name.starts_with('-'),
+        "guest file name {name:?}: it becomes {}/NAME, so it must be a plain file name \
+         (letters, digits, `.`, `_`, `+`, `-`; not starting with `.` or `-`; at most 64)",
+        guest::PROGRAMS
+    );
+    Ok(())
+}
+
+/// Programs [`TOOLS`] lists as optional that this host lacks, so the guest lacks them too:
+/// for the caller to say so (kube-proxy's IPVS mode runs `ipset`).
+pub fn missing_tools() -> Vec<&'static str> {
+    TOOLS.iter().filter(|(name, required)| !required && find(name).is_none()).map(|(n, _)| *n).collect()
 }
 
 /// Writes the archive to `out`.
@@ -87,7 +150,7 @@ pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
     for data in DATA.iter().filter(|d| Path::new(d).exists()) {
         tree.copy_any(Path::new(data), data.trim_start_matches('/'))?;
     }
-    let binary = without_debug_sections(payload.binary, out)?;
+    let binary = without_debug_sections(payload.binary, &out.with_extension("packetproof"))?;
     tree.program("usr/bin/packetproof", &binary)?;
     for file in payload.files {
         ensure!(
@@ -97,16 +160,44 @@ pub fn build(payload: &Payload<'_>, out: &Path) -> Result<()> {
         );
         tree.copy_any(file, &format!("{}/{}", guest::WORKDIR.trim_start_matches('/'), file.display()))?;
     }
+    let mut names = std::collections::BTreeSet::new();
+    for program in payload.programs {
+        check_name(&program.name)?;
+        ensure!(names.insert(&program.name), "two guest files are named {}", program.name);
+        // Its own copy, never a symlink into the host's tree: the name is the user's.
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(&program.source)
+            .with_context(|| format!("guest file {}", program.source.display()))?;
+        ensure!(meta.is_file(), "guest file {} is not a regular file", program.source.display());
+        // An ELF file goes without its debug sections, as packetproof's own binary does: a
+        // kube-proxy built from source carries 25 MB of DWARF the guest never reads.
+        let source = match is_elf(&program.source)? {
+            true => without_debug_sections(
+                &program.source,
+                &out.with_extension(format!("guest-{}", program.name)),
+            )?,
+            false => program.source.clone(),
+        };
+        let path = program.guest_path();
+        tree.file(path.trim_start_matches('/'), &source, meta.permissions().mode() & 0o111 != 0)?;
+    }
     tree.text("init", &guest::init_script(), true);
     tree.add_libraries()?;
     tree.write(out)
 }
 
-/// `binary` without its debug sections, written beside `out`: a debug build (`cargo test`'s
+/// Whether `path` starts as an ELF file does.
+fn is_elf(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Ok(file.read(&mut magic)? == 4 && magic == *b"\x7fELF")
+}
+
+/// `binary` without its debug sections, written to `stripped` (a debug build (`cargo test`'s
 /// binary) is 290 MB, nearly all DWARF the guest never reads, and the initramfs lives in the
 /// guest's memory. `strip --strip-debug` keeps the symbols, so backtraces still name functions.
-fn without_debug_sections(binary: &Path, out: &Path) -> Result<PathBuf> {
-    let stripped = out.with_extension("packetproof");
+fn without_debug_sections(binary: &Path, stripped: &Path) -> Result<PathBuf> {
     let status = Command::new("strip")
         .arg("--strip-debug")
         .arg("-o")
@@ -115,7 +206,7 @@ fn without_debug_sections(binary: &Path, out: &Path) -> Result<PathBuf> {
         .status()
         .context("running strip (install binutils)")?;
     ensure!(status.success(), "strip --strip-debug {} failed ({status})", binary.display());
-    Ok(stripped)
+    Ok(stripped.to_path_buf())
 }
 
 fn find(name: &str) -> Option<PathBuf> {
@@ -151,10 +242,32 @@ fn libraries(binary: &Path) -> Result<Vec<PathBuf>> {
 fn libraries_of(binaries: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let output = Command::new("ldd").args(binaries).output().context("running ldd")?;
     // ldd exits non-zero when one is static ("not a dynamic executable").
-    let mut libs = parse_ldd(&String::from_utf8_lossy(&output.stdout));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let missing = not_found(&text);
+    ensure!(
+        missing.is_empty(),
+        "this host lacks libraries the guest's programs load: {}",
+        missing.join(", ")
+    );
+    let mut libs = parse_ldd(&text);
     libs.sort();
     libs.dedup();
     Ok(libs)
+}
+
+/// `libfoo.so.1 => not found`, with the program whose list it is in.
+fn not_found(text: &str) -> Vec<String> {
+    let mut program = "";
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(header) = line.strip_suffix(':') {
+            program = header;
+        } else if let Some((library, _)) = line.split_once("=> not found") {
+            out.push(format!("{} (for {program})", library.trim()));
+        }
+    }
+    out
 }
 
 fn parse_ldd(text: &str) -> Vec<PathBuf> {
@@ -304,6 +417,37 @@ mod tests {
             ]
         );
         assert!(parse_ldd("\tnot a dynamic executable\n").is_empty());
+    }
+
+    #[test]
+    fn a_library_ldd_cannot_find_is_named_with_its_program() {
+        let text =
+            "/tmp/kp:\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x2)\n\tlibgone.so.3 => not found\n";
+        assert_eq!(not_found(text), ["libgone.so.3 (for /tmp/kp)"]);
+    }
+
+    #[test]
+    fn a_guest_file_is_named_by_a_plain_file_name_and_lands_in_usr_local_bin() {
+        let p = GuestProgram::parse("/bin/sh").unwrap();
+        assert_eq!((p.name.as_str(), p.guest_path()), ("sh", "/usr/local/bin/sh".to_string()));
+        let p = GuestProgram::parse("kube-proxy=/bin/sh").unwrap();
+        assert_eq!(p.guest_path(), "/usr/local/bin/kube-proxy");
+        for hostile in [
+            "../x=/bin/sh",
+            "a/b=/bin/sh",
+            "..=/bin/sh",
+            ".hidden=/bin/sh",
+            "-rf=/bin/sh",
+            "=/bin/sh",
+            "a b=/bin/sh",
+            "x\n=/bin/sh",
+        ] {
+            let e = GuestProgram::parse(hostile).unwrap_err().to_string();
+            assert!(e.contains("plain file name"), "{hostile}: {e}");
+        }
+        assert!(GuestProgram::parse("/").is_err(), "no file name");
+        assert!(GuestProgram::parse("/tmp").unwrap_err().to_string().contains("not a regular file"));
+        assert!(GuestProgram::parse("/nonexistent/kube-proxy").is_err());
     }
 
     #[test]

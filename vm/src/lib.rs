@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 pub use guest::GuestRun;
-pub use initramfs::{Payload, static_busybox};
+pub use guest::PROGRAMS as GUEST_PROGRAMS;
+pub use initramfs::{GuestProgram, Payload, missing_tools, static_busybox};
 pub use kernel::{Kernel, cache_dir, get as kernel};
 pub use qemu::{Accel, Machine};
 pub use scratch::{Scratch, remove_stale as remove_stale_scratch};
@@ -92,6 +93,15 @@ pub fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The guest kernel's complaint that the initramfs did not unpack (`Initramfs unpacking
+/// failed: write error`: the archive and its files did not fit the guest's memory, so the
+/// modules and the share's driver are missing), if its console holds one.
+pub fn unpack_failure(console: &str) -> Option<String> {
+    let line = console.lines().find(|l| l.contains("Initramfs unpacking failed"))?;
+    let message = line.split_once("] ").map_or(line, |(_, m)| m).trim();
+    Some(format!("{message}: the guest's userland does not fit its memory (give more --memory-mib)"))
+}
+
 /// The guest kernel's own account of a crash, if its console holds one: the first oops line
 /// (`Oops:`, `BUG:`, `general protection fault`), the task it hit, and the panic line.
 pub fn kernel_crash(console: &str) -> Option<String> {
@@ -149,6 +159,11 @@ mod tests {
             )
         );
         assert_eq!(kernel_crash("[    1.0] packetproof-guest: up\n"), None);
+        assert_eq!(
+            unpack_failure("[    9.27] Trying to unpack rootfs image as initramfs...\n[   40.70] Initramfs unpacking failed: write error\n").as_deref(),
+            Some("Initramfs unpacking failed: write error: the guest's userland does not fit its memory (give more --memory-mib)")
+        );
+        assert_eq!(unpack_failure("[ 1.0] Freeing initrd memory\n"), None);
         let tainted = "[ 9.1] BUG: kernel NULL pointer dereference, address: 0000000000000008
 [ 9.2] CPU: 0 PID: 77 Comm: packetproof Tainted: G      D            6.1.0-56-amd64 #1  Debian";
         assert_eq!(

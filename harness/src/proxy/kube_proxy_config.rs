@@ -17,6 +17,8 @@ use crate::model::{Cluster, DetectLocal};
 pub enum Mode {
     Iptables,
     Nftables,
+    /// Only where the kernel has IPVS (the kernel matrix's VMs).
+    Ipvs,
 }
 
 impl Mode {
@@ -24,7 +26,8 @@ impl Mode {
         match text {
             "iptables" => Ok(Mode::Iptables),
             "nftables" => Ok(Mode::Nftables),
-            other => Err(format!("mode {other:?} is not one packetproof runs (iptables, nftables)")),
+            "ipvs" => Ok(Mode::Ipvs),
+            other => Err(format!("mode {other:?} is not one packetproof runs (iptables, nftables, ipvs)")),
         }
     }
 
@@ -32,6 +35,7 @@ impl Mode {
         match self {
             Mode::Iptables => "iptables",
             Mode::Nftables => "nftables",
+            Mode::Ipvs => "ipvs",
         }
     }
 }
@@ -146,6 +150,10 @@ pub fn kube_proxy_configuration(
         config[table]["syncPeriod"] = json!("30s");
         config[table]["minSyncPeriod"] = json!("1s");
     }
+    // Only in IPVS mode: the reference proxy, which has no IPVS mode, refuses the section.
+    if mode == Mode::Ipvs {
+        config["ipvs"] = json!({"syncPeriod": "30s", "minSyncPeriod": "1s"});
+    }
     config["conntrack"] = json!({"maxPerCore": 0});
     config
 }
@@ -198,6 +206,7 @@ mod tests {
             metrics: Some("127.0.0.1:10249".parse().unwrap()),
         };
         let c = kube_proxy_configuration(&cluster, Mode::Nftables, &gates, &node);
+        assert!(c.get("ipvs").is_none(), "the reference proxy refuses an ipvs section");
         assert_eq!(c["mode"], "nftables");
         assert_eq!(c["nftables"]["masqueradeAll"], true);
         assert_eq!(c["iptables"]["masqueradeAll"], true);
@@ -208,7 +217,7 @@ mod tests {
         assert_eq!(c["clientConnection"]["kubeconfig"], "/tmp/k");
         assert_eq!(c["detectLocalMode"], "InterfaceNamePrefix");
         assert_eq!(c["detectLocal"], json!({"interfaceNamePrefix": "cni"}));
-        assert!(Mode::parse("ipvs").is_err());
+        assert!(Mode::parse("userspace").is_err());
         assert_eq!(c["iptables"]["syncPeriod"], "30s");
         assert_eq!(
             changed_settings(&cluster.proxy),

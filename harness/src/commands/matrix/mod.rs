@@ -29,6 +29,22 @@ pub struct Args {
     /// An option for every proxy, `KEY=VALUE` (as `run --proxy-option`); repeatable.
     #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
     proxy_options: Vec<String>,
+    /// A host file the guests need (a proxy's binary, a script it runs), carried into every
+    /// guest as `/usr/local/bin/NAME`, first on the guest's PATH, with the shared libraries
+    /// it loads (as ldd finds them here); NAME is the file's own name unless given. NAME
+    /// must be a plain file name. Repeatable. E.g. `--proxy apiserver --proxy-option
+    /// mode=ipvs --proxy-option 'command=kube-proxy --config={config}
+    /// --hostname-override={node}' --guest-file ./kube-proxy`.
+    #[arg(long = "guest-file", value_name = "[NAME=]PATH", value_parser = guest_file)]
+    guest_files: Vec<vm::GuestProgram>,
+    /// Instead of judging each proxy: `packetproof diff` inside every guest, each `--proxy`
+    /// (with `--proxy-option`) against this one (with `--against-option`); exit 1 where any
+    /// flow behaves differently.
+    #[arg(long, conflicts_with = "mutants")]
+    against: Option<String>,
+    /// An option for `--against`, `KEY=VALUE`; repeatable.
+    #[arg(long = "against-option", value_name = "KEY=VALUE", requires = "against")]
+    against_options: Vec<String>,
     /// As `run --profile`.
     #[arg(long)]
     profile: Option<String>,
@@ -98,6 +114,35 @@ impl GuestReport {
     }
 }
 
+/// `--guest-file [NAME=]PATH`, checked before any VM boots.
+fn guest_file(text: &str) -> Result<vm::GuestProgram, String> {
+    vm::GuestProgram::parse(text).map_err(|e| format!("{e:#}"))
+}
+
+/// Programs the guests run that this host lacks, so the guests lack them too: kube-proxy's
+/// IPVS mode (v1.30.3, pkg/util/ipset/ipset.go) runs `ipset`, as does `builtin-ipvs`, which
+/// also runs `ipvsadm`; `conntrack` and `iptables-restore` are required of every guest.
+fn missing_for(args: &Args) -> Vec<String> {
+    let missing = vm::missing_tools();
+    let ipvs_option = args.proxy_options.iter().chain(&args.against_options).any(|o| o == "mode=ipvs");
+    let mut wanted: Vec<(&str, String)> = Vec::new();
+    for proxy in args.proxy.iter().chain(&args.against) {
+        if proxy == crate::proxy::ipvs::NAME {
+            wanted.extend(["ipset", "ipvsadm"].map(|t| (t, format!("{proxy} runs it"))));
+        }
+    }
+    if ipvs_option {
+        wanted.push(("ipset", "kube-proxy's IPVS mode (mode=ipvs) runs it".into()));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (tool, why) in wanted {
+        if missing.contains(&tool) && !out.iter().any(|o| o.starts_with(&format!("{tool} "))) {
+            out.push(format!("{tool} ({why})"));
+        }
+    }
+    out
+}
+
 /// One kernel × proxy, as it ended.
 struct Cell {
     kernel: String,
@@ -109,6 +154,8 @@ struct Cell {
     error: Option<String>,
     /// Where its files were kept, if they were.
     kept: Option<PathBuf>,
+    /// With `--against`: the guest's `diff` table (every flow that behaves differently).
+    differences: Option<String>,
 }
 
 pub fn main(args: Args) -> Result<i32> {
@@ -144,8 +191,24 @@ pub fn main(args: Args) -> Result<i32> {
     }
     let scratch = vm::Scratch::new("matrix")?;
     let userland = scratch.path().join("userland.cpio");
+    let missing = missing_for(&args);
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "the guests are built from this host's programs, and it lacks: {} (install them; \
+             ci/install-deps.sh lists them)",
+            missing.join(", ")
+        );
+    }
+    for program in &args.guest_files {
+        eprintln!(
+            "packetproof: {} goes into every guest as {}",
+            program.source.display(),
+            program.guest_path()
+        );
+    }
     let binary = std::env::current_exe().context("finding the packetproof binary")?;
-    vm::build_userland(&vm::Payload { binary: &binary, files: &paths }, &userland)?;
+    let payload = vm::Payload { binary: &binary, files: &paths, programs: &args.guest_files };
+    vm::build_userland(&payload, &userland)?;
     let machine = vm::Machine {
         cpus: args.cpus,
         memory_mib: args.memory_mib,
@@ -276,6 +339,7 @@ fn run_kernel(
                 report: None,
                 error: Some(format!("{e:#}")),
                 kept: None,
+                differences: None,
             })
             .collect(),
         Ok(booted) => booted
@@ -298,6 +362,7 @@ fn run_kernel(
                     report,
                     error,
                     kept: None,
+                    differences: args.against.as_ref().and_then(|_| diff_table(&output)),
                 };
                 if exit_code != EXIT_PASS || args.keep_evidence {
                     let keep = args.artifacts.join(&kernel.spec).join(&run.name);
@@ -305,7 +370,14 @@ fn run_kernel(
                         Ok(()) => cell.kept = Some(keep),
                         Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
                     }
-                    if exit_code != EXIT_PASS {
+                    if let Some(table) = &cell.differences {
+                        eprintln!(
+                            "--- {} {} against {}:\n{table}",
+                            kernel.spec,
+                            run.name,
+                            args.against.as_deref().unwrap_or_default()
+                        );
+                    } else if exit_code != EXIT_PASS {
                         // The guest's own report of what failed.
                         eprintln!(
                             "--- {} {} (exit {exit_code}):\n{}",
@@ -327,6 +399,9 @@ fn run_kernel(
 /// shows one, and the console's end.
 fn unfinished(console: &str) -> String {
     let tail = vm::tail(console, 30);
+    if let Some(failure) = vm::unpack_failure(console) {
+        return format!("the guest could not start: {failure}; console:\n{tail}");
+    }
     match vm::kernel_crash(console) {
         Some(crash) => format!("the guest kernel crashed: {crash}; console:\n{tail}"),
         None => format!("the guest never finished; console:\n{tail}"),
@@ -340,6 +415,23 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     if args.mutants {
         let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         run.args = mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
+        return run;
+    }
+    if let Some(against) = &args.against {
+        let mut a: Vec<String> = vec!["diff".into(), "--left".into(), proxy.into()];
+        for option in &args.proxy_options {
+            a.extend(["--left-option".into(), option.clone()]);
+        }
+        a.extend(["--right".into(), against.clone()]);
+        for option in &args.against_options {
+            a.extend(["--right-option".into(), option.clone()]);
+        }
+        if let Some(jobs) = args.jobs {
+            a.extend(["--jobs".into(), jobs.to_string()]);
+        }
+        a.extend(["--timeout-ms".into(), args.timeout_ms.to_string()]);
+        a.extend(paths.iter().map(|p| p.display().to_string()));
+        run.args = a;
         return run;
     }
     let mut a: Vec<String> = vec!["run".into(), "--proxy".into(), proxy.into()];
@@ -390,6 +482,15 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The table a guest's `diff` printed last: from its header (`scenario  probe …`) or its
+/// one line saying nothing differs, to the end.
+fn diff_table(output: &str) -> Option<String> {
+    let lines: Vec<&str> = output.lines().collect();
+    let start =
+        lines.iter().rposition(|l| l.starts_with("scenario ") || l.starts_with("no behaviour differs"))?;
+    Some(lines[start..].join("\n"))
+}
+
 /// The lines of a guest's `run` output from its first failure on (the flow tables), else its tail.
 fn failing_part(output: &str) -> String {
     let lines: Vec<&str> = output.lines().collect();
@@ -413,6 +514,8 @@ fn counts(report: &GuestReport) -> String {
 
 fn verdict(cell: &Cell) -> &'static str {
     match cell.exit_code {
+        EXIT_PASS if cell.differences.is_some() => "SAME",
+        EXIT_FAIL if cell.differences.is_some() => "DIFFERS",
         EXIT_PASS => "PASS",
         EXIT_FAIL => "FAIL",
         _ => "ERROR",
@@ -423,6 +526,9 @@ fn verdict(cell: &Cell) -> &'static str {
 fn line(cell: &Cell) -> String {
     let what = match (&cell.report, &cell.error) {
         (_, Some(error)) => error.lines().next().unwrap_or_default().to_string(),
+        (None, None) if cell.differences.is_some() => {
+            cell.differences.as_deref().and_then(|t| t.lines().last()).unwrap_or_default().to_string()
+        }
         (Some(report), None) => counts(report),
         (None, None) => format!("no report (exit {})", cell.exit_code),
     };
@@ -502,6 +608,7 @@ fn combined_json(cells: &[Cell]) -> Result<String> {
                 "error": c.error,
                 "evidence": c.kept.as_ref().map(|k| k.display().to_string()),
                 "report": c.report,
+                "differences": c.differences,
             })
         })
         .collect();
@@ -524,6 +631,7 @@ mod tests {
             .ok(),
             error: None,
             kept: None,
+            differences: None,
         }
     }
 
@@ -583,6 +691,9 @@ mod tests {
             kernels: vec!["7.3".into()],
             proxy: vec!["builtin-iptables".into()],
             proxy_options: vec!["mutant=no-sctp".into()],
+            guest_files: vec![],
+            against: None,
+            against_options: vec![],
             profile: None,
             timeout_ms: 500,
             jobs: None,
@@ -605,5 +716,32 @@ mod tests {
         );
         assert!(line.contains("--json /share/builtin-iptables/report.json"));
         assert!(line.ends_with("scenarios/sctp.yaml"));
+
+        let args = Args {
+            against: Some("builtin-ipvs".into()),
+            against_options: vec!["mutant=no-affinity".into()],
+            proxy_options: vec!["mode=ipvs".into()],
+            ..args
+        };
+        let run = guest_run("apiserver", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
+        assert_eq!(
+            run.args.join(" "),
+            "diff --left apiserver --left-option mode=ipvs --right builtin-ipvs --right-option \
+             mutant=no-affinity --timeout-ms 500 scenarios/sctp.yaml"
+        );
+    }
+
+    #[test]
+    fn a_guests_diff_table_is_read_from_its_output() {
+        let output = "progress…\nscenario  probe  apiserver  builtin-ipvs\nhairpin   p      refused    answered\n1 flows behave differently\n";
+        assert_eq!(
+            diff_table(output).unwrap(),
+            "scenario  probe  apiserver  builtin-ipvs\nhairpin   p      refused    answered\n1 flows behave differently"
+        );
+        assert_eq!(
+            diff_table("x\nno behaviour differs between a and b\n").unwrap(),
+            "no behaviour differs between a and b"
+        );
+        assert_eq!(diff_table("crashed\n"), None);
     }
 }

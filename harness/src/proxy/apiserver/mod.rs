@@ -18,6 +18,8 @@
 //! ```
 //!
 //! For nftables mode: `mode=nftables` and `featureGates=NFTablesProxyMode=true` (v1.30).
+//! IPVS mode (`mode=ipvs`) needs a kernel with IPVS: inside the kernel matrix, which carries
+//! the binary into its VMs (`packetproof matrix --guest-file PATH/kube-proxy`).
 
 mod command;
 mod node_image;
@@ -221,7 +223,7 @@ impl ApiServerProxy {
             // As kube-proxy v1.30, the reference proxy runs nftables mode only behind its gate.
             feature_gates: match mode {
                 Mode::Nftables => Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]),
-                Mode::Iptables => Map::new(),
+                Mode::Iptables | Mode::Ipvs => Map::new(),
             },
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             // Built on the built-in generators, which write what kube-proxy writes.
@@ -238,6 +240,7 @@ fn mode_profile(mode: Mode) -> Profile {
     match mode {
         Mode::Iptables => Profile::KUBE_PROXY_IPTABLES,
         Mode::Nftables => Profile::KUBE_PROXY_NFTABLES,
+        Mode::Ipvs => Profile::KUBE_PROXY_IPVS,
     }
 }
 
@@ -753,7 +756,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.metrics_port, p.mode, p.profile), (None, Mode::Iptables, Profile::KUBE_PROXY_IPTABLES));
-        assert!(ApiServerProxy::from_options(&json!({"command": "x", "mode": "ipvs"})).is_err());
+        let ipvs = ApiServerProxy::from_options(&json!({"command": "kp --config={config}", "mode": "ipvs"}))
+            .unwrap();
+        assert_eq!((ipvs.mode, ipvs.profile), (Mode::Ipvs, Profile::KUBE_PROXY_IPVS));
+        assert!(ApiServerProxy::from_options(&json!({"command": "x", "mode": "userspace"})).is_err());
         assert!(ApiServerProxy::from_options(&json!({"command": "x", "featureGates": "A=maybe"})).is_err());
     }
 

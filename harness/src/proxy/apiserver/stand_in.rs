@@ -188,7 +188,7 @@ impl StandIns {
         let (cluster_cidr, service_cidr) = cidrs(cluster);
         let gates: Map<String, Value> = match proxy.mode {
             Mode::Nftables => Map::from_iter([("NFTablesProxyMode".to_string(), Value::Bool(true))]),
-            Mode::Iptables => Map::new(),
+            Mode::Iptables | Mode::Ipvs => Map::new(),
         };
         for (node, ns) in &self.node_netns {
             let kubeconfig = kubeconfig.to_string_lossy();
