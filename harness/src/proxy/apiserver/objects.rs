@@ -96,7 +96,8 @@ fn stamp_trigger_times(store: &Store, slices: Vec<Value>, at: &str) -> Vec<Value
     slices
         .into_iter()
         .map(|mut slice| {
-            let stored = crate::apiserver::store::key_of(&slice).ok().and_then(|k| store.get(Kind::EndpointSlice, &k));
+            let stored =
+                crate::apiserver::store::key_of(&slice).ok().and_then(|k| store.get(Kind::EndpointSlice, &k));
             let kept = stored.filter(|s| as_written(s) == as_written(&slice));
             let time = match &kept {
                 Some(s) => s["metadata"]["annotations"][TRIGGER_TIME].as_str().unwrap_or(at),
@@ -241,7 +242,9 @@ mod tests {
         let rv = store.resource_version();
         let fourth = stamp_trigger_times(&store, vec![slice("b", "10.0.0.5")], "T4");
         store.replace(Kind::EndpointSlice, fourth).unwrap();
-        store.replace(Kind::Service, vec![json!({"metadata": {"name": "web", "namespace": "default"}})]).unwrap();
+        store
+            .replace(Kind::Service, vec![json!({"metadata": {"name": "web", "namespace": "default"}})])
+            .unwrap();
         assert_eq!(programming_expected(&store, rv).unwrap(), 0, "a Service changed too");
     }
 

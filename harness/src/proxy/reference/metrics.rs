@@ -228,7 +228,10 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.002\"} 0
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.004\"} 1
 ";
         assert!(text.contains(expected_head), "{text}");
-        assert!(text.starts_with("# HELP kubeproxy_network_programming_duration_seconds"), "names in order: {text}");
+        assert!(
+            text.starts_with("# HELP kubeproxy_network_programming_duration_seconds"),
+            "names in order: {text}"
+        );
         let expected_tail = "\
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.064\"} 1
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.128\"} 2
@@ -258,7 +261,10 @@ kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7225064007500002e+09
     fn programming_latency_has_kube_proxy_s_buckets() {
         let bounds: Vec<f64> = programming_buckets().collect();
         assert_eq!(bounds.len(), 80);
-        assert_eq!((bounds[0], bounds[1], bounds[2], bounds[60], bounds[61], bounds[73]), (0.25, 0.5, 1.0, 59.0, 60.0, 120.0));
+        assert_eq!(
+            (bounds[0], bounds[1], bounds[2], bounds[60], bounds[61], bounds[73]),
+            (0.25, 0.5, 1.0, 59.0, 60.0, 120.0)
+        );
         assert_eq!(bounds.last(), Some(&300.0));
         let mut m = Metrics::default();
         m.observe_programming(Duration::from_millis(300));

@@ -560,10 +560,19 @@ mod tests {
         let (mut v4, _) = listed();
         let before_start = v4.tracker_started - Duration::from_secs(5);
         let after_start = v4.tracker_started + Duration::from_millis(5);
-        assert_eq!(v4.handle(Event::Slice { slice: stamped("10.0.0.1", before_start), remove: false }), Next::Queue);
+        assert_eq!(
+            v4.handle(Event::Slice { slice: stamped("10.0.0.1", before_start), remove: false }),
+            Next::Queue
+        );
         assert!(v4.checkout_trigger_times().is_empty(), "older than the tracker");
-        assert_eq!(v4.handle(Event::Slice { slice: stamped("10.0.0.2", after_start), remove: false }), Next::Queue);
-        assert_eq!(v4.handle(Event::Slice { slice: stamped("10.0.0.2", after_start), remove: false }), Next::Nothing);
+        assert_eq!(
+            v4.handle(Event::Slice { slice: stamped("10.0.0.2", after_start), remove: false }),
+            Next::Queue
+        );
+        assert_eq!(
+            v4.handle(Event::Slice { slice: stamped("10.0.0.2", after_start), remove: false }),
+            Next::Nothing
+        );
         assert_eq!(v4.checkout_trigger_times(), [after_start], "one change, one time");
         assert!(v4.checkout_trigger_times().is_empty(), "handed out once");
         v4.handle(Event::Slice { slice: stamped("10.0.0.3", after_start), remove: false });

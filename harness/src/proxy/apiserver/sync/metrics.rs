@@ -241,7 +241,10 @@ impl SyncJudge {
         // conntrack cleanup come after it), so this underestimates the start: a proof when
         // true, no disproof when false.
         let began_after_queue = programmed
-            || self.last_sync_seconds.get(family).is_some_and(|seconds| g.last_synced - seconds >= g.last_queued);
+            || self
+                .last_sync_seconds
+                .get(family)
+                .is_some_and(|seconds| g.last_synced - seconds >= g.last_queued);
         if syncs >= expected && ended_after_push && began_after_queue {
             State::Certain
         } else if self.starting && syncs < expected {
@@ -390,7 +393,10 @@ mod tests {
         let synced = metrics(100.10, 100.01, 5.0, 0.5);
 
         let mut without = SyncJudge::after_push(100.0, before.clone(), ipv4);
-        assert!(!without.synced(&with_programmed(synced.clone(), 4.0), at(0.1)), "the durations cannot decide");
+        assert!(
+            !without.synced(&with_programmed(synced.clone(), 4.0), at(0.1)),
+            "the durations cannot decide"
+        );
 
         let mut judge = SyncJudge::after_push(100.0, before.clone(), ipv4).with_programming(1);
         assert!(!judge.synced(&with_programmed(synced.clone(), 3.0), at(0.1)), "not yet programmed");
