@@ -201,7 +201,7 @@ fn without_debug_sections(binary: &Path, stripped: &Path) -> Result<PathBuf> {
     let status = Command::new("strip")
         .arg("--strip-debug")
         .arg("-o")
-        .arg(&stripped)
+        .arg(stripped)
         .arg(binary)
         .status()
         .context("running strip (install binutils)")?;

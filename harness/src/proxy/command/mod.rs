@@ -294,7 +294,7 @@ impl Launched {
             );
             state_file::write_atomically(
                 &run.proxy_config(),
-                &serde_json::to_string_pretty(&settings)?.as_bytes(),
+                serde_json::to_string_pretty(&settings)?.as_bytes(),
             )
             .with_context(|| format!("writing the proxy settings of node {}", run.node.name))?;
         }
