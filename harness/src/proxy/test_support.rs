@@ -41,6 +41,19 @@ pub fn service(
     Service { service_type, ports, ..Service::new(namespace, name, cluster_ip.parse().unwrap()) }
 }
 
+/// ClusterIP Service `default/NAME` with one TCP port 80 → 8080 whose ready endpoints are on
+/// node-a: what the partial-sync tests change between syncs.
+pub(crate) fn web_service(name: &str, cluster_ip: &str, endpoints: &[&str]) -> Service {
+    let endpoints = endpoints.iter().map(|ip| ep(ip, 8080, Some("node-a"))).collect();
+    service(
+        "default",
+        name,
+        ServiceType::ClusterIp,
+        cluster_ip,
+        vec![port("http", Protocol::Tcp, 80, None, endpoints)],
+    )
+}
+
 /// Lines in `before` but not in `after`, and the other way round.
 pub(crate) fn diff_lines(before: &str, after: &str) -> (Vec<String>, Vec<String>) {
     let gone = before.lines().filter(|l| !after.lines().any(|x| x == *l)).map(String::from).collect();

@@ -146,38 +146,17 @@ fn is_builtin(table: TableName, chain: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Endpoint, Protocol, Service, ServicePort};
-
-    fn svc(name: &str, ip: &str, endpoints: &[&str]) -> Service {
-        let mut s = Service::new("default", name, ip.parse().unwrap());
-        s.ports = vec![ServicePort {
-            name: "http".into(),
-            protocol: Protocol::Tcp,
-            port: 80,
-            node_port: None,
-            endpoints: endpoints
-                .iter()
-                .map(|e| Endpoint {
-                    ip: e.parse().unwrap(),
-                    port: 8080,
-                    ready: true,
-                    serving: true,
-                    terminating: false,
-                    node: Some("node-a".into()),
-                    pod: format!("pod-{e}"),
-                    zone_hints: vec![],
-                })
-                .collect(),
-        }];
-        s
-    }
+    use crate::model::Protocol;
+    use crate::proxy::test_support::web_service;
 
     #[test]
     fn a_sync_rewrites_only_what_changed() {
-        let before =
-            Cluster::example(vec![svc("a", "10.96.0.10", &["10.244.0.5"]), svc("b", "10.96.0.11", &[])]);
+        let before = Cluster::example(vec![
+            web_service("a", "10.96.0.10", &["10.244.0.5"]),
+            web_service("b", "10.96.0.11", &[]),
+        ]);
         let mut after = before.clone();
-        after.services[1] = svc("b", "10.96.0.11", &["10.244.0.6"]);
+        after.services[1] = web_service("b", "10.96.0.11", &["10.244.0.6"]);
         let rules = super::super::node_ruleset(&after, "node-a", None);
         let last = Last::new(&before, &super::super::node_ruleset(&before, "node-a", None), 0);
         let Plan::Partial(changed) = plan(Some(&last), &after, true) else { panic!("a full sync") };
@@ -200,7 +179,7 @@ mod tests {
 
     #[test]
     fn removed_services_chains_are_deleted_and_full_syncs_come_back() {
-        let before = Cluster::example(vec![svc("a", "10.96.0.10", &["10.244.0.5"])]);
+        let before = Cluster::example(vec![web_service("a", "10.96.0.10", &["10.244.0.5"])]);
         let after = Cluster::example(vec![]);
         let last = Last::new(&before, &super::super::node_ruleset(&before, "node-a", None), 0);
         let Plan::Partial(changed) = plan(Some(&last), &after, true) else { panic!("a full sync") };

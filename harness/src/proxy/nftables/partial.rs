@@ -247,31 +247,7 @@ pub(crate) fn delete_chains(family: IpFamily, stale: &BTreeSet<String>) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Endpoint, Protocol, Service, ServicePort};
-
-    fn svc(name: &str, ip: &str, endpoints: &[&str]) -> Service {
-        let mut s = Service::new("default", name, ip.parse().unwrap());
-        s.ports = vec![ServicePort {
-            name: "http".into(),
-            protocol: Protocol::Tcp,
-            port: 80,
-            node_port: None,
-            endpoints: endpoints
-                .iter()
-                .map(|e| Endpoint {
-                    ip: e.parse().unwrap(),
-                    port: 8080,
-                    ready: true,
-                    serving: true,
-                    terminating: false,
-                    node: Some("node-a".into()),
-                    pod: format!("pod-{e}"),
-                    zone_hints: vec![],
-                })
-                .collect(),
-        }];
-        s
-    }
+    use crate::proxy::test_support::web_service;
 
     fn table(cluster: &Cluster) -> RuleSet {
         super::super::node_rulesets(cluster, "node-a", None).remove(0)
@@ -279,7 +255,7 @@ mod tests {
 
     #[test]
     fn names_the_service_a_chain_belongs_to() {
-        let chains = table(&Cluster::example(vec![svc("web-1", "10.96.0.10", &["10.244.0.5"])]));
+        let chains = table(&Cluster::example(vec![web_service("web-1", "10.96.0.10", &["10.244.0.5"])]));
         let owned: Vec<Option<String>> =
             chains.chains.iter().filter(|c| is_service_chain(&c.name)).map(|c| owner(&c.name)).collect();
         assert!(!owned.is_empty());
@@ -289,10 +265,12 @@ mod tests {
 
     #[test]
     fn a_sync_writes_only_the_changed_services_chains_and_elements() {
-        let before =
-            Cluster::example(vec![svc("a", "10.96.0.10", &["10.244.0.5"]), svc("b", "10.96.0.11", &[])]);
+        let before = Cluster::example(vec![
+            web_service("a", "10.96.0.10", &["10.244.0.5"]),
+            web_service("b", "10.96.0.11", &[]),
+        ]);
         let mut after = before.clone();
-        after.services[1] = svc("b", "10.96.0.11", &["10.244.0.6"]);
+        after.services[1] = web_service("b", "10.96.0.11", &["10.244.0.6"]);
         let last = Last::full(&before, &table(&before));
         let rules = table(&after);
         let Plan::Partial(changed) = plan(Some(&last), &after, &rules, true) else { panic!("a full sync") };
@@ -322,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_removed_service_leaves_its_chains_flushed_and_full_syncs_come_back() {
-        let before = Cluster::example(vec![svc("a", "10.96.0.10", &["10.244.0.5"])]);
+        let before = Cluster::example(vec![web_service("a", "10.96.0.10", &["10.244.0.5"])]);
         let after = Cluster::example(vec![]);
         let last = Last::full(&before, &table(&before));
         let rules = table(&after);
