@@ -68,12 +68,31 @@ struct Programmed<'a> {
 
 impl Running for Programmed<'_> {
     fn update(&mut self, state: &State<'_>) -> Result<()> {
-        let _in_runtime = self.runtime.enter();
-        for (node, node_state) in self.nodes.iter().zip(&mut self.states) {
-            self.programmer
-                .program_node(state.cluster, node, node_state)
-                .with_context(|| format!("programming node {} with {}", node.name, self.programmer.name()))?;
-        }
+        // Every node at once, as each node's own proxy would: a node's load is mostly the
+        // kernel's time in its own namespace, so a cluster of N nodes takes one node's time
+        // rather than N (10,000 Services in nftables mode: the two nodes' first loads overlap).
+        let (programmer, runtime, cluster) = (self.programmer, &self.runtime, state.cluster);
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = self
+                .nodes
+                .iter()
+                .zip(&mut self.states)
+                .map(|(node, node_state)| {
+                    scope.spawn(move || {
+                        let _in_runtime = runtime.enter();
+                        programmer.program_node(cluster, node, node_state).with_context(|| {
+                            format!("programming node {} with {}", node.name, programmer.name())
+                        })
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
+        });
+        // The first failure in node order, whichever thread ended first.
+        results.into_iter().collect::<Result<Vec<()>>>()?;
         // After the rules, as kube-proxy does: entries made meanwhile follow the new rules.
         let lapse = self.programmer.cleanup_lapse();
         let before = self.applied.replace(state.cluster.clone());

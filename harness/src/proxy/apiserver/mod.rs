@@ -142,12 +142,7 @@ impl ApiServerProxy {
             None => Map::new(),
             Some(v) => feature_gates(v)?,
         };
-        let sync_timeout = match options.get("syncTimeoutSeconds") {
-            None => DEFAULT_SYNC_TIMEOUT,
-            Some(v) => {
-                Duration::from_secs(v.as_u64().context("option `syncTimeoutSeconds` must be a number")?)
-            }
-        };
+        let sync_timeout = sync_timeout(options)?;
         // kube-proxy configured by the file is judged by its mode's choices.
         let default_profile = if writes_config { mode_profile(mode) } else { Profile::KUBERNETES };
         let profile = super::options::profile(options, default_profile)?;
@@ -170,9 +165,10 @@ impl ApiServerProxy {
         Self::reference_with_flags(mode, &[])
     }
 
-    /// A reference proxy from scenario or command-line options: only `flags`, a list of
-    /// further `reference-proxy` flags (e.g. `["--no-conntrack-cleanup"]`, a broken build for
-    /// `packetproof diff` or mutant tests).
+    /// A reference proxy from scenario or command-line options: `flags`, a list of further
+    /// `reference-proxy` flags (e.g. `["--no-conntrack-cleanup"]`, a broken build for
+    /// `packetproof diff` or mutant tests), and `syncTimeoutSeconds` (a first sync of 10,000
+    /// Services takes longer than the default).
     pub(crate) fn reference_from_options(mode: &str, options: &Value) -> Result<Self> {
         let mut flags = Vec::new();
         for (key, value) in options.as_object().into_iter().flatten() {
@@ -183,10 +179,15 @@ impl ApiServerProxy {
                     }
                 }
                 ("flags", _) => bail!("option `flags` must be a list of strings"),
-                (other, _) => bail!("reference-proxy-{mode} takes only the option `flags`, not {other:?}"),
+                ("syncTimeoutSeconds", _) => {}
+                (other, _) => bail!(
+                    "reference-proxy-{mode} takes only the options `flags` and `syncTimeoutSeconds`, not {other:?}"
+                ),
             }
         }
-        Self::reference_with_flags(mode, &flags)
+        let mut proxy = Self::reference_with_flags(mode, &flags)?;
+        proxy.sync_timeout = sync_timeout(options)?;
+        Ok(proxy)
     }
 
     /// [`ApiServerProxy::reference`] with further flags, e.g. `--no-conntrack-cleanup` (a
@@ -229,6 +230,16 @@ impl ApiServerProxy {
             // Built on the built-in generators, which write what kube-proxy writes.
             profile: mode_profile(mode),
         })
+    }
+}
+
+/// Option `syncTimeoutSeconds`: how long a node's proxy may take to report a sync.
+fn sync_timeout(options: &Value) -> Result<Duration> {
+    match options.get("syncTimeoutSeconds") {
+        None => Ok(DEFAULT_SYNC_TIMEOUT),
+        Some(v) => Ok(Duration::from_secs(
+            v.as_u64().filter(|s| *s > 0).context("option `syncTimeoutSeconds` must be a positive number")?,
+        )),
     }
 }
 

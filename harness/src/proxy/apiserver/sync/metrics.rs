@@ -267,16 +267,25 @@ impl SyncJudge {
             .iter()
             .map(|(family, g)| {
                 format!(
-                    "{}: {} syncs since the change (wanted {}), last sync {:+.3}s and last queued {:+.3}s from the change",
+                    "{}: {} syncs since the change (wanted {}), last sync {} and last queued {}",
                     family.as_deref().unwrap_or("all families"),
                     g.syncs - self.before.get(family).syncs,
                     self.families.expected_syncs(family),
-                    g.last_synced - self.pushed,
-                    g.last_queued - self.pushed,
+                    self.from_push(g.last_synced),
+                    self.from_push(g.last_queued),
                 )
             })
             .collect();
         series.join("; ")
+    }
+
+    /// A timestamp gauge against the push; kube-proxy leaves one it never set at 0.
+    fn from_push(&self, timestamp: f64) -> String {
+        if timestamp == 0.0 {
+            "never".into()
+        } else {
+            format!("{:+.3}s from the change", timestamp - self.pushed)
+        }
     }
 }
 
