@@ -1,6 +1,6 @@
 //! The performance gate of `packetproof bench --scale` judges real runs: it flags a proxy
 //! slowed on purpose (the `command` adapter running the example proxy behind a wrapper that
-//! sleeps 0.8 s before every sync) and passes two runs of the same proxy. The verdict is asserted,
+//! sleeps 0.5 s before every sync) and passes two runs of the same proxy. The verdict is asserted,
 //! never a duration.
 
 use std::path::Path;
@@ -35,7 +35,7 @@ fn the_gate_flags_a_proxy_that_sleeps_before_each_sync() {
         return;
     }
     let json = std::env::temp_dir().join(format!("packetproof-gate-{}.json", std::process::id()));
-    let (slow, fast) = (command_option("0.8"), command_option("0"));
+    let (slow, fast) = (command_option("0.5"), command_option("0"));
     let (code, stdout) = bench(&[
         "--proxy",
         "command",

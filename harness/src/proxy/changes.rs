@@ -8,9 +8,27 @@
 //! so a tracker that misses a change (kubernetes/kubernetes#121362) leaves the Service's old
 //! rules in place, as it did in kube-proxy.
 
-use std::collections::{HashMap, HashSet};
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::model::{Cluster, Service};
+use anyhow::{Context, Result};
+
+use crate::model::{Cluster, IpFamily, Service};
+
+/// What a node's proxy remembers of its last successful sync, per family, in the proxy's own
+/// `Last` (what it wrote, for the next sync to write only what changed).
+pub(crate) struct Memory<Last> {
+    pub families: BTreeMap<IpFamily, Last>,
+}
+
+impl<Last: Send + Sync + 'static> Memory<Last> {
+    /// The memory kept in a node's `NodeState::memory`, empty on the first sync.
+    pub fn in_state(slot: &mut Option<Box<dyn Any + Send + Sync>>) -> Result<&mut Memory<Last>> {
+        slot.get_or_insert_with(|| Box::new(Memory::<Last> { families: BTreeMap::new() }))
+            .downcast_mut::<Memory<Last>>()
+            .context("another proxy's memory")
+    }
+}
 
 /// A Service's `namespace/name`.
 pub(crate) fn key(svc: &Service) -> String {

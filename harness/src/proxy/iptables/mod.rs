@@ -26,7 +26,7 @@ pub(crate) use super::iptables_rules as ruleset;
 pub use super::iptables_rules::{Rule, RuleSet, normalize_save};
 
 use crate::model::{Cluster, Profile};
-use crate::proxy::Mutant;
+use crate::proxy::{Mutant, changes};
 use crate::proxy::{
     Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, node_ports, program_nodes,
 };
@@ -104,8 +104,7 @@ impl NodeProgrammer for BuiltinIptables {
             }
             state.loaded.insert(family);
             let rules = node_ruleset(view, &node.name, self.mutant);
-            let memory = state.memory.get_or_insert_with(|| Box::new(partial::Memory::default()));
-            let memory = memory.downcast_mut::<partial::Memory>().context("another proxy's memory")?;
+            let memory = changes::Memory::<partial::Last>::in_state(&mut state.memory)?;
             let last = memory.families.remove(&family);
             let endpoints_tracked = self.mutant != Some(Mutant::PartialSyncMissesEndpoints);
             let partial_syncs = match partial::plan(last.as_ref(), view, endpoints_tracked) {

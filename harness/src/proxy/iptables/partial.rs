@@ -16,24 +16,18 @@
 //! ([`changes`]), not by comparing rules: so a tracker that misses a change
 //! (kubernetes/kubernetes#121362) leaves stale chains, as it did in kube-proxy.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
 
 use super::naming;
 use super::ruleset::{RuleSet, Table, TableName};
-use crate::model::{Cluster, IpFamily};
+use crate::model::Cluster;
 use crate::proxy::changes::{self, key, shape};
 
 /// Partial syncs between two full ones (kube-proxy counts time instead: a full sync every
 /// `syncPeriod`; a run has too few syncs for an hour to pass, so a count keeps both kinds in
 /// the path of every scenario with steps).
 pub(crate) const FULL_SYNC_EVERY: u32 = 8;
-
-/// What a node's proxy remembers of its last successful sync, per family.
-#[derive(Default)]
-pub(crate) struct Memory {
-    pub families: BTreeMap<IpFamily, Last>,
-}
 
 /// One family's last sync.
 pub(crate) struct Last {

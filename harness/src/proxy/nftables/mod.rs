@@ -24,7 +24,7 @@ mod tests;
 
 use std::collections::BTreeSet;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ipnet::IpNet;
 
 pub use generate::{Layout, node_rules};
@@ -32,7 +32,7 @@ pub use ruleset::RuleSet;
 
 use crate::model::Profile;
 use crate::model::{Cluster, IpFamily};
-use crate::proxy::Mutant;
+use crate::proxy::{Mutant, changes};
 use crate::proxy::{Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, program_nodes};
 use crate::topology::NodeHandle;
 
@@ -209,8 +209,7 @@ impl NodeProgrammer for BuiltinNftables {
             // The bug: every sync deletes and recreates the table, affinity sets with it.
             load::apply(node, &load_text(cluster, &node.name, self.mutant, self.layout))?;
         } else {
-            let memory = state.memory.get_or_insert_with(|| Box::new(partial::Memory::default()));
-            let memory = memory.downcast_mut::<partial::Memory>().context("another proxy's memory")?;
+            let memory = changes::Memory::<partial::Last>::in_state(&mut state.memory)?;
             let endpoints_tracked = self.mutant != Some(Mutant::PartialSyncMissesEndpoints);
             for view in &views {
                 let family = view.ip_family();

@@ -22,18 +22,12 @@
 //! one), so rewriting 10,000 Services in one transaction is quadratic
 //! (kubernetes/kubernetes#126013).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use super::ruleset::{RuleSet, TABLE, chain_spec, element_body, rule_line, set_spec};
 use crate::model::{Cluster, IpFamily};
 use crate::proxy::changes;
-
-/// What a node's proxy remembers of its last successful sync, per family.
-#[derive(Default)]
-pub(crate) struct Memory {
-    pub families: BTreeMap<IpFamily, Last>,
-}
 
 /// One family's last sync: what the proxier's element storages and its chain bookkeeping hold.
 pub(crate) struct Last {
