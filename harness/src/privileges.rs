@@ -36,20 +36,6 @@ fn missing_capabilities(status: &str) -> Vec<&'static str> {
     NEEDED.iter().filter(|(bit, _)| effective & (1 << bit) == 0).map(|(_, name)| *name).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::missing_capabilities;
-
-    #[test]
-    fn capabilities_are_read_from_the_effective_set() {
-        assert!(missing_capabilities("CapInh:\t0\nCapEff:\t000001ffffffffff\n").is_empty());
-        // Root with CAP_NET_ADMIN (bit 12) and CAP_SYS_ADMIN (bit 21) dropped.
-        let dropped = format!("CapEff:\t{:016x}\n", 0x1ff_ffff_ffffu64 & !(1 << 12) & !(1 << 21));
-        assert_eq!(missing_capabilities(&dropped), ["CAP_SYS_ADMIN", "CAP_NET_ADMIN"]);
-        assert!(missing_capabilities("no such line").is_empty());
-    }
-}
-
 /// Whether scenarios can run here; if not, prints the reason and returns false, or panics
 /// when privileges are required.
 pub fn scenarios_can_run() -> bool {
@@ -71,4 +57,18 @@ pub fn tool_or_skip(found: bool, missing: &str) -> bool {
         eprintln!("skipped: {missing}");
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_capabilities;
+
+    #[test]
+    fn capabilities_are_read_from_the_effective_set() {
+        assert!(missing_capabilities("CapInh:\t0\nCapEff:\t000001ffffffffff\n").is_empty());
+        // Root with CAP_NET_ADMIN (bit 12) and CAP_SYS_ADMIN (bit 21) dropped.
+        let dropped = format!("CapEff:\t{:016x}\n", 0x1ff_ffff_ffffu64 & !(1 << 12) & !(1 << 21));
+        assert_eq!(missing_capabilities(&dropped), ["CAP_SYS_ADMIN", "CAP_NET_ADMIN"]);
+        assert!(missing_capabilities("no such line").is_empty());
+    }
 }

@@ -300,14 +300,14 @@ fn reexports(code: &str, children: &BTreeSet<String>) -> BTreeMap<String, String
             continue;
         }
         let Some(open) = rest.find('{') else {
-            if let Some(last) = rest.rsplit(|c: char| c == ':' || c == ' ').next() {
+            if let Some(last) = rest.rsplit([':', ' ']).next() {
                 names.insert(last.to_string(), child.clone());
             }
             continue;
         };
         let group = &rest[open + 1..open + 1 + matching_brace(&rest[open + 1..])];
         for item in split_top_level(group) {
-            let last = item.rsplit(|c: char| c == ':' || c == ' ').next().unwrap_or_default();
+            let last = item.rsplit([':', ' ']).next().unwrap_or_default();
             names.insert(last.to_string(), child.clone());
         }
     }

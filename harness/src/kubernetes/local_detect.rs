@@ -14,6 +14,8 @@ use ipnet::IpNet;
 use crate::model::{Cluster, DetectLocal, IpFamily};
 
 /// One proxier's detector (one node, one family).
+// "By": each variant is read as "local by CIDR", "by bridge", "by prefix".
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocalDetector {
     /// `ClusterCIDR` (the cluster CIDR of the family) or `NodeCIDR` (the node's pod CIDR of

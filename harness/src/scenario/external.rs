@@ -188,7 +188,7 @@ fn frontend_ip(
             let owner = env
                 .addresses
                 .owner(ip)
-                .filter(|o| !(what == "an external IP" && o.starts_with("node ")) && !local_vip)?;
+                .filter(|o| (what != "an external IP" || !o.starts_with("node ")) && !local_vip)?;
             Some(format!(
                 "{ip} is already the address of {owner}: {what} must not be a {}pod or external-host address",
                 if what == "an external IP" { "" } else { "node, " }

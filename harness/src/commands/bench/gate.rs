@@ -162,19 +162,23 @@ mod tests {
     fn a_large_certain_slowdown_regresses_and_noise_does_not() {
         let base = measured("a", &[100.0, 110.0, 105.0, 98.0, 102.0], &[100.0; 5]);
         let slow = measured("b", &[300.0, 310.0, 305.0, 298.0, 302.0], &[100.0; 5]);
-        let v = judge(&[slow], &[base.clone()], &T).unwrap();
+        let v = judge(&[slow], std::slice::from_ref(&base), &T).unwrap();
         assert!(v.regressed());
         assert!(v.comparisons.iter().find(|c| c.figure == "start-to-synced").unwrap().regressed);
         assert!(!v.comparisons.iter().find(|c| c.figure == "connect-first").unwrap().regressed);
         let same = measured("a", &[101.0, 99.0, 108.0, 103.0, 104.0], &[100.0; 5]);
-        assert!(!judge(&[same], &[base.clone()], &T).unwrap().regressed());
+        assert!(!judge(&[same], std::slice::from_ref(&base), &T).unwrap().regressed());
     }
 
     #[test]
     fn each_condition_is_needed() {
         let base = measured("a", &[1.0, 1.1, 1.05, 0.98, 1.02], &[100.0, 110.0, 105.0, 98.0, 102.0]);
         // Three times slower but under the 1 ms floor (connect times in µs).
-        let v = judge(&[measured("b", &[1.0; 5], &[300.0, 310.0, 305.0, 298.0, 302.0])], &[base.clone()], &T);
+        let v = judge(
+            &[measured("b", &[1.0; 5], &[300.0, 310.0, 305.0, 298.0, 302.0])],
+            std::slice::from_ref(&base),
+            &T,
+        );
         assert!(!v.unwrap().regressed());
         // Twice as slow by the medians, but the samples overlap too much for p < 0.01.
         let base = measured("a", &[100.0, 1000.0, 100.0, 1000.0, 100.0], &[100.0; 5]);

@@ -26,10 +26,10 @@ pub(crate) use super::iptables_rules as ruleset;
 pub use super::iptables_rules::{Rule, RuleSet, normalize_save};
 
 use crate::model::{Cluster, Profile};
-use crate::proxy::{Mutant, changes};
 use crate::proxy::{
     Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, node_ports, program_nodes,
 };
+use crate::proxy::{Mutant, changes};
 use crate::topology::NodeHandle;
 
 pub const NAME: &str = "builtin-iptables";

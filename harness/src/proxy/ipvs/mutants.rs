@@ -77,7 +77,7 @@ pub fn breaks(mutant: Option<Mutant>) -> Breaks {
 pub fn apply(mutant: Mutant, plan: &mut FamilyPlan) {
     let matches_set = |set: SetName| {
         let name = set.in_family(plan.family);
-        move |r: &crate::proxy::iptables_rules::Rule| r.args.iter().any(|a| *a == name)
+        move |r: &crate::proxy::iptables_rules::Rule| r.args.contains(&name)
     };
     match mutant {
         // The hairpin masquerade matches KUBE-LOOP-BACK; node ports mark through

@@ -29,6 +29,10 @@ use crate::model::{
 use crate::proxy::iptables_rules::{RuleSet, args};
 use crate::proxy::node_ports::NodePortAddresses;
 
+/// A row of kube-proxy's `ipsetWithIptablesChain`: the set, whether its rule is in the filter
+/// table (else nat), the chain it is matched in, the target, the match type and the protocol.
+type SetJump<'a> = (SetName, bool, &'a str, &'a str, &'a str, Option<&'a str>);
+
 /// The name of the dummy interface holding service addresses (`defaultDummyDevice`).
 pub(crate) const DUMMY: &str = "kube-ipvs0";
 
@@ -333,7 +337,7 @@ impl Planner<'_> {
         rules.nat.append(SERVICES, args!["-s", loopback, "-j", "RETURN"]);
 
         // `ipsetWithIptablesChain`: one rule per non-empty set, in that list's order.
-        let with_chain: [(SetName, bool, &str, &str, &str, Option<&str>); 12] = [
+        let with_chain: [SetJump<'_>; 12] = [
             (SetName::LoopBack, false, POSTROUTING, "MASQUERADE", "dst,dst,src", None),
             (SetName::LoadBalancer, false, SERVICES, LOAD_BALANCER, "dst,dst", None),
             (SetName::LoadBalancerLocal, false, LOAD_BALANCER, "RETURN", "dst,dst", None),

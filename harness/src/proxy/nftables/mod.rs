@@ -32,8 +32,8 @@ pub use ruleset::RuleSet;
 
 use crate::model::Profile;
 use crate::model::{Cluster, IpFamily};
-use crate::proxy::{Mutant, changes};
 use crate::proxy::{Env, NodeProgrammer, NodeState, Proxy, Running, State, healthcheck, program_nodes};
+use crate::proxy::{Mutant, changes};
 use crate::topology::NodeHandle;
 
 /// The current layout (v1.34, and v1.33.5 on).

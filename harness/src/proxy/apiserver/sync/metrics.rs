@@ -271,8 +271,8 @@ impl SyncJudge {
                     family.as_deref().unwrap_or("all families"),
                     g.syncs - self.before.get(family).syncs,
                     self.families.expected_syncs(family),
-                    self.from_push(g.last_synced),
-                    self.from_push(g.last_queued),
+                    self.since_push(g.last_synced),
+                    self.since_push(g.last_queued),
                 )
             })
             .collect();
@@ -280,7 +280,7 @@ impl SyncJudge {
     }
 
     /// A timestamp gauge against the push; kube-proxy leaves one it never set at 0.
-    fn from_push(&self, timestamp: f64) -> String {
+    fn since_push(&self, timestamp: f64) -> String {
         if timestamp == 0.0 {
             "never".into()
         } else {
