@@ -715,7 +715,17 @@ mod tests {
     }
 
     #[test]
-    fn reference_proxies_take_only_further_flags() {
+    fn reference_proxies_take_a_sync_timeout() {
+        let p = ApiServerProxy::reference_from_options("nftables", &json!({"syncTimeoutSeconds": 900})).unwrap();
+        assert_eq!(p.sync_timeout, Duration::from_secs(900));
+        assert_eq!(p.name(), REFERENCE_NFTABLES);
+        for bad in [json!({"syncTimeoutSeconds": 0}), json!({"syncTimeoutSeconds": "900"})] {
+            assert!(ApiServerProxy::reference_from_options("nftables", &bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reference_proxies_take_no_other_option() {
         let p =
             ApiServerProxy::reference_from_options("iptables", &json!({"flags": ["--no-conntrack-cleanup"]}))
                 .unwrap();
