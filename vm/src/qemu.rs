@@ -112,7 +112,9 @@ fn wait(child: &mut Child, limit: Duration) -> Result<()> {
         if Instant::now() > give_up {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("the VM was still running after {limit:?}; killed (a longer run needs `matrix --vm-limit-minutes`)");
+            bail!(
+                "the VM was still running after {limit:?}; killed (a longer run needs `matrix --vm-limit-minutes`)"
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     };

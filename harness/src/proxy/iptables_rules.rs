@@ -7,7 +7,9 @@
 //! `iptables-save` prints them in, so a rendered rule reads exactly like a dumped one.
 
 use std::collections::HashSet;
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
+
+use super::lookaside::Lookaside;
 
 /// Builds a rule's argument list from string-like values: `args!["-j", chain]`.
 macro_rules! args {
@@ -141,49 +143,29 @@ pub struct Table {
     pub name: TableName,
     pub chains: Vec<Chain>,
     pub rules: Vec<Rule>,
-    declared: Declared,
-}
-
-/// The chain names declared so far, so that "not there yet" is answered without scanning
-/// tens of thousands of chains for each new one (which was quadratic: 10,000 Services declare
-/// 30,000 chains). The list stays the truth: a name found here is looked for there, as it may
-/// have been removed since.
-#[derive(Clone, Default)]
-struct Declared(HashSet<String>);
-
-// Not part of the table's value: tables with the same chains and rules are equal, however built.
-impl PartialEq for Declared {
-    fn eq(&self, _: &Declared) -> bool {
-        true
-    }
-}
-
-impl Eq for Declared {}
-
-impl fmt::Debug for Declared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("..")
-    }
+    /// The chain names declared so far (the list stays the truth: a name found here is looked
+    /// for there, as it may have been removed since; 10,000 Services declare 30,000 chains).
+    declared: Lookaside<HashSet<String>>,
 }
 
 impl Table {
     pub fn new(name: TableName) -> Table {
         let chains =
             name.builtin_chains().iter().map(|c| Chain { name: c.to_string(), builtin: true }).collect();
-        Table { name, chains, rules: Vec::new(), declared: Declared::default() }
+        Table { name, chains, rules: Vec::new(), declared: Lookaside::default() }
     }
 
     /// Declares a chain of ours (once; later declarations are no-ops).
     pub(crate) fn add_chain(&mut self, name: &str) {
         if !self.has_chain(name) {
-            self.declared.0.insert(name.to_string());
+            self.declared.insert(name.to_string());
             self.chains.push(Chain { name: name.to_string(), builtin: false });
         }
     }
 
     pub(crate) fn has_chain(&self, name: &str) -> bool {
         let builtin = self.name.builtin_chains().contains(&name);
-        (builtin || self.declared.0.contains(name)) && self.chains.iter().any(|c| c.name == name)
+        (builtin || self.declared.contains(name)) && self.chains.iter().any(|c| c.name == name)
     }
 
     pub fn append(&mut self, chain: &str, args: Vec<String>) {

@@ -17,6 +17,7 @@ pub mod iptables_rules;
 pub mod ipvs;
 pub mod kube_proxy_config;
 mod loader;
+mod lookaside;
 pub mod mutant;
 pub mod nftables;
 pub(crate) mod node_ports;

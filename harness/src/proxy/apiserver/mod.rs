@@ -716,7 +716,8 @@ mod tests {
 
     #[test]
     fn reference_proxies_take_a_sync_timeout() {
-        let p = ApiServerProxy::reference_from_options("nftables", &json!({"syncTimeoutSeconds": 900})).unwrap();
+        let p =
+            ApiServerProxy::reference_from_options("nftables", &json!({"syncTimeoutSeconds": 900})).unwrap();
         assert_eq!(p.sync_timeout, Duration::from_secs(900));
         assert_eq!(p.name(), REFERENCE_NFTABLES);
         for bad in [json!({"syncTimeoutSeconds": 0}), json!({"syncTimeoutSeconds": "900"})] {

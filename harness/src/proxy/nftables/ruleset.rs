@@ -7,9 +7,10 @@
 //! order `nft -f` accepts: everything a rule or element names exists before it.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 
 use crate::model::IpFamily;
+use crate::proxy::lookaside::Lookaside;
 
 /// kube-proxy's table name, in both families.
 pub(crate) const TABLE: &str = "kube-proxy";
@@ -79,7 +80,7 @@ pub struct RuleSet {
     pub sets: Vec<Set>,
     pub rules: Vec<Rule>,
     pub elements: Vec<Element>,
-    added: Added,
+    added: Lookaside<Added>,
 }
 
 /// The chain names and element keys added so far: "not there" without searching lists of tens
@@ -91,21 +92,6 @@ struct Added {
     elements: HashSet<(String, Vec<String>)>,
 }
 
-// Not part of the table's value: tables with the same contents are equal, however built.
-impl PartialEq for Added {
-    fn eq(&self, _: &Added) -> bool {
-        true
-    }
-}
-
-impl Eq for Added {}
-
-impl fmt::Debug for Added {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("..")
-    }
-}
-
 impl RuleSet {
     pub fn new(family: IpFamily) -> RuleSet {
         RuleSet {
@@ -115,7 +101,7 @@ impl RuleSet {
             sets: Vec::new(),
             rules: Vec::new(),
             elements: Vec::new(),
-            added: Added::default(),
+            added: Lookaside::default(),
         }
     }
 
