@@ -1,8 +1,8 @@
 //! Runs one scenario end to end: expectations from the oracle, namespaces, proxy programming,
 //! servers and captures, probes, conntrack, verdicts, evidence, and teardown on every path out.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -371,6 +371,12 @@ struct SentProbe {
     witnesses: Box<dyn Witnesses>,
 }
 
+impl SentProbe {
+    fn new(Shipment { dst, sent, faults, witnesses }: Shipment, window: Window) -> SentProbe {
+        SentProbe { dst, sent, window, faults, witnesses }
+    }
+}
+
 /// Each translating node's conntrack table, by node name.
 type ConntrackTables = BTreeMap<String, Vec<conntrack::Flow>>;
 
@@ -418,6 +424,7 @@ fn probe_phases(
     options: &RunOptions,
 ) -> Result<Vec<(Vec<SentProbe>, ConntrackTables)>> {
     let ports = SourcePorts::default();
+    let shared_routes = shared_routes(phases);
     let mut out = Vec::new();
     for (i, (phase, expected)) in phases.iter().zip(expectations).enumerate() {
         if i > 0 && phase.restart_proxy {
@@ -426,7 +433,7 @@ fn probe_phases(
             proxy.get()?.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
         let wire = Wire::new(phase.cluster, topology, runtime, &ports, captures, options.timeout);
-        let sent = send_probes(phase, expected, kinds, wire)?;
+        let sent = send_probes(phase, expected, kinds, wire, &shared_routes)?;
         out.push((sent, announced.complete(dump_conntrack(topology, expected)?)?));
     }
     Ok(out)
@@ -450,7 +457,8 @@ fn judge_phase(
         .zip(expectations)
         .zip(sent)
         .map(|((probe, expected), SentProbe { dst, sent, window, faults, witnesses })| {
-            // Probes run one after another: each is judged on what the wire carried meanwhile.
+            // Each probe is judged on what the wire carried while it ran (a probe sent with others
+            // that wait out a silence, while they all ran: it reads only its own flows there).
             let during = evidence.during(&window);
             // An answer that came after the client's wait is an answer, not a drop.
             let sent = verdict::late::reconcile(probe, dst, sent, evidence, &window);
@@ -463,22 +471,103 @@ fn judge_phase(
         .collect()
 }
 
-/// Sends each probe of `phase` as its kind does, one after another.
+/// Sends each probe of `phase` as its kind does, one after another, except the probes that
+/// wait out a silence: they go out together where the first of them stands, so a phase's
+/// silences cost one timeout rather than one each. Each of them is judged on its own flows
+/// only (its source ports), so a window shared with the others changes none of its evidence.
+/// Probes on a route in `shared_routes` keep their places: another probe steers that route.
 fn send_probes(
     phase: &Phase<'_>,
     expectations: &[oracle::Expectation],
     kinds: &mut Kinds,
     mut wire: Wire<'_>,
+    shared_routes: &BTreeSet<(String, IpAddr)>,
 ) -> Result<Vec<SentProbe>> {
-    let mut all = Vec::new();
-    for (probe, expected) in phase.probes.iter().zip(expectations) {
-        let before = wire.frame_counts();
-        let Shipment { dst, sent, faults, witnesses } = kinds.of(probe).send(probe, expected, &mut wire)?;
-        let after = wire.frame_counts();
-        let frames = before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect();
-        all.push(SentProbe { dst, sent, window: Window { frames }, faults, witnesses });
+    let mut together = Vec::new();
+    for (i, (probe, expected)) in phase.probes.iter().zip(expectations).enumerate() {
+        let route = crate::probe::route(phase.cluster, probe);
+        let shared = route.is_some_and(|(host, ip, _)| shared_routes.contains(&(host, ip)));
+        if kinds.of(probe).waits_out_silence(probe, expected) && !shared {
+            together.push(i);
+        }
     }
-    Ok(all)
+    let mut all: Vec<Option<SentProbe>> = phase.probes.iter().map(|_| None).collect();
+    for (i, (probe, expected)) in phase.probes.iter().zip(expectations).enumerate() {
+        if together.first() == Some(&i) {
+            for wave in waves(phase, &together) {
+                let before = wire.frame_counts();
+                let probes: Vec<_> = wave.iter().map(|&j| (&phase.probes[j], &expectations[j])).collect();
+                let shipments = crate::probe::send_together(&probes, &mut wire)?;
+                let window = window(before, wire.frame_counts());
+                for (j, shipment) in wave.into_iter().zip(shipments) {
+                    all[j] = Some(SentProbe::new(shipment, window.clone()));
+                }
+            }
+        }
+        if together.contains(&i) {
+            continue;
+        }
+        let before = wire.frame_counts();
+        let shipment = kinds.of(probe).send(probe, expected, &mut wire)?;
+        all[i] = Some(SentProbe::new(shipment, window(before, wire.frame_counts())));
+    }
+    Ok(all.into_iter().flatten().collect())
+}
+
+/// The most attempts sent together: each waits on a thread of its own.
+const MOST_AT_ONCE: u32 = 256;
+
+/// The probes `together` (positions in `phase`) in waves sent one after another. An external
+/// host has one route to an address: probes steering it through different nodes go in
+/// different waves. A wave holds at most [`MOST_AT_ONCE`] attempts, unless one probe has more.
+fn waves(phase: &Phase<'_>, together: &[usize]) -> Vec<Vec<usize>> {
+    struct Wave {
+        probes: Vec<usize>,
+        routes: Vec<(String, IpAddr, Option<String>)>,
+        attempts: u32,
+    }
+    let mut waves: Vec<Wave> = Vec::new();
+    for &i in together {
+        let probe = &phase.probes[i];
+        let route = crate::probe::route(phase.cluster, probe);
+        let clashes = |w: &Wave| match &route {
+            Some((host, ip, via)) => w.routes.iter().any(|(h, i, v)| h == host && i == ip && v != via),
+            None => false,
+        };
+        let fits = |w: &&mut Wave| w.attempts.saturating_add(probe.count) <= MOST_AT_ONCE && !clashes(w);
+        let wave = match waves.iter_mut().find(fits) {
+            Some(wave) => wave,
+            None => {
+                waves.push(Wave { probes: Vec::new(), routes: Vec::new(), attempts: 0 });
+                waves.last_mut().expect("just pushed")
+            }
+        };
+        wave.probes.push(i);
+        wave.routes.extend(route);
+        wave.attempts = wave.attempts.saturating_add(probe.count);
+    }
+    waves.into_iter().map(|w| w.probes).collect()
+}
+
+/// The frames each capture point took between `before` and `after` (frame counts).
+fn window(before: Vec<(String, usize)>, after: Vec<(String, usize)>) -> Window {
+    Window { frames: before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect() }
+}
+
+/// Routes (an external host's to an address) that one probe of the scenario steers through
+/// a node and another takes as it finds it: the latter depends on the order of the two.
+fn shared_routes(phases: &[Phase<'_>]) -> BTreeSet<(String, IpAddr)> {
+    let routes: Vec<_> = phases
+        .iter()
+        .flat_map(|phase| phase.probes.iter().filter_map(|p| crate::probe::route(phase.cluster, p)))
+        .collect();
+    let steered =
+        |host: &str, ip: &IpAddr| routes.iter().any(|(h, i, via)| h == host && i == ip && via.is_some());
+    routes
+        .iter()
+        .filter(|(h, ip, via)| via.is_none() && steered(h, ip))
+        .map(|(h, ip, _)| (h.clone(), *ip))
+        .collect()
 }
 
 /// The folder for `name`'s evidence under `root`, emptied of an earlier run's. `name` must be
@@ -568,4 +657,50 @@ pub fn unsupported(scenario: &Scenario) -> Option<String> {
 fn sctp_available() -> bool {
     socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(socket2::Protocol::from(132)))
         .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Source, Target};
+
+    fn load(name: &str) -> Scenario {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{name}.yaml"));
+        crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn probes_steering_one_route_through_different_nodes_go_in_different_waves() {
+        // blocked-via-node-a and -b: internet-scanner to 198.51.100.25 via node-a, then node-b.
+        let s = load("loadbalancer-source-ranges");
+        let phase = &s.phases()[0];
+        let names: Vec<&str> = [2, 3, 4, 5].iter().map(|&i| phase.probes[i].name.as_str()).collect();
+        assert_eq!(names, ["blocked-via-node-a", "blocked-via-node-b", "pod-to-lb-ip", "node-host-to-lb-ip"]);
+        assert_eq!(waves(phase, &[2, 3, 4, 5]), [vec![2, 4, 5], vec![3]]);
+        // Through the same node, they share one.
+        assert_eq!(waves(phase, &[2, 2]), [vec![2, 2]]);
+    }
+
+    #[test]
+    fn a_wave_holds_a_bounded_number_of_attempts() {
+        let mut s = load("loadbalancer-source-ranges");
+        s.probes.iter_mut().for_each(|p| p.count = MOST_AT_ONCE / 2);
+        s.probes[0].count = MOST_AT_ONCE + 1;
+        let phase = &s.phases()[0];
+        assert_eq!(waves(phase, &[0, 4, 5, 6, 7]), [vec![0], vec![4, 5], vec![6, 7]]);
+    }
+
+    #[test]
+    fn a_route_one_probe_steers_and_another_takes_as_it_finds_it_is_shared() {
+        // office steers its route to 192.168.50.11 (an external IP on node-a's address) via node-a.
+        let mut s = load("external-ip-on-node-address");
+        assert!(shared_routes(&s.phases()).is_empty());
+        let node_a = Target::Address("192.168.50.11:31053".parse().unwrap());
+        s.probes.push(Probe::example(Source::External("office".into()), node_a));
+        let shared = shared_routes(&s.phases());
+        assert_eq!(
+            shared.into_iter().collect::<Vec<_>>(),
+            [("office".to_string(), "192.168.50.11".parse().unwrap())]
+        );
+    }
 }

@@ -14,7 +14,7 @@ mod request;
 mod udp_stream;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -24,7 +24,7 @@ use crate::observe::{Capture, Frame};
 use crate::oracle::{Expectation, Outcome, Prediction};
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
-use crate::traffic::{Prober, Sent};
+use crate::traffic::{Plan, Prober, Sent};
 use crate::verdict::evidence::Evidence;
 
 /// One kind of probe. A kind that carries something from phase to phase (a held connection,
@@ -46,8 +46,23 @@ pub trait Kind {
         None
     }
 
+    /// Whether `probe`, expected to meet `expected`, is a one-shot request whose attempts all
+    /// wait out a silence: such probes of a phase go out together, by [`send_together`] rather
+    /// than [`Kind::send`], so their waits overlap. Each is judged on its own flows only (its
+    /// source ports), so sharing a window changes none of its evidence. No kind with state does.
+    fn waits_out_silence(&self, _probe: &Probe, _expected: &Expectation) -> bool {
+        false
+    }
+
     /// Sends `probe`, expected to meet `expected`, from its source.
     fn send(&mut self, probe: &Probe, expected: &Expectation, wire: &mut Wire<'_>) -> Result<Shipment>;
+}
+
+/// Sends `probes`, each one that [`Kind::waits_out_silence`], at once; their shipments in the
+/// order given. Two probes that need different routes from one external host to one address
+/// (see [`route`]) must not be among them.
+pub fn send_together(probes: &[(&Probe, &Expectation)], wire: &mut Wire<'_>) -> Result<Vec<Shipment>> {
+    request::send_together(probes, wire)
 }
 
 /// Every kind, each told apart by [`Kind::claims`] in this order (the first that claims a
@@ -132,6 +147,16 @@ impl Witnesses for NewFlow {
     }
 }
 
+/// The route an external host's probe takes to its destination: the host, the destination's
+/// address, and the node the probe steers that route through (none: it takes the route as it
+/// finds it, the host's own or one an earlier probe steered).
+pub fn route(cluster: &Cluster, probe: &Probe) -> Option<(String, IpAddr, Option<String>)> {
+    let Source::External(host) = &probe.from else { return None };
+    let view = cluster.probe_view(probe);
+    let dst = view.target_address(&probe.to)?;
+    Some((host.clone(), dst.ip(), view.entry_node(&probe.to).map(|n| n.name.clone())))
+}
+
 /// What a kind sends with during one phase: the phase's state, the namespaces, the capture
 /// points, and a prober per source namespace.
 pub struct Wire<'a> {
@@ -166,6 +191,32 @@ impl<'a> Wire<'a> {
                 e.insert(Prober::new(ns, self.ports.clone(), self.timeout)?)
             }
         })
+    }
+
+    /// Carries out every plan at once, each from its source's prober (started already);
+    /// their attempts in the order given.
+    fn send_all(&self, plans: &[(Source, Plan)]) -> Result<Vec<Vec<Sent>>> {
+        let mut by_source: BTreeMap<&Source, Vec<usize>> = BTreeMap::new();
+        for (i, (source, _)) in plans.iter().enumerate() {
+            by_source.entry(source).or_default().push(i);
+        }
+        let mut out = vec![Vec::new(); plans.len()];
+        std::thread::scope(|scope| {
+            let mut running = Vec::new();
+            for (source, at) in &by_source {
+                let prober = self.probers.get(*source).with_context(|| format!("no prober in {source}"))?;
+                let mine: Vec<Plan> = at.iter().map(|&i| plans[i].1).collect();
+                running.push((at, scope.spawn(move || prober.send_all(mine))));
+            }
+            for (at, handle) in running {
+                let sent = handle.join().map_err(|_| anyhow::anyhow!("a prober's thread panicked"))??;
+                for (&i, s) in at.iter().zip(sent) {
+                    out[i] = s;
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        })?;
+        Ok(out)
     }
 
     /// Where `probe` goes in its family; an external host's route to it is steered through

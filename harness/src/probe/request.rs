@@ -22,9 +22,31 @@ impl Kind for Request {
         oracle::predict(cluster, probe, profile)
     }
 
+    fn waits_out_silence(&self, probe: &Probe, expected: &Expectation) -> bool {
+        all_at_once(probe, expected)
+    }
+
     fn send(&mut self, probe: &Probe, expected: &Expectation, wire: &mut Wire<'_>) -> Result<Shipment> {
         send(probe, expected, wire, Speech::Plain(probe.protocol))
     }
+}
+
+/// Sends `probes`, each a [`Request`] whose attempts all wait out a silence, at once.
+pub(super) fn send_together(probes: &[(&Probe, &Expectation)], wire: &mut Wire<'_>) -> Result<Vec<Shipment>> {
+    let mut plans = Vec::new();
+    for (probe, expected) in probes {
+        let dst = wire.destination(probe)?;
+        wire.prober(&probe.from)?;
+        plans.push((probe.from.clone(), plan(probe, dst, expected, Speech::Plain(probe.protocol))));
+    }
+    let sent = wire.send_all(&plans).context("sending the probes that wait out a silence")?;
+    let shipments = plans.iter().zip(sent).map(|((_, plan), sent)| Shipment {
+        dst: plan.dst,
+        sent,
+        faults: Vec::new(),
+        witnesses: Box::new(NewFlow),
+    });
+    Ok(shipments.collect())
 }
 
 /// Sends `probe`'s attempts, each saying `speech`, and judges them as new flows.
@@ -45,13 +67,17 @@ pub(super) fn send(
 /// How to send a probe. Traffic expected to vanish is sent all at once, so waiting out the
 /// silence costs one timeout rather than one per attempt; everything else goes one by one.
 fn plan(probe: &Probe, dst: SocketAddr, expected: &Expectation, speech: Speech) -> Plan {
-    let pace = match expected.outcome {
-        Outcome::Dropped | Outcome::Forwarded | Outcome::Unanswered { .. }
-            if probe.interval.is_none() && probe.source_port.is_none() =>
-        {
-            Pace::Concurrent
-        }
-        _ => Pace::Sequential { interval: probe.interval },
+    let pace = if all_at_once(probe, expected) {
+        Pace::Concurrent
+    } else {
+        Pace::Sequential { interval: probe.interval }
     };
     Plan { dst, source_port: probe.source_port, count: probe.count, speech, pace }
+}
+
+/// Whether every attempt of `probe` waits out a silence, each from a source port of its own.
+fn all_at_once(probe: &Probe, expected: &Expectation) -> bool {
+    let silent =
+        matches!(expected.outcome, Outcome::Dropped | Outcome::Forwarded | Outcome::Unanswered { .. });
+    silent && probe.interval.is_none() && probe.source_port.is_none()
 }

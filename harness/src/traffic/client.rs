@@ -121,30 +121,24 @@ impl Prober {
     /// Carries out `plan` inside the source namespace.
     pub fn send(&self, plan: Plan) -> Result<Vec<Sent>> {
         let (ports, timeout) = (self.ports.clone(), self.timeout);
-        self.thread.run(move || match plan.pace {
-            Pace::Sequential { interval } => (0..plan.count)
-                .map(|i| {
-                    if let (Some(pause), true) = (interval, i > 0) {
-                        std::thread::sleep(pause);
-                    }
-                    attempt(&plan, &ports, timeout)
-                })
-                .collect(),
+        self.thread.run(move || carry_out(&plan, &ports, timeout))
+    }
+
+    /// Carries out every plan of `plans` at once inside the source namespace: for probes whose
+    /// attempts all wait out a silence, so the waits overlap. Answers in the order given.
+    pub fn send_all(&self, plans: Vec<Plan>) -> Result<Vec<Vec<Sent>>> {
+        let (ports, timeout) = (self.ports.clone(), self.timeout);
+        self.thread.run(move || {
             // Threads spawned here inherit this thread's network namespace.
-            Pace::Concurrent => std::thread::scope(|scope| {
+            std::thread::scope(|scope| {
                 let handles: Vec<_> =
-                    (0..plan.count).map(|_| scope.spawn(|| attempt(&plan, &ports, timeout))).collect();
+                    plans.iter().map(|plan| scope.spawn(|| carry_out(plan, &ports, timeout))).collect();
                 handles
                     .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| Sent {
-                            source_port: 0,
-                            request: None,
-                            attempt: Attempt::Broken { reason: "the attempt's thread panicked".into() },
-                        })
-                    })
+                    .zip(&plans)
+                    .map(|(h, plan)| h.join().unwrap_or_else(|_| vec![panicked(); plan.count as usize]))
                     .collect()
-            }),
+            })
         })
     }
 
@@ -159,6 +153,35 @@ impl Prober {
             let mut buf = Vec::new();
             stream.read_to_end(&mut buf)
         })
+    }
+}
+
+/// Makes `plan`'s attempts, on a thread already inside the source namespace.
+fn carry_out(plan: &Plan, ports: &SourcePorts, timeout: Duration) -> Vec<Sent> {
+    match plan.pace {
+        Pace::Sequential { interval } => (0..plan.count)
+            .map(|i| {
+                if let (Some(pause), true) = (interval, i > 0) {
+                    std::thread::sleep(pause);
+                }
+                attempt(plan, ports, timeout)
+            })
+            .collect(),
+        // Threads spawned here inherit this thread's network namespace.
+        Pace::Concurrent => std::thread::scope(|scope| {
+            let handles: Vec<_> =
+                (0..plan.count).map(|_| scope.spawn(|| attempt(plan, ports, timeout))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| panicked())).collect()
+        }),
+    }
+}
+
+/// An attempt whose thread panicked.
+fn panicked() -> Sent {
+    Sent {
+        source_port: 0,
+        request: None,
+        attempt: Attempt::Broken { reason: "the attempt's thread panicked".into() },
     }
 }
 

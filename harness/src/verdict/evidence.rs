@@ -9,11 +9,15 @@
 //!   an address nobody holds), never a TCP RST, which only a host's own stack sends.
 //! - Closed (refused by a host's own stack): an RST or ICMP port unreachable came back.
 //! - Dropped: the client sent it, nothing came back, and nothing of the flow left the node: no
-//!   pod or other host received it, no frame of it left a node's uplink, and no node sent an
-//!   ARP request or neighbour solicitation for its destination.
-//! - Forwarded (un-translated, unanswered): a node sent it on, shown by one of those frames,
-//!   and nothing but an ICMP host unreachable (the node's neighbour resolution giving up)
-//!   came back.
+//!   pod or other host received it, no frame of it left a node's uplink, and no node that had
+//!   to drop it holds a conntrack entry for it. (An ARP request or neighbour solicitation
+//!   carries no flow: it only names the next hop in a message.)
+//! - Forwarded (un-translated, unanswered): a node sent it on, shown by one of those frames or
+//!   entries, and nothing but an ICMP host unreachable (the node's neighbour resolution giving
+//!   up) came back.
+//!
+//! Every check reads the frames of its own flow only (by source port), so probes whose
+//! windows overlap (a phase's silent probes, sent together) cannot vouch for one another.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
