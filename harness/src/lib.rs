@@ -35,7 +35,7 @@ pub mod proxy;
 pub mod report;
 pub mod runner;
 pub mod scenario;
-mod signals;
+pub mod signals;
 pub mod topology;
 pub mod traffic;
 pub mod verdict;

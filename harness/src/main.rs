@@ -7,5 +7,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    std::process::exit(packetproof::cli::main());
+    packetproof::signals::exit(packetproof::cli::main());
 }

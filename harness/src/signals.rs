@@ -3,11 +3,25 @@
 //! The handlers are tokio's (the signal stays deliverable to children, unlike a blocked mask),
 //! registered before this returns; the cleanup runs on a thread of its own.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::signal::unix::{SignalKind, signal};
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Held by whichever ends the process first: a signal's cleanup, or [`exit`] at the command's
+/// end. A cleanup that stops the VMs makes the matrix fail on its own ("the VM died"); without
+/// this its exit code 2 could win the race against the interrupt's 130, and cut the cleanup
+/// short.
+static EXITING: Mutex<()> = Mutex::new(());
+
+/// Ends the process with `code`, unless a signal's cleanup is under way: that one finishes and
+/// exits with 128 + the signal's number.
+pub fn exit(code: i32) -> ! {
+    let _exiting = EXITING.lock().unwrap_or_else(|e| e.into_inner());
+    std::process::exit(code)
+}
 
 /// Runs `cleanup` on the first SIGINT, SIGTERM or SIGHUP, then exits with 128 + its number.
 /// Only the first call installs anything: a process has one cleanup.
@@ -45,6 +59,7 @@ pub fn on_termination(cleanup: impl Fn() + Send + 'static) {
             });
             futures::future::select_all(waits).await.0
         });
+        let _exiting = EXITING.lock().unwrap_or_else(|e| e.into_inner());
         cleanup();
         std::process::exit(128 + number);
     });
