@@ -5,8 +5,12 @@
 
 use std::fmt;
 
-use saphyr::{LoadableYamlNode, MarkedYaml, Marker, Scalar, YamlData};
-use serde_json::{Map, Number, Value};
+use saphyr::Marker;
+use serde_json::Value;
+
+#[cfg(test)]
+mod against_tree;
+mod events;
 
 /// A 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -243,110 +247,8 @@ pub(crate) struct YamlError {
 
 /// Parses every document of `text`; empty documents (a trailing `---`) are left out.
 pub(crate) fn parse(text: &str) -> Result<Vec<Document>, YamlError> {
-    // saphyr rejects duplicate keys by default, as YAML requires.
-    let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
-        pos: Pos::from_marker(e.marker()),
-        field: FieldPath::root(),
-        message: format!("invalid YAML: {}", e.info()),
-    })?;
-    let mut out = Vec::new();
-    // Each parsed document is dropped once converted: the two forms of a large file need not
-    // both be held whole.
-    for node in docs {
-        if matches!(node.data, YamlData::Value(Scalar::Null) | YamlData::BadValue) {
-            continue;
-        }
-        let start = Pos::from_marker(&node.span.start);
-        let (value, spots) = convert(&node, &mut FieldPath::root())?;
-        out.push(Document { value, start, spots });
-    }
-    Ok(out)
-}
-
-/// The value of `node` and where its parts are; `path` (where `node` is, and is again on
-/// return) only names errors.
-fn convert(node: &MarkedYaml<'_>, path: &mut FieldPath) -> Result<(Value, Spots), YamlError> {
-    let here = Pos::from_marker(&node.span.start);
-    let fail = |path: &FieldPath, message: &str| YamlError {
-        pos: here,
-        field: path.clone(),
-        message: message.into(),
-    };
-    Ok(match &node.data {
-        YamlData::Value(scalar) => {
-            (scalar_value(scalar).ok_or_else(|| fail(path, "numbers must be finite"))?, Spots::scalar(here))
-        }
-        YamlData::Sequence(items) => {
-            let mut out = Vec::with_capacity(items.len());
-            let mut spots = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                path.0.push(Segment::Index(i));
-                let (value, item_spots) = convert(item, path)?;
-                path.0.pop();
-                out.push(value);
-                spots.push(item_spots);
-            }
-            (Value::Array(out), Spots { value: here, inner: Inner::Sequence(spots) })
-        }
-        YamlData::Mapping(entries) => {
-            let mut out = Map::new();
-            let mut spots = Vec::with_capacity(entries.len());
-            for (k, v) in entries {
-                let key_pos = Pos::from_marker(&k.span.start);
-                let key = scalar_key(k).ok_or_else(|| YamlError {
-                    pos: key_pos,
-                    field: path.clone(),
-                    message: "mapping keys must be plain scalars".into(),
-                })?;
-                if out.contains_key(&key) {
-                    // e.g. `80:` and `"80":`, distinct to YAML but the same JSON key.
-                    return Err(YamlError {
-                        pos: key_pos,
-                        field: path.key(&key),
-                        message: format!("duplicated key `{key}` in mapping"),
-                    });
-                }
-                path.0.push(Segment::Key(key));
-                let (value, value_spots) = convert(v, path)?;
-                let Some(Segment::Key(key)) = path.0.pop() else { unreachable!("the segment pushed above") };
-                spots.push((key.as_str().into(), key_pos, value_spots));
-                out.insert(key, value);
-            }
-            (Value::Object(out), Spots { value: here, inner: Inner::Mapping(spots) })
-        }
-        // Application tags (`!foo`) carry nothing Kubernetes understands; keep the content.
-        YamlData::Tagged(_, inner) => {
-            let (value, mut spots) = convert(inner, path)?;
-            spots.value = here;
-            (value, spots)
-        }
-        YamlData::Representation(text, _, _) => (Value::String(text.to_string()), Spots::scalar(here)),
-        YamlData::Alias(_) | YamlData::BadValue => {
-            return Err(fail(path, "unresolvable YAML node (alias or bad value)"));
-        }
-    })
-}
-
-fn scalar_value(scalar: &Scalar<'_>) -> Option<Value> {
-    Some(match scalar {
-        Scalar::Null => Value::Null,
-        Scalar::Boolean(b) => Value::Bool(*b),
-        Scalar::Integer(i) => Value::Number((*i).into()),
-        Scalar::FloatingPoint(f) => Value::Number(Number::from_f64(f.0)?),
-        Scalar::String(s) => Value::String(s.to_string()),
-    })
-}
-
-fn scalar_key(node: &MarkedYaml<'_>) -> Option<String> {
-    match &node.data {
-        YamlData::Value(Scalar::String(s)) => Some(s.to_string()),
-        YamlData::Value(Scalar::Integer(i)) => Some(i.to_string()),
-        YamlData::Value(Scalar::Boolean(b)) => Some(b.to_string()),
-        YamlData::Value(Scalar::FloatingPoint(f)) => Some(f.to_string()),
-        YamlData::Value(Scalar::Null) => Some("null".to_string()),
-        YamlData::Tagged(_, inner) => scalar_key(inner),
-        _ => None,
-    }
+    // saphyr rejects duplicate keys, as YAML requires.
+    events::read(text)
 }
 
 #[cfg(test)]
