@@ -132,41 +132,69 @@ impl fmt::Display for FieldPath {
     }
 }
 
+/// A [`Pos`] as documents keep them, by the million: in half the room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    line: u32,
+    column: u32,
+}
+
+impl Place {
+    fn from_marker(m: &Marker) -> Place {
+        Place::of(Pos::from_marker(m))
+    }
+
+    fn of(pos: Pos) -> Place {
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Place { line: narrow(pos.line), column: narrow(pos.column) }
+    }
+
+    fn pos(self) -> Pos {
+        Pos { line: self.line as usize, column: self.column as usize }
+    }
+}
+
 /// Where a value starts, and where each field's key and value or each item does inside it:
-/// the shape of the value, without a path per field (files hold fields by the million).
+/// the shape of the value, without a path or name per field (files hold fields by the million).
 #[derive(Debug, Clone)]
 struct Spots {
-    value: Pos,
+    value: Place,
     inner: Inner,
 }
 
 #[derive(Debug, Clone)]
 enum Inner {
     Scalar,
-    /// Each field's key, where the key starts, and its value's spots, in the file's order.
-    Mapping(Vec<(Box<str>, Pos, Spots)>),
-    Sequence(Vec<Spots>),
+    /// Where each field's key starts, and its value's spots, in the order the value keeps its
+    /// fields (serde_json's, by key): a field is found by its key's place among them.
+    Mapping(Box<[(Place, Spots)]>),
+    Sequence(Box<[Spots]>),
 }
 
 impl Spots {
-    fn scalar(value: Pos) -> Spots {
+    fn scalar(value: Place) -> Spots {
         Spots { value, inner: Inner::Scalar }
     }
 
-    /// The key position (for a mapping's field) and spots of the value at `path`, and how
-    /// many of its segments were found: all of them, or those of its nearest existing ancestor.
-    fn find(&self, path: &FieldPath) -> (Option<Pos>, &Spots, usize) {
-        let (mut key, mut here) = (None, self);
+    /// The key position (for a mapping's field) and spots of the value at `path` in `value`
+    /// (the value these spots are of), and how many of its segments were found: all of them,
+    /// or those of its nearest existing ancestor.
+    fn find(&self, value: &Value, path: &FieldPath) -> (Option<Place>, &Spots, usize) {
+        let (mut key, mut here, mut value) = (None, self, value);
         for (depth, segment) in path.0.iter().enumerate() {
-            let next = match (segment, &here.inner) {
-                (Segment::Key(k), Inner::Mapping(fields)) => {
-                    fields.iter().find(|(name, ..)| **name == **k).map(|(_, at, spots)| (Some(*at), spots))
+            let next = match (segment, &here.inner, value) {
+                (Segment::Key(k), Inner::Mapping(fields), Value::Object(map)) => map
+                    .iter()
+                    .position(|(name, _)| name == k)
+                    .and_then(|rank| Some((fields.get(rank)?, &map[k])))
+                    .map(|((at, spots), value)| (Some(*at), spots, value)),
+                (Segment::Index(i), Inner::Sequence(items), Value::Array(values)) => {
+                    items.get(*i).zip(values.get(*i)).map(|(spots, value)| (None, spots, value))
                 }
-                (Segment::Index(i), Inner::Sequence(items)) => items.get(*i).map(|spots| (None, spots)),
                 _ => None,
             };
             match next {
-                Some(found) => (key, here) = found,
+                Some(found) => (key, here, value) = found,
                 None => return (key, here, depth),
             }
         }
@@ -186,14 +214,14 @@ impl Document {
     /// Where the value at `path` starts; for a missing value, where its nearest existing
     /// ancestor starts (the mapping the field should have been in).
     pub(crate) fn value_pos(&self, path: &FieldPath) -> Pos {
-        self.spots.find(path).1.value
+        self.spots.find(&self.value, path).1.value.pos()
     }
 
     /// Where the key of `path` starts (for unknown fields), else as [`Document::value_pos`].
     pub(crate) fn key_pos(&self, path: &FieldPath) -> Pos {
-        match self.spots.find(path) {
-            (Some(key), _, depth) if depth == path.0.len() => key,
-            (_, spots, _) => spots.value,
+        match self.spots.find(&self.value, path) {
+            (Some(key), _, depth) if depth == path.0.len() => key.pos(),
+            (_, spots, _) => spots.value.pos(),
         }
     }
 }
@@ -205,17 +233,17 @@ impl Document {
         let Some(Value::Array(values)) = list.lookup(&self.value) else {
             return Vec::new();
         };
-        let (_, spots, depth) = self.spots.find(list);
-        let items = match &spots.inner {
-            Inner::Sequence(items) if depth == list.0.len() => items.as_slice(),
+        let (_, spots, depth) = self.spots.find(&self.value, list);
+        let items: &[Spots] = match &spots.inner {
+            Inner::Sequence(items) if depth == list.0.len() => items,
             _ => &[],
         };
         values
             .iter()
             .enumerate()
             .map(|(i, value)| {
-                let spots = items.get(i).cloned().unwrap_or_else(|| Spots::scalar(self.value_pos(list)));
-                Document { value: value.clone(), start: spots.value, spots }
+                let spots = items.get(i).cloned().unwrap_or_else(|| Spots::scalar(spots.value));
+                Document { value: value.clone(), start: spots.value.pos(), spots }
             })
             .collect()
     }
@@ -223,17 +251,28 @@ impl Document {
     /// A document the reader made (a generated Service): every position is `at`, the place in
     /// the file that asked for it.
     pub fn generated(value: Value, at: Pos) -> Document {
-        Document { value, start: at, spots: Spots::scalar(at) }
+        Document { value, start: at, spots: Spots::scalar(Place::of(at)) }
     }
 
     /// Sets a missing top-level string field (e.g. the `kind` a typed list's items leave out);
     /// messages about it point at the document's start.
     pub(crate) fn default_field(&mut self, key: &str, value: &str) {
-        if let Value::Object(map) = &mut self.value
-            && map.get(key).is_none_or(Value::is_null)
-        {
-            map.insert(key.to_string(), Value::String(value.to_string()));
+        let Value::Object(map) = &mut self.value else { return };
+        match map.get(key) {
+            Some(Value::Null) => {}
+            Some(_) => return,
+            None => {
+                // A field the file lacks has no place of its own: its mapping's, the start.
+                if let Inner::Mapping(fields) = &mut self.spots.inner {
+                    let rank = map.keys().filter(|name| name.as_str() < key).count();
+                    let at = self.spots.value;
+                    let mut grown = std::mem::take(fields).into_vec();
+                    grown.insert(rank.min(grown.len()), (at, Spots::scalar(at)));
+                    *fields = grown.into_boxed_slice();
+                }
+            }
         }
+        map.insert(key.to_string(), Value::String(value.to_string()));
     }
 }
 

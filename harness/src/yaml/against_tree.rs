@@ -1,14 +1,69 @@
 //! The event reader against what it replaced: saphyr's tree loader, then a conversion of each
-//! tree. Both must give the same documents, positions and errors on awkward YAML and on the
-//! shipped scenarios changed at random as text.
+//! tree into a value and positions kept by field name. Both must give the same documents,
+//! positions (of every value and key, and of missing fields) and errors on awkward YAML and on
+//! the shipped scenarios changed at random as text.
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
 use serde_json::{Map, Number, Value};
 
-use super::{Document, FieldPath, Inner, Pos, Segment, Spots, YamlError, parse};
+use super::{FieldPath, Pos, Segment, YamlError, parse};
+
+/// A document as the old reader gave it.
+struct OldDocument {
+    value: Value,
+    start: Pos,
+    spots: Spots,
+}
+
+/// Positions as the old reader kept them: by field name, in the file's order.
+struct Spots {
+    value: Pos,
+    inner: Inner,
+}
+
+enum Inner {
+    Scalar,
+    Mapping(Vec<(String, Pos, Spots)>),
+    Sequence(Vec<Spots>),
+}
+
+impl Spots {
+    fn scalar(value: Pos) -> Spots {
+        Spots { value, inner: Inner::Scalar }
+    }
+
+    fn find(&self, path: &FieldPath) -> (Option<Pos>, &Spots, usize) {
+        let (mut key, mut here) = (None, self);
+        for (depth, segment) in path.0.iter().enumerate() {
+            let next = match (segment, &here.inner) {
+                (Segment::Key(k), Inner::Mapping(fields)) => {
+                    fields.iter().find(|(name, ..)| name == k).map(|(_, at, spots)| (Some(*at), spots))
+                }
+                (Segment::Index(i), Inner::Sequence(items)) => items.get(*i).map(|spots| (None, spots)),
+                _ => None,
+            };
+            match next {
+                Some(found) => (key, here) = found,
+                None => return (key, here, depth),
+            }
+        }
+        (key, here, path.0.len())
+    }
+
+    fn value_pos(&self, path: &FieldPath) -> Pos {
+        self.find(path).1.value
+    }
+
+    fn key_pos(&self, path: &FieldPath) -> Pos {
+        match self.find(path) {
+            (Some(key), _, depth) if depth == path.0.len() => key,
+            (_, spots, _) => spots.value,
+        }
+    }
+}
 
 /// The reader as it was: the whole file's tree, then each document converted.
-fn parse_with_tree(text: &str) -> Result<Vec<Document>, YamlError> {
+fn parse_with_tree(text: &str) -> Result<Vec<OldDocument>, YamlError> {
     let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
         pos: Pos::from_marker(e.marker()),
         field: FieldPath::root(),
@@ -21,7 +76,7 @@ fn parse_with_tree(text: &str) -> Result<Vec<Document>, YamlError> {
         }
         let start = Pos::from_marker(&node.span.start);
         let (value, spots) = convert(&node, &mut FieldPath::root())?;
-        out.push(Document { value, start, spots });
+        out.push(OldDocument { value, start, spots });
     }
     Ok(out)
 }
@@ -69,7 +124,7 @@ fn convert(node: &MarkedYaml<'_>, path: &mut FieldPath) -> Result<(Value, Spots)
                 path.push(Segment::Key(key.clone()));
                 let (value, value_spots) = convert(v, path)?;
                 path.pop();
-                spots.push((key.as_str().into(), key_pos, value_spots));
+                spots.push((key.clone(), key_pos, value_spots));
                 out.insert(key, value);
             }
             (Value::Object(out), Spots { value: here, inner: Inner::Mapping(spots) })
@@ -108,17 +163,57 @@ fn scalar_key(node: &MarkedYaml<'_>) -> Option<String> {
     }
 }
 
-/// Everything a reader's answer holds, to compare.
-fn shown(read: Result<Vec<Document>, YamlError>) -> String {
-    match read {
-        Ok(docs) => docs.iter().map(|d| format!("{} {:?} {:?}\n", d.value, d.start, d.spots)).collect(),
-        Err(e) => format!("{e:?}"),
+/// Every path inside `value`, and one more below each mapping for a field it lacks.
+fn paths(value: &Value, path: &mut FieldPath, out: &mut Vec<FieldPath>) {
+    out.push(path.clone());
+    match value {
+        Value::Object(map) => {
+            out.push(path.key("missing").key("deeper"));
+            for (key, value) in map {
+                path.push(Segment::Key(key.clone()));
+                paths(value, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            out.push(path.index(items.len()));
+            for (i, value) in items.iter().enumerate() {
+                path.push(Segment::Index(i));
+                paths(value, path, out);
+                path.pop();
+            }
+        }
+        _ => {}
     }
+}
+
+/// A document's value, start, and the value and key position of each of its paths.
+fn shown(value: &Value, start: Pos, position: impl Fn(&FieldPath) -> (Pos, Pos)) -> String {
+    let mut all = Vec::new();
+    paths(value, &mut FieldPath::root(), &mut all);
+    let mut out = format!("{value} {start:?}\n");
+    for path in all {
+        out += &format!("  {path} {:?}\n", position(&path));
+    }
+    out
 }
 
 #[track_caller]
 fn agree(text: &str) {
-    assert_eq!(shown(parse(text)), shown(parse_with_tree(text)), "on:\n{text}");
+    let new = match parse(text) {
+        Ok(docs) => {
+            docs.iter().map(|d| shown(&d.value, d.start, |p| (d.value_pos(p), d.key_pos(p)))).collect()
+        }
+        Err(e) => format!("{e:?}"),
+    };
+    let old = match parse_with_tree(text) {
+        Ok(docs) => docs
+            .iter()
+            .map(|d| shown(&d.value, d.start, |p| (d.spots.value_pos(p), d.spots.key_pos(p))))
+            .collect(),
+        Err(e) => format!("{e:?}"),
+    };
+    assert_eq!(new, old, "on:\n{text}");
 }
 
 #[test]
@@ -179,7 +274,9 @@ fn awkward_yaml() {
         "? [x]\n: 1\nb: 1\nb: 2\n",
         "a: {b: .inf, b: 1}\n",
         "a: [.inf, {b: 1, b: 2}]\n",
-        // Positions: flow and block, multi-line strings, document markers.
+        // Positions: fields out of key order (JSON keeps them sorted).
+        "z: 1\nb: {y: 2, a: [3, {q: 1, p: 2}]}\n10: x\n9: y\n\"\": e\n",
+        // Flow and block, multi-line strings, document markers.
         "a:\n  - b: |\n      text\n    c: >-\n      folded\n  - 'q'\n",
         "--- \na: 1\n...\n---\nb: [x, {y: z}]\n",
         "a: \"\\u00e9\"\nb: é\n\u{e9}: x\n",

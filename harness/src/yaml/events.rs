@@ -11,6 +11,7 @@
 //! - saphyr's quirks stay: a key it cannot type (`!!int x`) is dropped and the next node taken
 //!   for the key; a tagged scalar's content has no position of its own (the file's start).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -18,7 +19,7 @@ use saphyr::{Marker, Scalar, ScanError, Yaml, YamlLoader};
 use saphyr_parser::{Event, Parser, Span, SpannedEventReceiver};
 use serde_json::{Map, Number, Value};
 
-use super::{Document, FieldPath, Inner, Pos, Segment, Spots, YamlError};
+use super::{Document, FieldPath, Inner, Place, Pos, Segment, Spots, YamlError};
 
 /// The nodes aliases may add to a file in all, as saphyr's loader counts and allows them: a
 /// "billion laughs" file would otherwise expand without end.
@@ -76,7 +77,7 @@ struct Anchor<'input> {
 
 /// A collection being read.
 struct Open<'input> {
-    start: Pos,
+    start: Place,
     anchor: usize,
     /// Where saphyr's loader places the collection on completing it, when an alias stands
     /// for it (else its end's position).
@@ -97,9 +98,9 @@ enum Collection<'input> {
     },
     Mapping {
         values: Map<String, Value>,
-        spots: Vec<(Box<str>, Pos, Spots)>,
-        /// The keys so far, as YAML compares them.
-        keys: Vec<Yaml<'input>>,
+        /// Each field's key as YAML compares keys, where it starts, and its value's spots, in
+        /// the file's order.
+        fields: Vec<(Yaml<'input>, Place, Spots)>,
         /// The key whose value comes next.
         key: Option<Key<'input>>,
     },
@@ -108,7 +109,7 @@ enum Collection<'input> {
 struct Key<'input> {
     /// As a JSON object's key; none for a key that is not a plain scalar.
     name: Option<String>,
-    at: Pos,
+    at: Place,
     /// Where saphyr reports the key repeated.
     mark: Marker,
     yaml: Yaml<'input>,
@@ -120,7 +121,7 @@ struct Key<'input> {
 
 /// A node read whole.
 struct Node<'input> {
-    at: Pos,
+    at: Place,
     /// Where saphyr's loader placed it on completing it.
     mark: Marker,
     size: usize,
@@ -198,12 +199,7 @@ impl<'input> Reader<'input> {
                 self.open_collection(span, anchor, alias_top, content);
             }
             Event::MappingStart(anchor, _) => {
-                let content = Collection::Mapping {
-                    values: Map::new(),
-                    spots: Vec::new(),
-                    keys: Vec::new(),
-                    key: None,
-                };
+                let content = Collection::Mapping { values: Map::new(), fields: Vec::new(), key: None };
                 self.open_collection(span, anchor, alias_top, content);
             }
             Event::SequenceEnd | Event::MappingEnd => self.close_collection(span),
@@ -243,7 +239,7 @@ impl<'input> Reader<'input> {
 
     fn open_collection(&mut self, span: Span, anchor: usize, alias_top: bool, content: Collection<'input>) {
         let open = Open {
-            start: Pos::from_marker(&span.start),
+            start: Place::from_marker(&span.start),
             anchor,
             alias_mark: alias_top.then_some(span.start),
             in_key: self.in_key(),
@@ -259,18 +255,16 @@ impl<'input> Reader<'input> {
         let yaml = if open.is_key { self.key_loaders.pop().and_then(built_key) } else { None };
         // Held until the file is read: no room for items that never came.
         let (value, inner) = match open.content {
-            Collection::Sequence { mut values, mut spots } => {
+            Collection::Sequence { mut values, spots } => {
                 values.shrink_to_fit();
-                spots.shrink_to_fit();
-                (Value::Array(values), Inner::Sequence(spots))
+                (Value::Array(values), Inner::Sequence(spots.into_boxed_slice()))
             }
-            Collection::Mapping { values, mut spots, key, .. } => {
-                spots.shrink_to_fit();
+            Collection::Mapping { values, fields, key } => {
                 // A key left without a value (after a dropped one) is dropped too, unconverted.
                 if key.is_some_and(|key| key.failed) {
                     self.conversion_error = None;
                 }
-                (Value::Object(values), Inner::Mapping(spots))
+                (Value::Object(values), Inner::Mapping(in_value_order(fields)))
             }
         };
         let node = Node {
@@ -319,7 +313,7 @@ impl<'input> Reader<'input> {
         };
         let failed = report && error.is_some();
         if let (true, Some((field, message))) = (failed, error) {
-            self.conversion_error = Some(YamlError { pos: node.at, field, message });
+            self.conversion_error = Some(YamlError { pos: node.at.pos(), field, message });
         }
         // Equal keys to YAML have one name, but for 0.0 and -0.0.
         let may_repeat = name.is_none() || repeated || is_float_zero(&yaml);
@@ -339,17 +333,16 @@ impl<'input> Reader<'input> {
                 values.push(value);
                 all.push(spots);
             }
-            Collection::Mapping { values, spots: all, keys, key } => {
+            Collection::Mapping { values, fields, key } => {
                 let Some(key) = key.take() else { return };
-                if key.may_repeat && keys.contains(&key.yaml) {
+                if key.may_repeat && fields.iter().any(|(yaml, ..)| *yaml == key.yaml) {
                     self.loader_error = Some(ScanError::new_str(key.mark, "duplicated key in mapping"));
                     return;
                 }
                 // The key counts as one node, whatever it holds.
                 open.size += 1 + size;
-                keys.push(key.yaml);
+                fields.push((key.yaml, key.at, spots));
                 if let Some(name) = key.name {
-                    all.push((name.as_str().into(), key.at, spots));
                     values.insert(name, value);
                 }
             }
@@ -362,7 +355,7 @@ impl<'input> Reader<'input> {
         match node.content {
             Content::Collection { value, spots, .. } => (value, spots),
             Content::Scalar(yaml) => {
-                let value = scalar_value(&yaml, node.at).unwrap_or_else(|(pos, message)| {
+                let value = scalar_value(&yaml, node.at.pos()).unwrap_or_else(|(pos, message)| {
                     if self.conversion_error.is_none() && !self.in_key() {
                         let field = self.path(self.open.len());
                         self.conversion_error = Some(YamlError { pos, field, message: message.into() });
@@ -382,7 +375,7 @@ impl<'input> Reader<'input> {
         if matches!(root.content, Content::Scalar(Yaml::Value(Scalar::Null) | Yaml::BadValue)) {
             return;
         }
-        let start = root.at;
+        let start = root.at.pos();
         let (value, spots) = self.convert(root);
         if self.conversion_error.is_none() {
             self.documents.push(Document { value, start, spots });
@@ -417,8 +410,24 @@ impl<'input> Reader<'input> {
 
 impl<'input> Node<'input> {
     fn scalar(yaml: Yaml<'input>, span: Span) -> Self {
-        Node { at: Pos::from_marker(&span.start), mark: span.start, size: 1, content: Content::Scalar(yaml) }
+        Node {
+            at: Place::from_marker(&span.start),
+            mark: span.start,
+            size: 1,
+            content: Content::Scalar(yaml),
+        }
     }
+}
+
+/// A mapping's spots in the order serde_json keeps its fields (by key), each field's name no
+/// longer held; fields without a JSON key (refused) are left out.
+fn in_value_order(mut fields: Vec<(Yaml<'_>, Place, Spots)>) -> Box<[(Place, Spots)]> {
+    fields.sort_unstable_by(|(a, ..), (b, ..)| key_text(a).cmp(&key_text(b)));
+    fields
+        .into_iter()
+        .filter(|(yaml, ..)| key_text(yaml).is_some())
+        .map(|(_, at, spots)| (at, spots))
+        .collect()
 }
 
 /// The key a key loader built, once fed its end.
@@ -456,6 +465,15 @@ fn scalar_key(yaml: &Yaml<'_>) -> Option<String> {
         Yaml::Value(Scalar::Null) => Some("null".to_string()),
         Yaml::Tagged(_, inner) => scalar_key(inner),
         _ => None,
+    }
+}
+
+/// [`scalar_key`] without copying a string key.
+fn key_text<'a>(yaml: &'a Yaml<'_>) -> Option<Cow<'a, str>> {
+    match yaml {
+        Yaml::Value(Scalar::String(s)) => Some(Cow::Borrowed(s)),
+        Yaml::Tagged(_, inner) => key_text(inner),
+        _ => scalar_key(yaml).map(Cow::Owned),
     }
 }
 
