@@ -200,6 +200,13 @@ fn shown(value: &Value, start: Pos, position: impl Fn(&FieldPath) -> (Pos, Pos))
 
 #[track_caller]
 fn agree(text: &str) {
+    // Large files are parsed on a thread of their own: the same events, the same answer.
+    let pipelined = match super::events::read_with(text, true) {
+        Ok(docs) => {
+            docs.iter().map(|d| shown(&d.value, d.start, |p| (d.value_pos(p), d.key_pos(p)))).collect()
+        }
+        Err(e) => format!("{e:?}"),
+    };
     let new = match parse(text) {
         Ok(docs) => {
             docs.iter().map(|d| shown(&d.value, d.start, |p| (d.value_pos(p), d.key_pos(p)))).collect()
@@ -214,6 +221,7 @@ fn agree(text: &str) {
         Err(e) => format!("{e:?}"),
     };
     assert_eq!(new, old, "on:\n{text}");
+    assert_eq!(pipelined, new, "pipelined, on:\n{text}");
 }
 
 #[test]

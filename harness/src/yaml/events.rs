@@ -29,14 +29,79 @@ const ALIAS_BUDGET: usize = 100_000;
 /// named itself): saphyr resolves it to a bad value. Parsers number anchors from 1.
 const INCOMPLETE_ANCHOR: usize = 0;
 
+/// Below this size a file is parsed on the calling thread alone; above, the parser runs on a
+/// thread of its own and the documents are built from its events as they come, the two halves
+/// of the work taking about as long as each other.
+const PIPELINE_FROM: usize = 1 << 20;
+
+/// Events handed from the parser's thread at once: few enough hand-offs to cost nothing,
+/// small enough to stay in cache.
+const BATCH: usize = 1024;
+
 /// Every document of `text`, as [`super::parse`] promises.
 pub(super) fn read(text: &str) -> Result<Vec<Document>, YamlError> {
+    read_with(text, text.len() >= PIPELINE_FROM)
+}
+
+/// [`read`], with the parser on a thread of its own or not.
+pub(super) fn read_with(text: &str, pipelined: bool) -> Result<Vec<Document>, YamlError> {
     let mut reader = Reader::default();
-    Parser::new_from_str(text).load(&mut reader, true).map_err(|e| invalid(&e))?;
+    let parsed = if pipelined {
+        pipeline(text, &mut reader)
+    } else {
+        Parser::new_from_str(text).load(&mut reader, true)
+    };
+    parsed.map_err(|e| invalid(&e))?;
     match (reader.loader_error, reader.conversion_error) {
         (Some(e), _) => Err(invalid(&e)),
         (None, Some(e)) => Err(e),
         (None, None) => Ok(reader.documents),
+    }
+}
+
+/// Parses `text` on another thread, handing its events to `reader` here in batches.
+fn pipeline<'input>(text: &'input str, reader: &mut Reader<'input>) -> Result<(), ScanError> {
+    std::thread::scope(|scope| {
+        // Two batches in flight: the parser never waits long, nor runs far ahead.
+        let (send, receive) = std::sync::mpsc::sync_channel(2);
+        let parser = std::thread::Builder::new()
+            .name("yaml-parser".into())
+            .spawn_scoped(scope, move || {
+                let mut batches = Batches { send, batch: Vec::with_capacity(BATCH) };
+                let parsed = Parser::new_from_str(text).load(&mut batches, true);
+                batches.flush();
+                parsed
+            })
+            .expect("a thread for the YAML parser");
+        for batch in receive {
+            for (event, span) in batch {
+                reader.on_event(event, span);
+            }
+        }
+        parser.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// The parser's events, sent on in batches.
+struct Batches<'input> {
+    send: std::sync::mpsc::SyncSender<Vec<(Event<'input>, Span)>>,
+    batch: Vec<(Event<'input>, Span)>,
+}
+
+impl Batches<'_> {
+    fn flush(&mut self) {
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        // The reader only goes away once the parser is done.
+        let _ = self.send.send(batch);
+    }
+}
+
+impl<'input> SpannedEventReceiver<'input> for Batches<'input> {
+    fn on_event(&mut self, event: Event<'input>, span: Span) {
+        self.batch.push((event, span));
+        if self.batch.len() == BATCH {
+            self.flush();
+        }
     }
 }
 
