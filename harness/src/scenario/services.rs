@@ -4,7 +4,6 @@
 //! is anything kube-apiserver would refuse; what it would store instead of the object as
 //! written (its defaults and derived fields) is `defaults.rs`.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
@@ -25,6 +24,7 @@ use super::net::{ip_at, not_a_host_of, parse_ip, port_number, protocol};
 use super::networks::Networks;
 use super::objects::{Parsed, Unparsed};
 use super::registry::Registry;
+use super::selectors::Selector;
 use super::yaml::FieldPath;
 
 /// `targetPort`, resolved against each pod when endpoints are derived.
@@ -40,7 +40,7 @@ pub(crate) struct ServiceEntry<'a> {
     /// One per `service.ports` entry.
     pub target_ports: Vec<TargetPort>,
     /// `None` when the Service selects no pods (its endpoints are managed by hand).
-    pub selector: Option<BTreeMap<String, String>>,
+    pub selector: Option<Selector>,
     pub publish_not_ready: bool,
     /// `spec.trafficDistribution` (read by the EndpointSlice controller, not by kube-proxy).
     pub traffic_distribution: Option<String>,
@@ -163,7 +163,7 @@ fn read_one<'a>(
     Some(ServiceEntry {
         service,
         target_ports,
-        selector: spec.selector.clone().filter(|s| !s.is_empty()),
+        selector: spec.selector.as_ref().filter(|s| !s.is_empty()).map(Selector::of),
         publish_not_ready: spec.publish_not_ready_addresses == Some(true),
         traffic_distribution: spec.traffic_distribution.clone(),
         site: site.clone(),
