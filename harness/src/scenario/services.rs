@@ -55,6 +55,7 @@ pub(crate) fn read<'a>(
     diag: &mut Diagnostics,
 ) -> Registry<ServiceEntry<'a>> {
     let mut services = Registry::new("Service");
+    services.reserve(parsed.len() + unparsed.len());
     for u in unparsed.iter().filter(|u| u.kind == Kind::Service) {
         match &u.name {
             Some(name) => services.define(name, None, &u.site, &FieldPath::parse("metadata.name"), diag),
@@ -125,8 +126,9 @@ fn read_one<'a>(
         diag.value(site, &at("spec.ports"), "a Service needs at least one port");
     }
     let owner = format!("Service {}/{}", p.namespace, p.name);
-    let mut model_ports = Vec::new();
-    let mut target_ports = Vec::new();
+    // Kept for the file's whole life, by the hundred thousand: no room for ports that never come.
+    let mut model_ports = Vec::with_capacity(ports.len());
+    let mut target_ports = Vec::with_capacity(ports.len());
     for (i, port) in ports.iter().enumerate() {
         let path = at("spec.ports").index(i);
         if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, allocates, diag) {

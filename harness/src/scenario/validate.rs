@@ -142,7 +142,8 @@ fn assemble<'a>(
     let cx =
         Context { services: &services, pods: &pods, nodes: &doc.nodes, external_hosts: &doc.external_hosts };
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
-    let mut derived = Vec::new();
+    // About one slice per Service: room made at once, not by doubling (they are large).
+    let mut derived = Vec::with_capacity(classified.services.len());
     let host_network_pods =
         ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
     let pods_by_label =
