@@ -5,8 +5,12 @@
 
 use std::fmt;
 
-use saphyr::{LoadableYamlNode, MarkedYaml, Marker, Scalar, YamlData};
-use serde_json::{Map, Number, Value};
+use saphyr::Marker;
+use serde_json::Value;
+
+#[cfg(test)]
+mod against_tree;
+mod events;
 
 /// A 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -128,41 +132,69 @@ impl fmt::Display for FieldPath {
     }
 }
 
+/// A [`Pos`] as documents keep them, by the million: in half the room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    line: u32,
+    column: u32,
+}
+
+impl Place {
+    fn from_marker(m: &Marker) -> Place {
+        Place::of(Pos::from_marker(m))
+    }
+
+    fn of(pos: Pos) -> Place {
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Place { line: narrow(pos.line), column: narrow(pos.column) }
+    }
+
+    fn pos(self) -> Pos {
+        Pos { line: self.line as usize, column: self.column as usize }
+    }
+}
+
 /// Where a value starts, and where each field's key and value or each item does inside it:
-/// the shape of the value, without a path per field (files hold fields by the million).
+/// the shape of the value, without a path or name per field (files hold fields by the million).
 #[derive(Debug, Clone)]
 struct Spots {
-    value: Pos,
+    value: Place,
     inner: Inner,
 }
 
 #[derive(Debug, Clone)]
 enum Inner {
     Scalar,
-    /// Each field's key, where the key starts, and its value's spots, in the file's order.
-    Mapping(Vec<(Box<str>, Pos, Spots)>),
-    Sequence(Vec<Spots>),
+    /// Where each field's key starts, and its value's spots, in the order the value keeps its
+    /// fields (serde_json's, by key): a field is found by its key's place among them.
+    Mapping(Box<[(Place, Spots)]>),
+    Sequence(Box<[Spots]>),
 }
 
 impl Spots {
-    fn scalar(value: Pos) -> Spots {
+    fn scalar(value: Place) -> Spots {
         Spots { value, inner: Inner::Scalar }
     }
 
-    /// The key position (for a mapping's field) and spots of the value at `path`, and how
-    /// many of its segments were found: all of them, or those of its nearest existing ancestor.
-    fn find(&self, path: &FieldPath) -> (Option<Pos>, &Spots, usize) {
-        let (mut key, mut here) = (None, self);
+    /// The key position (for a mapping's field) and spots of the value at `path` in `value`
+    /// (the value these spots are of), and how many of its segments were found: all of them,
+    /// or those of its nearest existing ancestor.
+    fn find(&self, value: &Value, path: &FieldPath) -> (Option<Place>, &Spots, usize) {
+        let (mut key, mut here, mut value) = (None, self, value);
         for (depth, segment) in path.0.iter().enumerate() {
-            let next = match (segment, &here.inner) {
-                (Segment::Key(k), Inner::Mapping(fields)) => {
-                    fields.iter().find(|(name, ..)| **name == **k).map(|(_, at, spots)| (Some(*at), spots))
+            let next = match (segment, &here.inner, value) {
+                (Segment::Key(k), Inner::Mapping(fields), Value::Object(map)) => map
+                    .iter()
+                    .position(|(name, _)| name == k)
+                    .and_then(|rank| Some((fields.get(rank)?, &map[k])))
+                    .map(|((at, spots), value)| (Some(*at), spots, value)),
+                (Segment::Index(i), Inner::Sequence(items), Value::Array(values)) => {
+                    items.get(*i).zip(values.get(*i)).map(|(spots, value)| (None, spots, value))
                 }
-                (Segment::Index(i), Inner::Sequence(items)) => items.get(*i).map(|spots| (None, spots)),
                 _ => None,
             };
             match next {
-                Some(found) => (key, here) = found,
+                Some(found) => (key, here, value) = found,
                 None => return (key, here, depth),
             }
         }
@@ -182,14 +214,14 @@ impl Document {
     /// Where the value at `path` starts; for a missing value, where its nearest existing
     /// ancestor starts (the mapping the field should have been in).
     pub(crate) fn value_pos(&self, path: &FieldPath) -> Pos {
-        self.spots.find(path).1.value
+        self.spots.find(&self.value, path).1.value.pos()
     }
 
     /// Where the key of `path` starts (for unknown fields), else as [`Document::value_pos`].
     pub(crate) fn key_pos(&self, path: &FieldPath) -> Pos {
-        match self.spots.find(path) {
-            (Some(key), _, depth) if depth == path.0.len() => key,
-            (_, spots, _) => spots.value,
+        match self.spots.find(&self.value, path) {
+            (Some(key), _, depth) if depth == path.0.len() => key.pos(),
+            (_, spots, _) => spots.value.pos(),
         }
     }
 }
@@ -201,17 +233,17 @@ impl Document {
         let Some(Value::Array(values)) = list.lookup(&self.value) else {
             return Vec::new();
         };
-        let (_, spots, depth) = self.spots.find(list);
-        let items = match &spots.inner {
-            Inner::Sequence(items) if depth == list.0.len() => items.as_slice(),
+        let (_, spots, depth) = self.spots.find(&self.value, list);
+        let items: &[Spots] = match &spots.inner {
+            Inner::Sequence(items) if depth == list.0.len() => items,
             _ => &[],
         };
         values
             .iter()
             .enumerate()
             .map(|(i, value)| {
-                let spots = items.get(i).cloned().unwrap_or_else(|| Spots::scalar(self.value_pos(list)));
-                Document { value: value.clone(), start: spots.value, spots }
+                let spots = items.get(i).cloned().unwrap_or_else(|| Spots::scalar(spots.value));
+                Document { value: value.clone(), start: spots.value.pos(), spots }
             })
             .collect()
     }
@@ -219,17 +251,28 @@ impl Document {
     /// A document the reader made (a generated Service): every position is `at`, the place in
     /// the file that asked for it.
     pub fn generated(value: Value, at: Pos) -> Document {
-        Document { value, start: at, spots: Spots::scalar(at) }
+        Document { value, start: at, spots: Spots::scalar(Place::of(at)) }
     }
 
     /// Sets a missing top-level string field (e.g. the `kind` a typed list's items leave out);
     /// messages about it point at the document's start.
     pub(crate) fn default_field(&mut self, key: &str, value: &str) {
-        if let Value::Object(map) = &mut self.value
-            && map.get(key).is_none_or(Value::is_null)
-        {
-            map.insert(key.to_string(), Value::String(value.to_string()));
+        let Value::Object(map) = &mut self.value else { return };
+        match map.get(key) {
+            Some(Value::Null) => {}
+            Some(_) => return,
+            None => {
+                // A field the file lacks has no place of its own: its mapping's, the start.
+                if let Inner::Mapping(fields) = &mut self.spots.inner {
+                    let rank = map.keys().filter(|name| name.as_str() < key).count();
+                    let at = self.spots.value;
+                    let mut grown = std::mem::take(fields).into_vec();
+                    grown.insert(rank.min(grown.len()), (at, Spots::scalar(at)));
+                    *fields = grown.into_boxed_slice();
+                }
+            }
         }
+        map.insert(key.to_string(), Value::String(value.to_string()));
     }
 }
 
@@ -243,110 +286,8 @@ pub(crate) struct YamlError {
 
 /// Parses every document of `text`; empty documents (a trailing `---`) are left out.
 pub(crate) fn parse(text: &str) -> Result<Vec<Document>, YamlError> {
-    // saphyr rejects duplicate keys by default, as YAML requires.
-    let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
-        pos: Pos::from_marker(e.marker()),
-        field: FieldPath::root(),
-        message: format!("invalid YAML: {}", e.info()),
-    })?;
-    let mut out = Vec::new();
-    // Each parsed document is dropped once converted: the two forms of a large file need not
-    // both be held whole.
-    for node in docs {
-        if matches!(node.data, YamlData::Value(Scalar::Null) | YamlData::BadValue) {
-            continue;
-        }
-        let start = Pos::from_marker(&node.span.start);
-        let (value, spots) = convert(&node, &mut FieldPath::root())?;
-        out.push(Document { value, start, spots });
-    }
-    Ok(out)
-}
-
-/// The value of `node` and where its parts are; `path` (where `node` is, and is again on
-/// return) only names errors.
-fn convert(node: &MarkedYaml<'_>, path: &mut FieldPath) -> Result<(Value, Spots), YamlError> {
-    let here = Pos::from_marker(&node.span.start);
-    let fail = |path: &FieldPath, message: &str| YamlError {
-        pos: here,
-        field: path.clone(),
-        message: message.into(),
-    };
-    Ok(match &node.data {
-        YamlData::Value(scalar) => {
-            (scalar_value(scalar).ok_or_else(|| fail(path, "numbers must be finite"))?, Spots::scalar(here))
-        }
-        YamlData::Sequence(items) => {
-            let mut out = Vec::with_capacity(items.len());
-            let mut spots = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                path.0.push(Segment::Index(i));
-                let (value, item_spots) = convert(item, path)?;
-                path.0.pop();
-                out.push(value);
-                spots.push(item_spots);
-            }
-            (Value::Array(out), Spots { value: here, inner: Inner::Sequence(spots) })
-        }
-        YamlData::Mapping(entries) => {
-            let mut out = Map::new();
-            let mut spots = Vec::with_capacity(entries.len());
-            for (k, v) in entries {
-                let key_pos = Pos::from_marker(&k.span.start);
-                let key = scalar_key(k).ok_or_else(|| YamlError {
-                    pos: key_pos,
-                    field: path.clone(),
-                    message: "mapping keys must be plain scalars".into(),
-                })?;
-                if out.contains_key(&key) {
-                    // e.g. `80:` and `"80":`, distinct to YAML but the same JSON key.
-                    return Err(YamlError {
-                        pos: key_pos,
-                        field: path.key(&key),
-                        message: format!("duplicated key `{key}` in mapping"),
-                    });
-                }
-                path.0.push(Segment::Key(key));
-                let (value, value_spots) = convert(v, path)?;
-                let Some(Segment::Key(key)) = path.0.pop() else { unreachable!("the segment pushed above") };
-                spots.push((key.as_str().into(), key_pos, value_spots));
-                out.insert(key, value);
-            }
-            (Value::Object(out), Spots { value: here, inner: Inner::Mapping(spots) })
-        }
-        // Application tags (`!foo`) carry nothing Kubernetes understands; keep the content.
-        YamlData::Tagged(_, inner) => {
-            let (value, mut spots) = convert(inner, path)?;
-            spots.value = here;
-            (value, spots)
-        }
-        YamlData::Representation(text, _, _) => (Value::String(text.to_string()), Spots::scalar(here)),
-        YamlData::Alias(_) | YamlData::BadValue => {
-            return Err(fail(path, "unresolvable YAML node (alias or bad value)"));
-        }
-    })
-}
-
-fn scalar_value(scalar: &Scalar<'_>) -> Option<Value> {
-    Some(match scalar {
-        Scalar::Null => Value::Null,
-        Scalar::Boolean(b) => Value::Bool(*b),
-        Scalar::Integer(i) => Value::Number((*i).into()),
-        Scalar::FloatingPoint(f) => Value::Number(Number::from_f64(f.0)?),
-        Scalar::String(s) => Value::String(s.to_string()),
-    })
-}
-
-fn scalar_key(node: &MarkedYaml<'_>) -> Option<String> {
-    match &node.data {
-        YamlData::Value(Scalar::String(s)) => Some(s.to_string()),
-        YamlData::Value(Scalar::Integer(i)) => Some(i.to_string()),
-        YamlData::Value(Scalar::Boolean(b)) => Some(b.to_string()),
-        YamlData::Value(Scalar::FloatingPoint(f)) => Some(f.to_string()),
-        YamlData::Value(Scalar::Null) => Some("null".to_string()),
-        YamlData::Tagged(_, inner) => scalar_key(inner),
-        _ => None,
-    }
+    // saphyr rejects duplicate keys, as YAML requires.
+    events::read(text)
 }
 
 #[cfg(test)]

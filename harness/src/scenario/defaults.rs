@@ -148,6 +148,8 @@ fn ip_families(spec: &mut ServiceSpec) {
     spec.ip_family_policy.get_or_insert_with(|| "SingleStack".to_string());
     let ips = spec.cluster_ips.clone().unwrap_or_default();
     let families = spec.ip_families.get_or_insert_with(Vec::new);
+    // Served objects are held by the hundred thousand: no room beyond the families added.
+    families.reserve_exact(ips.len().saturating_sub(families.len()));
     for ip in ips.iter().skip(families.len()) {
         let Ok(ip) = parse_ip(ip) else { break };
         families.push(IpFamily::of(ip).as_k8s().to_string());

@@ -51,8 +51,9 @@ pub(crate) fn derive(
         for (i, (ports, members)) in groups.iter().enumerate() {
             let members: Vec<&PodEntry> =
                 members.iter().copied().filter(|p| address_of(p, family).is_some()).collect();
-            let mut endpoints: Vec<SliceEndpoint> =
-                members.iter().filter_map(|p| endpoint(entry, p, family)).collect();
+            // One per member (each has an address of the family), room made for no more.
+            let mut endpoints: Vec<SliceEndpoint> = Vec::with_capacity(members.len());
+            endpoints.extend(members.iter().filter_map(|p| endpoint(entry, p, family)));
             hints::add(entry, &mut endpoints, nodes);
             let data = SliceData { service: service.name.clone(), ports: ports.clone(), endpoints };
             let mut name = if many {

@@ -398,7 +398,9 @@ pub(crate) fn endpoints_for(service: &Service, slices: &[&SliceData]) -> Vec<Vec
         .ports
         .iter()
         .map(|sp| {
-            let mut out: Vec<Endpoint> = Vec::new();
+            // Kept in the model, by the hundred thousand: sized to the slices', not by doubling.
+            let most = slices.iter().filter(|s| s.service == service.name).map(|s| s.endpoints.len()).sum();
+            let mut out: Vec<Endpoint> = Vec::with_capacity(most);
             // A Service may have thousands of endpoints.
             let mut seen: HashSet<(IpAddr, u16)> = HashSet::new();
             for slice in slices.iter().filter(|s| s.service == service.name) {
@@ -422,6 +424,7 @@ pub(crate) fn endpoints_for(service: &Service, slices: &[&SliceData]) -> Vec<Vec
                     });
                 }
             }
+            out.shrink_to_fit();
             out
         })
         .collect()

@@ -53,6 +53,7 @@ pub(crate) struct Classified<'a> {
 
 pub(crate) fn classify<'a>(docs: &[&'a Document], diag: &mut Diagnostics) -> Classified<'a> {
     let mut out = Classified::default();
+    out.reserve(docs);
     for &doc in docs {
         let name = metadata(&doc.value, "name").map(str::to_string);
         let ours = doc.value.get("apiVersion").and_then(Value::as_str) == Some(spec::API_VERSION);
@@ -71,6 +72,25 @@ pub(crate) fn classify<'a>(docs: &[&'a Document], diag: &mut Diagnostics) -> Cla
 }
 
 impl<'a> Classified<'a> {
+    /// Room for the objects of each kind `docs` name: parsed objects are large and a file's
+    /// are by the hundred thousand, so made at once rather than by doubling as they come.
+    fn reserve(&mut self, docs: &[&Document]) {
+        let (mut services, mut slices, mut pods, mut nodes) = (0, 0, 0, 0);
+        for doc in docs {
+            match doc.value.get("kind").and_then(Value::as_str).and_then(Kind::parse) {
+                Some(Kind::Service) => services += 1,
+                Some(Kind::EndpointSlice) => slices += 1,
+                Some(Kind::Pod) => pods += 1,
+                Some(Kind::Node) => nodes += 1,
+                Some(Kind::Scenario) | None => {}
+            }
+        }
+        self.services.reserve(services);
+        self.slices.reserve(slices);
+        self.pods.reserve(pods);
+        self.nodes.reserve(nodes);
+    }
+
     fn parse(&mut self, kind: Kind, doc: &'a Document, name: Option<String>, diag: &mut Diagnostics) {
         let namespace = namespace_of(doc);
         let site = Site::new(doc, label(kind, doc, &name));

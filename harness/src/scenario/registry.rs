@@ -46,6 +46,12 @@ impl<T> Registry<T> {
         }
     }
 
+    /// Room for `more` definitions, made at once rather than by doubling as they come.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.entries.reserve(more);
+        self.index.reserve(more);
+    }
+
     /// Adds a definition; on a duplicate name, keeps the first and returns where it is.
     pub fn insert(&mut self, name: &str, value: Option<T>, defined_at: Pos) -> Result<(), Pos> {
         if let Some(&first) = self.index.get(name) {

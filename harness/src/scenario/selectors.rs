@@ -3,6 +3,35 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+/// A Service's selector as its entry keeps it: the pairs alone, in key order, without a
+/// map's room (a map holds eleven; a file holds Services by the hundred thousand).
+#[derive(Debug, Clone)]
+pub(crate) struct Selector(Box<[(String, String)]>);
+
+impl Selector {
+    pub fn of(labels: &BTreeMap<String, String>) -> Self {
+        Selector(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.into_iter()
+    }
+}
+
+impl<'s> IntoIterator for &'s Selector {
+    type Item = (&'s String, &'s String);
+    type IntoIter =
+        std::iter::Map<std::slice::Iter<'s, (String, String)>, fn(&'s (String, String)) -> Self::Item>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
 /// Items (pods) by namespace, label key and label value.
 pub(crate) struct ByLabel<'p, T> {
     items: Vec<(&'p T, &'p str, &'p BTreeMap<String, String>)>,
@@ -24,17 +53,20 @@ impl<'p, T> ByLabel<'p, T> {
         ByLabel { items, index }
     }
 
-    /// The items of `namespace` with every label of `selector`, in order; an empty selector
-    /// picks nothing (a Service without one selects no pods).
-    pub(crate) fn selected<'s>(
+    /// The items of `namespace` with every label of `selector` (a [`Selector`] or a map), in
+    /// order; an empty selector picks nothing (a Service without one selects no pods).
+    pub(crate) fn selected<'s, S: ?Sized>(
         &'s self,
         namespace: &str,
-        selector: &'s BTreeMap<String, String>,
-    ) -> impl Iterator<Item = &'p T> + 's {
+        selector: &'s S,
+    ) -> impl Iterator<Item = &'p T> + 's
+    where
+        &'s S: IntoIterator<Item = (&'s String, &'s String)>,
+    {
         let by_key = self.index.get(namespace);
         // Every label must match: the rarest one's list holds all the candidates.
         let rarest = selector
-            .iter()
+            .into_iter()
             .map(|(k, v)| by_key.and_then(|m| m.get(k.as_str())).and_then(|m| m.get(v.as_str())))
             .min_by_key(|list| list.map_or(0, |l| l.len()))
             .flatten();
@@ -42,7 +74,7 @@ impl<'p, T> ByLabel<'p, T> {
             .into_iter()
             .flatten()
             .map(|&i| self.items[i])
-            .filter(|(_, _, labels)| selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            .filter(move |(_, _, labels)| selector.into_iter().all(|(k, v)| labels.get(k) == Some(v)))
             .map(|(item, _, _)| item)
     }
 }

@@ -4,7 +4,6 @@
 //! is anything kube-apiserver would refuse; what it would store instead of the object as
 //! written (its defaults and derived fields) is `defaults.rs`.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Service as K8sService, ServicePort as K8sServicePort, ServiceSpec};
@@ -25,6 +24,7 @@ use super::net::{ip_at, not_a_host_of, parse_ip, port_number, protocol};
 use super::networks::Networks;
 use super::objects::{Parsed, Unparsed};
 use super::registry::Registry;
+use super::selectors::Selector;
 use super::yaml::FieldPath;
 
 /// `targetPort`, resolved against each pod when endpoints are derived.
@@ -40,7 +40,7 @@ pub(crate) struct ServiceEntry<'a> {
     /// One per `service.ports` entry.
     pub target_ports: Vec<TargetPort>,
     /// `None` when the Service selects no pods (its endpoints are managed by hand).
-    pub selector: Option<BTreeMap<String, String>>,
+    pub selector: Option<Selector>,
     pub publish_not_ready: bool,
     /// `spec.trafficDistribution` (read by the EndpointSlice controller, not by kube-proxy).
     pub traffic_distribution: Option<String>,
@@ -55,6 +55,7 @@ pub(crate) fn read<'a>(
     diag: &mut Diagnostics,
 ) -> Registry<ServiceEntry<'a>> {
     let mut services = Registry::new("Service");
+    services.reserve(parsed.len() + unparsed.len());
     for u in unparsed.iter().filter(|u| u.kind == Kind::Service) {
         match &u.name {
             Some(name) => services.define(name, None, &u.site, &FieldPath::parse("metadata.name"), diag),
@@ -125,8 +126,9 @@ fn read_one<'a>(
         diag.value(site, &at("spec.ports"), "a Service needs at least one port");
     }
     let owner = format!("Service {}/{}", p.namespace, p.name);
-    let mut model_ports = Vec::new();
-    let mut target_ports = Vec::new();
+    // Kept for the file's whole life, by the hundred thousand: no room for ports that never come.
+    let mut model_ports = Vec::with_capacity(ports.len());
+    let mut target_ports = Vec::with_capacity(ports.len());
     for (i, port) in ports.iter().enumerate() {
         let path = at("spec.ports").index(i);
         if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, allocates, diag) {
@@ -163,7 +165,7 @@ fn read_one<'a>(
     Some(ServiceEntry {
         service,
         target_ports,
-        selector: spec.selector.clone().filter(|s| !s.is_empty()),
+        selector: spec.selector.as_ref().filter(|s| !s.is_empty()).map(Selector::of),
         publish_not_ready: spec.publish_not_ready_addresses == Some(true),
         traffic_distribution: spec.traffic_distribution.clone(),
         site: site.clone(),

@@ -6,12 +6,14 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
 use crate::model::{Cluster, Objects, Scenario, Step};
 
 use super::addresses::Addresses;
 use super::endpoints::{self, Context, SliceData, endpoints_for};
 use super::error::{Diagnostics, Site};
-use super::objects::{self, Classified};
+use super::objects::{self, Classified, Parsed};
 use super::selectors::ByLabel;
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
@@ -142,7 +144,8 @@ fn assemble<'a>(
     let cx =
         Context { services: &services, pods: &pods, nodes: &doc.nodes, external_hosts: &doc.external_hosts };
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
-    let mut derived = Vec::new();
+    // About one slice per Service: room made at once, not by doubling (they are large).
+    let mut derived = Vec::with_capacity(classified.services.len());
     let host_network_pods =
         ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
     let pods_by_label =
@@ -215,13 +218,7 @@ fn assemble<'a>(
     // copied: a file's objects are most of what reading it holds).
     let objects = Objects {
         services: classified.services.into_iter().map(|p| defaults::service(p.object)).collect(),
-        endpoint_slices: classified
-            .slices
-            .into_iter()
-            .map(|p| p.object)
-            .chain(derived.into_iter().map(|(_, object)| object))
-            .map(defaults::endpoint_slice)
-            .collect(),
+        endpoint_slices: given_then_derived(classified.slices, derived),
         pods: classified.pods.into_iter().map(|p| defaults::pod(p.object)).collect(),
     };
     let cluster = Cluster {
@@ -253,6 +250,18 @@ fn assemble<'a>(
         None => document?,
     };
     Some(Assembled { scenario, doc, given: given_probes })
+}
+
+/// The EndpointSlices a proxy is served: the file's, then the derived ones. The derived are
+/// most of them: their objects take the place of their entries in the same memory.
+fn given_then_derived(
+    given: Vec<Parsed<'_, EndpointSlice>>,
+    derived: Vec<(SliceData, EndpointSlice)>,
+) -> Vec<EndpointSlice> {
+    let mut all: Vec<EndpointSlice> =
+        derived.into_iter().map(|(_, object)| defaults::endpoint_slice(object)).collect();
+    all.splice(0..0, given.into_iter().map(|p| defaults::endpoint_slice(p.object)));
+    all
 }
 
 /// The file's one Scenario document; reports none or several.
