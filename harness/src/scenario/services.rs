@@ -125,7 +125,8 @@ fn read_one<'a>(
     if ports.is_empty() {
         diag.value(site, &at("spec.ports"), "a Service needs at least one port");
     }
-    let owner = format!("Service {}/{}", p.namespace, p.name);
+    // Named only when a node port is claimed: most Services have none.
+    let owner = || format!("Service {}/{}", p.namespace, p.name);
     // Kept for the file's whole life, by the hundred thousand: no room for ports that never come.
     let mut model_ports = Vec::with_capacity(ports.len());
     let mut target_ports = Vec::with_capacity(ports.len());
@@ -133,7 +134,7 @@ fn read_one<'a>(
         let path = at("spec.ports").index(i);
         if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, allocates, diag) {
             if let Some(np) = sp.node_port
-                && let Err(e) = claims.node_port(np, sp.protocol, &owner)
+                && let Err(e) = claims.node_port(np, sp.protocol, &owner())
             {
                 diag.value(site, &path.key("nodePort"), e);
             }

@@ -198,7 +198,8 @@ fn assemble<'a>(
     }
 
     // Each Service's slices (given, then derived), found by its name rather than searched for.
-    let mut slices_of: HashMap<&str, Vec<&SliceData>> = HashMap::new();
+    let mut slices_of: HashMap<&str, Vec<&SliceData>> =
+        HashMap::with_capacity(given.slices.len() + derived.len());
     for slice in given.slices.iter().chain(derived.iter().map(|(data, _)| data)) {
         slices_of.entry(slice.service.as_str()).or_default().push(slice);
     }
