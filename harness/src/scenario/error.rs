@@ -133,6 +133,13 @@ impl Diagnostics {
         self.errors.len()
     }
 
+    /// The errors `later` found in documents after those this one was given, read apart by a
+    /// stage that reads no address (so neither has a family to agree on).
+    pub(crate) fn append(&mut self, mut later: Diagnostics) {
+        debug_assert!(later.families.untouched());
+        self.errors.append(&mut later.errors);
+    }
+
     /// The errors; of those about an address of the other family, only the first in the file.
     pub(crate) fn into_errors(mut self) -> ScenarioErrors {
         let mut dual_stack = std::mem::take(&mut self.families.reported);

@@ -66,6 +66,11 @@ impl Families {
         self.dual || self.first.as_ref().is_some_and(|first| first.family == family)
     }
 
+    /// No address was read yet, nor the cluster found dual-stack.
+    pub(super) fn untouched(&self) -> bool {
+        self.first.is_none() && !self.dual && self.reported.is_empty()
+    }
+
     /// The cluster is dual-stack: from here on, addresses of either family are admitted.
     pub(crate) fn set_dual(&mut self) {
         self.dual = true;
