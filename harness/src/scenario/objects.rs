@@ -68,7 +68,10 @@ fn in_two<'a>(docs: &[&'a Document], diag: &mut Diagnostics) -> Classified<'a> {
             let mut diag = Diagnostics::new(file);
             (in_order(second, &mut diag), diag)
         });
-        let mut out = in_order(first, diag);
+        // Room for both halves from the start: the second is moved in, not the first moved out.
+        let mut out = Classified::default();
+        out.reserve(docs);
+        out.sort(first, diag);
         let (rest, rest_diag) = second.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         out.append(rest);
         diag.append(rest_diag);
@@ -79,24 +82,29 @@ fn in_two<'a>(docs: &[&'a Document], diag: &mut Diagnostics) -> Classified<'a> {
 fn in_order<'a>(docs: &[&'a Document], diag: &mut Diagnostics) -> Classified<'a> {
     let mut out = Classified::default();
     out.reserve(docs);
-    for &doc in docs {
-        let name = metadata(&doc.value, "name").map(str::to_string);
-        let ours = doc.value.get("apiVersion").and_then(Value::as_str) == Some(spec::API_VERSION);
-        match kind_of(doc, diag) {
-            Ok(Kind::Scenario) => out.scenarios.push(doc),
-            Ok(kind) => out.parse(kind, doc, name, diag),
-            Err(Some(Kind::Scenario)) => out.scenario_unreadable = true,
-            Err(_) if ours => out.scenario_unreadable = true,
-            Err(Some(kind)) => {
-                out.unparsed.push(Unparsed { kind, site: Site::new(doc, label(kind, doc, &name)), name })
-            }
-            Err(None) => out.kindless.push(name),
-        }
-    }
+    out.sort(docs, diag);
     out
 }
 
 impl<'a> Classified<'a> {
+    /// Adds each of `docs` where its kind goes.
+    fn sort(&mut self, docs: &[&'a Document], diag: &mut Diagnostics) {
+        for &doc in docs {
+            let name = metadata(&doc.value, "name").map(str::to_string);
+            let ours = doc.value.get("apiVersion").and_then(Value::as_str) == Some(spec::API_VERSION);
+            match kind_of(doc, diag) {
+                Ok(Kind::Scenario) => self.scenarios.push(doc),
+                Ok(kind) => self.parse(kind, doc, name, diag),
+                Err(Some(Kind::Scenario)) => self.scenario_unreadable = true,
+                Err(_) if ours => self.scenario_unreadable = true,
+                Err(Some(kind)) => {
+                    self.unparsed.push(Unparsed { kind, site: Site::new(doc, label(kind, doc, &name)), name })
+                }
+                Err(None) => self.kindless.push(name),
+            }
+        }
+    }
+
     /// `later`'s documents after these.
     fn append(&mut self, mut later: Classified<'a>) {
         self.scenarios.append(&mut later.scenarios);
