@@ -183,11 +183,12 @@ impl Spots {
         let (mut key, mut here, mut value) = (None, self, value);
         for (depth, segment) in path.0.iter().enumerate() {
             let next = match (segment, &here.inner, value) {
-                (Segment::Key(k), Inner::Mapping(fields), Value::Object(map)) => map
-                    .iter()
-                    .position(|(name, _)| name == k)
-                    .and_then(|rank| Some((fields.get(rank)?, &map[k])))
-                    .map(|((at, spots), value)| (Some(*at), spots, value)),
+                (Segment::Key(k), Inner::Mapping(fields), Value::Object(map)) => {
+                    // One walk gives the field's value and its rank, where its spots are.
+                    map.iter().enumerate().find(|(_, (name, _))| *name == k).and_then(|(rank, (_, value))| {
+                        fields.get(rank).map(|(at, spots)| (Some(*at), spots, value))
+                    })
+                }
                 (Segment::Index(i), Inner::Sequence(items), Value::Array(values)) => {
                     items.get(*i).zip(values.get(*i)).map(|(spots, value)| (None, spots, value))
                 }

@@ -133,6 +133,13 @@ impl Diagnostics {
         self.errors.len()
     }
 
+    /// The errors `later` found in documents after those this one was given, read apart by a
+    /// stage that reads no address (so neither has a family to agree on).
+    pub(crate) fn append(&mut self, mut later: Diagnostics) {
+        debug_assert!(later.families.untouched());
+        self.errors.append(&mut later.errors);
+    }
+
     /// The errors; of those about an address of the other family, only the first in the file.
     pub(crate) fn into_errors(mut self) -> ScenarioErrors {
         let mut dual_stack = std::mem::take(&mut self.families.reported);
@@ -153,6 +160,9 @@ impl Diagnostics {
         family: IpFamily,
         shown: &str,
     ) -> bool {
+        if self.families.settled(family) {
+            return true;
+        }
         let line = site.doc.value_pos(path).line;
         match self.families.admit(site.field(path), line, family, shown) {
             Ok(()) => true,
@@ -166,12 +176,14 @@ impl Diagnostics {
 
     /// [`Diagnostics::one_family`] for an address.
     pub(crate) fn ip_family(&mut self, site: &Site<'_>, path: &FieldPath, ip: IpAddr) -> bool {
-        self.one_family(site, path, IpFamily::of(ip), &ip.to_string())
+        let family = IpFamily::of(ip);
+        self.families.settled(family) || self.one_family(site, path, family, &ip.to_string())
     }
 
     /// [`Diagnostics::one_family`] for a CIDR.
     pub(crate) fn net_family(&mut self, site: &Site<'_>, path: &FieldPath, net: &IpNet) -> bool {
-        self.one_family(site, path, IpFamily::of_net(net), &net.to_string())
+        let family = IpFamily::of_net(net);
+        self.families.settled(family) || self.one_family(site, path, family, &net.to_string())
     }
 }
 

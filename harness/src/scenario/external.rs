@@ -54,21 +54,24 @@ pub(crate) fn read(
     diag: &mut Diagnostics,
 ) -> External {
     let site = &p.site;
-    let service = format!("Service {}/{}", p.namespace, p.name);
+    // Named only in a claim: most Services have no external frontend.
+    let service = || format!("Service {}/{}", p.namespace, p.name);
     let mut seen = HashMap::new();
     let external_ips = external_ips(site, spec, env, &mut seen, diag);
     let ingress = ingress_ips(site, &p.object, shape.service_type, env, &mut seen, diag);
     let (proxied, load_balancer_ips): (Vec<_>, Vec<_>) = ingress.into_iter().partition(|i| i.proxied);
     let load_balancer_ips: Vec<_> = load_balancer_ips.into_iter().map(|i| (i.ip, i.path)).collect();
     for (ips, what) in [(&external_ips, "an external IP"), (&load_balancer_ips, "a load-balancer IP")] {
-        claim(site, ips, &format!("{what} of {service}"), ports, env.claims, diag);
+        if !ips.is_empty() {
+            claim(site, ips, &format!("{what} of {}", service()), ports, env.claims, diag);
+        }
     }
     External {
         external_ips: external_ips.into_iter().map(|(ip, _)| ip).collect(),
         load_balancer_ips: load_balancer_ips.into_iter().map(|(ip, _)| ip).collect(),
         proxied_load_balancer_ips: proxied.into_iter().map(|i| i.ip).collect(),
         source_ranges: source_ranges(site, spec, shape.service_type, diag),
-        health_check_node_port: health_check_node_port(site, spec, shape, &service, env.claims, diag),
+        health_check_node_port: health_check_node_port(site, spec, shape, service, env.claims, diag),
     }
 }
 
@@ -82,9 +85,13 @@ fn external_ips(
     seen: &mut Seen,
     diag: &mut Diagnostics,
 ) -> Vec<(IpAddr, FieldPath)> {
+    let texts = spec.external_ips.as_deref().unwrap_or_default();
+    if texts.is_empty() {
+        return Vec::new();
+    }
     let list = FieldPath::parse("spec.externalIPs");
     let mut out = Vec::new();
-    for (k, text) in spec.external_ips.iter().flatten().enumerate() {
+    for (k, text) in texts.iter().enumerate() {
         let path = list.index(k);
         if let Some(ip) = frontend_ip(site, &path, text, "an external IP", env, seen, diag) {
             out.push((ip, path));
@@ -108,7 +115,6 @@ fn ingress_ips(
     seen: &mut Seen,
     diag: &mut Diagnostics,
 ) -> Vec<Ingress> {
-    let list = FieldPath::parse("status.loadBalancer.ingress");
     let ingress = object
         .status
         .as_ref()
@@ -118,6 +124,7 @@ fn ingress_ips(
     if ingress.is_empty() {
         return Vec::new();
     }
+    let list = FieldPath::parse("status.loadBalancer.ingress");
     if !load_balancer_only(site, &list, "load-balancer ingress only applies", service_type, diag) {
         return Vec::new();
     }
@@ -260,11 +267,11 @@ fn source_ranges(
     service_type: Option<ServiceType>,
     diag: &mut Diagnostics,
 ) -> Vec<IpNet> {
-    let list = FieldPath::parse("spec.loadBalancerSourceRanges");
     let ranges = spec.load_balancer_source_ranges.as_deref().unwrap_or_default();
     if ranges.is_empty() {
         return Vec::new();
     }
+    let list = FieldPath::parse("spec.loadBalancerSourceRanges");
     if !load_balancer_only(site, &list, "loadBalancerSourceRanges only apply", service_type, diag) {
         return Vec::new();
     }
@@ -288,15 +295,18 @@ fn health_check_node_port(
     site: &Site<'_>,
     spec: &ServiceSpec,
     shape: Shape,
-    service: &str,
+    service: impl FnOnce() -> String,
     claims: &mut Claims,
     diag: &mut Diagnostics,
 ) -> Option<u16> {
-    let path = FieldPath::parse("spec.healthCheckNodePort");
     let (Some(service_type), Some(policy)) = (shape.service_type, shape.external_policy) else {
         return None;
     };
     let needs_one = service_type == ServiceType::LoadBalancer && policy == TrafficPolicy::Local;
+    if spec.health_check_node_port.is_none() && !needs_one {
+        return None;
+    }
+    let path = FieldPath::parse("spec.healthCheckNodePort");
     let port = match (spec.health_check_node_port, needs_one) {
         (None, false) => return None,
         (None, true) => {
@@ -330,7 +340,7 @@ fn health_check_node_port(
         }
         (Some(n), true) => port_number(n).map_err(|e| diag.value(site, &path, e)).ok()?,
     };
-    if let Err(e) = claims.health_check(port, service) {
+    if let Err(e) = claims.health_check(port, &service()) {
         diag.value(site, &path, e);
     }
     Some(port)

@@ -60,6 +60,17 @@ impl Families {
 }
 
 impl Families {
+    /// Whether `family` is admitted with nothing to note: the cluster is dual-stack, or an
+    /// earlier address set this family. Most addresses of a file are so, and need no place.
+    pub(crate) fn settled(&self, family: IpFamily) -> bool {
+        self.dual || self.first.as_ref().is_some_and(|first| first.family == family)
+    }
+
+    /// No address was read yet, nor the cluster found dual-stack.
+    pub(super) fn untouched(&self) -> bool {
+        self.first.is_none() && !self.dual && self.reported.is_empty()
+    }
+
     /// The cluster is dual-stack: from here on, addresses of either family are admitted.
     pub(crate) fn set_dual(&mut self) {
         self.dual = true;

@@ -97,12 +97,13 @@ pub(crate) fn refuse_unmodelled(kind: Kind, site: &Site<'_>, diag: &mut Diagnost
     match kind {
         Kind::Service => {
             skip_labels(site, diag);
-            let path = FieldPath::parse("spec.trafficDistribution");
-            let distribution = path.lookup(value).and_then(Value::as_str).unwrap_or("");
+            // Looked up directly, its path made only to report it: a file's Services are many.
+            let distribution = value.get("spec").and_then(|s| s.get("trafficDistribution"));
+            let distribution = distribution.and_then(Value::as_str).unwrap_or("");
             if !matches!(distribution, "" | "PreferClose") {
                 diag.value(
                     site,
-                    &path,
+                    &FieldPath::parse("spec.trafficDistribution"),
                     format!(
                         "trafficDistribution {distribution:?} is not modelled: the model follows kube-proxy \
                          v1.30's rules, which know PreferClose only (PreferSameZone and PreferSameNode are v1.33+)"
@@ -162,13 +163,14 @@ fn refuse_node_fields(site: &Site<'_>, diag: &mut Diagnostics) {
 
 /// kube-proxy's informers select objects without either label (cmd/kube-proxy/app/server.go).
 fn skip_labels(site: &Site<'_>, diag: &mut Diagnostics) {
-    let labels = FieldPath::parse("metadata.labels");
+    // Looked up directly, paths made only to report: every Service and slice passes here.
+    let Some(labels) = site.doc.value.get("metadata").and_then(|m| m.get("labels")) else { return };
     for (label, why) in [
         (SERVICE_PROXY_NAME, "kube-proxy leaves the object to the proxy it names"),
         (HEADLESS, "kube-proxy ignores objects of headless Services"),
     ] {
-        let path = labels.key(label);
-        if path.lookup(&site.doc.value).is_some() {
+        if labels.get(label).is_some() {
+            let path = FieldPath::parse("metadata.labels").key(label);
             diag.key(site, &path, format!("the label {label} is not modelled: {why} (remove it)"));
         }
     }

@@ -85,7 +85,11 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {
             message: format!("cannot read the file: {e}"),
         }],
     })?;
-    load_str(&text, path)
+    let mut diag = error::Diagnostics::new(path.to_path_buf());
+    let Some(docs) = documents(&text, &mut diag) else { return Err(diag.into_errors()) };
+    // The documents hold all the text says: a large file's text need not stay for the build.
+    drop(text);
+    built(&docs, path, validate::build, diag)
 }
 
 /// Validates scenario text; `path` only names the file in errors and in `Scenario::source`.
@@ -98,15 +102,31 @@ type Build = fn(&[yaml::Document], &Path, &mut error::Diagnostics) -> Option<Sce
 
 fn load_with(text: &str, path: &Path, build: Build) -> Result<Scenario, ScenarioErrors> {
     let mut diag = error::Diagnostics::new(path.to_path_buf());
-    let docs = match yaml::parse(text) {
-        Ok(docs) => generate::expand(lists::expand(docs, &mut diag), &mut diag),
+    let Some(docs) = documents(text, &mut diag) else { return Err(diag.into_errors()) };
+    built(&docs, path, build, diag)
+}
+
+/// The documents of `text`, lists and generated Services expanded; none if the YAML itself
+/// is wrong (reported).
+fn documents(text: &str, diag: &mut error::Diagnostics) -> Option<Vec<yaml::Document>> {
+    match yaml::parse(text) {
+        Ok(docs) => Some(generate::expand(lists::expand(docs, diag), diag)),
         Err(e) => {
             let field = if e.field.is_root() { String::new() } else { e.field.to_string() };
             diag.push(e.pos, field, e.message);
-            return Err(diag.into_errors());
+            None
         }
-    };
-    let scenario = build(&docs, path, &mut diag);
+    }
+}
+
+/// The scenario `build` makes of `docs`, or every error found, top to bottom.
+fn built(
+    docs: &[yaml::Document],
+    path: &Path,
+    build: Build,
+    mut diag: error::Diagnostics,
+) -> Result<Scenario, ScenarioErrors> {
+    let scenario = build(docs, path, &mut diag);
     match scenario {
         Some(scenario) if diag.is_empty() => Ok(scenario),
         _ => {

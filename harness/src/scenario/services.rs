@@ -62,6 +62,7 @@ pub(crate) fn read<'a>(
             None => services.mark_incomplete(),
         }
     }
+    let name_path = FieldPath::parse("metadata.name");
     // Node ports and external addresses are shared by every Service.
     let mut claims = networks.node_port_range.clone().map_or_else(Claims::default, Claims::new);
     for p in parsed {
@@ -74,7 +75,7 @@ pub(crate) fn read<'a>(
         }
         let before = diag.count();
         let entry = read_one(p, networks, addresses, &mut claims, diag).filter(|_| diag.count() == before);
-        services.define(&p.name, entry, &p.site, &FieldPath::parse("metadata.name"), diag);
+        services.define(&p.name, entry, &p.site, &name_path, diag);
     }
     services
 }
@@ -102,9 +103,9 @@ fn read_one<'a>(
         check_families_match(site, &families, ips, diag);
     }
     let external_traffic_policy =
-        policy(site, &at("spec.externalTrafficPolicy"), spec.external_traffic_policy.as_deref(), diag);
+        policy(site, "spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref(), diag);
     let internal_traffic_policy =
-        policy(site, &at("spec.internalTrafficPolicy"), spec.internal_traffic_policy.as_deref(), diag);
+        policy(site, "spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref(), diag);
     check_external_policy(site, spec, service_type, diag);
     if spec.allocate_load_balancer_node_ports.is_some()
         && service_type.is_some_and(|t| t != ServiceType::LoadBalancer)
@@ -125,7 +126,8 @@ fn read_one<'a>(
     if ports.is_empty() {
         diag.value(site, &at("spec.ports"), "a Service needs at least one port");
     }
-    let owner = format!("Service {}/{}", p.namespace, p.name);
+    // Named only when a node port is claimed: most Services have none.
+    let owner = || format!("Service {}/{}", p.namespace, p.name);
     // Kept for the file's whole life, by the hundred thousand: no room for ports that never come.
     let mut model_ports = Vec::with_capacity(ports.len());
     let mut target_ports = Vec::with_capacity(ports.len());
@@ -133,7 +135,7 @@ fn read_one<'a>(
         let path = at("spec.ports").index(i);
         if let Some((sp, tp)) = read_port(site, &path, port, ports, service_type, allocates, diag) {
             if let Some(np) = sp.node_port
-                && let Err(e) = claims.node_port(np, sp.protocol, &owner)
+                && let Err(e) = claims.node_port(np, sp.protocol, &owner())
             {
                 diag.value(site, &path.key("nodePort"), e);
             }
@@ -184,7 +186,6 @@ fn hints_annotation(meta: &ObjectMeta) -> Option<String> {
 }
 
 fn read_type(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Option<ServiceType> {
-    let path = FieldPath::parse("spec.type");
     match spec.type_.as_deref() {
         None | Some("ClusterIP") => Some(ServiceType::ClusterIp),
         Some("NodePort") => Some(ServiceType::NodePort),
@@ -192,7 +193,7 @@ fn read_type(site: &Site<'_>, spec: &ServiceSpec, diag: &mut Diagnostics) -> Opt
         Some(other) => {
             diag.value(
                 site,
-                &path,
+                &FieldPath::parse("spec.type"),
                 format!("unknown Service type {other:?} (expected ClusterIP, NodePort or LoadBalancer)"),
             );
             None
@@ -292,11 +293,11 @@ fn check_family_policy(
     (two, two_families): (bool, bool),
     diag: &mut Diagnostics,
 ) {
-    let at = FieldPath::parse("spec.ipFamilyPolicy");
+    let at = || FieldPath::parse("spec.ipFamilyPolicy");
     let policy = spec.ip_family_policy.as_deref();
     match policy {
         Some("RequireDualStack") if !dual => {
-            diag.value(site, &at, format!("{DUAL_STACK} (RequireDualStack asks for two)"));
+            diag.value(site, &at(), format!("{DUAL_STACK} (RequireDualStack asks for two)"));
         }
         Some(p @ ("RequireDualStack" | "PreferDualStack")) if dual && !two => diag.value(
             site,
@@ -308,35 +309,32 @@ fn check_family_policy(
         ),
         None | Some("SingleStack") if two => diag.value(
             site,
-            &at,
+            &at(),
             "a Service with a cluster IP of each family needs ipFamilyPolicy PreferDualStack or RequireDualStack",
         ),
         None | Some("SingleStack") if two_families => diag.value(
             site,
-            &at,
+            &at(),
             "a Service with two ipFamilies needs ipFamilyPolicy PreferDualStack or RequireDualStack \
              (SingleStack is the default)",
         ),
         None | Some("SingleStack" | "PreferDualStack" | "RequireDualStack") => {}
         Some(other) => diag.value(
             site,
-            &at,
+            &at(),
             format!("unknown ipFamilyPolicy {other:?} (expected SingleStack, PreferDualStack or RequireDualStack)"),
         ),
     }
 }
 
-fn policy(
-    site: &Site<'_>,
-    path: &FieldPath,
-    value: Option<&str>,
-    diag: &mut Diagnostics,
-) -> Option<TrafficPolicy> {
+/// The traffic policy at `path` (parsed only to report it: a file's Services are many).
+fn policy(site: &Site<'_>, path: &str, value: Option<&str>, diag: &mut Diagnostics) -> Option<TrafficPolicy> {
     match value {
         None | Some("Cluster") => Some(TrafficPolicy::Cluster),
         Some("Local") => Some(TrafficPolicy::Local),
         Some(other) => {
-            diag.value(site, path, format!("unknown traffic policy {other:?} (expected Cluster or Local)"));
+            let path = FieldPath::parse(path);
+            diag.value(site, &path, format!("unknown traffic policy {other:?} (expected Cluster or Local)"));
             None
         }
     }
@@ -401,10 +399,10 @@ fn check_external_policy(
     service_type: Option<ServiceType>,
     diag: &mut Diagnostics,
 ) {
-    let at = FieldPath::parse("spec.externalTrafficPolicy");
     if service_type != Some(ServiceType::ClusterIp) || spec.external_traffic_policy.is_none() {
         return;
     }
+    let at = FieldPath::parse("spec.externalTrafficPolicy");
     if spec.external_ips.as_ref().is_none_or(Vec::is_empty) {
         diag.value(
             site,

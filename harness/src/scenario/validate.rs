@@ -146,14 +146,27 @@ fn assemble<'a>(
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
     // About one slice per Service: room made at once, not by doubling (they are large).
     let mut derived = Vec::with_capacity(classified.services.len());
+    // Each Service's endpoints from the slices derived for it (none: from the file's slices),
+    // in the registry's order. Worked out as its slices are derived, so that only their objects
+    // are held from then on, not their data too.
+    let mut derived_endpoints = Vec::with_capacity(classified.services.len());
     let host_network_pods =
         ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
     let pods_by_label =
         ByLabel::new(pods.registry.values().map(|p| (p, p.pod.namespace.as_str(), &p.pod.labels)));
     let mut warnings = Vec::new();
-    for e in services.values().filter(|e| !given.services_with_slices.contains(&e.service.name)) {
-        if !host_network::refuse_derived(e, &host_network_pods, diag) {
-            derived.extend(derive::derive(e, &pods_by_label, &doc.nodes, diag));
+    for e in services.values() {
+        if given.services_with_slices.contains(&e.service.name) {
+            derived_endpoints.push(None);
+            continue;
+        }
+        if host_network::refuse_derived(e, &host_network_pods, diag) {
+            derived_endpoints.push(None);
+        } else {
+            let slices = derive::derive(e, &pods_by_label, &doc.nodes, diag);
+            let data: Vec<&SliceData> = slices.iter().map(|(data, _)| data).collect();
+            derived_endpoints.push(Some(endpoints_for(&e.service, &data)));
+            derived.extend(slices.into_iter().map(|(_, object)| object));
         }
         // Valid (its ports then have no endpoints, and reject), but often a typo in a label.
         if let Some(selector) = &e.selector
@@ -197,17 +210,20 @@ fn assemble<'a>(
         return None;
     }
 
-    // Each Service's slices (given, then derived), found by its name rather than searched for.
-    let mut slices_of: HashMap<&str, Vec<&SliceData>> = HashMap::new();
-    for slice in given.slices.iter().chain(derived.iter().map(|(data, _)| data)) {
+    // Each Service's slices in the file, found by its name rather than searched for.
+    let mut slices_of: HashMap<&str, Vec<&SliceData>> = HashMap::with_capacity(given.slices.len());
+    for slice in &given.slices {
         slices_of.entry(slice.service.as_str()).or_default().push(slice);
     }
+    let mut derived_endpoints = derived_endpoints.into_iter();
     let model_services = services
         .into_values()
         .map(|e| {
             let mut service = e.service;
-            let slices = slices_of.get(service.name.as_str()).map(Vec::as_slice).unwrap_or_default();
-            let endpoints = endpoints_for(&service, slices);
+            let endpoints = derived_endpoints.next().flatten().unwrap_or_else(|| {
+                let slices = slices_of.get(service.name.as_str()).map(Vec::as_slice).unwrap_or_default();
+                endpoints_for(&service, slices)
+            });
             for (port, endpoints) in service.ports.iter_mut().zip(endpoints) {
                 port.endpoints = endpoints;
             }
@@ -253,13 +269,12 @@ fn assemble<'a>(
 }
 
 /// The EndpointSlices a proxy is served: the file's, then the derived ones. The derived are
-/// most of them: their objects take the place of their entries in the same memory.
+/// most of them: they are defaulted in the vector that holds them.
 fn given_then_derived(
     given: Vec<Parsed<'_, EndpointSlice>>,
-    derived: Vec<(SliceData, EndpointSlice)>,
+    derived: Vec<EndpointSlice>,
 ) -> Vec<EndpointSlice> {
-    let mut all: Vec<EndpointSlice> =
-        derived.into_iter().map(|(_, object)| defaults::endpoint_slice(object)).collect();
+    let mut all: Vec<EndpointSlice> = derived.into_iter().map(defaults::endpoint_slice).collect();
     all.splice(0..0, given.into_iter().map(|p| defaults::endpoint_slice(p.object)));
     all
 }

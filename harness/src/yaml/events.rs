@@ -61,22 +61,27 @@ pub(super) fn read_with(text: &str, pipelined: bool) -> Result<Vec<Document>, Ya
 
 /// Parses `text` on another thread, handing its events to `reader` here in batches.
 fn pipeline<'input>(text: &'input str, reader: &mut Reader<'input>) -> Result<(), ScanError> {
+    use std::sync::mpsc::sync_channel;
     std::thread::scope(|scope| {
         // Two batches in flight: the parser never waits long, nor runs far ahead.
-        let (send, receive) = std::sync::mpsc::sync_channel(2);
+        let (send, receive) = sync_channel(2);
+        // Emptied batches go back to be filled again: a new one each time would be fresh
+        // memory for the kernel to clear, by the hundred megabytes for a large file.
+        let (give_back, given_back) = sync_channel(3);
         let parser = std::thread::Builder::new()
             .name("yaml-parser".into())
             .spawn_scoped(scope, move || {
-                let mut batches = Batches { send, batch: Vec::with_capacity(BATCH) };
+                let mut batches = Batches { send, given_back, batch: Vec::with_capacity(BATCH) };
                 let parsed = Parser::new_from_str(text).load(&mut batches, true);
                 batches.flush();
                 parsed
             })
             .expect("a thread for the YAML parser");
-        for batch in receive {
-            for (event, span) in batch {
+        for mut batch in receive {
+            for (event, span) in batch.drain(..) {
                 reader.on_event(event, span);
             }
+            let _ = give_back.try_send(batch);
         }
         parser.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
@@ -85,12 +90,14 @@ fn pipeline<'input>(text: &'input str, reader: &mut Reader<'input>) -> Result<()
 /// The parser's events, sent on in batches.
 struct Batches<'input> {
     send: std::sync::mpsc::SyncSender<Vec<(Event<'input>, Span)>>,
+    given_back: std::sync::mpsc::Receiver<Vec<(Event<'input>, Span)>>,
     batch: Vec<(Event<'input>, Span)>,
 }
 
 impl Batches<'_> {
     fn flush(&mut self) {
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        let next = self.given_back.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        let batch = std::mem::replace(&mut self.batch, next);
         // The reader only goes away once the parser is done.
         let _ = self.send.send(batch);
     }
