@@ -232,6 +232,7 @@ impl Probe {
             source_port: None,
             expect: None,
             life: Life::OneShot,
+            clients: None,
         }
     }
 }
@@ -612,6 +613,21 @@ pub struct Probe {
     pub expect: Option<StatedExpectation>,
     /// Whether the probe's connection ends with its answer, or lives on into later phases.
     pub life: Life,
+    /// The probe sent from several clients at once (`from: {pods: [...]}`) this one is the
+    /// part of from one client; `None` for a probe of one client.
+    pub clients: Option<Clients>,
+}
+
+/// A probe sent from several pods at once: one [`Probe`] per pod, all sent together, each
+/// judged on its own flows, and judged together on whether ClientIP affinity expired: affinity
+/// is per client address, so clients in parallel wait out one timeout where one client would
+/// wait out one per attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clients {
+    /// The probe's name in the file; each part is named `NAME[POD]`.
+    pub probe: String,
+    /// How many clients (parts) the probe has.
+    pub count: u32,
 }
 
 /// How long a probe's connection lives (`hold:` and `held:` in a scenario).
@@ -635,6 +651,15 @@ pub enum Source {
     /// A process in the node's own (host) network namespace.
     Node(String),
     External(String),
+}
+
+impl Source {
+    /// The pod's, node's or external host's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Source::Pod(n) | Source::Node(n) | Source::External(n) => n,
+        }
+    }
 }
 
 impl fmt::Display for Source {

@@ -250,6 +250,7 @@ fn run_in(
         evidence.conntrack = tables;
         let mut judged = judge_phase(phase, expectations, sent, &evidence);
         stuck.check_phase(phase.name, &mut judged);
+        verdict::affinity::check_expiry_across_clients(&mut judged);
         verdicts.extend(judged);
     }
     let passed = verdicts.iter().all(ProbeVerdict::passed);
@@ -457,8 +458,8 @@ fn judge_phase(
         .zip(expectations)
         .zip(sent)
         .map(|((probe, expected), SentProbe { dst, sent, window, faults, witnesses })| {
-            // Each probe is judged on what the wire carried while it ran (a probe sent with others
-            // that wait out a silence, while they all ran: it reads only its own flows there).
+            // Each probe is judged on what the wire carried while it ran (a probe sent together
+            // with others, while they all ran: it reads only its own flows there).
             let during = evidence.during(&window);
             // An answer that came after the client's wait is an answer, not a drop.
             let sent = verdict::late::reconcile(probe, dst, sent, evidence, &window);
@@ -472,9 +473,11 @@ fn judge_phase(
 }
 
 /// Sends each probe of `phase` as its kind does, one after another, except the probes that
-/// wait out a silence: they go out together where the first of them stands, so a phase's
-/// silences cost one timeout rather than one each. Each of them is judged on its own flows
-/// only (its source ports), so a window shared with the others changes none of its evidence.
+/// go out together (those that wait out a silence, and the clients of a probe from several):
+/// they go out at once where the first of them stands, so a phase's silences cost one timeout
+/// rather than one each, and clients wait out their pauses side by side. Each of them is
+/// judged on its own flows only (its source ports), so a window shared with the others changes
+/// none of its evidence.
 /// Probes on a route in `shared_routes` keep their places: another probe steers that route.
 fn send_probes(
     phase: &Phase<'_>,
@@ -487,7 +490,7 @@ fn send_probes(
     for (i, (probe, expected)) in phase.probes.iter().zip(expectations).enumerate() {
         let route = crate::probe::route(phase.cluster, probe);
         let shared = route.is_some_and(|(host, ip, _)| shared_routes.contains(&(host, ip)));
-        if kinds.of(probe).waits_out_silence(probe, expected) && !shared {
+        if kinds.of(probe).goes_together(probe, expected) && !shared {
             together.push(i);
         }
     }

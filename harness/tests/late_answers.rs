@@ -162,6 +162,7 @@ fn a_late_answer_goes_to_its_own_attempt_and_is_judged_answered() {
         source_port: Some(SOURCE_PORT),
         expect: None,
         life: Life::OneShot,
+        clients: None,
     };
     let key = "pod/client".to_string();
     let evidence = Evidence { frames: [(key.clone(), frames)].into(), ..Default::default() };

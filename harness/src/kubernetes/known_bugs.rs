@@ -356,7 +356,14 @@ pub static CATALOG: &[KnownBug] = &[
         upstream: &["kubernetes/kubernetes#89358", "cloudnativelabs/kube-router#882"],
         shipped: "kube-proxy IPVS mode; kube-router",
         fixed: "unknown",
-        signature: &[mark("session-affinity-timeout", "affinity-expires-between-attempts", AffinityKept)],
+        // One probe from five clients at once: each client's part fails.
+        signature: &[
+            mark("session-affinity-timeout", "affinity-expires-between-attempts[loadgen-0]", AffinityKept),
+            mark("session-affinity-timeout", "affinity-expires-between-attempts[loadgen-1]", AffinityKept),
+            mark("session-affinity-timeout", "affinity-expires-between-attempts[loadgen-2]", AffinityKept),
+            mark("session-affinity-timeout", "affinity-expires-between-attempts[loadgen-3]", AffinityKept),
+            mark("session-affinity-timeout", "affinity-expires-between-attempts[loadgen-4]", AffinityKept),
+        ],
     },
     KnownBug {
         name: "no-affinity",

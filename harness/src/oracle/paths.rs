@@ -398,14 +398,26 @@ pub(super) fn answered(
     let backends = chosen.iter().map(|e| (e.pod.clone(), seen(e))).collect();
     let spread = spread(svc, probe)?;
     if let (Spread::AffinityExpires { .. }, k @ 2..) = (spread, chosen.len()) {
-        // All attempts on one backend by chance: k^(1-n). Too few attempts and the check that
-        // affinity expired could never fail.
+        // All attempts on one backend by chance: k^(1-n); with several clients at once, each
+        // client's on one: k^-(sum of n - 1). Too few and the check that affinity expired
+        // could never fail.
         let needed = attempts_to_see_expiry(k);
-        if probe.count < needed {
-            return Err(format!(
-                "count {} is too small to see affinity expire over {k} backends: use at least {needed}",
-                probe.count
-            ));
+        let clients = probe.clients.as_ref().map_or(1, |c| c.count);
+        let expiries = clients.saturating_mul(probe.count.saturating_sub(1));
+        if expiries < needed - 1 {
+            let per_client = (needed - 1).div_ceil(clients) + 1;
+            return Err(if clients > 1 {
+                format!(
+                    "count {} from {clients} clients is too small to see affinity expire over {k} backends: \
+                     use at least {per_client}",
+                    probe.count
+                )
+            } else {
+                format!(
+                    "count {} is too small to see affinity expire over {k} backends: use at least {needed}",
+                    probe.count
+                )
+            });
         }
     }
     let because = match spread {

@@ -342,6 +342,14 @@ fn affinity_is_sticky_until_attempts_outlast_the_timeout() {
     assert!(matches!(spread(&c, &p), Spread::AffinityExpires { .. }));
     p.interval = Some(std::time::Duration::from_millis(1200));
     assert!(expect(&c, &p).unwrap_err().contains("too close"));
+    // Clients at once share the 20 expiries: 5 clients need 5 attempts each (4 expiries).
+    p.interval = Some(std::time::Duration::from_millis(1600));
+    p.clients = Some(crate::model::Clients { probe: "p".into(), count: 5 });
+    p.count = 4;
+    assert!(expect(&c, &p).unwrap_err().contains("count 4 from 5 clients is too small"));
+    assert!(expect(&c, &p).unwrap_err().contains("use at least 5"));
+    p.count = 5;
+    assert!(matches!(spread(&c, &p), Spread::AffinityExpires { .. }));
 }
 
 /// Service web's node port on node a, at one of its addresses.

@@ -46,11 +46,12 @@ pub trait Kind {
         None
     }
 
-    /// Whether `probe`, expected to meet `expected`, is a one-shot request whose attempts all
-    /// wait out a silence: such probes of a phase go out together, by [`send_together`] rather
-    /// than [`Kind::send`], so their waits overlap. Each is judged on its own flows only (its
-    /// source ports), so sharing a window changes none of its evidence. No kind with state does.
-    fn waits_out_silence(&self, _probe: &Probe, _expected: &Expectation) -> bool {
+    /// Whether `probe`, expected to meet `expected`, goes out with others of its phase: a
+    /// one-shot request whose attempts all wait out a silence, or a client's part of a probe
+    /// from several clients. Such probes go out together, by [`send_together`] rather than
+    /// [`Kind::send`], so their waits overlap. Each is judged on its own flows only (its source
+    /// ports), so sharing a window changes none of its evidence. No kind with state does.
+    fn goes_together(&self, _probe: &Probe, _expected: &Expectation) -> bool {
         false
     }
 
@@ -58,7 +59,7 @@ pub trait Kind {
     fn send(&mut self, probe: &Probe, expected: &Expectation, wire: &mut Wire<'_>) -> Result<Shipment>;
 }
 
-/// Sends `probes`, each one that [`Kind::waits_out_silence`], at once; their shipments in the
+/// Sends `probes`, each one that [`Kind::goes_together`], at once; their shipments in the
 /// order given. Two probes that need different routes from one external host to one address
 /// (see [`route`]) must not be among them.
 pub fn send_together(probes: &[(&Probe, &Expectation)], wire: &mut Wire<'_>) -> Result<Vec<Shipment>> {

@@ -22,8 +22,9 @@ impl Kind for Request {
         oracle::predict(cluster, probe, profile)
     }
 
-    fn waits_out_silence(&self, probe: &Probe, expected: &Expectation) -> bool {
-        all_at_once(probe, expected)
+    fn goes_together(&self, probe: &Probe, expected: &Expectation) -> bool {
+        // A part of a probe from several clients: its clients wait out their pauses at once.
+        all_at_once(probe, expected) || probe.clients.is_some()
     }
 
     fn send(&mut self, probe: &Probe, expected: &Expectation, wire: &mut Wire<'_>) -> Result<Shipment> {
@@ -31,7 +32,8 @@ impl Kind for Request {
     }
 }
 
-/// Sends `probes`, each a [`Request`] whose attempts all wait out a silence, at once.
+/// Sends `probes`, each a [`Request`] that goes out with others (silent, or one client of
+/// several), at once: each paced as it would be alone.
 pub(super) fn send_together(probes: &[(&Probe, &Expectation)], wire: &mut Wire<'_>) -> Result<Vec<Shipment>> {
     let mut plans = Vec::new();
     for (probe, expected) in probes {
@@ -39,7 +41,7 @@ pub(super) fn send_together(probes: &[(&Probe, &Expectation)], wire: &mut Wire<'
         wire.prober(&probe.from)?;
         plans.push((probe.from.clone(), plan(probe, dst, expected, Speech::Plain(probe.protocol))));
     }
-    let sent = wire.send_all(&plans).context("sending the probes that wait out a silence")?;
+    let sent = wire.send_all(&plans).context("sending the probes that go out together")?;
     let shipments = plans.iter().zip(sent).map(|((_, plan), sent)| Shipment {
         dst: plan.dst,
         sent,

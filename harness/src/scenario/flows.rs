@@ -191,6 +191,7 @@ impl Paths<'_> {
             source_port: None,
             expect: None,
             life: crate::model::Life::OneShot,
+            clients: None,
         }));
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::model::{
-    IpFamily, Life, Probe, Protocol, Source, StatedExpectation, StatedSource, StatedVerdict, Target,
+    Clients, IpFamily, Life, Probe, Protocol, Source, StatedExpectation, StatedSource, StatedVerdict, Target,
 };
 
 use super::duration::parse_interval;
@@ -42,8 +42,18 @@ pub(crate) fn resolve(
             diag.value(site, &name_path, "a probe name must not be empty");
         }
         let before = diag.count();
-        let probe = resolve_one(site, path, spec, name, names, diag);
-        if let Some(probe) = probe.filter(|_| diag.count() == before) {
+        let probes = resolve_one(site, path, spec, name, names, diag);
+        if diag.count() != before {
+            continue;
+        }
+        for probe in probes {
+            // A part of a probe from several clients, `NAME[POD]`, is a name like any other.
+            if probe.clients.is_some()
+                && let Some(first) = seen.insert(probe.name.clone(), *i)
+            {
+                let message = format!("probe name {:?} is also spec.probes[{first}]'s", probe.name);
+                diag.value(site, &name_path, message);
+            }
             out.push(probe);
         }
     }
@@ -57,7 +67,7 @@ fn resolve_one(
     name: String,
     names: &Names<'_, '_>,
     diag: &mut Diagnostics,
-) -> Option<Probe> {
+) -> Vec<Probe> {
     let (Some(from_spec), Some(to_spec)) = (&spec.from, &spec.to) else {
         let missing = if spec.from.is_none() { "from" } else { "to" };
         diag.value(
@@ -65,11 +75,13 @@ fn resolve_one(
             path,
             format!("a probe needs `{missing}` (only a `held` check in a step takes its opener's)"),
         );
-        return None;
+        return Vec::new();
     };
-    let from = source(site, &path.key("from"), from_spec, names, diag);
+    let from = sources(site, &path.key("from"), from_spec, names, diag);
     let stated = spec.protocol.map(protocol_of);
-    let to = targets::resolve(site, &path.key("to"), to_spec, stated, from.as_ref(), names, diag);
+    // Several clients are all pods: a target's checks of its source read any one of them alike.
+    let first = from.as_ref().and_then(|f| f.first());
+    let to = targets::resolve(site, &path.key("to"), to_spec, stated, first, names, diag);
     let life = super::held::life(site, path, spec, diag);
     let count = spec.count.unwrap_or(if life == Life::OneShot { DEFAULT_COUNT } else { 1 });
     check_count(site, &path.key("count"), count, diag);
@@ -100,11 +112,52 @@ fn resolve_one(
     });
     let target = to.as_ref().map(|(t, _)| t);
     let expect = spec.expect.as_ref().map(|e| expectation(site, &path.key("expect"), e, target, names, diag));
-    let (to, protocol) = to?;
+    let (Some((to, protocol)), Some(from)) = (to, from) else { return Vec::new() };
     let protocol = protocol.unwrap_or(Protocol::Tcp);
     super::held::check(site, path, &life, &to, protocol, count, source_port, diag);
-    Some(Probe { family, name, from: from?, to, protocol, count, interval, source_port, expect, life })
+    let one = |from: Source| Probe {
+        family,
+        name: name.clone(),
+        from,
+        to: to.clone(),
+        protocol,
+        count,
+        interval,
+        source_port,
+        expect: expect.clone(),
+        life: life.clone(),
+        clients: None,
+    };
+    let [_, _, ..] = from.as_slice() else { return from.into_iter().map(one).collect() };
+    refuse_with_clients(site, path, spec, &to, diag);
+    let clients = Clients { probe: name.clone(), count: from.len() as u32 };
+    from.into_iter()
+        .map(|source| Probe {
+            name: format!("{name}[{}]", source.name()),
+            clients: Some(clients.clone()),
+            ..one(source)
+        })
+        .collect()
 }
+
+/// What a probe from several clients cannot be: each of its parts is a plain request, sent
+/// with the others at once (a held connection, a fixed source port and a health check each
+/// have a kind of their own).
+fn refuse_with_clients(site: &Site<'_>, path: &FieldPath, spec: &ProbeSpec, to: &Target, diag: &mut Diagnostics) {
+    let why = "is not for a probe from several clients (`from: {pods: [...]}`): give each client a probe of its own";
+    for (given, key) in [(spec.hold.is_some(), "hold"), (spec.source_port.is_some(), "sourcePort")] {
+        if given {
+            diag.value(site, &path.key(key), format!("`{key}` {why}"));
+        }
+    }
+    if matches!(to, Target::HealthCheck { .. }) {
+        diag.value(site, &path.key("to"), format!("a health check {why}"));
+    }
+}
+
+/// The most clients a probe may have (`from: {pods: [...]}`): each part waits on threads of
+/// its own.
+const MAX_CLIENTS: usize = 64;
 
 /// Source ports a probe may fix; the automatic ones start above them.
 const FIXED_SOURCE_PORTS: std::ops::RangeInclusive<u16> = 1024..=19999;
@@ -124,33 +177,66 @@ fn protocol_of(p: ProtocolSpec) -> Protocol {
     }
 }
 
-fn source(
+fn sources(
     site: &Site<'_>,
     path: &FieldPath,
     spec: &SourceSpec,
     names: &Names<'_, '_>,
     diag: &mut Diagnostics,
-) -> Option<Source> {
-    let given: Vec<(&str, &String)> =
-        [("pod", &spec.pod), ("node", &spec.node), ("external", &spec.external)]
-            .into_iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
-            .collect();
-    let [(key, name)] = given.as_slice() else {
-        let got = if given.is_empty() {
-            "none".to_string()
-        } else {
-            given.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(" and ")
-        };
-        diag.value(site, path, format!("give exactly one of pod, node, external (got {got})"));
+) -> Option<Vec<Source>> {
+    let given: Vec<&str> = [
+        ("pod", spec.pod.is_some()),
+        ("pods", spec.pods.is_some()),
+        ("node", spec.node.is_some()),
+        ("external", spec.external.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(key, given)| given.then_some(key))
+    .collect();
+    let [key] = given.as_slice() else {
+        let got = if given.is_empty() { "none".to_string() } else { given.join(" and ") };
+        diag.value(site, path, format!("give exactly one of pod, pods, node, external (got {got})"));
         return None;
     };
     let at = path.key(key);
-    match *key {
-        "pod" => names.pods.resolve(name, site, &at, diag).map(|p| Source::Pod(p.pod.name.clone())),
-        "node" => names.nodes.resolve(name, site, &at, diag).map(|n| Source::Node(n.name.clone())),
-        _ => names.external_hosts.resolve(name, site, &at, diag).map(|h| Source::External(h.name.clone())),
+    let one = |name: &Option<String>| name.as_deref().unwrap_or_default().to_string();
+    let source = match *key {
+        "pods" => return pods(site, &at, spec.pods.as_deref().unwrap_or_default(), names, diag),
+        "pod" => names.pods.resolve(&one(&spec.pod), site, &at, diag).map(|p| Source::Pod(p.pod.name.clone())),
+        "node" => names.nodes.resolve(&one(&spec.node), site, &at, diag).map(|n| Source::Node(n.name.clone())),
+        _ => names
+            .external_hosts
+            .resolve(&one(&spec.external), site, &at, diag)
+            .map(|h| Source::External(h.name.clone())),
+    };
+    source.map(|s| vec![s])
+}
+
+/// `pods: [NAME, ...]`: two or more distinct pods, each a client of its own.
+fn pods(
+    site: &Site<'_>,
+    path: &FieldPath,
+    list: &[String],
+    names: &Names<'_, '_>,
+    diag: &mut Diagnostics,
+) -> Option<Vec<Source>> {
+    if !(2..=MAX_CLIENTS).contains(&list.len()) {
+        let message = format!("`pods` names 2 to {MAX_CLIENTS} clients, not {} (one client is `pod`)", list.len());
+        diag.value(site, path, message);
+        return None;
     }
+    let before = diag.count();
+    let mut seen = HashMap::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, name) in list.iter().enumerate() {
+        let at = path.index(i);
+        if let Some(first) = seen.insert(name.as_str(), i) {
+            diag.value(site, &at, format!("pod {name:?} is already a client ({path}[{first}])"));
+        } else if let Some(p) = names.pods.resolve(name, site, &at, diag) {
+            out.push(Source::Pod(p.pod.name.clone()));
+        }
+    }
+    (diag.count() == before).then_some(out)
 }
 
 /// `target` is `None` when it did not resolve (then nothing is checked against it).

@@ -229,11 +229,14 @@ impl<'de> Deserialize<'de> for IntervalSpec {
     }
 }
 
-/// `{pod: NAME} | {node: NAME} | {external: NAME}`; exactly one is checked later.
+/// `{pod: NAME} | {pods: [NAME, ...]} | {node: NAME} | {external: NAME}`; exactly one is
+/// checked later.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SourceSpec {
     pub pod: Option<String>,
+    /// Several client pods sending at once, each its own part of the probe.
+    pub pods: Option<Vec<String>>,
     pub node: Option<String>,
     pub external: Option<String>,
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::model::{Cluster, Objects, Scenario, Step};
+use crate::model::{Cluster, Objects, Probe, Scenario, Step};
 
 use super::addresses::Addresses;
 use super::endpoints::{self, Context, SliceData, endpoints_for};
@@ -327,13 +327,41 @@ fn set_aside_undefined_flows(assembled: &mut Assembled<'_>) {
 fn check_against_oracle(assembled: &Assembled<'_>, diag: &mut Diagnostics) {
     let site = Site::new(assembled.doc, "");
     let Scenario { cluster, probes, .. } = &assembled.scenario;
+    let written = written_positions(probes);
+    let mut last = None;
     for (index, field, message) in crate::oracle::scenario_problems(cluster, probes) {
         if index < assembled.given {
-            diag.value(&site, &FieldPath::parse(&format!("spec.probes[{index}].{field}")), message);
+            // The parts of a probe from several clients share its entry, and mostly its problem.
+            let problem = (written[index], field, message);
+            if last.as_ref() != Some(&problem) {
+                let path = FieldPath::parse(&format!("spec.probes[{}].{field}", problem.0));
+                diag.value(&site, &path, problem.2.clone());
+            }
+            last = Some(problem);
         } else {
             diag.value(&site, &FieldPath::parse("spec.flows"), format!("{}: {message}", probes[index].name));
         }
     }
+}
+
+/// Each probe's position in `spec.probes`: the parts of a probe from several clients are one
+/// entry there, next to each other here.
+fn written_positions(probes: &[Probe]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(probes.len());
+    let mut previous: Option<&Probe> = None;
+    for probe in probes {
+        let same_entry = previous.is_some_and(|p| {
+            p.clients.as_ref().is_some_and(|c| Some(&c.probe) == probe.clients.as_ref().map(|c| &c.probe))
+        });
+        let next = match out.last() {
+            Some(&at) if same_entry => at,
+            Some(&at) => at + 1,
+            None => 0,
+        };
+        out.push(next);
+        previous = Some(probe);
+    }
+    out
 }
 
 #[cfg(test)]

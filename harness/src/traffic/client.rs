@@ -124,8 +124,8 @@ impl Prober {
         self.thread.run(move || carry_out(&plan, &ports, timeout))
     }
 
-    /// Carries out every plan of `plans` at once inside the source namespace: for probes whose
-    /// attempts all wait out a silence, so the waits overlap. Answers in the order given.
+    /// Carries out every plan of `plans` at once inside the source namespace, each paced as
+    /// its own (probes that go out together), so their waits overlap. Answers in the order given.
     pub fn send_all(&self, plans: Vec<Plan>) -> Result<Vec<Vec<Sent>>> {
         let (ports, timeout) = (self.ports.clone(), self.timeout);
         self.thread.run(move || {

@@ -49,7 +49,10 @@ pub fn judge(
             // Sticky attempts all go one way by design; every other spread is uniform per attempt.
             let uniform = !matches!(spread, Spread::Sticky);
             let mut failures = check_answers(backends, uniform, &observed);
-            failures.extend(check_spread(*spread, backends.len(), &observed));
+            // A probe from several clients is judged on expiry across them all (`affinity`).
+            if probe.clients.is_none() || !matches!(spread, Spread::AffinityExpires { .. }) {
+                failures.extend(check_spread(*spread, backends.len(), &observed));
+            }
             failures
         }
         Outcome::Http { status, local_endpoints } => check_http(*status, *local_endpoints, &observed),

@@ -35,14 +35,83 @@ fn source_needs_exactly_one_key() {
         &errors(&text),
         at(&text, "{}"),
         "spec.probes[0].from",
-        "give exactly one of pod, node, external (got none)",
+        "give exactly one of pod, pods, node, external (got none)",
     );
     let text = edit(KUBE_DNS, "from: {pod: client}", "from: {pod: client, node: node-a}");
     assert_only(
         &errors(&text),
         at(&text, "{pod: client, node"),
         "spec.probes[0].from",
-        "give exactly one of pod, node, external (got pod and node)",
+        "give exactly one of pod, pods, node, external (got pod and node)",
+    );
+}
+
+#[test]
+fn several_clients_make_a_part_each() {
+    let text = edit(WEB, "from: {pod: client}", "from: {pods: [client, web-a]}");
+    // web-a reaches itself through the Service masqueraded (a hairpin): the oracle's error
+    // names the entry in the file, whichever part it is about.
+    assert_only(
+        &errors(&text),
+        at(&text, "{verdict: answered, source: client}"),
+        "spec.probes[0].expect",
+        "the scenario expects source Client at web-a, not masq node-a 10.244.1.1, but Kubernetes semantics say \
+         web-a|web-b (ClusterIP default/web:http, 2 usable endpoints)",
+    );
+    let s = parse(&text);
+    let parts: Vec<(&str, String, Option<u32>)> = s
+        .probes
+        .iter()
+        .filter(|p| p.clients.as_ref().is_some_and(|c| c.probe == "pod-to-web"))
+        .map(|p| (p.name.as_str(), p.from.to_string(), p.clients.as_ref().map(|c| c.count)))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            ("pod-to-web[client]", "pod client".to_string(), Some(2)),
+            ("pod-to-web[web-a]", "pod web-a".to_string(), Some(2)),
+        ]
+    );
+    assert_eq!(s.probes.len(), 4, "the other probes stay as they are");
+}
+
+#[test]
+fn several_clients_are_distinct_pods_and_plain_requests() {
+    let text = edit(WEB, "from: {pod: client}", "from: {pods: [client]}");
+    assert_only(
+        &errors(&text),
+        at(&text, "[client]"),
+        "spec.probes[0].from.pods",
+        "`pods` names 2 to 64 clients, not 1 (one client is `pod`)",
+    );
+    let text = edit(WEB, "from: {pod: client}", "from: {pods: [client, client]}");
+    assert_only(
+        &errors(&text),
+        at_nth(&text, "client", 1),
+        "spec.probes[0].from.pods[1]",
+        "pod \"client\" is already a client (spec.probes[0].from.pods[0])",
+    );
+    let text = edit(WEB, "from: {pod: client}", "from: {pods: [client, clinet]}");
+    assert_only(
+        &errors(&text),
+        at(&text, "clinet"),
+        "spec.probes[0].from.pods[1]",
+        "no Pod named \"clinet\" in the scenario (known: client, web-a, web-b)",
+    );
+    let text = edit(WEB, "from: {pod: client}", "from: {pods: [client, web-a]}\n      sourcePort: 5000");
+    assert_only(
+        &errors(&text),
+        at(&text, "5000"),
+        "spec.probes[0].sourcePort",
+        "`sourcePort` is not for a probe from several clients (`from: {pods: [...]}`): give each client a probe of its own",
+    );
+    // A part's name is a probe name like any other.
+    let text = edit(WEB, "    - from: {node: node-a}\n", "    - name: pod-to-web[web-a]\n      from: {node: node-a}\n");
+    let text = edit(&text, "from: {pod: client}", "from: {pods: [client, web-a]}");
+    assert!(
+        show(&errors(&text)).contains("duplicate probe name \"pod-to-web[web-a]\""),
+        "{}",
+        show(&errors(&text))
     );
 }
 
