@@ -44,7 +44,8 @@ enum Command {
         /// (`kube-proxy-nftables@v1.30`; v1.30 to v1.34); without `@`, the newest.
         #[arg(long)]
         profile: Option<crate::model::Profile>,
-        /// Milliseconds an attempt waits before it counts as dropped (10 to 60000).
+        /// Milliseconds an attempt waits for an answer before it counts as silent (10 to 60000);
+        /// one the oracle expects to be silent waits three tenths of it (its captures decide).
         #[arg(long, default_value_t = 1000, value_parser = crate::commands::timeout_ms)]
         timeout_ms: u64,
         /// Scenarios run at once (default: two per core; 1 to 256).
@@ -195,7 +196,8 @@ enum Command {
         /// An option for the second proxy, `KEY=VALUE`; repeatable.
         #[arg(long = "right-option", value_name = "KEY=VALUE")]
         right_options: Vec<String>,
-        /// Milliseconds an attempt waits before it counts as dropped (10 to 60000).
+        /// Milliseconds an attempt waits for an answer before it counts as silent (10 to 60000);
+        /// one the oracle expects to be silent waits three tenths of it (its captures decide).
         #[arg(long, default_value_t = 1000, value_parser = crate::commands::timeout_ms)]
         timeout_ms: u64,
         /// How many runs (one scenario with one proxy) at a time (default 2: a scenario's two

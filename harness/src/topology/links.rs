@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use anyhow::{Context, Result, anyhow, bail};
 use futures::TryStreamExt;
 use ipnet::IpNet;
-use netlink_packet_route::link::{InfoData, InfoVeth};
+use netlink_packet_route::link::{InfoData, InfoVeth, LinkAttribute};
 use netlink_packet_route::route::{RouteMessage, RouteScope};
 use rtnetlink::{
     Handle, LinkBridge, LinkBridgePort, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder,
@@ -86,13 +86,18 @@ impl Links {
     }
 
     /// Creates a veth pair: `name` here and `peer` straight inside `peer_ns`.
+    /// Each end has one queue each way, said outright: a veth left to choose gets one per CPU
+    /// and then cuts them to one, and each cut waits out an RCU grace period
+    /// (drivers/net/veth.c, `veth_init_queues`); scenarios build veths by the dozen at once.
     pub async fn veth_into(&self, name: &str, peer: &str, peer_ns: &Netns) -> Result<()> {
-        let peer_msg = LinkMessageBuilder::<LinkUnspec>::new()
+        let mut peer_msg = LinkMessageBuilder::<LinkUnspec>::new()
             .name(peer.to_string())
             .setns_by_fd(peer_ns.raw_fd())
             .build();
-        let message =
+        peer_msg.attributes.extend(one_queue_each_way());
+        let mut message =
             LinkVeth::new(name, peer).set_info_data(InfoData::Veth(InfoVeth::Peer(peer_msg))).build();
+        message.attributes.extend(one_queue_each_way());
         self.handle.link().add(message).execute().await.with_context(|| {
             self.context(&format!("creating veth {name} with peer {peer} in {}", peer_ns.name()))
         })
@@ -183,4 +188,9 @@ fn route_message(dest: IpNet, gateway: Option<IpAddr>, dev: u32) -> Result<Route
         builder = builder.scope(RouteScope::Link);
     }
     Ok(builder.build())
+}
+
+/// A link's queue counts, one each way.
+fn one_queue_each_way() -> [LinkAttribute; 2] {
+    [LinkAttribute::NumTxQueues(1), LinkAttribute::NumRxQueues(1)]
 }

@@ -100,15 +100,22 @@ impl Netns {
 
     /// Runs `program args…` inside the namespace with `stdin` fed to it; fails with the
     /// command's stderr when it exits non-zero.
+    ///
+    /// Started from a thread inside the namespace, whose namespace the child inherits: with
+    /// nothing to run between fork and exec, the standard library spawns it without copying
+    /// this process's page tables (posix_spawn), where [`Netns::command`] must fork. Scenarios
+    /// run `iptables-restore` and `nft` this way by the hundred, several at once.
     pub fn exec(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<Output> {
         let what = || format!("running `{program} {}` in namespace {}", args.join(" "), self.name);
         let mut child = self
-            .command(program)
-            .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
+            .run(|| {
+                Command::new(program)
+                    .args(args)
+                    .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+            })?
             .with_context(what)?;
         if let Some(input) = stdin {
             use std::io::Write;
