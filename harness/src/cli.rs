@@ -48,7 +48,7 @@ enum Command {
         /// one the oracle expects to be silent waits three tenths of it (its captures decide).
         #[arg(long, default_value_t = 1000, value_parser = crate::commands::timeout_ms)]
         timeout_ms: u64,
-        /// Scenarios run at once (default: two per core; 1 to 256).
+        /// Scenarios run at once (default: four per core; 1 to 256).
         #[arg(long, value_parser = crate::commands::jobs)]
         jobs: Option<usize>,
         /// Where a failing scenario leaves its evidence: summary, pcaps, conntrack, rules.

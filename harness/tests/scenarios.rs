@@ -151,8 +151,9 @@ fn main() {
     conclusion.exit();
 }
 
-/// Trials at once unless `--test-threads` (or `RUST_TEST_THREADS`) says: two per core, as
-/// `packetproof run` does. A trial mostly waits (on proxies' syncs, timeouts, affinity
+/// Trials at once unless `--test-threads` (or `RUST_TEST_THREADS`) says: two per core (half
+/// what `packetproof run` does: half the trials run the reference proxy and an API server,
+/// which use the cores rather than wait). A trial mostly waits (on proxies' syncs, timeouts, affinity
 /// expiry), each in namespaces of its own, and every verdict stands on captured packets, not
 /// on how soon they came (`RunOptions::timeout` is three orders above an answer's time here).
 fn default_threads() -> Option<usize> {
