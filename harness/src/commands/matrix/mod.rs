@@ -52,7 +52,7 @@ pub struct Args {
     /// over a second for an SCTP association and its answer.
     #[arg(long, default_value_t = 3000, value_parser = crate::commands::timeout_ms)]
     timeout_ms: u64,
-    /// Scenarios run at once inside each VM (default: `run`'s, two per vCPU).
+    /// Scenarios run at once inside each VM (default: `run`'s, four per vCPU).
     #[arg(long, value_parser = crate::commands::jobs)]
     jobs: Option<usize>,
     /// VMs at once (default: two one-vCPU VMs per core, or as many as the cores hold vCPUs,
