@@ -32,11 +32,15 @@ pub fn build_userland(payload: &Payload<'_>, out: &Path) -> Result<()> {
     initramfs::build(payload, out).context("building the guest's userland")
 }
 
-/// What one VM left behind: its console and, per run, its exit code and files.
+/// What one VM left behind: its console and, per run, its exit code and files, as far as it
+/// got: a VM killed at its limit keeps the runs it finished and the output of the one it was in.
 #[derive(Debug)]
 pub struct Booted {
     pub console: String,
     pub runs: Vec<RunResult>,
+    /// Why the VM ended before its runs did (killed at its limit, or qemu failed); `None`
+    /// when it shut down on its own.
+    pub stopped: Option<String>,
 }
 
 #[derive(Debug)]
@@ -49,7 +53,8 @@ pub struct RunResult {
 }
 
 /// Boots `kernel` with `userland`, runs `runs` inside one after another, and returns their
-/// results, which stay in `share` (a directory of the caller's, usually a [`Scratch`]).
+/// results, which stay in `share` (a directory of the caller's, usually a [`Scratch`]), also
+/// when the VM did not end on its own ([`Booted::stopped`]).
 pub fn boot(
     kernel: &Kernel,
     userland: &Path,
@@ -66,9 +71,7 @@ pub fn boot(
     let cmd = qemu::command(&kernel.vmlinuz, &initrd, share, &console, machine)?;
     let ran = qemu::run(cmd, machine.limit);
     let console = std::fs::read_to_string(&console).unwrap_or_default();
-    ran.with_context(|| {
-        format!("kernel {} ({}); console:\n{}", kernel.spec, kernel.version, tail(&console, 30))
-    })?;
+    let stopped = ran.err().map(|e| format!("kernel {} ({}): {e:#}", kernel.spec, kernel.version));
     let runs = runs
         .iter()
         .map(|run| {
@@ -78,7 +81,7 @@ pub fn boot(
             RunResult { name: run.name.clone(), exit_code, dir }
         })
         .collect();
-    Ok(Booted { console, runs })
+    Ok(Booted { console, runs, stopped })
 }
 
 /// Kills every running VM and removes this process's scratch directories: for an interrupt.

@@ -143,7 +143,13 @@ fn resolve_one(
 /// What a probe from several clients cannot be: each of its parts is a plain request, sent
 /// with the others at once (a held connection, a fixed source port and a health check each
 /// have a kind of their own).
-fn refuse_with_clients(site: &Site<'_>, path: &FieldPath, spec: &ProbeSpec, to: &Target, diag: &mut Diagnostics) {
+fn refuse_with_clients(
+    site: &Site<'_>,
+    path: &FieldPath,
+    spec: &ProbeSpec,
+    to: &Target,
+    diag: &mut Diagnostics,
+) {
     let why = "is not for a probe from several clients (`from: {pods: [...]}`): give each client a probe of its own";
     for (given, key) in [(spec.hold.is_some(), "hold"), (spec.source_port.is_some(), "sourcePort")] {
         if given {
@@ -202,8 +208,12 @@ fn sources(
     let one = |name: &Option<String>| name.as_deref().unwrap_or_default().to_string();
     let source = match *key {
         "pods" => return pods(site, &at, spec.pods.as_deref().unwrap_or_default(), names, diag),
-        "pod" => names.pods.resolve(&one(&spec.pod), site, &at, diag).map(|p| Source::Pod(p.pod.name.clone())),
-        "node" => names.nodes.resolve(&one(&spec.node), site, &at, diag).map(|n| Source::Node(n.name.clone())),
+        "pod" => {
+            names.pods.resolve(&one(&spec.pod), site, &at, diag).map(|p| Source::Pod(p.pod.name.clone()))
+        }
+        "node" => {
+            names.nodes.resolve(&one(&spec.node), site, &at, diag).map(|n| Source::Node(n.name.clone()))
+        }
         _ => names
             .external_hosts
             .resolve(&one(&spec.external), site, &at, diag)
@@ -221,7 +231,8 @@ fn pods(
     diag: &mut Diagnostics,
 ) -> Option<Vec<Source>> {
     if !(2..=MAX_CLIENTS).contains(&list.len()) {
-        let message = format!("`pods` names 2 to {MAX_CLIENTS} clients, not {} (one client is `pod`)", list.len());
+        let message =
+            format!("`pods` names 2 to {MAX_CLIENTS} clients, not {} (one client is `pod`)", list.len());
         diag.value(site, path, message);
         return None;
     }

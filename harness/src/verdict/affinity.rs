@@ -45,7 +45,9 @@ pub(crate) fn check_expiry_across_clients(verdicts: &mut [ProbeVerdict]) {
 /// The timeout and the number of backends of a part expected to see affinity expire.
 fn expiry(v: &ProbeVerdict) -> Option<(Duration, usize)> {
     match &v.expected.outcome {
-        Outcome::Answered { backends, spread: Spread::AffinityExpires { timeout }, .. } if backends.len() > 1 => {
+        Outcome::Answered { backends, spread: Spread::AffinityExpires { timeout }, .. }
+            if backends.len() > 1 =>
+        {
             Some((*timeout, backends.len()))
         }
         _ => None,
@@ -146,7 +148,10 @@ mod tests {
             },
             destination: "10.96.0.1:80".parse().unwrap(),
             expected: Expectation::required(outcome, "test"),
-            observed: reached.iter().map(|&pod| Attempt::Answered { pod: pod.into(), seen: "10.244.1.9:20000".parse().unwrap() }).collect(),
+            observed: reached
+                .iter()
+                .map(|&pod| Attempt::Answered { pod: pod.into(), seen: "10.244.1.9:20000".parse().unwrap() })
+                .collect(),
             failures: vec![],
         }
     }
@@ -158,8 +163,10 @@ mod tests {
         for part in &v {
             assert_eq!(
                 part.failures,
-                ["session affinity never expired: 2 clients at once, each stayed on one backend through attempts \
-                  spaced past the 1s timeout (pod x on a, pod y on c) (a correct proxy does this with probability 1.6e-2)"]
+                [
+                    "session affinity never expired: 2 clients at once, each stayed on one backend through attempts \
+                  spaced past the 1s timeout (pod x on a, pod y on c) (a correct proxy does this with probability 1.6e-2)"
+                ]
             );
         }
     }

@@ -82,8 +82,9 @@ pub struct Args {
     /// Fetch the kernels into the cache and stop (for CI's preparation step).
     #[arg(long)]
     fetch_only: bool,
-    /// Minutes a VM may run before it is killed and reported as an error (a hung guest).
-    #[arg(long, default_value_t = 30)]
+    /// Minutes a VM may run before it is killed (a hung guest; 1 to 1440): the runs it
+    /// finished stand, the one it was in is an error with its output so far.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=1440))]
     vm_limit_minutes: u64,
     /// Hunt the proxies' mutation catalogs in each VM (`packetproof mutants --first-kill`
     /// over the scenarios) instead of running the scenarios: for IPVS mode, whose kernel
@@ -354,9 +355,16 @@ fn run_kernel(
                     .ok()
                     .and_then(|text| serde_json::from_str(&text).ok());
                 let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
-                let (exit_code, error) = match run.exit_code {
-                    Some(code) => (code, None),
-                    None => (EXIT_ERROR, Some(unfinished(&booted.console))),
+                // A run the VM finished stands even if the VM was stopped in a later one.
+                let (exit_code, error) = match (run.exit_code, &booted.stopped) {
+                    (Some(code), _) => (code, None),
+                    (None, Some(why)) if output.is_empty() => {
+                        (EXIT_ERROR, Some(format!("{why}, before this run began")))
+                    }
+                    (None, Some(why)) => {
+                        (EXIT_ERROR, Some(format!("{why}; console:\n{}", vm::tail(&booted.console, 30))))
+                    }
+                    (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
                 };
                 let mut cell = Cell {
                     kernel: kernel.spec.clone(),
@@ -381,8 +389,8 @@ fn run_kernel(
                             run.name,
                             args.against.as_deref().unwrap_or_default()
                         );
-                    } else if exit_code != EXIT_PASS {
-                        // The guest's own report of what failed.
+                    } else if exit_code != EXIT_PASS && !output.is_empty() {
+                        // The guest's own report of what failed (so far, if it was stopped).
                         eprintln!(
                             "--- {} {} (exit {exit_code}):\n{}",
                             kernel.spec,

@@ -106,7 +106,11 @@ fn several_clients_are_distinct_pods_and_plain_requests() {
         "`sourcePort` is not for a probe from several clients (`from: {pods: [...]}`): give each client a probe of its own",
     );
     // A part's name is a probe name like any other.
-    let text = edit(WEB, "    - from: {node: node-a}\n", "    - name: pod-to-web[web-a]\n      from: {node: node-a}\n");
+    let text = edit(
+        WEB,
+        "    - from: {node: node-a}\n",
+        "    - name: pod-to-web[web-a]\n      from: {node: node-a}\n",
+    );
     let text = edit(&text, "from: {pod: client}", "from: {pods: [client, web-a]}");
     assert!(
         show(&errors(&text)).contains("duplicate probe name \"pod-to-web[web-a]\""),
