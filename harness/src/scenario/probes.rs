@@ -51,7 +51,7 @@ pub(crate) fn resolve(
             if probe.clients.is_some()
                 && let Some(first) = seen.insert(probe.name.clone(), *i)
             {
-                let message = format!("probe name {:?} is also spec.probes[{first}]'s", probe.name);
+                let message = format!("duplicate probe name {:?} (also spec.probes[{first}])", probe.name);
                 diag.value(site, &name_path, message);
             }
             out.push(probe);

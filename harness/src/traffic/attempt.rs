@@ -32,6 +32,14 @@ impl Attempt {
             Attempt::Broken { .. } => "broken",
         }
     }
+
+    /// The pod that answered, if one did.
+    pub fn backend(&self) -> Option<&str> {
+        match self {
+            Attempt::Answered { pod, .. } => Some(pod),
+            _ => None,
+        }
+    }
 }
 
 /// Why an attempt was not sent.

@@ -62,7 +62,7 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
     let mut judged = None;
     for v in members {
         judged = judged.or(expiry(v));
-        let reached: Vec<&str> = v.observed.iter().filter_map(answered_by).collect();
+        let reached: Vec<&str> = v.observed.iter().filter_map(Attempt::backend).collect();
         let distinct: BTreeSet<&str> = reached.iter().copied().collect();
         if distinct.len() > 1 {
             return None;
@@ -85,13 +85,6 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
     })
 }
 
-fn answered_by(a: &Attempt) -> Option<&str> {
-    match a {
-        Attempt::Answered { pod, .. } => Some(pod.as_str()),
-        _ => None,
-    }
-}
-
 /// The backend each client reached through each destination under affinity, so far.
 #[derive(Debug, Default)]
 pub struct Stuck(BTreeMap<(Source, SocketAddr), String>);
@@ -104,10 +97,7 @@ impl Stuck {
             let Outcome::Answered { backends, spread: Spread::Sticky, .. } = &v.expected.outcome else {
                 continue;
             };
-            let Some(now) = v.observed.iter().find_map(|a| match a {
-                Attempt::Answered { pod, .. } => Some(pod.clone()),
-                _ => None,
-            }) else {
+            let Some(now) = v.observed.iter().find_map(Attempt::backend).map(str::to_string) else {
                 continue;
             };
             let key = (v.probe.from.clone(), v.destination);

@@ -91,13 +91,7 @@ fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) 
 /// timeout must not (a correct proxy lands them all on one of `k` backends with probability
 /// `k^(1-n)`, which the oracle keeps below [`FALSE_FAILURE_RATE`]).
 fn check_spread(spread: Spread, k: usize, observed: &[Attempt]) -> Vec<String> {
-    let mut reached: Vec<&str> = observed
-        .iter()
-        .filter_map(|a| match a {
-            Attempt::Answered { pod, .. } => Some(pod.as_str()),
-            _ => None,
-        })
-        .collect();
+    let mut reached: Vec<&str> = observed.iter().filter_map(Attempt::backend).collect();
     let answers = reached.len();
     reached.sort();
     reached.dedup();

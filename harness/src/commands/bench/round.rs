@@ -208,10 +208,7 @@ fn watch(
     loop {
         let sent = t0.elapsed();
         let attempt = one(prober, dst)?;
-        let answered_by = match &attempt {
-            Attempt::Answered { pod, .. } => Some(pod.as_str()),
-            _ => None,
-        };
+        let answered_by = attempt.backend();
         let done = synced.load(Ordering::Acquire);
         match change {
             Change::AddService | Change::ScaleUp if answered_by.is_some() => return Ok(sent),
