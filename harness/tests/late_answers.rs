@@ -335,3 +335,70 @@ fn two_pod_cluster() -> Cluster {
         second_family: None,
     }
 }
+
+/// A TCP reply written after the client gave up, against the real kernel: the connection
+/// comes up at once, but the backend's server writes its reply only once the client's attempt
+/// has returned (an event: the test tells it to), as a server starved of CPU would. The
+/// client counted the attempt silent; the reply on its capture names the pod and the source it
+/// saw, so it is judged answered (late).
+#[test]
+fn a_tcp_reply_after_the_clients_wait_is_judged_answered() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let pair = Pair::new();
+    let dst = SocketAddr::new(SERVER.parse().unwrap(), 8080);
+    let listener =
+        pair.server.run(move || std::net::TcpListener::bind(dst)).unwrap().expect("the server listens");
+    let (go, write_now) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        use std::io::Write;
+        let (mut stream, peer) = listener.accept().expect("the server accepts");
+        write_now.recv().expect("the test's signal");
+        // The client's kernel may reset the connection at once: what left is what counts.
+        let _ = stream.write_all(reply::encode("slow-pod", peer).as_bytes());
+        peer
+    });
+    let capture = Capture::start(&pair.client, "eth0").expect("capturing on the client's eth0");
+    let before = capture.count();
+    let prober = Prober::new(&pair.client, SourcePorts::default(), Duration::from_millis(300)).unwrap();
+    let plan = Plan {
+        dst,
+        source_port: None,
+        count: 1,
+        speech: Speech::Plain(Protocol::Tcp),
+        pace: Pace::Sequential { interval: None },
+    };
+    let sent = prober.send(plan).unwrap();
+    assert_eq!(sent[0].attempt, Attempt::Silent, "the reply was held: the client must give up");
+    let after = capture.count();
+    go.send(()).unwrap();
+    let seen = server.join().expect("the server");
+    let port = sent[0].source_port;
+    let reached = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        capture.frames().iter().filter_map(|f| f.packet.as_ref()).any(|p| {
+            matches!(p.l4, L4::Tcp { syn: false, rst: false, src_port: 8080, dst_port, .. } if dst_port == port)
+                && p.src == dst.ip()
+        })
+    });
+    assert!(reached, "the late reply never reached the client's capture");
+    let key = "pod/client".to_string();
+    let evidence = Evidence { frames: [(key.clone(), capture.stop().unwrap())].into(), ..Default::default() };
+    let window = Window { frames: [(key, before..after)].into() };
+    let probe = Probe {
+        name: "late-tcp-reply".into(),
+        from: Source::Pod("client".into()),
+        to: Target::Address(dst),
+        protocol: Protocol::Tcp,
+        count: 1,
+        interval: None,
+        family: None,
+        source_port: None,
+        expect: None,
+        life: Life::OneShot,
+        clients: None,
+    };
+    let judged = late::reconcile(&two_pod_cluster(), &probe, dst, sent, &evidence, &window);
+    assert_eq!(judged[0].attempt, Attempt::Answered { pod: "slow-pod".into(), seen });
+}

@@ -10,8 +10,11 @@
 //! did not take (seen on 5.10 under emulation: the pod's DATA overtook the COOKIE ACK, was
 //! discarded in COOKIE-ECHOED state, and came again after the retransmission timeout, past the
 //! probe's) is judged by the DATA chunk its capture holds: each association has its own source
-//! port. A TCP connection whose SYN-ACK came after the client gave up carries no pod's reply
-//! (the client's socket was closed, so its kernel resets it): it is judged by the witnesses
+//! port. A TCP reply that came after the client gave up (its connection came up in time, the
+//! pod's server was slow to write) is judged by the reply itself, which names the pod and what
+//! it saw; each attempt has its own source port unless the probe fixes one. A TCP connection
+//! whose SYN-ACK came after the client gave up carries no pod's reply (the client's socket was
+//! closed, so its kernel resets it): it is judged by the witnesses
 //! that do name the backend — the SYN-ACK in the client's capture, the conntrack entry of its
 //! flow (whose reply tuple names the backend's address and the source it saw), and the
 //! backend pod's capture, which must hold its SYN-ACK to that source.
@@ -107,6 +110,13 @@ fn reconcile_tcp(
     let frames = client_frames(probe, evidence, window, true);
     for s in sent.iter_mut().filter(|s| s.attempt == Attempt::Silent) {
         let port = s.source_port;
+        // The connection came up in time but the pod's reply came after the client's wait
+        // (its server starved of CPU): the reply names the pod and what it saw, as UDP's does.
+        let own_port = probe.source_port.is_none();
+        if let Some(answer) = frames.iter().filter(|_| own_port).find_map(|f| tcp_answer_to(f, dst, port)) {
+            s.attempt = Attempt::Answered { pod: answer.pod, seen: answer.seen };
+            continue;
+        }
         let syn_ack_back = frames
             .iter()
             .filter_map(|f| f.packet.as_ref())
@@ -133,6 +143,19 @@ fn reconcile_tcp(
         }
     }
     sent
+}
+
+/// The pod's reply carried by `frame`, a TCP segment from `dst` to `port`.
+fn tcp_answer_to(frame: &Frame, dst: SocketAddr, port: u16) -> Option<reply::Answer> {
+    let p = frame.packet.as_ref()?;
+    let to_attempt =
+        matches!(p.l4, L4::Tcp { src_port, dst_port, .. } if src_port == dst.port() && dst_port == port);
+    if !to_attempt || p.src != dst.ip() {
+        return None;
+    }
+    let sliced = LaxSlicedPacket::from_ethernet(&frame.data).ok()?;
+    let Some(TransportSlice::Tcp(tcp)) = sliced.transport else { return None };
+    reply::parse(std::str::from_utf8(tcp.payload()).ok()?)
 }
 
 fn is_syn_ack(p: &Packet) -> bool {
