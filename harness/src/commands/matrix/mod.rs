@@ -431,6 +431,10 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     if args.mutants {
         let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         run.args = mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
+        // One run per vCPU unless told: a hunt waits only 300 ms for an answer, which a busy
+        // emulated guest can miss (a false kill).
+        let jobs = args.jobs.unwrap_or(args.cpus as usize).max(1);
+        run.args.splice(1..1, ["--jobs".to_string(), jobs.to_string()]);
         if let Some(slice) = args.partition {
             run.args.splice(1..1, ["--partition".to_string(), slice.to_string()]);
         }
@@ -746,7 +750,11 @@ mod tests {
         let args = Args { partition: Some("hash:2/3".parse().unwrap()), ..args };
         let line = guest_run("builtin-iptables", &args, &[]).args.join(" ");
         assert!(line.contains(" --partition hash:2/3 --timeout-ms"), "{line}");
-        let args = Args { partition: None, ..args };
+        // A hunt in a guest: one run per vCPU, the slice of the catalog.
+        let args = Args { mutants: true, ..args };
+        let line = guest_run("builtin-iptables", &args, &[]).args.join(" ");
+        assert!(line.starts_with("mutants --partition hash:2/3 --jobs 2 --proxy builtin-iptables"), "{line}");
+        let args = Args { partition: None, mutants: false, ..args };
 
         let args = Args {
             against: Some("builtin-ipvs".into()),
