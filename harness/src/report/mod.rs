@@ -8,7 +8,8 @@ pub mod terminal;
 
 pub(crate) use json::Run as JsonRun;
 pub(crate) use json::Scenario as ReportedScenario;
-pub use json::json_report;
+pub(crate) use json::VERSION;
+pub use json::{json_report, json_report_of_slice};
 pub use junit::junit_report;
 pub(crate) use junit::{
     Origin as JunitOrigin, root_without_skipped as junit_root_without_skipped, suite as junit_suite,
