@@ -20,6 +20,9 @@ pub(crate) struct Run {
     #[serde(default)]
     known_bugs: Vec<KnownBug>,
     pub scenarios: Vec<Scenario>,
+    /// Rule coverage, one table per proxy (`run --coverage`); `coverage merge` reads it back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<crate::coverage::Table>,
 }
 
 /// A known bug the run's failures match, and the failing probes that match it.
@@ -119,6 +122,7 @@ pub fn json_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
         errors: count("error"),
         known_bugs,
         scenarios,
+        coverage: super::coverage_tables(finished),
     };
     Ok(serde_json::to_string_pretty(&run)?)
 }
