@@ -34,19 +34,23 @@ pub struct Crossing {
     pub hits: Vec<Hit>,
 }
 
-/// The crossings in one namespace's trace messages. A packet's messages share an id while it
-/// crosses, and the first comes from the chain that marked it; packets on other CPUs may
-/// interleave their messages, so each id keeps its own open crossing.
+/// The crossings in one namespace's trace messages. A packet's messages share an id (its
+/// buffer's) while it crosses: the first comes from the chain that marked it, the last from the
+/// harness's chain at the last priority of its last hook, or from the rule that dropped it.
+/// A bridged packet goes on in a new buffer (br_netfilter), under a new id: a message with a
+/// packet under an id with nothing open continues it as a crossing of its own. Packets on
+/// other CPUs may interleave their messages, so each id keeps its own open crossing.
 pub fn crossings(events: Vec<TraceEvent>) -> Vec<Crossing> {
     let mut done = Vec::new();
     let mut open: HashMap<u32, Crossing> = HashMap::new();
     for event in events {
-        if event.starts_packet() {
-            if let Some(previous) = open.insert(event.id, Crossing::default()) {
-                done.push(previous);
-            }
+        let begins = event.packet.is_some() && (event.starts_packet() || !open.contains_key(&event.id));
+        if begins && let Some(previous) = open.insert(event.id, Crossing::default()) {
+            done.push(previous);
         }
-        let Some(crossing) = open.get_mut(&event.id) else { continue };
+        let ends = event.ends_packet();
+        let id = event.id;
+        let Some(crossing) = open.get_mut(&id) else { continue };
         if let Some(packet) = event.packet
             && crossing.headers.last() != Some(&packet)
         {
@@ -56,6 +60,9 @@ pub fn crossings(events: Vec<TraceEvent>) -> Vec<Crossing> {
             && let Some(handle) = event.handle
         {
             crossing.hits.push((event.family, event.table, event.chain, handle));
+        }
+        if ends && let Some(finished) = open.remove(&id) {
+            done.push(finished);
         }
     }
     done.extend(open.into_values());
@@ -103,7 +110,9 @@ pub fn attribute(crossings: &[&Crossing], probes: &[ProbeFlows]) -> Vec<BTreeSet
     for crossing in crossings {
         for pair in crossing.headers.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            if a.protocol == b.protocol {
+            // A NAT hook changes one side of a packet: two headers that differ in both are
+            // not one packet translated, and joining them would join two flows.
+            if a.protocol == b.protocol && (a.src == b.src || a.dst == b.dst) {
                 aliases.join((a.protocol, a.src), (b.protocol, b.src));
                 aliases.join((a.protocol, a.dst), (b.protocol, b.dst));
             }
@@ -187,6 +196,7 @@ mod tests {
                 chain: chain.into(),
                 handle,
                 packet,
+                dropped: false,
             };
         let t = crate::observe::nftrace::TRACE_TABLE;
         let p1 = h("10.0.0.1:20000", "10.96.0.10:80");

@@ -140,7 +140,7 @@ fn digits(word: &str) -> String {
     let mut chars = word.chars().peekable();
     let mut prev: Option<char> = None;
     while let Some(c) = chars.next() {
-        let after_letter = prev.is_some_and(|p| p.is_ascii_alphabetic() && p != 'p');
+        let after_letter = prev.is_some_and(|p| p.is_ascii_alphabetic());
         if c.is_ascii_digit() && !after_letter {
             while chars.peek().is_some_and(|d| d.is_ascii_digit() || *d == '.') {
                 chars.next();

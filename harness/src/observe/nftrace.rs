@@ -88,12 +88,19 @@ pub struct TraceEvent {
     /// The packet as it was when it entered this chain (the first message of each base chain
     /// carries it).
     pub packet: Option<Headers>,
+    /// The rule or policy dropped the packet (a REJECT too): its crossing ends here.
+    pub dropped: bool,
 }
 
 impl TraceEvent {
     /// The first message about a packet in this namespace: it was just marked.
     pub fn starts_packet(&self) -> bool {
         self.table == TRACE_TABLE && MARKING_CHAINS.contains(&self.chain.as_str())
+    }
+
+    /// The packet reached the last priority of its last hook here: its crossing ends.
+    pub fn ends_packet(&self) -> bool {
+        self.dropped || (self.table == TRACE_TABLE && self.chain.starts_with("seen-"))
     }
 
     /// A message from the proxy's rules, not from the harness's table.
@@ -246,6 +253,8 @@ fn trace_event(family: u8, payload: &[u8]) -> Option<TraceEvent> {
     const TABLE: u16 = 1;
     const CHAIN: u16 = 2;
     const RULE_HANDLE: u16 = 3;
+    const VERDICT: u16 = 5;
+    const VERDICT_CODE: u16 = 1;
     const ID: u16 = 6;
     const NETWORK_HEADER: u16 = 8;
     const TRANSPORT_HEADER: u16 = 9;
@@ -254,6 +263,7 @@ fn trace_event(family: u8, payload: &[u8]) -> Option<TraceEvent> {
         |b: &[u8]| String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or_default()).into_owned();
     let (mut id, mut table, mut chain, mut handle) = (None, None, None, None);
     let (mut network, mut transport, mut nfproto) = (None, None, family);
+    let mut dropped = false;
     for (kind, value) in attributes(payload) {
         match kind {
             TABLE => table = Some(text(value)),
@@ -262,6 +272,12 @@ fn trace_event(family: u8, payload: &[u8]) -> Option<TraceEvent> {
                 handle = Some(u64::from_be_bytes(value.try_into().expect("8 bytes")))
             }
             ID if value.len() == 4 => id = Some(u32::from_be_bytes(value.try_into().expect("4 bytes"))),
+            VERDICT => {
+                // NF_DROP is 0.
+                dropped = attributes(value).iter().any(|(k, v)| {
+                    *k == VERDICT_CODE && v.len() == 4 && u32::from_be_bytes([v[0], v[1], v[2], v[3]]) == 0
+                })
+            }
             NETWORK_HEADER => network = Some(value),
             TRANSPORT_HEADER => transport = Some(value),
             NFPROTO if value.len() == 4 => nfproto = u32::from_be_bytes(value.try_into().expect("4")) as u8,
@@ -269,7 +285,15 @@ fn trace_event(family: u8, payload: &[u8]) -> Option<TraceEvent> {
         }
     }
     let packet = network.and_then(|n| headers(nfproto, n, transport.unwrap_or_default()));
-    Some(TraceEvent { id: id?, family: family_name(family), table: table?, chain: chain?, handle, packet })
+    Some(TraceEvent {
+        id: id?,
+        family: family_name(family),
+        table: table?,
+        chain: chain?,
+        handle,
+        packet,
+        dropped,
+    })
 }
 
 fn family_name(family: u8) -> &'static str {
