@@ -79,8 +79,9 @@ pub struct ScenarioReport {
     pub unjudged: Vec<(String, String)>,
     /// The profile the probes were judged under (none for a scenario that did not run).
     pub profile: Option<crate::model::Profile>,
-    /// Which of the proxy's rules the probes matched, when the run measured it.
-    pub coverage: Option<ScenarioCoverage>,
+    /// Which of the proxy's rules the probes matched, when the run measured it (boxed: a
+    /// report travels between threads by value).
+    pub coverage: Option<Box<ScenarioCoverage>>,
 }
 
 impl ScenarioReport {
@@ -284,7 +285,7 @@ fn run_in(
     running.stop().with_context(|| format!("stopping {}", proxy.name()))?;
     drop(runtime);
     drop(announced);
-    let coverage = recorder.map(coverage::Recorder::finish);
+    let coverage = recorder.map(|r| Box::new(r.finish()));
     topology.teardown().context("removing the scenario's namespaces")?;
     Ok(ScenarioReport {
         scenario: scenario.name.clone(),

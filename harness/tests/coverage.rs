@@ -19,7 +19,7 @@ fn load(path: &str) -> Scenario {
 fn run(s: &Scenario, proxy: &dyn Proxy) -> (ScenarioReport, ScenarioCoverage) {
     let options = RunOptions { timeout: Duration::from_millis(300), coverage: true, ..RunOptions::default() };
     let report = runner::run(s, proxy, &options).unwrap_or_else(|e| panic!("{e:#}"));
-    let coverage = report.coverage.clone().expect("coverage was measured");
+    let coverage = *report.coverage.clone().expect("coverage was measured");
     (report, coverage)
 }
 

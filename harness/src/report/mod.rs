@@ -238,7 +238,7 @@ pub(crate) fn headlines_for(matches: &[known_bugs::Match], scenario: &str, probe
 pub fn coverage_tables(finished: &[Finished<'_>]) -> Vec<crate::coverage::Table> {
     crate::coverage::tables(finished.iter().filter_map(|f| match f {
         Finished::Ran { report, .. } => {
-            report.coverage.as_ref().map(|c| (report.proxy.as_str(), report.scenario.as_str(), c))
+            report.coverage.as_deref().map(|c| (report.proxy.as_str(), report.scenario.as_str(), c))
         }
         Finished::Error { .. } => None,
     }))
