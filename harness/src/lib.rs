@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cli                 clap only
-//! commands            run · check · rules · diff · mutants · bench · matrix · cleanup
+//! commands            run · check · rules · diff · mutants · bench · matrix · coverage · cleanup
 //! engine              schedules runs, emits events to reporters
 //! report              terminal · JUnit · JSON
 //! runner              one scenario: build, program, probe, observe, judge
