@@ -58,9 +58,18 @@ enum Command {
         #[arg(long)]
         keep_evidence: bool,
         /// Which scenarios' flow tables to print: `failures`, or `all` (to review what a
-        /// passing scenario judged: expected, observed and why, per probe).
-        #[arg(long, value_name = "WHICH", default_value = "failures", value_parser = ["failures", "all"])]
+        /// passing scenario judged: expected, observed and why, per probe); `coverage` (with
+        /// `--coverage`): failures, and the probes that covered each rule template.
+        #[arg(long, value_name = "WHICH", default_value = "failures", value_parser = ["failures", "all", "coverage"])]
         show: String,
+        /// Trace which of the proxy's rules each probe's packets matched (nftables, and
+        /// iptables on the nft backend) and print how many rule templates the probes covered.
+        #[arg(long)]
+        coverage: bool,
+        /// With coverage measured (implied): exit 1 when fewer than PERCENT of a proxy's rule
+        /// templates were covered.
+        #[arg(long, value_name = "PERCENT", value_parser = crate::commands::percent)]
+        min_coverage: Option<f64>,
         /// Write a JUnit XML report here (a test case per probe).
         #[arg(long)]
         junit: Option<PathBuf>,
@@ -110,6 +119,10 @@ enum Command {
         /// Round trips to time for the probe figure.
         #[arg(long, default_value_t = 500)]
         round_trips: u32,
+        /// Also time the suite without and with rule coverage (`run --coverage`), this many
+        /// rounds of each in turns, and print the ratio of the medians.
+        #[arg(long, value_name = "ROUNDS", default_value_t = 0)]
+        coverage_rounds: usize,
         /// Instead: time this proxy from start to synced, and each step's push to synced, on
         /// the scenario `--sync-scenario`.
         #[arg(long)]
@@ -244,11 +257,35 @@ enum Command {
     /// Run scenarios on several kernels, each in a VM (qemu), with each proxy: one line per
     /// kernel × proxy, a combined report, exit codes as `run`.
     Matrix(commands::matrix::Args),
+    /// Rule coverage across runs.
+    #[command(subcommand)]
+    Coverage(CoverageCommand),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         /// Also remove what runs still alive made.
         #[arg(long)]
         all: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum CoverageCommand {
+    /// Merge the rule coverage of several runs (their `run --coverage --json` reports, or an
+    /// earlier merge's output) into one table per proxy; a template is covered when any run
+    /// covered it.
+    Merge {
+        /// JSON reports or coverage files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the merged tables here (a file `coverage merge` reads again).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Exit 1 when fewer than PERCENT of a proxy's templates were covered.
+        #[arg(long, value_name = "PERCENT", value_parser = crate::commands::percent)]
+        min_coverage: Option<f64>,
+        /// Also list the probes behind each covered template.
+        #[arg(long)]
+        show_covering: bool,
     },
 }
 
@@ -275,6 +312,8 @@ pub fn main() -> i32 {
             partition,
             color,
             nodes,
+            coverage,
+            min_coverage,
         } => {
             // Scenarios on the same existing nodes would meet each other's rules and objects.
             let jobs = if nodes.is_empty() { jobs } else { Some(1) };
@@ -284,14 +323,20 @@ pub fn main() -> i32 {
                 keep_passing: keep_evidence,
                 profile,
                 nodes: nodes.into_iter().collect(),
+                coverage: coverage || min_coverage.is_some(),
             };
+            let coverage = options.coverage.then(|| crate::engine::CoverageReport {
+                show_covering: show == "coverage",
+                minimum: min_coverage,
+                below_minimum: Vec::new(),
+            });
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
                 let outputs = MachineReports { junit, json, slice: partition.map(|p| p.to_string()) };
                 let show_passing = show == "all";
                 let paint = Paint::for_stdout(color);
                 let paths = default_paths(paths);
                 let chosen = commands::Chosen { paths: &paths, partition };
-                run(&chosen, proxy.as_ref(), &options, jobs, outputs, paint, show_passing)
+                run(&chosen, proxy.as_ref(), &options, jobs, outputs, paint, show_passing, coverage)
             })
         }
         Command::Check { paths, show } => check(&default_paths(paths), show),
@@ -348,8 +393,8 @@ pub fn main() -> i32 {
                 thresholds,
             })
         }
-        Command::Bench { suite, round_trips, proxy: None, .. } => {
-            commands::bench::run(&suite, round_trips).map(|()| EXIT_PASS)
+        Command::Bench { suite, round_trips, coverage_rounds, proxy: None, .. } => {
+            commands::bench::run(&suite, round_trips, coverage_rounds).map(|()| EXIT_PASS)
         }
         Command::Bench { proxy: Some(name), proxy_options, sync_scenario, sync_rounds, .. } => {
             proxy_choice(&name, &proxy_options)
@@ -380,6 +425,9 @@ pub fn main() -> i32 {
             &commands::merge::MergeOutputs { json, junit },
             Paint::for_stdout(color),
         ),
+        Command::Coverage(CoverageCommand::Merge { files, json, min_coverage, show_covering }) => {
+            commands::coverage::merge(&files, json.as_deref(), min_coverage, show_covering)
+        }
         Command::Cleanup { all } => cleanup(all),
         Command::Matrix(args) => commands::matrix::main(args),
         Command::ReferenceProxy(args) => crate::proxy::reference::main(args).map(|()| EXIT_PASS),

@@ -4,10 +4,11 @@
 //!
 //! ```text
 //! cli                 clap only
-//! commands            run · check · rules · diff · mutants · bench · matrix · cleanup
+//! commands            run · check · rules · diff · mutants · bench · matrix · coverage · cleanup
 //! engine              schedules runs, emits events to reporters
 //! report              terminal · JUnit · JSON
 //! runner              one scenario: build, program, probe, observe, judge
+//! coverage            which of the proxy's rules the probes matched (kernel traces), by template
 //! probe               one module per kind of probe: how it is planned, sent, observed, judged
 //! scenario            files → model, checked (names the proxies it validates options with)
 //! verdict             expected vs observed, with evidence
@@ -23,6 +24,7 @@
 pub mod apiserver;
 pub mod cli;
 pub mod commands;
+pub mod coverage;
 pub mod engine;
 pub mod kernel;
 pub mod kubernetes;

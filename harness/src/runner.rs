@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::coverage::{self, ScenarioCoverage};
 use crate::model::{NODE_UPLINK, POD_INTERFACE};
 use crate::model::{Phase, Probe, Protocol, Scenario};
 use crate::observe::conntrack_events::NodeRecorders;
@@ -34,6 +35,8 @@ pub struct RunOptions {
     /// Nodes that already exist (kind nodes, containers, namespaces), by scenario node name;
     /// empty: packetproof makes the nodes.
     pub nodes: crate::topology::existing::NodeMap,
+    /// Trace which of the proxy's rules each probe's packets matched (`run --coverage`).
+    pub coverage: bool,
 }
 
 impl Default for RunOptions {
@@ -45,6 +48,7 @@ impl Default for RunOptions {
             keep_passing: false,
             profile: None,
             nodes: Default::default(),
+            coverage: false,
         }
     }
 }
@@ -75,6 +79,9 @@ pub struct ScenarioReport {
     pub unjudged: Vec<(String, String)>,
     /// The profile the probes were judged under (none for a scenario that did not run).
     pub profile: Option<crate::model::Profile>,
+    /// Which of the proxy's rules the probes matched, when the run measured it (boxed: a
+    /// report travels between threads by value).
+    pub coverage: Option<Box<ScenarioCoverage>>,
 }
 
 impl ScenarioReport {
@@ -101,6 +108,7 @@ impl ScenarioReport {
             artifacts: None,
             unjudged: scenario.unjudged_flows.clone(),
             profile: None,
+            coverage: None,
         }
     }
 }
@@ -135,6 +143,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         artifacts,
         unjudged: scenario.unjudged_flows.clone(),
         profile: Some(options.profile.unwrap_or_else(|| proxy.profile())),
+        coverage: None,
     })
 }
 
@@ -221,6 +230,15 @@ fn run_in(
         servers
     };
 
+    // Coverage traces what the proxy wrote at start, never its start itself: a proxy that
+    // replaces the whole ruleset would take the trace table with it.
+    let mut recorder = match options.coverage {
+        true if !options.nodes.is_empty() => {
+            anyhow::bail!("--coverage adds a table to every node: not on existing nodes")
+        }
+        true => Some(coverage::Recorder::start(&topology)?),
+        false => None,
+    };
     let captures = start_captures(&topology)?;
     // Entries that expire before a phase's table is read are still announced: the evidence
     // is the same however long the phase took.
@@ -234,6 +252,7 @@ fn run_in(
         &runtime,
         &captures,
         &mut announced,
+        recorder.as_mut(),
         options,
     );
     let frames = stop_captures(captures)?;
@@ -266,6 +285,7 @@ fn run_in(
     running.stop().with_context(|| format!("stopping {}", proxy.name()))?;
     drop(runtime);
     drop(announced);
+    let coverage = recorder.map(|r| Box::new(r.finish()));
     topology.teardown().context("removing the scenario's namespaces")?;
     Ok(ScenarioReport {
         scenario: scenario.name.clone(),
@@ -276,6 +296,7 @@ fn run_in(
         artifacts,
         unjudged,
         profile: Some(profile),
+        coverage,
     })
 }
 
@@ -422,6 +443,7 @@ fn probe_phases(
     runtime: &tokio::runtime::Runtime,
     captures: &[(String, Capture)],
     announced: &mut NodeRecorders,
+    mut recorder: Option<&mut coverage::Recorder>,
     options: &RunOptions,
 ) -> Result<Vec<(Vec<SentProbe>, ConntrackTables)>> {
     let ports = SourcePorts::default();
@@ -435,9 +457,26 @@ fn probe_phases(
         }
         let wire = Wire::new(phase.cluster, topology, runtime, &ports, captures, options.timeout);
         let sent = send_probes(phase, expected, kinds, wire, &shared_routes)?;
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.phase_done(topology, probe_flows(phase, &sent)).context("measuring rule coverage")?;
+        }
         out.push((sent, announced.complete(dump_conntrack(topology, expected)?)?));
     }
     Ok(out)
+}
+
+/// What each probe of `phase` sent, as coverage ties packets to it.
+fn probe_flows(phase: &Phase<'_>, sent: &[SentProbe]) -> Vec<coverage::ProbeFlows> {
+    phase
+        .probes
+        .iter()
+        .zip(sent)
+        .map(|(probe, s)| coverage::ProbeFlows {
+            label: probe.name.clone(),
+            dst: s.dst,
+            ports: s.sent.iter().map(|a| a.source_port).collect(),
+        })
+        .collect()
 }
 
 fn state_of<'s>(phase: &Phase<'s>) -> State<'s> {

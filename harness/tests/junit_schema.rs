@@ -117,6 +117,7 @@ fn reports_of_every_kind_validate() {
         artifacts: Some(PathBuf::from("artifacts/kube-dns-udp")),
         unjudged: vec![("client-to-node-localhost".into(), "Kubernetes leaves it open".into())],
         profile: Some(Profile::KUBERNETES),
+        coverage: None,
     };
     let skipped_scenario = load("sctp");
     let skipped = ScenarioReport::skipped(&skipped_scenario, "builtin-iptables", "no SCTP sockets".into());
@@ -146,7 +147,9 @@ fn reports_of_real_runs_validate() {
     let broken = BuiltinIptables { mutant: Some(Mutant::NoHairpinMasq) };
 
     let pass = load("kube-dns-udp");
-    let pass_report = runner::run(&pass, &correct, &options).expect("kube-dns-udp runs");
+    // With rule coverage measured: the report gains its coverage suite.
+    let traced = RunOptions { coverage: true, ..options.clone() };
+    let pass_report = runner::run(&pass, &correct, &traced).expect("kube-dns-udp runs");
     assert!(pass_report.passed(), "{}", report::scenario_line(&pass_report));
 
     let fail = load("hairpin");
@@ -169,6 +172,6 @@ fn reports_of_real_runs_validate() {
         Finished::Ran { scenario: &open, report: &open_report },
     ];
     let xml = report::junit_report(&finished).expect("writing JUnit XML");
-    assert_covers(&xml, &["<failure", "<skipped", "not judged"]);
+    assert_covers(&xml, &["<failure", "<skipped", "not judged", "rule-coverage", "templates covered"]);
     assert_valid(&xml);
 }

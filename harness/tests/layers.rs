@@ -14,6 +14,9 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["report"],
     &["runner"],
+    // Rule coverage: traces (observe) read on the scenario's nodes (topology), grouped by
+    // template for the reports.
+    &["coverage"],
     // Each kind of probe plans with the oracle, sends with traffic, judges with verdict: a
     // layer above all three, which only the runner calls.
     &["probe"],

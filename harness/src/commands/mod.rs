@@ -3,6 +3,7 @@
 //! machine is at fault (bad scenario files, a setup error).
 
 pub mod bench;
+pub mod coverage;
 pub mod diff;
 pub mod matrix;
 pub mod merge;
@@ -33,6 +34,15 @@ pub fn timeout_ms(text: &str) -> Result<u64, String> {
 /// `--jobs`: scenarios at once; 0 would run nothing.
 pub fn jobs(text: &str) -> Result<usize, String> {
     bounded(text, 1, 256).map(|n| n as usize)
+}
+
+/// `--min-coverage`: a percentage, 0 to 100.
+pub fn percent(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        Ok(p) => Err(format!("{p} is outside 0..=100")),
+        Err(_) => Err(format!("{text:?} is not a number")),
+    }
 }
 
 fn bounded(text: &str, low: u64, high: u64) -> Result<u64, String> {
@@ -189,6 +199,9 @@ impl Chosen<'_> {
     }
 }
 
+/// `coverage`: the coverage report when `options.coverage` measures it; a proxy below its
+/// `--min-coverage` fails the run (exit 1) as a failing probe does.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     chosen: &Chosen<'_>,
     proxy_override: Option<&ProxyChoice>,
@@ -197,6 +210,7 @@ pub fn run(
     outputs: MachineReports,
     paint: Paint,
     show_passing: bool,
+    coverage: Option<engine::CoverageReport>,
 ) -> Result<i32> {
     let Some(scenarios) = chosen.load()? else { return Ok(EXIT_ERROR) };
     outputs.check_writable()?;
@@ -210,11 +224,17 @@ pub fn run(
     let mut terminal = TerminalReport::new(paint);
     terminal.show_passing = show_passing;
     let mut outputs = outputs;
-    engine.execute(&Run::each(&scenarios, proxy_override), &mut [&mut terminal, &mut outputs])?;
+    let mut coverage = coverage;
+    match coverage.as_mut() {
+        Some(coverage) => engine
+            .execute(&Run::each(&scenarios, proxy_override), &mut [&mut terminal, &mut outputs, coverage])?,
+        None => engine.execute(&Run::each(&scenarios, proxy_override), &mut [&mut terminal, &mut outputs])?,
+    };
     let summary = terminal.summary.context("the suite never finished")?;
+    let below_minimum = coverage.is_some_and(|c| !c.below_minimum.is_empty());
     let code = if summary.errors > 0 {
         EXIT_ERROR
-    } else if summary.failed {
+    } else if summary.failed || below_minimum {
         EXIT_FAIL
     } else if summary.judged_something {
         EXIT_PASS

@@ -9,7 +9,7 @@
 
 mod reporters;
 
-pub use reporters::{MachineReports, RunProgress, TerminalReport};
+pub use reporters::{CoverageReport, MachineReports, RunProgress, TerminalReport};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;

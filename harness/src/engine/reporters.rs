@@ -156,6 +156,43 @@ impl Reporter for MachineReports {
     }
 }
 
+/// The rule coverage a run measured (`run --coverage`): a closing line per proxy, the
+/// templates no probe hit, and the gate `--min-coverage`.
+#[derive(Debug, Default)]
+pub struct CoverageReport {
+    /// Also list the probes behind each covered template (`--show coverage`).
+    pub show_covering: bool,
+    /// The percentage every proxy's templates must reach.
+    pub minimum: Option<f64>,
+    /// Once the suite finished: the proxies below `minimum`, each with why.
+    pub below_minimum: Vec<String>,
+}
+
+impl Reporter for CoverageReport {
+    fn event(&mut self, event: &Event<'_>) -> Result<Control> {
+        if let Event::SuiteFinished { results, .. } = event {
+            let finished: Vec<Finished> = results
+                .iter()
+                .filter_map(|(scenario, result)| {
+                    result.as_ref().ok().map(|report| Finished::Ran { scenario, report })
+                })
+                .collect();
+            let tables = report::coverage_tables(&finished);
+            print!("{}", report::coverage_text(&tables, self.show_covering));
+            if tables.is_empty() {
+                println!("rules: no scenario measured coverage");
+            }
+            if let Some(minimum) = self.minimum {
+                self.below_minimum = crate::coverage::table::below(&tables, minimum);
+                for why in &self.below_minimum {
+                    println!("{why}");
+                }
+            }
+        }
+        Ok(Control::Continue)
+    }
+}
+
 /// Only the progress bar (for commands that print their own result at the end, like `diff`).
 pub struct RunProgress {
     paint: Paint,

@@ -143,16 +143,20 @@ impl Shared {
     }
 }
 
-fn wait_readable(socket: &Socket, timeout_ms: i32) {
+pub(super) fn wait_readable(socket: &Socket, timeout_ms: i32) {
     use std::os::fd::AsRawFd;
     let mut fd = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut fd, 1, timeout_ms) };
 }
 
+fn force_receive_buffer(socket: &Socket) -> std::io::Result<()> {
+    force_receive_buffer_of(socket, BUFFER_BYTES)
+}
+
 /// `SO_RCVBUFFORCE`: beyond `rmem_max`, as conntrack-tools does for `-E` (needs CAP_NET_ADMIN,
 /// which every caller of this module has).
-fn force_receive_buffer(socket: &Socket) -> std::io::Result<()> {
+pub(super) fn force_receive_buffer_of(socket: &Socket, bytes: libc::c_int) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: a valid socket descriptor, and an int option of the length given.
     let rc = unsafe {
@@ -160,7 +164,7 @@ fn force_receive_buffer(socket: &Socket) -> std::io::Result<()> {
             socket.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_RCVBUFFORCE,
-            (&BUFFER_BYTES as *const libc::c_int).cast(),
+            (&bytes as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };

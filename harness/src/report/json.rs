@@ -32,6 +32,9 @@ pub(crate) struct Run {
     #[serde(default)]
     pub(crate) known_bugs: Vec<KnownBug>,
     pub scenarios: Vec<Scenario>,
+    /// Rule coverage, one table per proxy (`run --coverage`); `coverage merge` reads it back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<crate::coverage::Table>,
 }
 
 /// This build's release, as reports carry it.
@@ -122,7 +125,8 @@ pub fn json_report_of_slice(finished: &[Finished<'_>], slice: Option<String>) ->
     let scenarios = scenarios(finished);
     let known_bugs = matches(finished).into_iter().map(known_bug).collect();
     let kernel = crate::kernel::KernelVersion::running().map(|(release, _)| release).unwrap_or_default();
-    let run = Run::counted(VERSION.into(), slice, kernel, known_bugs, scenarios);
+    let mut run = Run::counted(VERSION.into(), slice, kernel, known_bugs, scenarios);
+    run.coverage = super::coverage_tables(finished);
     Ok(serde_json::to_string_pretty(&run)?)
 }
 
@@ -158,6 +162,7 @@ impl Run {
             errors: count("error"),
             known_bugs,
             scenarios,
+            coverage: Vec::new(),
         }
     }
 
@@ -170,8 +175,10 @@ impl Run {
         kernels.dedup();
         let kernel = if kernels.len() == 1 { kernels.remove(0) } else { String::new() };
         let mut by_kernel: std::collections::BTreeMap<String, Vec<Scenario>> = Default::default();
+        let mut coverage = Vec::new();
         for part in parts {
             by_kernel.entry(part.kernel).or_default().extend(part.scenarios);
+            coverage.extend(part.coverage);
         }
         let mut known = Vec::new();
         let mut scenarios = Vec::new();
@@ -183,6 +190,8 @@ impl Run {
         }
         let mut run = Run::counted(version, None, kernel, known, scenarios);
         run.merged = described;
+        // One table per proxy, as `coverage merge` joins them.
+        run.coverage = crate::coverage::merge(coverage);
         run
     }
 }
@@ -191,16 +200,16 @@ impl Run {
 /// [`super::known_bug_matches`] matches a run's).
 fn matches_in_report(scenarios: &[Scenario]) -> Vec<known_bugs::Match> {
     use std::collections::{BTreeMap, BTreeSet};
-    let mut judged: BTreeMap<(&str, &str), BTreeSet<known_bugs::Symptom>> = BTreeMap::new();
+    let mut judged: BTreeMap<(&str, &str), BTreeSet<crate::verdict::Symptom>> = BTreeMap::new();
     for s in scenarios {
         let name = s.name.as_str();
-        let read = |symptoms: &[String]| -> BTreeSet<known_bugs::Symptom> {
+        let read = |symptoms: &[String]| -> BTreeSet<crate::verdict::Symptom> {
             symptoms.iter().filter_map(|k| k.parse().ok()).collect()
         };
         match s.status.as_str() {
             // A failed scenario without probes is one whose proxy failed at its own job.
             "failed" if s.probes.is_empty() && s.reason.is_some() => {
-                judged.insert((name, known_bugs::PROXY), [known_bugs::Symptom::ProxyFailed].into());
+                judged.insert((name, known_bugs::PROXY), [crate::verdict::Symptom::ProxyFailed].into());
             }
             "passed" | "failed" => {
                 judged.entry((name, known_bugs::PROXY)).or_default();

@@ -16,6 +16,10 @@ pub fn junit_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
     for scenario in scenarios(finished) {
         report.add_test_suite(suite(Origin::Host, &scenario));
     }
+    let coverage = super::coverage_tables(finished);
+    if !coverage.is_empty() {
+        report.add_test_suite(coverage_suite(&coverage));
+    }
     let xml = report.to_string()?;
     root_without_skipped(&xml)
 }
@@ -107,6 +111,22 @@ pub(crate) fn suite(origin: Origin<'_>, scenario: &Scenario) -> TestSuite {
                 add(&flow.flow, status);
             }
         }
+    }
+    suite
+}
+
+/// The run's rule coverage as a suite's properties (Jenkins' schema allows them on suites
+/// only), one per proxy: `rules: 412 of 431 templates covered (95.6 %), builtin-iptables`,
+/// with a passing case per proxy so that the suite is not empty.
+fn coverage_suite(tables: &[crate::coverage::Table]) -> TestSuite {
+    let mut suite = TestSuite::new("rule-coverage");
+    for table in tables {
+        suite.add_property(quick_junit::Property::new(format!("coverage {}", table.proxy), table.line()));
+    }
+    for table in tables {
+        let mut case = TestCase::new(table.proxy.as_str(), TestCaseStatus::success());
+        case.set_classname("rule-coverage");
+        suite.add_test_case(case);
     }
     suite
 }

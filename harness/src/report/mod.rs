@@ -235,6 +235,32 @@ pub(crate) fn headlines_for(matches: &[known_bugs::Match], scenario: &str, probe
         .collect()
 }
 
+/// The run's rule coverage, one table per proxy, from the scenarios that measured it.
+pub fn coverage_tables(finished: &[Finished<'_>]) -> Vec<crate::coverage::Table> {
+    crate::coverage::tables(finished.iter().filter_map(|f| match f {
+        Finished::Ran { report, .. } => {
+            report.coverage.as_deref().map(|c| (report.proxy.as_str(), report.scenario.as_str(), c))
+        }
+        Finished::Error { .. } => None,
+    }))
+}
+
+/// What the terminal prints for each table: its line, the templates no probe hit (each with
+/// an example and where it was written) and, with `covering`, the probes behind each covered
+/// template.
+pub fn coverage_text(tables: &[crate::coverage::Table], covering: bool) -> String {
+    let mut out = String::new();
+    for table in tables {
+        out.push_str(&table.uncovered_lines());
+        if covering {
+            out.push_str(&table.covering_lines());
+        }
+        out.push_str(&table.line());
+        out.push('\n');
+    }
+    out
+}
+
 /// A scenario as it ended, for the machine-readable reports.
 pub enum Finished<'a> {
     Ran {
@@ -276,6 +302,7 @@ mod tests {
             artifacts: None,
             unjudged: Vec::new(),
             profile: None,
+            coverage: None,
         };
         (s, report)
     }

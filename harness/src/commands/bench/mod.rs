@@ -59,7 +59,9 @@ pub fn scale_round(services: usize, side: &Side, connects: usize, out: &Path) ->
 const TOPOLOGY_ROUNDS: usize = 20;
 const BENCH_PORT: u16 = 8080;
 
-pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
+/// `coverage_rounds`: besides the suite's figure, its wall time without and with rule coverage
+/// measured (`run --coverage`), that many rounds of each taken in turns.
+pub fn run(suite: &Path, round_trips: u32, coverage_rounds: usize) -> Result<()> {
     if let Some(reason) = crate::privileges::preflight() {
         anyhow::bail!("cannot benchmark here: {reason}");
     }
@@ -95,19 +97,42 @@ pub fn run(suite: &Path, round_trips: u32) -> Result<()> {
         anyhow::bail!("the suite at {} has invalid scenarios", suite.display());
     };
     let count = scenarios.len();
-    let failed = run_suite(&scenarios)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let failed = run_suite(&scenarios, false)?;
     println!(
-        "suite {}: {count} scenarios in {:.2}s wall on {} cores ({failed} failed)",
+        "suite {}: {count} scenarios in {:.2}s wall on {cores} cores ({failed} failed)",
         suite.display(),
         t.elapsed().as_secs_f64(),
-        std::thread::available_parallelism().map_or(1, |n| n.get())
     );
+    if coverage_rounds > 0 {
+        let (mut plain, mut traced) = (Vec::new(), Vec::new());
+        let (mut plain_failed, mut traced_failed) = (0, 0);
+        for _ in 0..coverage_rounds {
+            let t = Instant::now();
+            plain_failed = plain_failed.max(run_suite(&scenarios, false)?);
+            plain.push(t.elapsed());
+            let t = Instant::now();
+            traced_failed = traced_failed.max(run_suite(&scenarios, true)?);
+            traced.push(t.elapsed());
+        }
+        let (plain, traced) = (median(&mut plain), median(&mut traced));
+        println!(
+            "suite {} with rule coverage: median {:.2}s against {:.2}s without, ratio {:.2} on {cores} cores \
+             (at most {traced_failed} failed with, {plain_failed} without)  [{coverage_rounds} rounds each, in turns]",
+            suite.display(),
+            traced.as_secs_f64(),
+            plain.as_secs_f64(),
+            traced.as_secs_f64() / plain.as_secs_f64(),
+        );
+    }
     Ok(())
 }
 
-/// Runs every scenario as `packetproof run` does; returns how many failed.
-fn run_suite(scenarios: &[crate::model::Scenario]) -> Result<usize> {
-    let engine = Engine { options: RunOptions::default(), jobs: Engine::default_jobs() };
+/// Runs every scenario as `packetproof run` does (with rule coverage measured, or not);
+/// returns how many failed.
+fn run_suite(scenarios: &[crate::model::Scenario], coverage: bool) -> Result<usize> {
+    let options = RunOptions { coverage, ..RunOptions::default() };
+    let engine = Engine { options, jobs: Engine::default_jobs() };
     let results = engine.execute(&Run::each(scenarios, None), &mut [])?;
     let fine = |r: &crate::runner::ScenarioReport| {
         r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_))

@@ -617,7 +617,8 @@ pub fn dump(netns: &Netns) -> Result<String> {
 }
 
 /// `table ip kube-proxy` → (`ip`, `kube-proxy`); `None` for the tables iptables-nft keeps
-/// (already in the iptables-save sections).
+/// (already in the iptables-save sections) and for coverage's trace table (the harness's, not
+/// the proxy's: a sync must never be read into it).
 fn nft_table(line: &str) -> Option<(&str, &str)> {
     const XTABLES: &[&str] = &["filter", "nat", "mangle", "raw", "security"];
     let mut words = line.split_whitespace();
@@ -625,7 +626,8 @@ fn nft_table(line: &str) -> Option<(&str, &str)> {
         return None;
     };
     let xtables = matches!(family, "ip" | "ip6") && XTABLES.contains(&name);
-    (!xtables).then_some((family, name))
+    let traced = name == crate::observe::nftrace::TRACE_TABLE;
+    (!xtables && !traced).then_some((family, name))
 }
 
 impl Running for ApiRunning<'_> {
@@ -711,6 +713,7 @@ mod tests {
         assert_eq!(nft_table("table inet cilium"), Some(("inet", "cilium")));
         assert_eq!(nft_table("table ip nat"), None);
         assert_eq!(nft_table("table ip6 filter"), None);
+        assert_eq!(nft_table("table inet packetproof-trace"), None);
         assert_eq!(nft_table(""), None);
     }
 

@@ -444,7 +444,9 @@ impl Running for Launched {
         for (program, args) in [("iptables-save", &[][..]), ("nft", &["list", "ruleset"][..])] {
             dump.push_str(&format!("# {program} {}\n", args.join(" ")));
             match node.netns.exec(program, args, None) {
-                Ok(out) => dump.push_str(&String::from_utf8_lossy(&out.stdout)),
+                Ok(out) => dump.push_str(&crate::observe::nftrace::without_trace_table(
+                    &String::from_utf8_lossy(&out.stdout),
+                )),
                 Err(e) => dump.push_str(&format!("# failed: {e:#}\n")),
             }
         }

@@ -13,13 +13,13 @@ pub fn apply(node: &NodeHandle, text: &str) -> Result<()> {
     loader::run(node, "nft", &["-f", "-"], text, "nftables", offending_lines)
 }
 
-/// The node's whole ruleset as `nft list ruleset` prints it.
+/// The node's whole ruleset as `nft list ruleset` prints it (without coverage's trace table).
 pub fn dump(node: &NodeHandle) -> Result<String> {
     let out = node
         .netns
         .exec("nft", &["list", "ruleset"], None)
         .with_context(|| format!("dumping the nftables ruleset of node {}", node.name))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(crate::observe::nftrace::without_trace_table(&String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The input lines an nft error points at: it names each as `/dev/stdin:LINE:COLUMNS:`.

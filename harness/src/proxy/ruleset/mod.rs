@@ -194,7 +194,9 @@ impl Running for Replayed {
                 .netns
                 .exec(program, args, None)
                 .with_context(|| format!("dumping the rules of node {}", node.name))?;
-            dump.push_str(&String::from_utf8_lossy(&out.stdout));
+            dump.push_str(&crate::observe::nftrace::without_trace_table(&String::from_utf8_lossy(
+                &out.stdout,
+            )));
         }
         Ok(dump)
     }

@@ -1,0 +1,85 @@
+//! Rule coverage with real packets: traces tie each rule a probe's packets matched to that
+//! probe, in iptables mode and in nftables mode, and a mutant that drops a rule the suite
+//! covers shows in the coverage or in the verdicts.
+
+use std::path::Path;
+use std::time::Duration;
+
+use packetproof::coverage::{self, ScenarioCoverage};
+use packetproof::model::Scenario;
+use packetproof::proxy::{self, Mutant, Proxy};
+use packetproof::runner::{self, RunOptions, ScenarioReport};
+use packetproof::scenario;
+
+fn load(path: &str) -> Scenario {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn run(s: &Scenario, proxy: &dyn Proxy) -> (ScenarioReport, ScenarioCoverage) {
+    let options = RunOptions { timeout: Duration::from_millis(300), coverage: true, ..RunOptions::default() };
+    let report = runner::run(s, proxy, &options).unwrap_or_else(|e| panic!("{e:#}"));
+    let coverage = *report.coverage.clone().expect("coverage was measured");
+    (report, coverage)
+}
+
+/// One probe through Service web: web's rules name it, dns's rules name nothing, and the
+/// verdicts are those of a run without coverage (it passes).
+#[test]
+fn a_probe_covers_its_services_rules_and_no_other() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let s = load("tests/data/coverage-two-services.yaml");
+    for (name, web, dns) in [
+        (proxy::iptables::NAME, "10.96.0.80/32", "10.96.0.53/32"),
+        (proxy::nftables::NAME, "shop/web/tcp/http", "shop/dns/tcp/dns"),
+    ] {
+        let proxy = proxy::build(&packetproof::model::ProxyChoice::named(name), Path::new(".")).unwrap();
+        let (report, coverage) = run(&s, proxy.as_ref());
+        assert!(report.passed(), "{name}: the scenario fails with coverage on");
+        let mentions = |what: &str| -> Vec<_> {
+            coverage.instances.iter().filter(|i| i.rule.contains(what) || i.chain.contains(what)).collect()
+        };
+        let (web, dns) = (mentions(web), mentions(dns));
+        assert!(!web.is_empty() && !dns.is_empty(), "{name}: {coverage:#?}");
+        assert!(
+            web.iter().any(|i| i.hit_by.contains("client-to-web")),
+            "{name}: no rule of web was hit: {web:#?}"
+        );
+        assert!(dns.iter().all(|i| i.hit_by.is_empty()), "{name}: a rule of dns was hit: {dns:#?}");
+        // Both nodes' rules are listed; the probe crossed node-b's too (its answer at least).
+        assert!(coverage.instances.iter().any(|i| i.node == "node-b" && !i.hit_by.is_empty()), "{name}");
+    }
+}
+
+/// `no-hairpin-masq` drops the rule that masquerades a pod reaching itself through its
+/// Service: the suite covers it (scenario hairpin), and without it the coverage loses that
+/// template and the scenario fails.
+#[test]
+fn a_mutant_dropping_a_covered_rule_shows() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let s = load("../scenarios/hairpin.yaml");
+    let whole = packetproof::proxy::iptables::BuiltinIptables { mutant: None };
+    let broken = packetproof::proxy::iptables::BuiltinIptables { mutant: Some(Mutant::NoHairpinMasq) };
+    let (passing, full) = run(&s, &whole);
+    let (failing, partial) = run(&s, &broken);
+    assert!(passing.passed() && !failing.passed());
+    let covered = |c: &ScenarioCoverage| {
+        let tables = coverage::tables([("builtin-iptables", "hairpin", c)]);
+        tables[0]
+            .templates
+            .iter()
+            .filter(|t| !t.covered_by.is_empty())
+            .map(|t| t.rule.clone())
+            .collect::<Vec<_>>()
+    };
+    let (full, partial) = (covered(&full), covered(&partial));
+    let lost: Vec<&String> = full.iter().filter(|t| !partial.contains(t)).collect();
+    assert!(
+        lost.iter().any(|t| t.contains("-s <ip>/<n>") && t.contains("KUBE-MARK-MASQ")),
+        "the hairpin masquerade template was not lost: {lost:#?}"
+    );
+}
