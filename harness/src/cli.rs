@@ -211,6 +211,9 @@ enum Command {
     /// Run scenarios on several kernels, each in a VM (qemu), with each proxy: one line per
     /// kernel × proxy, a combined report, exit codes as `run`.
     Matrix(commands::matrix::Args),
+    /// Generate clusters nobody wrote, probe every flow the oracle defines, judge them as `run`
+    /// does; shrink each confirmed failure to a scenario file. Exit 1 if any case failed.
+    Explore(commands::explore::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         /// Also remove what runs still alive made.
@@ -332,6 +335,7 @@ pub fn main() -> i32 {
         }
         Command::Cleanup { all } => cleanup(all),
         Command::Matrix(args) => commands::matrix::main(args),
+        Command::Explore(args) => commands::explore::main(args),
         Command::ReferenceProxy(args) => crate::proxy::reference::main(args).map(|()| EXIT_PASS),
     };
     result.unwrap_or_else(|e| {

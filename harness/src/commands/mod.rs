@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod diff;
+pub mod explore;
 pub mod matrix;
 pub mod mutants;
 
