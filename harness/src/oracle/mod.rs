@@ -30,6 +30,8 @@ mod endpoints;
 mod flow_tests;
 mod frontend;
 #[cfg(test)]
+mod host_network_tests;
+#[cfg(test)]
 mod ipvs_tests;
 pub mod live;
 mod local;
