@@ -27,10 +27,10 @@
 
 mod endpoints;
 #[cfg(test)]
+mod explored_tests;
+#[cfg(test)]
 mod flow_tests;
 mod frontend;
-#[cfg(test)]
-mod host_network_tests;
 #[cfg(test)]
 mod ipvs_tests;
 pub mod live;

@@ -185,6 +185,21 @@ fn external(
     {
         return Ok(Prediction::Open(format!("{name}: {reason}")));
     }
+    let own_process = matches!(&probe.from, Source::Node(n) if *n == node.name);
+    let bound_here = node.node_network_ips().any(|a| a == dst);
+    if cluster_wide(port).is_empty() && own_process && kind != ExternalKind::NodePort && !bound_here {
+        // kube-proxy rejects traffic to an external destination without endpoints in the
+        // filter chain INPUT and FORWARD reach (iptables mode's KUBE-EXTERNAL-SERVICES), and
+        // nftables mode in its output hook too: a node's own packet to an address not its own
+        // leaves un-translated in one mode and is rejected, with the ICMP error delivered over
+        // `lo`, in the other. Found by `packetproof explore`; stating each mode's choice is
+        // left to do.
+        return Ok(Prediction::Open(format!(
+            "{name} has no endpoints: kube-proxy's iptables mode rejects that only in \
+             KUBE-EXTERNAL-SERVICES (from INPUT and FORWARD), so the node's own packet leaves \
+             un-translated; its nftables mode rejects it in the output hook"
+        )));
+    }
     if cluster_wide(port).is_empty() {
         return Ok(Prediction::Expected(rejected(format!("{name} has no endpoints"))));
     }

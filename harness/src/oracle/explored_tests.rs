@@ -1,5 +1,7 @@
-//! Host-network endpoints behind a translating node, as a truth table (the style of
-//! `flow_tests`): masquerade happens in POSTROUTING, which a packet delivered to the node
+//! What `packetproof explore` found the oracle wrong about, each as a truth table (the style of
+//! `flow_tests`).
+//!
+//! Host-network endpoints behind a translating node: masquerade happens in POSTROUTING, which a packet delivered to the node
 //! itself never crosses, so an endpoint on the translating node's own host network sees the
 //! client's source, whoever sends (a pod, another node, an outside host) — except the node's own
 //! process, whose packets leave through POSTROUTING onto `lo` and are masqueraded. Found by
@@ -95,6 +97,45 @@ fn a_host_network_endpoint_on_the_translating_node_sees_the_client() {
     for profile in [Profile::KUBE_PROXY_IPTABLES, Profile::KUBE_PROXY_NFTABLES] {
         for (name, from, to, masq) in &flows {
             assert_eq!(masqueraded(from.clone(), to.clone(), profile), *masq, "{profile}: {name}");
+        }
+    }
+}
+
+/// A node's own process to an external or load-balancer IP of a Service without endpoints:
+/// kube-proxy's iptables mode lets it out un-translated (its reject sits in
+/// KUBE-EXTERNAL-SERVICES, which OUTPUT never reaches), nftables mode rejects it. Not judged
+/// until each mode's choice is stated; from a pod (FORWARD) and on an address of the node itself
+/// (INPUT over `lo`) it is rejected as before.
+#[test]
+fn a_node_reaching_an_external_destination_without_endpoints_is_not_judged() {
+    let mut cluster = cluster();
+    cluster.services[0].ports[0].endpoints.clear();
+    cluster.services[0].external_ips =
+        vec!["203.0.113.10".parse().unwrap(), "192.168.50.11".parse().unwrap()];
+    let external_ip = |ip: &str| Target::ExternalIp {
+        service: "api".into(),
+        port: "https".into(),
+        ip: ip.parse().unwrap(),
+        via: None,
+    };
+    let flows = [
+        ("node a to an external IP", Source::Node("a".into()), external_ip("203.0.113.10"), "OPEN"),
+        ("pod to an external IP", Source::Pod("client-a".into()), external_ip("203.0.113.10"), "REJECT"),
+        (
+            "node a to an external IP that is its own address",
+            Source::Node("a".into()),
+            external_ip("192.168.50.11"),
+            "REJECT",
+        ),
+    ];
+    for profile in [Profile::KUBE_PROXY_IPTABLES, Profile::KUBE_PROXY_NFTABLES] {
+        for (name, from, to, want) in &flows {
+            let got = match predict(&cluster, &Probe::example(from.clone(), to.clone()), profile) {
+                Ok(Prediction::Open(_)) => "OPEN".to_string(),
+                Ok(Prediction::Expected(e)) => e.outcome.to_string(),
+                Err(e) => format!("ERROR {e}"),
+            };
+            assert_eq!(&got, want, "{profile}: {name}");
         }
     }
 }
