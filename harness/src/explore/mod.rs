@@ -119,6 +119,23 @@ pub struct Ready {
 /// refuses it.
 pub fn prepare(mut case: Case, header: &str) -> Result<Ready, String> {
     probes::fill_steps(&mut case)?;
+    let ready = read(case, header)?;
+    // Flows of a known gap of the harness: every other flow, listed.
+    let flows = &ready.scenario.probes;
+    if ready.case.probes.is_some()
+        || !flows.iter().any(|p| probes::known_gap(&ready.scenario.cluster, p).is_some())
+    {
+        return Ok(ready);
+    }
+    let listed = flows
+        .iter()
+        .filter(|p| probes::known_gap(&ready.scenario.cluster, p).is_none())
+        .map(|p| probes::text(p, p.name.strip_prefix("flow: ").unwrap_or(&p.name), &p.name))
+        .collect();
+    read(Case { probes: Some(listed), ..ready.case }, header)
+}
+
+fn read(case: Case, header: &str) -> Result<Ready, String> {
     let text = case.render(header);
     let path = PathBuf::from(format!("{}.yaml", case.name));
     match crate::scenario::load_str(&text, &path) {

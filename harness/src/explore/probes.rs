@@ -70,8 +70,10 @@ pub fn fill_steps(case: &mut Case) -> Result<(), String> {
             .map_err(|e| format!("the state after {} does not load:\n{e}\n{rendered}", case.steps[k].name))?;
         let change = &case.steps[k].change;
         let about = |p: &&Probe| change.service().is_some_and(|s| target_service(&p.to) == Some(s));
-        let mut chosen: Vec<&Probe> = scenario.probes.iter().filter(about).collect();
-        let others: Vec<&Probe> = scenario.probes.iter().filter(|p| !about(p)).collect();
+        let judged: Vec<&Probe> =
+            scenario.probes.iter().filter(|p| known_gap(&scenario.cluster, p).is_none()).collect();
+        let mut chosen: Vec<&Probe> = judged.iter().copied().filter(about).collect();
+        let others: Vec<&Probe> = judged.iter().copied().filter(|p| !about(p)).collect();
         // Others evenly spaced, so that a restart's probes reach every Service.
         let room = PER_STEP.saturating_sub(chosen.len());
         if room > 0 && !others.is_empty() {
@@ -149,4 +151,46 @@ pub fn target_service(to: &Target) -> Option<&str> {
         | Target::HealthCheck { service, .. } => Some(service),
         Target::Address(_) | Target::Localhost { .. } => None,
     }
+}
+
+/// Why the harness cannot yet judge `probe` right, for a flow left out of generated cases (so
+/// that a correct proxy never fails on it); each is a known gap, listed in docs/src/explore.md.
+pub fn known_gap(cluster: &crate::model::Cluster, probe: &Probe) -> Option<&'static str> {
+    use crate::oracle::Outcome;
+    let expected = crate::oracle::expect(cluster, probe).ok()?;
+    let own_node_port =
+        matches!((&probe.from, &probe.to), (Source::Node(n), Target::NodePort { node, .. }) if n == node);
+    if own_node_port && expected.outcome == Outcome::Rejected {
+        return Some(
+            "a node's own process to its own node port without endpoints: rejected in INPUT after \
+             OUTPUT made a conntrack entry, which the evidence reads as forwarded",
+        );
+    }
+    let dropped_by_own_node = match (&probe.from, &probe.to) {
+        (Source::Node(n), Target::NodePort { node, .. }) => n == node,
+        (Source::Node(n), Target::ExternalIp { via, .. } | Target::LoadBalancer { via, .. }) => {
+            via.as_ref().is_none_or(|v| v == n)
+        }
+        (Source::Node(_), _) => true,
+        _ => false,
+    };
+    if dropped_by_own_node && expected.outcome == Outcome::Dropped {
+        return Some(
+            "a node's own packet dropped by its own rules (internalTrafficPolicy Local without a \
+             local endpoint, a load balancer's source ranges): the drop in OUTPUT fails the send \
+             with EPERM, which the client reads as refused (and ip6tables mode let one out)",
+        );
+    }
+    let ranges =
+        expected.outcome == Outcome::Dropped && expected.because.contains("loadBalancerSourceRanges");
+    let no_endpoints = target_service(&probe.to)
+        .and_then(|s| cluster.service(s))
+        .is_some_and(|s| s.ports.iter().all(|p| p.endpoints.iter().all(|e| !e.ready && !e.serving)));
+    if ranges && no_endpoints {
+        return Some(
+            "a client outside a load balancer's source ranges, the Service without endpoints: \
+             builtin-nftables answers with its reject rather than the firewall's drop",
+        );
+    }
+    None
 }
