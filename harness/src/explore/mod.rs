@@ -336,14 +336,13 @@ fn failing_probes(case: &Case, report: &ScenarioReport) -> Vec<ProbeText> {
     verdicts
         .iter()
         .filter(|v| !v.passed() && !in_step(&v.probe.name))
-        .map(|v| match &case.probes {
+        .filter_map(|v| match &case.probes {
             Some(listed) => listed.iter().find(|p| p.name == v.probe.name).cloned(),
             None => {
                 let name = v.probe.name.strip_prefix("flow: ").unwrap_or(&v.probe.name);
                 Some(probes::text(&v.probe, name, &v.probe.name))
             }
         })
-        .flatten()
         .collect()
 }
 

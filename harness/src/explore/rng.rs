@@ -26,7 +26,7 @@ impl Rng {
     /// small ranges the grammar draws from.
     pub fn below(&mut self, n: usize) -> usize {
         debug_assert!(n > 0);
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 
     /// A number in `low..=high`.
