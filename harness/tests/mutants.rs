@@ -1,5 +1,5 @@
 //! Every catalogued mutant — a known proxy bug applied to a built-in proxy — must fail its
-//! signature (`kubernetes::known_bugs`): each probe the signature names fails as it says, in
+//! signature (`report::known_bugs`): each probe the signature names fails as it says, in
 //! iptables mode and in nftables mode. That kills every mutant and proves every signature by
 //! running only the signatures' scenarios; `packetproof mutants [--proxy P]` still hunts
 //! through the whole suite and prints which scenarios kill each one.
@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use packetproof::commands::mutants::{self, SignatureCheck};
-use packetproof::kubernetes::known_bugs::CATALOG;
 use packetproof::model::Scenario;
 use packetproof::proxy::Mutant;
+use packetproof::report::known_bugs::{self, CATALOG};
 use packetproof::{proxy, scenario};
 
 /// One mode at a time: each already runs a scenario per core, and a loaded machine turns
@@ -41,7 +41,10 @@ fn every_signature_names_probes_of_the_suite() {
 fn the_known_bugs_are_the_mutants() {
     for name in [proxy::iptables::NAME, proxy::nftables::NAME, proxy::ipvs::NAME] {
         for mutant in mutants::catalog(name) {
-            assert!(mutant.known_bug().is_some(), "{mutant} is in no entry of the known-bug catalog");
+            assert!(
+                known_bugs::by_name(mutant.name()).is_some(),
+                "{mutant} is in no entry of the known-bug catalog"
+            );
         }
     }
     for bug in CATALOG {

@@ -7,11 +7,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
-use crate::kubernetes::known_bugs::{ANY, PROXY, Symptom};
 use crate::model::Scenario;
 use crate::proxy::Mutant;
 use crate::proxy::Proxy;
+use crate::report::known_bugs::{ANY, PROXY};
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
+use crate::verdict::Symptom;
 
 pub use crate::proxy::{Breakable, breakable, catalog, not_observable};
 
@@ -144,7 +145,7 @@ pub fn check_signatures(
     let mut owners = Vec::new();
     let mut runs = Vec::new();
     for (i, (&mutant, proxy)) in mutants.iter().zip(&proxies).enumerate() {
-        let Some(bug) = mutant.known_bug() else {
+        let Some(bug) = crate::report::known_bugs::by_name(mutant.name()) else {
             checks[i].unmet.push("no entry in the known-bug catalog".into());
             continue;
         };
@@ -189,7 +190,7 @@ pub fn check_signatures(
 
 /// The probes of `mutant`'s signature in `scenario` that did not fail as the signature says.
 fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<String> {
-    let Some(bug) = mutant.known_bug() else { return Vec::new() };
+    let Some(bug) = crate::report::known_bugs::by_name(mutant.name()) else { return Vec::new() };
     let marks = bug.signature.iter().filter(|m| m.scenario == scenario.name);
     let verdicts = match &report.outcome {
         Outcome::Judged(v) => v.as_slice(),
@@ -220,7 +221,7 @@ fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<St
                         "failed as {} instead of {}: {}",
                         kinds.join(", "),
                         m.symptom,
-                        v.failures.join("; ")
+                        v.failures.iter().map(|f| f.message.as_str()).collect::<Vec<_>>().join("; ")
                     )
                 }
             };
@@ -231,7 +232,7 @@ fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<St
 
 /// Every probe a known bug's signature names that the suite lacks (a renamed scenario or probe).
 pub fn dangling_marks(scenarios: &[Scenario]) -> Vec<String> {
-    crate::kubernetes::known_bugs::CATALOG
+    crate::report::known_bugs::CATALOG
         .iter()
         .flat_map(|bug| bug.signature.iter().map(move |m| (bug, m)))
         .filter(|(_, m)| {

@@ -298,7 +298,7 @@ fn investigate(
         .options
         .get("mutant")
         .and_then(|m| m.as_str())
-        .and_then(crate::kubernetes::known_bugs::by_name)
+        .and_then(crate::report::known_bugs::by_name)
         .map(|bug| bug.headline());
     let passes_unbroken = match settings.proxy.options.get("mutant") {
         Some(_) => {

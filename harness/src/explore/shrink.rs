@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::case::*;
-use crate::kubernetes::known_bugs::Symptom;
+use crate::verdict::symptom::Symptom;
 use crate::runner::{Outcome, ScenarioReport};
 
 /// How a case fails: each (symptom, kind of flow) of its failing probes, or the proxy's own

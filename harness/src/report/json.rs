@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::known_bugs;
 use super::{Finished, destination, expected, headlines_for, known_bug_matches};
-use crate::kubernetes::known_bugs;
 use crate::oracle::Basis;
 use crate::runner::Outcome;
 
@@ -72,7 +72,7 @@ pub(crate) struct Probe {
     pub observed: String,
     pub passed: bool,
     pub failures: Vec<String>,
-    /// The kinds of the failures (`kubernetes::known_bugs::Symptom`), for a failed probe.
+    /// The kinds of the failures (`verdict::Symptom`), for a failed probe.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub symptoms: Vec<String>,
     /// The known bugs whose signature this failure belongs to, as headlines.
@@ -174,7 +174,7 @@ fn scenario(finished: &Finished<'_>, matches: &[known_bugs::Match]) -> Scenario 
                     },
                     observed: v.observed_summary(),
                     passed: v.passed(),
-                    failures: v.failures.clone(),
+                    failures: v.failures.iter().map(|f| f.message.clone()).collect(),
                     symptoms: v.symptoms().iter().map(|k| k.to_string()).collect(),
                     known_bugs: headlines_for(matches, &s.name, &v.probe.name),
                 })
