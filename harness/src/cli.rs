@@ -260,6 +260,9 @@ enum Command {
     /// Rule coverage across runs.
     #[command(subcommand)]
     Coverage(CoverageCommand),
+    /// Generate clusters nobody wrote, probe every flow the oracle defines, judge them as `run`
+    /// does; shrink each confirmed failure to a scenario file. Exit 1 if any case failed.
+    Explore(commands::explore::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         /// Also remove what runs still alive made.
@@ -430,6 +433,7 @@ pub fn main() -> i32 {
         }
         Command::Cleanup { all } => cleanup(all),
         Command::Matrix(args) => commands::matrix::main(args),
+        Command::Explore(args) => commands::explore::main(args),
         Command::ReferenceProxy(args) => crate::proxy::reference::main(args).map(|()| EXIT_PASS),
     };
     result.unwrap_or_else(|e| {

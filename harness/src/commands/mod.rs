@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod coverage;
 pub mod diff;
+pub mod explore;
 pub mod matrix;
 pub mod merge;
 pub mod mutants;

@@ -29,6 +29,8 @@
 
 mod endpoints;
 #[cfg(test)]
+mod explored_tests;
+#[cfg(test)]
 mod flow_tests;
 mod frontend;
 #[cfg(test)]

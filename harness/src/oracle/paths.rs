@@ -154,7 +154,7 @@ fn cluster_ip(
         if !masquerade && !is_hairpin(probe, e) {
             cluster_ip_client_source(cluster, &probe.from)
         } else {
-            masqueraded_toward(cluster, client_node, e)
+            masqueraded_toward(cluster, &probe.from, client_node, e)
         }
     };
     // Without masquerade (no local-traffic detector), an outside host routed through a node
@@ -200,6 +200,21 @@ fn external(
         && let Some(reason) = arp_race(cluster, probe, kind, dst)
     {
         return Ok(Prediction::Open(format!("{name}: {reason}")));
+    }
+    let own_process = matches!(&probe.from, Source::Node(n) if *n == node.name);
+    let bound_here = node.node_network_ips().any(|a| a == dst);
+    if cluster_wide(port).is_empty() && own_process && kind != ExternalKind::NodePort && !bound_here {
+        // kube-proxy rejects traffic to an external destination without endpoints in the
+        // filter chain INPUT and FORWARD reach (iptables mode's KUBE-EXTERNAL-SERVICES), and
+        // nftables mode in its output hook too: a node's own packet to an address not its own
+        // leaves un-translated in one mode and is rejected, with the ICMP error delivered over
+        // `lo`, in the other. Found by `packetproof explore`; stating each mode's choice is
+        // left to do.
+        return Ok(Prediction::Open(format!(
+            "{name} has no endpoints: kube-proxy's iptables mode rejects that only in \
+             KUBE-EXTERNAL-SERVICES (from INPUT and FORWARD), so the node's own packet leaves \
+             un-translated; its nftables mode rejects it in the output hook"
+        )));
     }
     if cluster_wide(port).is_empty() {
         return Ok(Prediction::Expected(rejected(format!("{name} has no endpoints"))));
@@ -320,7 +335,7 @@ fn external_by_contract(
         // hairpin rule.
         let seen = |e: &Endpoint| {
             if is_hairpin(probe, e) {
-                masqueraded_toward(cluster, node, e)
+                masqueraded_toward(cluster, &probe.from, node, e)
             } else {
                 client_source(cluster, &probe.from)
             }
@@ -332,7 +347,7 @@ fn external_by_contract(
         if keep_pod_source && !is_hairpin(probe, e) {
             client_source(cluster, &probe.from)
         } else {
-            masqueraded_toward(cluster, node, e)
+            masqueraded_toward(cluster, &probe.from, node, e)
         }
     };
     let zone_note = hints_note(cluster, svc, port, &node.name);
@@ -519,7 +534,15 @@ pub(super) fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
 /// gateway for an endpoint on `node`, its node-network address for one elsewhere. So a node's
 /// own process reaching a local endpoint through a cluster IP arrives from the bridge address
 /// when masqueraded, and from the node IP (the source its route to the cluster IP chose) when not.
-pub(super) fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSource {
+/// Masquerade happens in POSTROUTING, which a packet delivered to `node` itself never crosses:
+/// traffic from elsewhere translated to a host-network endpoint of `node` reaches it with the
+/// client's own source (both modes and IPVS alike); only `node`'s own process, whose packets
+/// leave through POSTROUTING onto `lo`, is masqueraded.
+pub(super) fn masqueraded_toward(cluster: &Cluster, from: &Source, node: &Node, e: &Endpoint) -> SeenSource {
+    let own_process = matches!(from, Source::Node(n) if *n == node.name);
+    if !own_process && super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) {
+        return client_source(cluster, from);
+    }
     let addrs = match super::endpoints::node_of(cluster, e) {
         // The node's own address: masquerade on `lo` takes any of the node's addresses.
         _ if super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) => {
@@ -591,7 +614,7 @@ fn unmasqueraded_source(
     e: &Endpoint,
 ) -> SeenSource {
     if is_hairpin(probe, e) && node_of(cluster, e) == Some(node.name.as_str()) {
-        return masqueraded_toward(cluster, node, e);
+        return masqueraded_toward(cluster, &probe.from, node, e);
     }
     let own_node = matches!(&probe.from, Source::Node(n) if *n == node.name);
     let bound = kind != ExternalKind::NodePort && !node.node_network_ips().any(|a| a == dst);

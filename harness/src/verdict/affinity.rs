@@ -88,22 +88,25 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
     })
 }
 
-/// The backend each client reached through each destination under affinity, so far.
+/// The backend each client reached through each destination under affinity, so far, per node
+/// that translated it: each node keeps its own affinity table, so a client reaching an external
+/// IP through node-a and through node-b is stuck on each apart (found by `packetproof explore`).
 #[derive(Debug, Default)]
-pub struct Stuck(BTreeMap<(Source, SocketAddr), String>);
+pub struct Stuck(BTreeMap<(Source, SocketAddr, Option<String>), String>);
 
 impl Stuck {
     /// Checks `verdicts` (one phase's, `phase` its step name) against the backends clients
     /// stuck to in earlier phases, then remembers where they are now.
     pub(crate) fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
         for v in verdicts.iter_mut() {
-            let Outcome::Answered { backends, spread: Spread::Sticky, .. } = &v.expected.outcome else {
+            let Outcome::Answered { backends, spread: Spread::Sticky, translated_by } = &v.expected.outcome
+            else {
                 continue;
             };
             let Some(now) = v.observed.iter().find_map(Attempt::backend).map(str::to_string) else {
                 continue;
             };
-            let key = (v.probe.from.clone(), v.destination);
+            let key = (v.probe.from.clone(), v.destination, translated_by.clone());
             if let Some(before) = self.0.get(&key)
                 && *before != now
                 && backends.contains_key(before)
