@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 
 use super::case::*;
-use crate::verdict::symptom::Symptom;
 use crate::runner::{Outcome, ScenarioReport};
+use crate::verdict::symptom::Symptom;
 
 /// How a case fails: each (symptom, kind of flow) of its failing probes, or the proxy's own
 /// failure. A smaller case fails "the same way" when it shares one of the original's.
