@@ -76,6 +76,12 @@ enum Command {
         /// Write a JSON report with the same content here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Run only slice K of N of the scenarios, to spread a suite over machines:
+        /// `hash:K/N` (by each file's path below its folder: the same slice on every machine)
+        /// or `count:K/N` (dealt in turn, in order of path). `packetproof merge` joins the
+        /// slices' JSON reports into one verdict.
+        #[arg(long, value_name = "hash:K/N|count:K/N")]
+        partition: Option<commands::partition::Partition>,
         /// Colour the report: auto (a terminal, unless NO_COLOR is set), always or never.
         #[arg(long, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
         color: clap::ColorChoice,
@@ -190,10 +196,37 @@ enum Command {
         /// Write every mutant's verdict as JSON here (what `matrix --mutants` reads back).
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Scenario runs at once, over all mutants: several mutants are hunted at a time
+        /// (default: four per core; 1 to 256).
+        #[arg(long, value_parser = crate::commands::jobs)]
+        jobs: Option<usize>,
+        /// Hunt only slice K of N of the chosen mutants (`hash:K/N` by name, or `count:K/N`),
+        /// to spread the hunt over machines.
+        #[arg(long, value_name = "hash:K/N|count:K/N")]
+        partition: Option<commands::partition::Partition>,
+    },
+    /// Join the JSON reports of a suite's slices (`run --partition`), kernels and modes (`run
+    /// --json`, `matrix --json`) into one verdict: one count, the known bugs matched over all
+    /// of them, and `run`'s exit code. Reports of different releases, overlapping slices and
+    /// missing slices are refused (exit 2).
+    Merge {
+        /// The JSON reports.
+        #[arg(required = true)]
+        reports: Vec<PathBuf>,
+        /// Write the merged JSON report here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the merged JUnit XML report here.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Colour the report: auto (a terminal, unless NO_COLOR is set), always or never.
+        #[arg(long, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+        color: clap::ColorChoice,
     },
     /// Run scenarios with two proxies and list every flow whose observed behaviour differs
     /// (outcome, backends reached, source they saw), whether or not either side passes. Exit
-    /// code 0 when none differs, 1 when some do.
+    /// code 0 when none differs, 1 when some do, 2 when a side could not be set up (nothing
+    /// of that scenario was compared) or every scenario was skipped.
     Diff {
         /// Scenario files or directories of them (default: `scenarios`).
         paths: Vec<PathBuf>,
@@ -227,6 +260,9 @@ enum Command {
     /// Rule coverage across runs.
     #[command(subcommand)]
     Coverage(CoverageCommand),
+    /// Generate clusters nobody wrote, probe every flow the oracle defines, judge them as `run`
+    /// does; shrink each confirmed failure to a scenario file. Exit 1 if any case failed.
+    Explore(commands::explore::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         /// Also remove what runs still alive made.
@@ -276,6 +312,7 @@ pub fn main() -> i32 {
             show,
             junit,
             json,
+            partition,
             color,
             nodes,
             coverage,
@@ -297,19 +334,12 @@ pub fn main() -> i32 {
                 below_minimum: Vec::new(),
             });
             proxy.map(|name| proxy_choice(&name, &proxy_options)).transpose().and_then(|proxy| {
-                let outputs = MachineReports { junit, json };
+                let outputs = MachineReports { junit, json, slice: partition.map(|p| p.to_string()) };
                 let show_passing = show == "all";
                 let paint = Paint::for_stdout(color);
-                run(
-                    &default_paths(paths),
-                    proxy.as_ref(),
-                    &options,
-                    jobs,
-                    outputs,
-                    paint,
-                    show_passing,
-                    coverage,
-                )
+                let paths = default_paths(paths);
+                let chosen = commands::Chosen { paths: &paths, partition };
+                run(&chosen, proxy.as_ref(), &options, jobs, outputs, paint, show_passing, coverage)
             })
         }
         Command::Check { paths, show } => check(&default_paths(paths), show),
@@ -374,8 +404,17 @@ pub fn main() -> i32 {
                 .and_then(|choice| commands::bench::sync_times(&sync_scenario, &choice, sync_rounds))
                 .map(|()| EXIT_PASS)
         }
-        Command::Mutants { suite, only, first_kill, proxy, json } => {
-            mutants(&suite, &only, first_kill, &proxy, json.as_deref())
+        Command::Mutants { suite, only, first_kill, proxy, json, jobs, partition } => {
+            let json = json.as_deref();
+            mutants(&commands::HuntArgs {
+                suite: &suite,
+                only: &only,
+                first_kill,
+                proxy: &proxy,
+                json,
+                jobs,
+                partition,
+            })
         }
         Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs } => {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
@@ -384,11 +423,17 @@ pub fn main() -> i32 {
                 diff(&default_paths(paths), &left, &right, &options, jobs)
             })
         }
+        Command::Merge { reports, json, junit, color } => commands::merge::main(
+            &reports,
+            &commands::merge::MergeOutputs { json, junit },
+            Paint::for_stdout(color),
+        ),
         Command::Coverage(CoverageCommand::Merge { files, json, min_coverage, show_covering }) => {
             commands::coverage::merge(&files, json.as_deref(), min_coverage, show_covering)
         }
         Command::Cleanup { all } => cleanup(all),
         Command::Matrix(args) => commands::matrix::main(args),
+        Command::Explore(args) => commands::explore::main(args),
         Command::ReferenceProxy(args) => crate::proxy::reference::main(args).map(|()| EXIT_PASS),
     };
     result.unwrap_or_else(|e| {

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cli                 clap only
-//! commands            run · check · rules · diff · mutants · bench · matrix · coverage · cleanup
+//! commands            run · check · rules · diff · mutants · bench · matrix · coverage · explore · merge · cleanup
+//! explore             generated cases, run by the engine; shrinking; the corpus
 //! engine              schedules runs, emits events to reporters
 //! report              terminal · JUnit · JSON
 //! runner              one scenario: build, program, probe, observe, judge
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod commands;
 pub mod coverage;
 pub mod engine;
+pub mod explore;
 pub mod kernel;
 pub mod kubernetes;
 pub mod model;

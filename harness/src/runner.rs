@@ -389,7 +389,7 @@ struct SentProbe {
     dst: SocketAddr,
     sent: Vec<Sent>,
     window: Window,
-    faults: Vec<String>,
+    faults: Vec<verdict::Failure>,
     witnesses: Box<dyn Witnesses>,
 }
 
@@ -501,7 +501,7 @@ fn judge_phase(
             // with others, while they all ran: it reads only its own flows there).
             let during = evidence.during(&window);
             // An answer that came after the client's wait is an answer, not a drop.
-            let sent = verdict::late::reconcile(probe, dst, sent, evidence, &window);
+            let sent = verdict::late::reconcile(phase.cluster, probe, dst, sent, evidence, &window);
             let mut v =
                 verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
             v.failures.extend(faults);

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use packetproof::commands::diff::{FlowDiff, diff};
+use packetproof::commands::diff::diff;
 use packetproof::engine::Engine;
 use packetproof::model::{ProxyChoice, Scenario};
 use packetproof::runner::RunOptions;
@@ -24,9 +24,10 @@ fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
 
 fn differing(scenarios: &[Scenario], left: &ProxyChoice, right: &ProxyChoice) -> BTreeSet<(String, String)> {
     let engine = Engine { options: RunOptions::default(), jobs: 2 };
-    let diffs: Vec<FlowDiff> = diff(scenarios, left, right, &engine, &mut []).expect("the runs end");
-    eprint!("{}", packetproof::commands::diff::table(&left.name, &right.name, &diffs));
-    diffs.into_iter().map(|d| (d.scenario, d.probe)).collect()
+    let found = diff(scenarios, left, right, &engine, &mut []).expect("the runs end");
+    eprint!("{}", packetproof::commands::diff::table(&left.name, &right.name, &found));
+    assert!(found.not_compared.is_empty(), "every scenario compared: {:?}", found.not_compared);
+    found.flows.into_iter().map(|d| (d.scenario, d.probe)).collect()
 }
 
 fn pairs(scenario: &str, probes: &[&str]) -> Vec<(String, String)> {
@@ -80,4 +81,25 @@ fn a_mutant_differs_from_its_original_in_the_flows_its_bug_changes() {
             .into_iter()
             .collect();
     assert_eq!(found, known);
+}
+
+/// A side that could not be set up (its program does not exist) is an input or machine fault,
+/// exit 2 with the error, as `run` says it: nothing was compared, so nothing differs.
+#[test]
+fn a_side_that_could_not_be_set_up_exits_2_and_is_no_difference() {
+    if scenarios(&[]).is_none() {
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_packetproof"))
+        .args(["diff", "--left", "apiserver", "--left-option", "mode=iptables"])
+        .args(["--left-option", "command=nonexistent-proxy --config={config}", "--right", "builtin-iptables"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml"))
+        .output()
+        .expect("running packetproof diff");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(stdout.contains("not compared: hairpin: left: setup error:"), "{text}");
+    assert!(stdout.contains("nonexistent-proxy"), "the error names the program: {text}");
+    assert!(!stdout.contains("behave differently"), "{text}");
 }

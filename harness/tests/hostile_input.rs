@@ -182,8 +182,10 @@ fn check_refuses_what_run_could_not_set_up() {
 /// of failing on a bare EPERM; nothing is judged, so the run fails as input or machine (2).
 #[test]
 fn root_without_the_capabilities_is_told_which_are_missing() {
-    if !nix::unistd::geteuid().is_root() || !Path::new("/usr/bin/setpriv").exists() {
-        eprintln!("skipped: needs root and setpriv");
+    let setpriv = Path::new("/usr/bin/setpriv").exists();
+    if !packetproof::privileges::scenarios_can_run()
+        || !packetproof::privileges::tool_or_skip(setpriv, "setpriv (util-linux) is not installed")
+    {
         return;
     }
     let scratch = Scratch::new("caps");

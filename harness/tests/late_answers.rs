@@ -8,12 +8,13 @@
 //!
 //! Expected: the second attempt takes its own answer, not the first's; the evidence finds the
 //! first attempt's answer on the client's capture and judges it answered (late), not dropped.
+//! The same for TCP, whose late SYN-ACK is held back by a rule until the client gave up.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use packetproof::model::{Life, Probe, Protocol, Source, Target};
-use packetproof::observe::Capture;
+use packetproof::model::{Cluster, Life, PerFamily, Pod, Probe, Protocol, Source, Target};
+use packetproof::observe::{Capture, L4};
 use packetproof::topology::netns::{self, Netns};
 use packetproof::traffic::client::SourcePorts;
 use packetproof::traffic::{Attempt, Pace, Plan, Prober, Speech, reply};
@@ -167,11 +168,237 @@ fn a_late_answer_goes_to_its_own_attempt_and_is_judged_answered() {
     let key = "pod/client".to_string();
     let evidence = Evidence { frames: [(key.clone(), frames)].into(), ..Default::default() };
     let window = Window { frames: [(key, before..after)].into() };
-    let judged = late::reconcile(&probe, dst, sent, &evidence, &window);
+    let judged = late::reconcile(&two_pod_cluster(), &probe, dst, sent, &evidence, &window);
     let attempts: Vec<&Attempt> = judged.iter().map(|s| &s.attempt).collect();
     assert_eq!(
         attempts,
         [&Attempt::Answered { pod: "first".into(), seen }, &Attempt::Answered { pod: "second".into(), seen }],
         "the first attempt's answer is on the client's capture: answered (late), not silent"
     );
+}
+
+/// Three namespaces for the TCP case: a client pod, a node that translates a cluster IP
+/// (DNAT, so its conntrack names the backend), and a backend pod; removed on drop.
+struct Routed {
+    client: Netns,
+    node: Netns,
+    backend: Netns,
+}
+
+const TCP_CLIENT: &str = "10.79.1.2";
+const TCP_BACKEND: &str = "10.79.2.2";
+const TCP_VIP: &str = "10.96.79.1";
+
+impl Routed {
+    fn new() -> Routed {
+        let made: Vec<Netns> = ["tc", "tn", "tb"]
+            .iter()
+            .map_while(|side| Netns::create(&format!("{}late-{side}", netns::process_prefix())).ok())
+            .collect();
+        let [client, node, backend] = <[Netns; 3]>::try_from(made).unwrap_or_else(|made| {
+            made.iter().for_each(|ns| drop(ns.remove()));
+            panic!("creating the namespaces");
+        });
+        let routed = Routed { client, node, backend };
+        let run = |ns: &Netns, args: &str| {
+            ns.exec("ip", &args.split(' ').collect::<Vec<_>>(), None).unwrap_or_else(|e| panic!("{e:#}"));
+        };
+        let node = routed.node.name().to_string();
+        for (ns, dev, addr, gw) in [
+            (&routed.client, "c0", TCP_CLIENT, "10.79.1.1"),
+            (&routed.backend, "b0", TCP_BACKEND, "10.79.2.1"),
+        ] {
+            run(ns, &format!("link add eth0 type veth peer name {dev} netns {node}"));
+            run(ns, &format!("addr add {addr}/24 dev eth0"));
+            run(ns, "link set eth0 up");
+            run(&routed.node, &format!("addr add {gw}/24 dev {dev}"));
+            run(&routed.node, &format!("link set {dev} up"));
+            run(ns, &format!("route add default via {gw}"));
+        }
+        routed.node.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"], None).expect("forwarding on the node");
+        let nat = format!(
+            "table ip pp-late {{\n chain pre {{\n type nat hook prerouting priority -100;\n \
+             ip daddr {TCP_VIP} tcp dport 80 dnat to {TCP_BACKEND}:8080\n }}\n}}\n"
+        );
+        routed.node.exec("nft", &["-f", "-"], Some(nat.as_bytes())).expect("the node's DNAT");
+        routed
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        for ns in [&self.client, &self.node, &self.backend] {
+            if let Err(e) = ns.remove() {
+                eprintln!("{e:#}");
+            }
+        }
+    }
+}
+
+/// A TCP SYN-ACK held back past the client's wait, against the real kernel: the backend's
+/// output drops SYN-ACKs until the client's socket has given up (an event, not a clock),
+/// then lets its kernel's retransmission through. The client counted the attempt silent; the
+/// captures and the node's conntrack entry name the backend, so it is judged answered
+/// (late), whatever the client's timeout.
+#[test]
+fn a_late_tcp_syn_ack_is_judged_answered_by_its_backend() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let routed = Routed::new();
+    let hold = "table ip pp-hold {\n chain out {\n type filter hook output priority 0;\n \
+                tcp flags & (syn | ack) == syn | ack drop\n }\n}\n";
+    routed.backend.exec("nft", &["-f", "-"], Some(hold.as_bytes())).expect("holding SYN-ACKs");
+    let listen: SocketAddr = format!("{TCP_BACKEND}:8080").parse().unwrap();
+    let _listener = routed
+        .backend
+        .run(move || std::net::TcpListener::bind(listen))
+        .unwrap()
+        .expect("the backend listens");
+    let client_capture = Capture::start(&routed.client, "eth0").expect("capturing at the client");
+    let backend_capture = Capture::start(&routed.backend, "eth0").expect("capturing at the backend");
+    let before = client_capture.count();
+
+    let dst: SocketAddr = format!("{TCP_VIP}:80").parse().unwrap();
+    let prober = Prober::new(&routed.client, SourcePorts::default(), Duration::from_millis(300)).unwrap();
+    let plan = Plan {
+        dst,
+        source_port: None,
+        count: 1,
+        speech: Speech::Plain(Protocol::Tcp),
+        pace: Pace::Sequential { interval: None },
+    };
+    let sent = prober.send(plan).unwrap();
+    assert_eq!(sent[0].attempt, Attempt::Silent, "the SYN-ACK was held: the client must give up");
+    let after = client_capture.count();
+    routed.backend.exec("nft", &["delete", "table", "ip", "pp-hold"], None).expect("releasing SYN-ACKs");
+    // The backend's kernel retransmits its SYN-ACK (after 1 s, then 3 s): wait for it to
+    // reach the client, bounded in case it never does.
+    let port = sent[0].source_port;
+    let reached = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        client_capture
+            .frames()
+            .iter()
+            .filter_map(|f| f.packet.as_ref())
+            .any(|p| matches!(p.l4, L4::Tcp { syn: true, ack: true, dst_port, .. } if dst_port == port))
+    });
+    assert!(reached, "the released SYN-ACK never reached the client");
+    let conntrack = packetproof::observe::conntrack::dump(&routed.node).expect("the node's conntrack");
+    let evidence = Evidence {
+        frames: [
+            ("pod/client".to_string(), client_capture.stop().unwrap()),
+            ("pod/backend".to_string(), backend_capture.stop().unwrap()),
+        ]
+        .into(),
+        conntrack: [("node".to_string(), conntrack)].into(),
+    };
+    let window = Window { frames: [("pod/client".to_string(), before..after)].into() };
+    let probe = Probe {
+        name: "late-tcp".into(),
+        from: Source::Pod("client".into()),
+        to: Target::Address(dst),
+        protocol: Protocol::Tcp,
+        count: 1,
+        interval: None,
+        family: None,
+        source_port: None,
+        expect: None,
+        life: Life::OneShot,
+        clients: None,
+    };
+    let cluster = two_pod_cluster();
+    let judged = late::reconcile(&cluster, &probe, dst, sent, &evidence, &window);
+    let seen = SocketAddr::new(TCP_CLIENT.parse().unwrap(), port);
+    assert_eq!(judged[0].attempt, Attempt::Answered { pod: "backend".into(), seen });
+}
+
+/// The cluster the TCP case's verdict reads: the two pods, on one node.
+fn two_pod_cluster() -> Cluster {
+    let pod = |name: &str, ip: &str| Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        node: "node".into(),
+        ips: PerFamily::single(ip.parse().unwrap()),
+        labels: Default::default(),
+        ports: vec![],
+    };
+    Cluster {
+        pod_cidr: "10.79.0.0/16".parse().unwrap(),
+        service_cidr: "10.96.0.0/12".parse().unwrap(),
+        node_network: "192.168.79.0/24".parse().unwrap(),
+        nodes: vec![],
+        external_hosts: vec![],
+        pods: vec![pod("client", TCP_CLIENT), pod("backend", TCP_BACKEND)],
+        services: vec![],
+        proxy: Default::default(),
+        second_family: None,
+    }
+}
+
+/// A TCP reply written after the client gave up, against the real kernel: the connection
+/// comes up at once, but the backend's server writes its reply only once the client's attempt
+/// has returned (an event: the test tells it to), as a server starved of CPU would. The
+/// client counted the attempt silent; the reply on its capture names the pod and the source it
+/// saw, so it is judged answered (late).
+#[test]
+fn a_tcp_reply_after_the_clients_wait_is_judged_answered() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let pair = Pair::new();
+    let dst = SocketAddr::new(SERVER.parse().unwrap(), 8080);
+    let listener =
+        pair.server.run(move || std::net::TcpListener::bind(dst)).unwrap().expect("the server listens");
+    let (go, write_now) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        use std::io::Write;
+        let (mut stream, peer) = listener.accept().expect("the server accepts");
+        write_now.recv().expect("the test's signal");
+        // The client's kernel may reset the connection at once: what left is what counts.
+        let _ = stream.write_all(reply::encode("slow-pod", peer).as_bytes());
+        peer
+    });
+    let capture = Capture::start(&pair.client, "eth0").expect("capturing on the client's eth0");
+    let before = capture.count();
+    let prober = Prober::new(&pair.client, SourcePorts::default(), Duration::from_millis(300)).unwrap();
+    let plan = Plan {
+        dst,
+        source_port: None,
+        count: 1,
+        speech: Speech::Plain(Protocol::Tcp),
+        pace: Pace::Sequential { interval: None },
+    };
+    let sent = prober.send(plan).unwrap();
+    assert_eq!(sent[0].attempt, Attempt::Silent, "the reply was held: the client must give up");
+    let after = capture.count();
+    go.send(()).unwrap();
+    let seen = server.join().expect("the server");
+    let port = sent[0].source_port;
+    let reached = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        capture.frames().iter().filter_map(|f| f.packet.as_ref()).any(|p| {
+            matches!(p.l4, L4::Tcp { syn: false, rst: false, src_port: 8080, dst_port, .. } if dst_port == port)
+                && p.src == dst.ip()
+        })
+    });
+    assert!(reached, "the late reply never reached the client's capture");
+    let key = "pod/client".to_string();
+    let evidence = Evidence { frames: [(key.clone(), capture.stop().unwrap())].into(), ..Default::default() };
+    let window = Window { frames: [(key, before..after)].into() };
+    let probe = Probe {
+        name: "late-tcp-reply".into(),
+        from: Source::Pod("client".into()),
+        to: Target::Address(dst),
+        protocol: Protocol::Tcp,
+        count: 1,
+        interval: None,
+        family: None,
+        source_port: None,
+        expect: None,
+        life: Life::OneShot,
+        clients: None,
+    };
+    let judged = late::reconcile(&two_pod_cluster(), &probe, dst, sent, &evidence, &window);
+    assert_eq!(judged[0].attempt, Attempt::Answered { pod: "slow-pod".into(), seen });
 }

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["cli"],
     &["commands"],
+    // Generated cases: reads them as the reader does, runs them through the engine.
+    &["explore"],
     &["engine"],
     &["report"],
     &["runner"],

@@ -1,5 +1,5 @@
 //! Every catalogued mutant — a known proxy bug applied to a built-in proxy — must fail its
-//! signature (`kubernetes::known_bugs`): each probe the signature names fails as it says, in
+//! signature (`report::known_bugs`): each probe the signature names fails as it says, in
 //! iptables mode and in nftables mode. That kills every mutant and proves every signature by
 //! running only the signatures' scenarios; `packetproof mutants [--proxy P]` still hunts
 //! through the whole suite and prints which scenarios kill each one.
@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use packetproof::commands::mutants::{self, SignatureCheck};
-use packetproof::kubernetes::known_bugs::CATALOG;
 use packetproof::model::Scenario;
 use packetproof::proxy::Mutant;
+use packetproof::report::known_bugs::{self, CATALOG};
 use packetproof::{proxy, scenario};
 
 /// One mode at a time: each already runs a scenario per core, and a loaded machine turns
@@ -41,7 +41,10 @@ fn every_signature_names_probes_of_the_suite() {
 fn the_known_bugs_are_the_mutants() {
     for name in [proxy::iptables::NAME, proxy::nftables::NAME, proxy::ipvs::NAME] {
         for mutant in mutants::catalog(name) {
-            assert!(mutant.known_bug().is_some(), "{mutant} is in no entry of the known-bug catalog");
+            assert!(
+                known_bugs::by_name(mutant.name()).is_some(),
+                "{mutant} is in no entry of the known-bug catalog"
+            );
         }
     }
     for bug in CATALOG {
@@ -87,4 +90,53 @@ fn every_mutant_fails_its_signature_in_nftables_mode() {
     let _alone = ONE_MODE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(scenarios) = suite() else { return };
     assert_every_signature_holds(&scenarios, proxy::nftables::NAME);
+}
+
+/// Mutants hunted at once, each by its own runs: the whole hunt names the scenarios that kill
+/// each one, each mutant's verdict is told once, and a first-kill hunt names one killer per
+/// mutant, its other runs cancelled (never counted as errors).
+#[test]
+fn several_mutants_hunted_at_once_are_each_judged_by_their_own_runs() {
+    let _alone = ONE_MODE.lock().unwrap_or_else(|e| e.into_inner());
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let scenarios: Vec<Scenario> = ["hairpin", "kube-dns-udp"]
+        .iter()
+        .map(|n| scenario::load(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let chosen: Vec<Mutant> =
+        ["no-hairpin-masq", "last-endpoint-never-chosen"].iter().map(|n| n.parse().unwrap()).collect();
+    let breakable = mutants::breakable(proxy::iptables::NAME).expect("a built-in proxy");
+    let baseline = mutants::baseline(&scenarios, breakable, 4).expect("the unbroken proxy runs");
+    assert!(baseline.is_empty(), "{baseline:?}");
+    for first_kill in [false, true] {
+        let told = Mutex::new(Vec::new());
+        let hunts = mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, 4, |h| {
+            told.lock().unwrap().push(h.mutant.name().to_string());
+        })
+        .expect("the hunt runs");
+        let mut told = told.into_inner().unwrap();
+        told.sort();
+        assert_eq!(told, ["last-endpoint-never-chosen", "no-hairpin-masq"], "each verdict told once");
+        let by: Vec<(&str, &[String])> =
+            hunts.iter().map(|h| (h.mutant.name(), h.killed_by.as_slice())).collect();
+        assert_eq!(by[0].0, "no-hairpin-masq");
+        assert!(by[0].1.contains(&"hairpin".to_string()) || first_kill, "{by:?}");
+        assert!(by[1].1.contains(&"kube-dns-udp".to_string()) || first_kill, "{by:?}");
+        for h in &hunts {
+            assert!(h.errors.is_empty(), "{}: {:?}", h.mutant, h.errors);
+            assert!(h.killed(), "{} survived", h.mutant);
+            if first_kill {
+                assert_eq!(
+                    h.killed_by.len(),
+                    1,
+                    "{}: one killer at a first kill: {:?}",
+                    h.mutant,
+                    h.killed_by
+                );
+            }
+        }
+    }
 }

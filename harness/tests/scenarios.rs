@@ -206,6 +206,7 @@ fn write_reports(finished: &Finished) -> anyhow::Result<()> {
     let outputs = commands::Outputs {
         junit: std::env::var_os("PACKETPROOF_JUNIT").map(Into::into),
         json: std::env::var_os("PACKETPROOF_JSON").map(Into::into),
+        slice: None,
     };
     let finished = finished.lock().unwrap_or_else(|e| e.into_inner());
     let finished: Vec<report::Finished> = finished

@@ -41,7 +41,10 @@ fn verdicts(s: &Scenario, proxy: &dyn Proxy, timeout_ms: u64) -> Vec<Verdict> {
     let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
     let report = runner::run(s, proxy, &options).unwrap_or_else(|e| panic!("{}: {e:#}", s.name));
     let Outcome::Judged(verdicts) = report.outcome else { panic!("{} did not run", s.name) };
-    verdicts.into_iter().map(|v| (v.probe.name.clone(), v.passed(), v.failures)).collect()
+    verdicts
+        .into_iter()
+        .map(|v| (v.probe.name.clone(), v.passed(), v.failures.into_iter().map(|f| f.message).collect()))
+        .collect()
 }
 
 /// Runs every scenario at every timeout and requires the same pass or fail per probe;

@@ -191,24 +191,17 @@ async fn collection(
 /// A page of the collection: `limit` items after the `continue` token's key, all at the
 /// resourceVersion of the first page.
 fn list(store: &Store, request: &Request, q: &HashMap<String, String>) -> Response {
-    let (current, items) = store.list(request.kind);
-    let (rv, after) = match q.get("continue").filter(|c| !c.is_empty()) {
-        None => (current, None),
+    let (first_page, after) = match q.get("continue").filter(|c| !c.is_empty()) {
+        None => (None, None),
         Some(token) => match decode_continue(token) {
-            Some((rv, key)) => (rv, Some(key)),
+            Some((rv, key)) => (Some(rv), Some(key)),
             None => return status(StatusCode::BAD_REQUEST, "BadRequest", "malformed continue token"),
         },
     };
-    let mut selected = items
-        .into_iter()
-        .filter(|(key, _)| after.as_ref().is_none_or(|a| key > a))
-        .filter(|(_, o)| request.selects(o));
     let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|&l| l > 0);
-    let page: Vec<(String, Value)> = match limit {
-        Some(l) => selected.by_ref().take(l).collect(),
-        None => selected.by_ref().collect(),
-    };
-    let remaining = selected.count();
+    let (current, page, remaining) =
+        store.list_page(request.kind, after.as_deref(), limit, |o| request.selects(o));
+    let rv = first_page.unwrap_or(current);
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if remaining > 0
         && let Some((last, _)) = page.last()
@@ -269,8 +262,8 @@ fn watch(
         let mut last = match from {
             Some(rv) => rv,
             None => {
-                let (rv, items) = store.list(request.kind);
-                for (_, o) in items.iter().filter(|(_, o)| request.selects(o)) {
+                let (rv, items, _) = store.list_page(request.kind, None, None, |o| request.selects(o));
+                for (_, o) in &items {
                     if tx.send(Ok(watch_line("ADDED", o))).await.is_err() {
                         return;
                     }

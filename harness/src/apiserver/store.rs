@@ -2,7 +2,7 @@
 //! and the log of every change, which watches replay from any resourceVersion.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -45,17 +45,19 @@ pub struct Event {
     pub kind: Kind,
     /// `ADDED`, `MODIFIED` or `DELETED`.
     pub change: &'static str,
-    pub object: Value,
+    /// Shared with the stored object: at 10,000 Services the log of changes would otherwise
+    /// hold a second copy of every object.
+    pub object: Arc<Value>,
     /// The object before a MODIFIED change, so a filtered watch can tell an object that
     /// entered or left its selection.
-    pub previous: Option<Value>,
+    pub previous: Option<Arc<Value>>,
 }
 
 #[derive(Default)]
 struct Inner {
     resource_version: u64,
     /// By kind, then `namespace/name` (or `name` for cluster-scoped objects).
-    objects: BTreeMap<Kind, BTreeMap<String, Value>>,
+    objects: BTreeMap<Kind, BTreeMap<String, Arc<Value>>>,
     /// Every change since the start, oldest first (runs are short: nothing is compacted).
     events: Vec<Event>,
     closed: bool,
@@ -125,7 +127,7 @@ impl Store {
         let mut changes = 0;
         for (key, old) in &current {
             if !wanted.contains_key(key) {
-                inner.record(kind, key, "DELETED", old.clone());
+                inner.record(kind, key, "DELETED", Value::clone(old));
                 changes += 1;
             }
         }
@@ -167,7 +169,7 @@ impl Store {
     /// Deletes one object by `namespace/name` (or `name`); false when there was none.
     pub fn delete(&self, kind: Kind, key: &str) -> bool {
         let mut inner = self.lock();
-        let Some(old) = inner.objects.get(&kind).and_then(|m| m.get(key)).cloned() else {
+        let Some(old) = inner.objects.get(&kind).and_then(|m| m.get(key)).map(|o| Value::clone(o)) else {
             return false;
         };
         inner.record(kind, key, "DELETED", old);
@@ -179,14 +181,39 @@ impl Store {
 
     /// One object by key.
     pub fn get(&self, kind: Kind, key: &str) -> Option<Value> {
-        self.lock().objects.get(&kind)?.get(key).cloned()
+        self.lock().objects.get(&kind)?.get(key).map(|o| Value::clone(o))
     }
 
     /// Every object of `kind`, by key, and the resourceVersion they are current at.
     pub fn list(&self, kind: Kind) -> (u64, Vec<(String, Value)>) {
         let inner = self.lock();
-        let items = inner.objects.get(&kind).map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+        let items =
+            inner.objects.get(&kind).map(|m| m.iter().map(|(k, v)| (k.clone(), Value::clone(v))).collect());
         (inner.resource_version, items.unwrap_or_default())
+    }
+
+    /// One page of a LIST: up to `limit` objects of `kind` that `wanted` selects, with keys
+    /// after `after`, in key order; the resourceVersion they are current at; and how many
+    /// selected objects follow the page. Only the page is copied: a client paging through N
+    /// objects costs N copies, not N per page.
+    pub(crate) fn list_page(
+        &self,
+        kind: Kind,
+        after: Option<&str>,
+        limit: Option<usize>,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> (u64, Vec<(String, Value)>, usize) {
+        use std::ops::Bound;
+        let inner = self.lock();
+        let Some(objects) = inner.objects.get(&kind) else { return (inner.resource_version, Vec::new(), 0) };
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut selected = objects.range::<str, _>((start, Bound::Unbounded)).filter(|(_, o)| wanted(o));
+        let page: Vec<(String, Value)> = selected
+            .by_ref()
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|(k, v)| (k.clone(), Value::clone(v)))
+            .collect();
+        (inner.resource_version, page, selected.count())
     }
 
     /// The changes of `kind` after `resource_version`, and the resourceVersion they reach.
@@ -233,15 +260,16 @@ impl Inner {
         self.resource_version += 1;
         let rv = self.resource_version;
         object["metadata"]["resourceVersion"] = rv.to_string().into();
+        if change != "DELETED" && object["metadata"].get("uid").is_none() {
+            object["metadata"]["uid"] = format!("pp-{}-{key}", kind.kind().to_lowercase()).into();
+        }
+        let object = Arc::new(object);
         let objects = self.objects.entry(kind).or_default();
         let previous = if change == "DELETED" {
             objects.remove(key);
             None
         } else {
-            if object["metadata"].get("uid").is_none() {
-                object["metadata"]["uid"] = format!("pp-{}-{key}", kind.kind().to_lowercase()).into();
-            }
-            objects.insert(key.to_string(), object.clone()).filter(|_| change == "MODIFIED")
+            objects.insert(key.to_string(), Arc::clone(&object)).filter(|_| change == "MODIFIED")
         };
         self.events.push(Event { resource_version: rv, kind, change, object, previous });
     }
@@ -272,5 +300,21 @@ mod tests {
         assert_eq!(items[0].1["metadata"]["resourceVersion"], "4");
         assert_eq!(items[0].1["kind"], "Service");
         assert!(store.events_after(Kind::Node, 0).1.is_empty());
+    }
+
+    #[test]
+    fn a_page_holds_the_selected_objects_after_the_key_and_counts_the_rest() {
+        let store = Store::default();
+        let names = ["a", "b", "c", "d", "e"];
+        store.replace(Kind::Service, names.iter().map(|n| svc(n, 80)).collect()).unwrap();
+        let not_c = |o: &Value| o["metadata"]["name"] != "c";
+        let keys = |page: &[(String, Value)]| page.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        let (rv, page, rest) = store.list_page(Kind::Service, None, Some(2), not_c);
+        assert_eq!((rv, keys(&page), rest), (5, vec!["default/a".into(), "default/b".into()], 2));
+        let (_, page, rest) = store.list_page(Kind::Service, Some("default/b"), Some(2), not_c);
+        assert_eq!((keys(&page), rest), (vec!["default/d".into(), "default/e".into()], 0));
+        let (_, page, rest) = store.list_page(Kind::Service, None, None, |_| true);
+        assert_eq!((page.len(), rest), (5, 0));
+        assert_eq!(store.list_page(Kind::Node, None, Some(1), |_| true).1.len(), 0);
     }
 }

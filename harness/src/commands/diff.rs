@@ -78,15 +78,43 @@ pub struct FlowDiff {
     pub right: String,
 }
 
+/// A scenario whose two sides could not be compared: a side never set up (an input or machine
+/// fault, as `run` counts it) or skipped here. Nothing was compared, so it is no difference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotCompared {
+    pub scenario: String,
+    /// `left: setup error: …`, `right: skipped: …`, one line per side that did not run.
+    pub why: String,
+    /// Whether a side failed to set up (exit 2) rather than being skipped.
+    pub error: bool,
+}
+
+/// What a diff found: the flows that behave differently, and the scenarios not compared.
+#[derive(Debug, Clone, Default)]
+pub struct Differences {
+    pub flows: Vec<FlowDiff>,
+    pub not_compared: Vec<NotCompared>,
+    /// Scenarios both sides ran and that were compared.
+    pub compared: usize,
+}
+
+impl Differences {
+    /// Whether some scenario was not compared because a side could not be set up.
+    pub fn setup_failed(&self) -> bool {
+        self.not_compared.iter().any(|n| n.error)
+    }
+}
+
 /// Runs every scenario with both proxies through `engine` (a run is one scenario with one
-/// proxy; `reporters` hear of each) and returns the flows that behave differently.
+/// proxy; `reporters` hear of each) and returns the flows that behave differently and the
+/// scenarios that could not be compared.
 pub fn diff(
     scenarios: &[Scenario],
     left: &ProxyChoice,
     right: &ProxyChoice,
     engine: &Engine,
     reporters: &mut [&mut dyn Reporter],
-) -> anyhow::Result<Vec<FlowDiff>> {
+) -> anyhow::Result<Differences> {
     let engine = Engine {
         options: RunOptions { profile: Some(Profile::KUBE_PROXY_IPTABLES), ..engine.options.clone() },
         ..engine.clone()
@@ -101,11 +129,21 @@ pub fn diff(
         })
         .collect();
     let mut results = engine.execute(&runs, reporters)?.into_iter().map(|(_, result)| result);
-    let mut out = Vec::new();
+    let mut out = Differences::default();
     for s in scenarios {
         match (results.next(), results.next()) {
-            (Some(l), Some(r)) => out.extend(compare(s, l, r)),
-            _ => out.push(whole(s, "never ran".into(), String::new())),
+            (Some(l), Some(r)) => match compare(s, l, r) {
+                Ok(flows) => {
+                    out.compared += 1;
+                    out.flows.extend(flows);
+                }
+                Err(not) => out.not_compared.push(not),
+            },
+            _ => out.not_compared.push(NotCompared {
+                scenario: s.name.clone(),
+                why: "never ran".into(),
+                error: true,
+            }),
         }
     }
     Ok(out)
@@ -115,26 +153,37 @@ fn whole(s: &Scenario, left: String, right: String) -> FlowDiff {
     FlowDiff { scenario: s.name.clone(), probe: "(whole scenario)".into(), left, right }
 }
 
+/// The flows of `s` that behave differently, or why its sides cannot be compared: a side
+/// that was never set up or was skipped ran nothing, so nothing of it can differ. A proxy that
+/// failed (crashed, never synced) did run: that is its behaviour, compared as such.
 fn compare(
     s: &Scenario,
     l: anyhow::Result<ScenarioReport>,
     r: anyhow::Result<ScenarioReport>,
-) -> Vec<FlowDiff> {
-    let describe = |result: &anyhow::Result<ScenarioReport>| match result {
-        Err(e) => format!("setup error: {e:#}"),
-        Ok(r) => match &r.outcome {
-            Outcome::Skipped(why) => format!("skipped: {why}"),
-            Outcome::ProxyFailed(why) => format!("proxy failed: {why}"),
-            Outcome::Judged(_) => "ran".into(),
-        },
+) -> Result<Vec<FlowDiff>, NotCompared> {
+    let unrun = |side: &str, result: &anyhow::Result<ScenarioReport>| match result {
+        Err(e) => Some((format!("{side}: setup error: {e:#}"), true)),
+        Ok(ScenarioReport { outcome: Outcome::Skipped(why), .. }) => {
+            Some((format!("{side}: skipped: {why}"), false))
+        }
+        Ok(_) => None,
     };
-    let (Ok(lr), Ok(rr)) = (&l, &r) else {
-        let (ld, rd) = (describe(&l), describe(&r));
-        return if ld == rd { Vec::new() } else { vec![whole(s, ld, rd)] };
+    let sides: Vec<(String, bool)> = [unrun("left", &l), unrun("right", &r)].into_iter().flatten().collect();
+    if !sides.is_empty() {
+        return Err(NotCompared {
+            scenario: s.name.clone(),
+            why: sides.iter().map(|(why, _)| why.as_str()).collect::<Vec<_>>().join("; "),
+            error: sides.iter().any(|(_, error)| *error),
+        });
+    }
+    let (Ok(lr), Ok(rr)) = (&l, &r) else { unreachable!("both sides ran") };
+    let describe = |r: &ScenarioReport| match &r.outcome {
+        Outcome::ProxyFailed(why) => format!("proxy failed: {why}"),
+        _ => "ran".into(),
     };
     let (Outcome::Judged(lv), Outcome::Judged(rv)) = (&lr.outcome, &rr.outcome) else {
-        let (ld, rd) = (describe(&l), describe(&r));
-        return if ld == rd { Vec::new() } else { vec![whole(s, ld, rd)] };
+        let (ld, rd) = (describe(lr), describe(rr));
+        return Ok(if ld == rd { Vec::new() } else { vec![whole(s, ld, rd)] });
     };
     let clusters: BTreeMap<&str, &Cluster> = s
         .phases()
@@ -152,7 +201,7 @@ fn compare(
     };
     let (lb, rb) = (behaviours(lv), behaviours(rv));
     let names: BTreeSet<&String> = lb.keys().chain(rb.keys()).collect();
-    names
+    Ok(names
         .into_iter()
         .filter_map(|name| {
             let show = |b: Option<&Behaviour>| b.map_or("(not sent)".to_string(), Behaviour::to_string);
@@ -168,7 +217,7 @@ fn compare(
                 right: show(r),
             })
         })
-        .collect()
+        .collect())
 }
 
 /// The summary of a probe's attempts (see [`Behaviour`]).
@@ -231,8 +280,28 @@ fn source_class(cluster: &Cluster, client: &[IpAddr], seen: IpAddr) -> String {
     }
 }
 
-/// The differences as a table, or a line saying there are none.
-pub fn table(left: &str, right: &str, diffs: &[FlowDiff]) -> String {
+/// The differences as a table, or a line saying there are none; then each scenario not
+/// compared, and a closing line with the exit code's reason.
+pub fn table(left: &str, right: &str, found: &Differences) -> String {
+    // With nothing compared, "no behaviour differs" would claim what nobody checked.
+    let mut out = if found.compared == 0 && found.flows.is_empty() {
+        String::new()
+    } else {
+        flow_table(left, right, &found.flows)
+    };
+    for n in &found.not_compared {
+        out.push_str(&format!("not compared: {}: {}\n", n.scenario, n.why));
+    }
+    let errors = found.not_compared.iter().filter(|n| n.error).count();
+    if errors > 0 {
+        out.push_str(&format!("{errors} scenarios not compared: a side could not be set up\n"));
+    } else if found.compared == 0 {
+        out.push_str("nothing was compared: every scenario was skipped\n");
+    }
+    out
+}
+
+fn flow_table(left: &str, right: &str, diffs: &[FlowDiff]) -> String {
     if diffs.is_empty() {
         return format!("no behaviour differs between {left} and {right}\n");
     }
@@ -289,6 +358,41 @@ mod tests {
             observed,
             failures: vec![],
         }
+    }
+
+    fn hairpin() -> Scenario {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml");
+        crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_side_that_never_ran_is_not_compared_and_never_a_difference() {
+        let s = hairpin();
+        let ran = || {
+            Ok(ScenarioReport {
+                outcome: Outcome::Judged(vec![]),
+                ..ScenarioReport::skipped(&s, "r", String::new())
+            })
+        };
+        let not =
+            compare(&s, Err(anyhow::anyhow!("starting nonexistent-proxy: not found")), ran()).unwrap_err();
+        assert!(
+            not.error && not.why == "left: setup error: starting nonexistent-proxy: not found",
+            "{not:?}"
+        );
+        let skipped = Ok(ScenarioReport::skipped(&s, "r", "no SCTP sockets".into()));
+        let not = compare(&s, ran(), skipped).unwrap_err();
+        assert!(!not.error && not.why == "right: skipped: no SCTP sockets", "{not:?}");
+
+        let errored = NotCompared { error: true, ..not };
+        let found = Differences { flows: vec![], not_compared: vec![errored], compared: 0 };
+        assert!(found.setup_failed());
+        let text = table("l", "r", &found);
+        assert_eq!(
+            text,
+            "not compared: hairpin: right: skipped: no SCTP sockets\n\
+             1 scenarios not compared: a side could not be set up\n"
+        );
     }
 
     #[test]

@@ -5,8 +5,11 @@
 pub mod bench;
 pub mod coverage;
 pub mod diff;
+pub mod explore;
 pub mod matrix;
+pub mod merge;
 pub mod mutants;
+pub mod partition;
 
 use std::path::{Path, PathBuf};
 
@@ -163,16 +166,45 @@ pub fn diff(
     }
     let engine = Engine { options: options.clone(), jobs };
     let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
-    let diffs = diff::diff(&scenarios, left, right, &engine, &mut [&mut progress])?;
-    print!("{}", diff::table(&left.label(), &right.label(), &diffs));
-    Ok(if diffs.is_empty() { EXIT_PASS } else { EXIT_FAIL })
+    let found = diff::diff(&scenarios, left, right, &engine, &mut [&mut progress])?;
+    print!("{}", diff::table(&left.label(), &right.label(), &found));
+    Ok(diff_exit_code(&found))
+}
+
+/// As `run`'s: 2 when a side could not be set up or nothing was compared (input or machine at
+/// fault), 1 when some flow differs, 0 otherwise.
+fn diff_exit_code(found: &diff::Differences) -> i32 {
+    if found.setup_failed() || found.compared == 0 {
+        EXIT_ERROR
+    } else if found.flows.is_empty() {
+        EXIT_PASS
+    } else {
+        EXIT_FAIL
+    }
+}
+
+/// The scenarios a command was given: files and folders, and the slice of them to run.
+pub struct Chosen<'a> {
+    pub paths: &'a [PathBuf],
+    pub partition: Option<partition::Partition>,
+}
+
+impl Chosen<'_> {
+    /// Loads every scenario (a bad file fails every slice alike) and keeps those of the slice.
+    pub(crate) fn load(&self) -> Result<Option<Vec<Scenario>>> {
+        let Some(scenarios) = load_all(self.paths)? else { return Ok(None) };
+        let Some(slice) = self.partition else { return Ok(Some(scenarios)) };
+        let kept = slice.keep(scenarios, |s| partition::scenario_key(&s.source, self.paths));
+        println!("slice {slice}: {} scenarios", kept.len());
+        Ok(Some(kept))
+    }
 }
 
 /// `coverage`: the coverage report when `options.coverage` measures it; a proxy below its
 /// `--min-coverage` fails the run (exit 1) as a failing probe does.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
-    paths: &[PathBuf],
+    chosen: &Chosen<'_>,
     proxy_override: Option<&ProxyChoice>,
     options: &RunOptions,
     jobs: Option<usize>,
@@ -181,7 +213,7 @@ pub fn run(
     show_passing: bool,
     coverage: Option<engine::CoverageReport>,
 ) -> Result<i32> {
-    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    let Some(scenarios) = chosen.load()? else { return Ok(EXIT_ERROR) };
     outputs.check_writable()?;
     if let Some(choice) = proxy_override {
         proxy::build(choice, Path::new("."))?;
@@ -251,41 +283,52 @@ pub fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Re
     Ok(EXIT_PASS)
 }
 
-pub fn mutants(
-    suite: &[PathBuf],
-    only: &[String],
-    first_kill: bool,
-    proxy_name: &str,
-    json: Option<&std::path::Path>,
-) -> Result<i32> {
+/// What `mutants` hunts: which mutants of which proxy, and how.
+pub struct HuntArgs<'a> {
+    pub suite: &'a [PathBuf],
+    pub only: &'a [String],
+    pub first_kill: bool,
+    pub proxy: &'a str,
+    pub json: Option<&'a Path>,
+    /// Runs at once, over all mutants (default: [`Engine::default_jobs`]).
+    pub jobs: Option<usize>,
+    /// Hunt only this slice of the chosen mutants (by each mutant's name).
+    pub partition: Option<partition::Partition>,
+}
+
+pub fn mutants(args: &HuntArgs<'_>) -> Result<i32> {
+    let proxy_name = args.proxy;
     let breakable = mutants::breakable(proxy_name)
         .with_context(|| format!("no mutants of proxy {proxy_name:?} (built-in proxies only)"))?;
-    let Some(scenarios) = load_all(suite)? else { return Ok(EXIT_ERROR) };
+    let Some(scenarios) = load_all(args.suite)? else { return Ok(EXIT_ERROR) };
     if let Some(reason) = privileges::preflight() {
         anyhow::bail!("cannot hunt mutants here: {reason}");
     }
-    let chosen: Vec<_> = if only.is_empty() {
+    let mut chosen: Vec<_> = if args.only.is_empty() {
         mutants::catalog(proxy_name)
     } else {
-        only.iter()
+        args.only
+            .iter()
             .map(|name| name.parse().map_err(|_| anyhow::anyhow!("no mutant {name:?}")))
             .collect::<Result<_>>()?
     };
+    if let Some(slice) = args.partition {
+        chosen = slice.keep(chosen, |m| m.name().to_string());
+        println!("slice {slice}: {} mutants", chosen.len());
+    }
+    let jobs = args.jobs.unwrap_or_else(Engine::default_jobs);
     let total = chosen.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
     // A probe that fails unbroken (a behaviour of this proxy the oracle does not expect)
     // kills nothing.
-    let baseline = mutants::baseline(&scenarios, breakable)?;
+    let baseline = mutants::baseline(&scenarios, breakable, jobs)?;
     for (scenario, probe) in &baseline {
         println!("baseline: {scenario}/{probe} fails unbroken; its failures kill no mutant");
     }
     let paint = Paint::for_stdout(clap::ColorChoice::Auto);
-    // Mutants are hunted one after another: when one ends, the next begins.
+    // Several mutants are hunted at once: each line comes when its verdict is known.
     let progress = Progress::new(total, paint);
-    if let Some(first) = chosen.first() {
-        progress.started(first.name());
-    }
-    let hunts = mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, |h| {
+    let hunts = mutants::hunt(&scenarios, &chosen, args.first_kill, breakable, &baseline, jobs, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let verdict = if h.killed() { paint.pass("killed") } else { paint.fail("SURVIVED") };
         let mut text = format!("[{n}/{total}] {verdict} {} by {}\n", h.mutant.name(), h.killed_by.join(", "));
@@ -293,16 +336,13 @@ pub fn mutants(
             text.push_str(&format!("        setup error: {e}\n"));
         }
         progress.finished(h.mutant.name(), &text);
-        if let Some(next) = chosen.get(n) {
-            progress.started(next.name());
-        }
-    });
+    })?;
     progress.finish();
     println!("\n{}", mutants::table(&hunts));
     for (mutant, why) in mutants::not_observable(proxy_name) {
         println!("not hunted: {}: {why}", mutant.name());
     }
-    if let Some(path) = json {
+    if let Some(path) = args.json {
         std::fs::write(path, mutants::json(proxy_name, &hunts, &baseline)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -323,6 +363,31 @@ pub fn cleanup(all: bool) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_diff_that_could_not_compare_is_an_error_and_a_skip_beside_a_comparison_is_not() {
+        let not = |error| diff::NotCompared { scenario: "s".into(), why: "left: …".into(), error };
+        let found = |flows: usize, not_compared, compared| diff::Differences {
+            flows: (0..flows)
+                .map(|_| diff::FlowDiff {
+                    scenario: "s".into(),
+                    probe: "p".into(),
+                    left: "a".into(),
+                    right: "b".into(),
+                })
+                .collect(),
+            not_compared,
+            compared,
+        };
+        assert_eq!(diff_exit_code(&found(0, vec![not(false)], 1)), EXIT_PASS);
+        assert_eq!(diff_exit_code(&found(1, vec![], 1)), EXIT_FAIL);
+        assert_eq!(
+            diff_exit_code(&found(1, vec![not(true)], 1)),
+            EXIT_ERROR,
+            "an error outweighs a difference"
+        );
+        assert_eq!(diff_exit_code(&found(0, vec![not(false)], 0)), EXIT_ERROR, "nothing compared");
+    }
 
     #[test]
     fn a_diff_column_names_a_command_by_its_program() {

@@ -7,11 +7,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
-use crate::kubernetes::known_bugs::{ANY, PROXY, Symptom};
 use crate::model::Scenario;
 use crate::proxy::Mutant;
 use crate::proxy::Proxy;
+use crate::report::known_bugs::{ANY, PROXY};
 use crate::runner::{Outcome, RunOptions, ScenarioReport};
+use crate::verdict::Symptom;
 
 pub use crate::proxy::{Breakable, breakable, catalog, not_observable};
 
@@ -41,12 +42,12 @@ pub(crate) const MUTANT_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// The probes that fail against the unbroken proxy, run as the hunt runs them (a scenario
 /// that cannot be set up is an error).
-pub fn baseline(scenarios: &[Scenario], breakable: Breakable) -> anyhow::Result<Baseline> {
+pub fn baseline(scenarios: &[Scenario], breakable: Breakable, jobs: usize) -> anyhow::Result<Baseline> {
     let proxy = breakable(None);
     let mut failing = Baseline::new();
     let mut errors = Vec::new();
     let all: Vec<&Scenario> = scenarios.iter().collect();
-    run_each(&all, proxy.as_ref(), |s, result| {
+    run_each(&all, proxy.as_ref(), jobs, |s, result| {
         match result {
             Ok(report) => failing.extend(failing_probes(report).map(|p| (s.name.clone(), p))),
             Err(e) => errors.push(format!("{}: {e:#}", s.name)),
@@ -57,55 +58,72 @@ pub fn baseline(scenarios: &[Scenario], breakable: Breakable) -> anyhow::Result<
     Ok(failing)
 }
 
-/// Runs `scenarios` against each mutant of the proxy `breakable` builds, one scenario per
-/// core at a time. With `first_kill`, a mutant's hunt stops once some scenario has killed it.
-/// Failures of `baseline` probes do not count.
+/// Runs `scenarios` against each mutant of the proxy `breakable` builds: every mutant's runs
+/// in one engine, `jobs` at once, so that several mutants are hunted at a time (each run in
+/// namespaces of its own) and no mutant waits for another's slowest scenario. With
+/// `first_kill`, a mutant's hunt ends at its first kill and its runs not yet started are
+/// cancelled. Failures of `baseline` probes do not count. `on_done` hears of each mutant
+/// once its verdict is known.
 pub fn hunt(
     scenarios: &[Scenario],
     mutants: &[Mutant],
     first_kill: bool,
     breakable: Breakable,
     baseline: &Baseline,
+    jobs: usize,
     on_done: impl Fn(&Hunt),
-) -> Vec<Hunt> {
-    let all: Vec<&Scenario> = scenarios.iter().collect();
-    mutants
+) -> anyhow::Result<Vec<Hunt>> {
+    let proxies: Vec<Box<dyn Proxy>> = mutants.iter().map(|&m| breakable(Some(m))).collect();
+    let mut hunts: Vec<Hunt> =
+        mutants.iter().map(|&mutant| Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() }).collect();
+    // Mutant-major: mutant i's runs are i * n .. (i + 1) * n.
+    let n = scenarios.len();
+    let runs: Vec<Run> = proxies
         .iter()
-        .map(|&mutant| {
-            let result = hunt_one(&all, mutant, first_kill, breakable, baseline);
-            on_done(&result);
-            result
+        .flat_map(|proxy| {
+            scenarios.iter().map(move |scenario| Run { scenario, proxy: RunProxy::Built(proxy.as_ref()) })
         })
-        .collect()
-}
-
-fn hunt_one(
-    scenarios: &[&Scenario],
-    mutant: Mutant,
-    first_kill: bool,
-    breakable: Breakable,
-    baseline: &Baseline,
-) -> Hunt {
-    let proxy = breakable(Some(mutant));
-    let mut result = Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() };
-    let ran = run_each(scenarios, proxy.as_ref(), |s, outcome| {
-        match outcome {
-            Ok(report) => {
-                if failing_probes(report).any(|p| !baseline.contains(&(s.name.clone(), p))) {
-                    result.killed_by.push(s.name.clone())
-                }
+        .collect();
+    let mut left: Vec<usize> = vec![n; mutants.len()];
+    let mut told = vec![false; mutants.len()];
+    let mut reporter =
+        EachRunControlled(|index: usize, s: &Scenario, outcome: &anyhow::Result<ScenarioReport>| {
+            let i = index / n;
+            left[i] -= 1;
+            if told[i] {
+                return Control::Continue;
             }
-            // Runs a first kill cancelled are not errors.
-            Err(_) if first_kill && result.killed() => {}
-            Err(e) => result.errors.push(format!("{}: {e:#}", s.name)),
+            let hunt = &mut hunts[i];
+            match outcome {
+                Ok(report) => {
+                    if failing_probes(report).any(|p| !baseline.contains(&(s.name.clone(), p))) {
+                        hunt.killed_by.push(s.name.clone());
+                    }
+                }
+                Err(e) => hunt.errors.push(format!("{}: {e:#}", s.name)),
+            }
+            if first_kill && hunt.killed() {
+                told[i] = true;
+                on_done(hunt);
+                return Control::Cancel { from: i * n, to: (i + 1) * n };
+            }
+            if left[i] == 0 {
+                told[i] = true;
+                hunt.killed_by.sort();
+                on_done(hunt);
+            }
+            Control::Continue
+        });
+    let engine = Engine { options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() }, jobs };
+    engine.execute(&runs, &mut [&mut reporter])?;
+    for (hunt, told) in hunts.iter_mut().zip(told) {
+        hunt.killed_by.sort();
+        // Only with no scenario at all: nothing ran, and nothing killed it.
+        if !told {
+            on_done(hunt);
         }
-        if first_kill && result.killed() { Control::Stop } else { Control::Continue }
-    });
-    if let Err(e) = ran {
-        result.errors.push(format!("{e:#}"));
     }
-    result.killed_by.sort();
-    result
+    Ok(hunts)
 }
 
 /// What a mutant's signature run showed (`known_bugs`): each probe of its signature that did
@@ -144,7 +162,7 @@ pub fn check_signatures(
     let mut owners = Vec::new();
     let mut runs = Vec::new();
     for (i, (&mutant, proxy)) in mutants.iter().zip(&proxies).enumerate() {
-        let Some(bug) = mutant.known_bug() else {
+        let Some(bug) = crate::report::known_bugs::by_name(mutant.name()) else {
             checks[i].unmet.push("no entry in the known-bug catalog".into());
             continue;
         };
@@ -189,7 +207,7 @@ pub fn check_signatures(
 
 /// The probes of `mutant`'s signature in `scenario` that did not fail as the signature says.
 fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<String> {
-    let Some(bug) = mutant.known_bug() else { return Vec::new() };
+    let Some(bug) = crate::report::known_bugs::by_name(mutant.name()) else { return Vec::new() };
     let marks = bug.signature.iter().filter(|m| m.scenario == scenario.name);
     let verdicts = match &report.outcome {
         Outcome::Judged(v) => v.as_slice(),
@@ -220,7 +238,7 @@ fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<St
                         "failed as {} instead of {}: {}",
                         kinds.join(", "),
                         m.symptom,
-                        v.failures.join("; ")
+                        v.failures.iter().map(|f| f.message.as_str()).collect::<Vec<_>>().join("; ")
                     )
                 }
             };
@@ -231,7 +249,7 @@ fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<St
 
 /// Every probe a known bug's signature names that the suite lacks (a renamed scenario or probe).
 pub fn dangling_marks(scenarios: &[Scenario]) -> Vec<String> {
-    crate::kubernetes::known_bugs::CATALOG
+    crate::report::known_bugs::CATALOG
         .iter()
         .flat_map(|bug| bug.signature.iter().map(move |m| (bug, m)))
         .filter(|(_, m)| {
@@ -244,6 +262,20 @@ pub fn dangling_marks(scenarios: &[Scenario]) -> Vec<String> {
         })
         .map(|(bug, m)| format!("{}: {}: {}", bug.name, m.scenario, m.probe))
         .collect()
+}
+
+/// A reporter that hands each finished run, by its index, to a closure, which answers for it.
+struct EachRunControlled<F>(F);
+
+impl<F: FnMut(usize, &Scenario, &anyhow::Result<ScenarioReport>) -> Control> Reporter
+    for EachRunControlled<F>
+{
+    fn event(&mut self, event: &Event<'_>) -> anyhow::Result<Control> {
+        Ok(match event {
+            Event::ScenarioFinished { index, scenario, result, .. } => (self.0)(*index, scenario, result),
+            _ => Control::Continue,
+        })
+    }
 }
 
 /// A reporter that hands each finished run, by its index, to a closure.
@@ -269,17 +301,15 @@ fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ 
     verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone()).chain(proxy_failed)
 }
 
-/// Runs every scenario against `proxy`, one per core at a time, handing each result to
+/// Runs every scenario against `proxy`, `jobs` at a time, handing each result to
 /// `on_result` on this thread; its [`Control::Stop`] starts no further scenario.
 fn run_each(
     scenarios: &[&Scenario],
     proxy: &dyn Proxy,
+    jobs: usize,
     on_result: impl FnMut(&Scenario, &anyhow::Result<ScenarioReport>) -> Control,
 ) -> anyhow::Result<()> {
-    let engine = Engine {
-        options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() },
-        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
+    let engine = Engine { options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() }, jobs };
     let runs: Vec<Run> =
         scenarios.iter().map(|&scenario| Run { scenario, proxy: RunProxy::Built(proxy) }).collect();
     engine.execute(&runs, &mut [&mut EachResult(on_result)])?;

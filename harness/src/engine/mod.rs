@@ -79,11 +79,13 @@ pub enum Event<'e> {
     },
 }
 
-/// A reporter's answer to an event: go on, or start no further runs (a mutant already killed).
+/// A reporter's answer to an event: go on, start no further runs, or start none of the runs
+/// `from..to` (a killed mutant's, when others are hunted beside it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
     Continue,
     Stop,
+    Cancel { from: usize, to: usize },
 }
 
 /// Something that consumes the event stream: the terminal, JUnit and JSON writers, a
@@ -121,11 +123,17 @@ impl Engine {
         let mut results: Vec<Option<Result<ScenarioReport>>> = (0..total).map(|_| None).collect();
         let mut failure: Option<anyhow::Error> = None;
         let mut stopped = false;
+        let cancelled: Vec<AtomicBool> = (0..total).map(|_| AtomicBool::new(false)).collect();
         let mut tell = |event: &Event<'_>, failure: &mut Option<anyhow::Error>| {
             let mut control = Control::Continue;
             for r in reporters.iter_mut() {
                 match r.event(event) {
                     Ok(Control::Stop) => control = Control::Stop,
+                    Ok(Control::Cancel { from, to }) => {
+                        for flag in cancelled.get(from..to.min(total)).unwrap_or_default() {
+                            flag.store(true, Ordering::Relaxed);
+                        }
+                    }
                     Ok(Control::Continue) => {}
                     Err(e) => {
                         failure.get_or_insert(e);
@@ -145,12 +153,16 @@ impl Engine {
             for _ in 0..self.jobs.clamp(1, total.max(1)) {
                 let tx = tx.clone();
                 let (next, order, stop, skip_all) = (&next, &order, &stop, skip_all.as_deref());
+                let cancelled = &cancelled;
                 scope.spawn(move || {
                     // The reporters' answer to each finished run: a worker waits for it, so
                     // that once a reporter says stop, no worker starts another run.
                     let (answer, answered) = mpsc::channel::<Control>();
                     while !stop.load(Ordering::Relaxed) {
                         let Some(&index) = order.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                        if cancelled[index].load(Ordering::Relaxed) {
+                            continue;
+                        }
                         let run = &runs[index];
                         let _ = tx.send(Message::Started(index));
                         let result = run_caught(run, &self.options, skip_all);
@@ -202,9 +214,12 @@ impl Engine {
         let results: Vec<(&Scenario, Result<ScenarioReport>)> = runs
             .iter()
             .zip(results)
-            .map(|(run, result)| {
+            .zip(&cancelled)
+            .map(|((run, result), cancelled)| {
                 let result = result.unwrap_or_else(|| {
-                    Err(anyhow::anyhow!(if stopped {
+                    Err(anyhow::anyhow!(if cancelled.load(Ordering::Relaxed) {
+                        "not run: cancelled"
+                    } else if stopped {
                         "not run: the suite was stopped"
                     } else {
                         "the scenario never ran"

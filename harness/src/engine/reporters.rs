@@ -107,6 +107,8 @@ fn scenario_text(
 pub struct MachineReports {
     pub junit: Option<PathBuf>,
     pub json: Option<PathBuf>,
+    /// The slice of the suite the run is (`hash:1/3`), which the JSON report states.
+    pub slice: Option<String>,
 }
 
 impl MachineReports {
@@ -131,7 +133,7 @@ impl MachineReports {
                 .with_context(|| format!("writing the JUnit report {}", path.display()))?;
         }
         if let Some(path) = &self.json {
-            std::fs::write(path, report::json_report(finished)?)
+            std::fs::write(path, report::json_report_of_slice(finished, self.slice.clone())?)
                 .with_context(|| format!("writing the JSON report {}", path.display()))?;
         }
         Ok(())

@@ -115,3 +115,30 @@ fn the_run_with_the_longest_pauses_starts_first_and_results_keep_the_given_order
     let names: Vec<&str> = results.iter().map(|(s, _)| s.name.as_str()).collect();
     assert_eq!(names, ["s0", "s1", "s2"]);
 }
+
+#[test]
+fn a_reporter_that_cancels_runs_leaves_those_and_only_those_unstarted() {
+    /// At the first finished run, cancels runs 2 and 3 (say, a killed mutant's).
+    struct Cancels;
+    impl Reporter for Cancels {
+        fn event(&mut self, event: &Event<'_>) -> Result<Control> {
+            Ok(match event {
+                Event::ScenarioFinished { done: 1, .. } => Control::Cancel { from: 2, to: 4 },
+                _ => Control::Continue,
+            })
+        }
+    }
+    let suite = scenarios(5);
+    let unknown = ProxyChoice::named("no-such-proxy");
+    let engine = Engine { options: RunOptions::default(), jobs: 1 };
+    let mut log = Log { lines: Vec::new(), stop_after: None };
+    let results = engine.execute(&Run::each(&suite, Some(&unknown)), &mut [&mut Cancels, &mut log]).unwrap();
+    let started: Vec<&str> = log.lines.iter().filter_map(|l| l.strip_prefix("started ")).collect();
+    assert_eq!(started, ["s0", "s1", "s4"]);
+    let cancelled: Vec<&str> = results
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_err_and(|e| e.to_string() == "not run: cancelled"))
+        .map(|(s, _)| s.name.as_str())
+        .collect();
+    assert_eq!(cancelled, ["s2", "s3"]);
+}

@@ -2,7 +2,6 @@
 //! what kube-proxy decides before any rule is written.
 
 pub mod endpoints;
-pub mod known_bugs;
 pub(crate) mod local_detect;
 pub mod topology;
 

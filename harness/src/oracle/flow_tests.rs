@@ -121,11 +121,14 @@ struct Flow {
 }
 
 fn run(profile: Profile, flows: &[Flow]) {
-    let cluster = cluster();
+    run_on(&cluster(), profile, flows)
+}
+
+fn run_on(cluster: &Cluster, profile: Profile, flows: &[Flow]) {
     let mut wrong = Vec::new();
     for flow in flows {
         let probe = Probe::example(source(flow.from), target(flow.to));
-        let (output, masq) = match predict(&cluster, &probe, profile) {
+        let (output, masq) = match predict(cluster, &probe, profile) {
             Err(e) => (format!("ERROR {e}"), Masq::Na),
             Ok(Prediction::Open(_)) => ("OPEN".to_string(), Masq::Na),
             Ok(Prediction::Expected(e)) => match &e.outcome {
@@ -198,4 +201,50 @@ fn kube_proxy_ipvs() {
             "iTP Local, nothing to fall back to",   "pod:client-b", "itp",     "REJECT",      Na;
         ],
     );
+}
+
+/// kube-proxy without a local-traffic detector (`clusterCIDR: ""`): nothing masquerades
+/// traffic to a cluster IP, so an outside host routed through node a gets no answer from an
+/// endpoint on node b (its reply goes straight to the host), and a node's own process is seen
+/// from its own node address. `web-b-only` has its one endpoint on b; `web` one on each node.
+#[test]
+fn without_a_local_traffic_detector() {
+    let mut cluster = cluster();
+    cluster.proxy.cluster_cidrs = Some(Vec::new());
+    cluster.external_hosts[0].routes = vec![HostRoute { to: cluster.service_cidr, via: "a".into() }];
+    let web_b = endpoint("web-b", "10.244.2.5", "b");
+    cluster.services.push(service("web-b-only", "10.96.0.24", None, vec![web_b]));
+    for profile in [Profile::KUBE_PROXY_IPTABLES, Profile::KUBE_PROXY_NFTABLES] {
+        run_on(
+            &cluster,
+            profile,
+            flows![
+                "ext via a, endpoint on a only",       "ext",          "itp",        "web-a",       No;
+                "ext via a, endpoint on b only",       "ext",          "web-b-only", "FORWARD to web-b, unanswered", Na;
+                "ext via a, endpoints on a and b",     "ext",          "web",        "OPEN",        Na;
+                "pod to cluster IP",                   "pod:client-a", "web",        "web-a|web-b", No;
+                "node to cluster IP",                  "node:a",       "web",        "web-a|web-b", No;
+            ],
+        );
+    }
+}
+
+/// A node's own process reaching a cluster IP unmasqueraded is seen from its node address,
+/// the source its route to the service CIDR chose, never from its pod-bridge address: that is
+/// what a wrong masquerade toward an endpoint on the node gives.
+#[test]
+fn a_node_unmasqueraded_is_seen_from_its_node_address_only() {
+    let mut cluster = cluster();
+    cluster.proxy.cluster_cidrs = Some(Vec::new());
+    let probe = Probe::example(source("node:a"), target("web"));
+    let Ok(Prediction::Expected(e)) = predict(&cluster, &probe, Profile::KUBE_PROXY_IPTABLES) else {
+        panic!("node a to web: expected an outcome");
+    };
+    let Outcome::Answered { backends, .. } = e.outcome else { panic!("{}", e.outcome) };
+    let node_ip: std::net::IpAddr = "192.168.50.11".parse().unwrap();
+    let bridge: std::net::IpAddr = "10.244.1.1".parse().unwrap();
+    for (pod, seen) in backends {
+        assert!(matches!(seen, SeenSource::Client { .. }), "{pod}: {seen}");
+        assert!(seen.allows(node_ip) && !seen.allows(bridge), "{pod}: {seen}");
+    }
 }

@@ -1,8 +1,10 @@
 //! Kubernetes Service semantics: from the Services, their endpoints and a probe alone, what
 //! must happen to the probe's traffic. Never reads rules; never knows which proxy runs.
 //!
-//! The semantics are those of kube-proxy with `--cluster-cidr` set (the reference every
-//! conformant proxy is held to here):
+//! The semantics are kube-proxy's (the reference every conformant proxy is held to here), with
+//! its local-traffic detector as the scenario configures it (`local.rs`; none without a
+//! cluster CIDR, when nothing to a cluster IP is masqueraded and what comes back follows from
+//! the routes):
 //! - a Service port with no usable endpoints rejects;
 //! - usable endpoints are the ready ones, or, when none is ready, the serving terminating ones
 //!   (chosen separately for the cluster-wide and the node-local set);
@@ -26,6 +28,8 @@
 //!   family); elsewhere the node's own stack refuses.
 
 mod endpoints;
+#[cfg(test)]
+mod explored_tests;
 #[cfg(test)]
 mod flow_tests;
 mod frontend;

@@ -58,7 +58,7 @@ fn path(
     choices: Choices,
 ) -> Result<Prediction, String> {
     let expected = match front {
-        Frontend::ClusterIp { svc, port } => cluster_ip(cluster, probe, svc, port, choices)?,
+        Frontend::ClusterIp { svc, port } => return cluster_ip(cluster, probe, svc, port, choices),
         Frontend::External { svc, port, kind, node } => {
             return external(cluster, probe, svc, port, kind, node, choices);
         }
@@ -101,8 +101,9 @@ fn cluster_ip(
     svc: &Service,
     port: &ServicePort,
     choices: Choices,
-) -> Result<Expectation, String> {
+) -> Result<Prediction, String> {
     let name = format!("ClusterIP {}", describe(svc, port));
+    let expected = |e: Expectation| Ok(Prediction::Expected(e));
     // An external host reaches a cluster IP only through a node its routes name, which
     // handles it as any traffic from outside the pod CIDR.
     let routed = cluster.routed_through(&probe.from, svc.cluster_ip());
@@ -115,7 +116,7 @@ fn cluster_ip(
     };
     let all = cluster_wide(port);
     if all.is_empty() {
-        return Ok(rejected(format!("{name} has no endpoints")));
+        return expected(rejected(format!("{name} has no endpoints")));
     }
     let zone_note = hints_note(cluster, svc, port, &client_node.name);
     let (chosen, policy) = match svc.internal_traffic_policy {
@@ -130,10 +131,10 @@ fn cluster_ip(
             let because = format!("{name}, {} usable endpoints{policy}", chosen.len());
             (chosen, because)
         }
-        true if !choices.local_falls_back_to_cluster => return Ok(dropped(no_local)),
+        true if !choices.local_falls_back_to_cluster => return expected(dropped(no_local)),
         // kube-proxy's `UsesClusterEndpoints`, as the backends ask it.
         true if !PortPolicy::of(svc, port).uses_cluster_endpoints() => {
-            return Ok(rejected(format!(
+            return expected(rejected(format!(
                 "{no_local}: IPVS mode's virtual server has no real servers (syncEndpoint has no Cluster set \
                  to fall back to), and the kernel answers ICMP port unreachable (ip_vs_leave)"
             )));
@@ -151,12 +152,27 @@ fn cluster_ip(
     let masquerade = super::local::masquerades_cluster_ip(cluster, &probe.from, client_node);
     let seen = |e: &Endpoint| {
         if !masquerade && !is_hairpin(probe, e) {
-            client_source(cluster, &probe.from)
+            cluster_ip_client_source(cluster, &probe.from)
         } else {
-            masqueraded_toward(cluster, client_node, e)
+            masqueraded_toward(cluster, &probe.from, client_node, e)
         }
     };
-    answered(probe, svc, &chosen, seen, client_node, because)
+    // Without masquerade (no local-traffic detector), an outside host routed through a node
+    // gets no answer from an endpoint on another node: its reply goes straight to the host.
+    answered_where_replies_return(cluster, probe, svc, &chosen, seen, client_node, because, "the outcome")
+}
+
+/// The client's own address as an endpoint sees it behind a cluster IP nobody masqueraded: a
+/// node's own process sends from the address its route to the service CIDR chooses, the
+/// node-network one (never its pod-bridge address: that is what masquerade toward a local
+/// endpoint would give, so accepting it would let a wrong masquerade pass).
+fn cluster_ip_client_source(cluster: &Cluster, source: &Source) -> SeenSource {
+    match source {
+        Source::Node(n) => {
+            SeenSource::Client { addrs: node_network_addresses(cluster.node(n).expect("validated source")) }
+        }
+        other => client_source(cluster, other),
+    }
 }
 
 /// Node ports, external IPs and load-balancer IPs: the "external destinations" of a Service.
@@ -184,6 +200,21 @@ fn external(
         && let Some(reason) = arp_race(cluster, probe, kind, dst)
     {
         return Ok(Prediction::Open(format!("{name}: {reason}")));
+    }
+    let own_process = matches!(&probe.from, Source::Node(n) if *n == node.name);
+    let bound_here = node.node_network_ips().any(|a| a == dst);
+    if cluster_wide(port).is_empty() && own_process && kind != ExternalKind::NodePort && !bound_here {
+        // kube-proxy rejects traffic to an external destination without endpoints in the
+        // filter chain INPUT and FORWARD reach (iptables mode's KUBE-EXTERNAL-SERVICES), and
+        // nftables mode in its output hook too: a node's own packet to an address not its own
+        // leaves un-translated in one mode and is rejected, with the ICMP error delivered over
+        // `lo`, in the other. Found by `packetproof explore`; stating each mode's choice is
+        // left to do.
+        return Ok(Prediction::Open(format!(
+            "{name} has no endpoints: kube-proxy's iptables mode rejects that only in \
+             KUBE-EXTERNAL-SERVICES (from INPUT and FORWARD), so the node's own packet leaves \
+             un-translated; its nftables mode rejects it in the output hook"
+        )));
     }
     if cluster_wide(port).is_empty() {
         return Ok(Prediction::Expected(rejected(format!("{name} has no endpoints"))));
@@ -231,6 +262,24 @@ fn local_for_every_sender(
     };
     let because = format!("{name}, externalTrafficPolicy Local, not masqueraded, {which}");
     let seen = |e: &Endpoint| unmasqueraded_source(cluster, probe, kind, node, dst, e);
+    answered_where_replies_return(cluster, probe, svc, &chosen, seen, node, because, "IPVS mode's outcome")
+}
+
+/// `chosen` answer where each one's reply passes back through `node`, which translated the
+/// flow (`reply_returns`). An endpoint whose reply goes straight to the un-masqueraded client
+/// instead leaves the client unanswered; when only some of `chosen` do, `whose` outcome
+/// depends on the endpoint each attempt reaches, and nothing is judged.
+#[allow(clippy::too_many_arguments)]
+fn answered_where_replies_return(
+    cluster: &Cluster,
+    probe: &Probe,
+    svc: &Service,
+    chosen: &[&Endpoint],
+    seen: impl Fn(&Endpoint) -> SeenSource,
+    node: &Node,
+    because: String,
+    whose: &str,
+) -> Result<Prediction, String> {
     let (returning, lost): (Vec<&Endpoint>, Vec<&Endpoint>) =
         chosen.iter().copied().partition(|e| reply_returns(cluster, node, e, &seen(e)));
     if lost.is_empty() {
@@ -240,7 +289,7 @@ fn local_for_every_sender(
     if !returning.is_empty() {
         return Ok(Prediction::Open(format!(
             "{because}: the replies of {} would bypass {} and those of the others would not; \
-             IPVS mode's outcome then depends on the endpoint each attempt reaches",
+             {whose} then depends on the endpoint each attempt reaches",
             names.join(", "),
             node.name
         )));
@@ -286,7 +335,7 @@ fn external_by_contract(
         // hairpin rule.
         let seen = |e: &Endpoint| {
             if is_hairpin(probe, e) {
-                masqueraded_toward(cluster, node, e)
+                masqueraded_toward(cluster, &probe.from, node, e)
             } else {
                 client_source(cluster, &probe.from)
             }
@@ -298,7 +347,7 @@ fn external_by_contract(
         if keep_pod_source && !is_hairpin(probe, e) {
             client_source(cluster, &probe.from)
         } else {
-            masqueraded_toward(cluster, node, e)
+            masqueraded_toward(cluster, &probe.from, node, e)
         }
     };
     let zone_note = hints_note(cluster, svc, port, &node.name);
@@ -485,7 +534,15 @@ pub(super) fn client_source(cluster: &Cluster, source: &Source) -> SeenSource {
 /// gateway for an endpoint on `node`, its node-network address for one elsewhere. So a node's
 /// own process reaching a local endpoint through a cluster IP arrives from the bridge address
 /// when masqueraded, and from the node IP (the source its route to the cluster IP chose) when not.
-pub(super) fn masqueraded_toward(cluster: &Cluster, node: &Node, e: &Endpoint) -> SeenSource {
+/// Masquerade happens in POSTROUTING, which a packet delivered to `node` itself never crosses:
+/// traffic from elsewhere translated to a host-network endpoint of `node` reaches it with the
+/// client's own source (both modes and IPVS alike); only `node`'s own process, whose packets
+/// leave through POSTROUTING onto `lo`, is masqueraded.
+pub(super) fn masqueraded_toward(cluster: &Cluster, from: &Source, node: &Node, e: &Endpoint) -> SeenSource {
+    let own_process = matches!(from, Source::Node(n) if *n == node.name);
+    if !own_process && super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) {
+        return client_source(cluster, from);
+    }
     let addrs = match super::endpoints::node_of(cluster, e) {
         // The node's own address: masquerade on `lo` takes any of the node's addresses.
         _ if super::endpoints::host_network_node(cluster, e) == Some(node.name.as_str()) => {
@@ -557,7 +614,7 @@ fn unmasqueraded_source(
     e: &Endpoint,
 ) -> SeenSource {
     if is_hairpin(probe, e) && node_of(cluster, e) == Some(node.name.as_str()) {
-        return masqueraded_toward(cluster, node, e);
+        return masqueraded_toward(cluster, &probe.from, node, e);
     }
     let own_node = matches!(&probe.from, Source::Node(n) if *n == node.name);
     let bound = kind != ExternalKind::NodePort && !node.node_network_ips().any(|a| a == dst);

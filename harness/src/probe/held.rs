@@ -23,6 +23,7 @@ use crate::oracle::{self, Expectation, Outcome, Prediction};
 use crate::traffic::held::{self, HeldConnection};
 use crate::traffic::{Attempt, Sent};
 use crate::verdict::evidence::{self, Evidence};
+use crate::verdict::{Failure, Symptom};
 
 /// The connections held so far, and what their openers were expected to do.
 #[derive(Default)]
@@ -113,19 +114,25 @@ impl Held {
         let sent = h.connection.check();
         if let (Some(segment), false) = (&poked, matches!(sent.attempt, Attempt::Answered { .. })) {
             let client = wire.frames_since(&before, &evidence::client_capture_points(probe));
-            faults.push(format!(
-                "after the hand-made out-of-window segment {segment} from pod {}: {} (a proxy that \
-                 drops conntrack-invalid packets stops it on the node)",
-                h.pod,
-                segment.witnessed(&client, h.connection.source_port)
+            faults.push(Failure::new(
+                Symptom::WrongPath,
+                format!(
+                    "after the hand-made out-of-window segment {segment} from pod {}: {} (a proxy that \
+                     drops conntrack-invalid packets stops it on the node)",
+                    h.pod,
+                    segment.witnessed(&client, h.connection.source_port)
+                ),
             ));
         }
         if let Attempt::Answered { pod, seen } = &sent.attempt
             && (*pod != h.pod || *seen != h.seen)
         {
-            faults.push(format!(
-                "the held connection moved: opened to {} seeing {}, now answered by {pod} seeing {seen}",
-                h.pod, h.seen
+            faults.push(Failure::new(
+                Symptom::Other,
+                format!(
+                    "the held connection moved: opened to {} seeing {}, now answered by {pod} seeing {seen}",
+                    h.pod, h.seen
+                ),
             ));
         }
         let witnesses = HeldWitnesses { pod: h.pod.clone(), backend: h.backend, seen: h.seen };
@@ -181,7 +188,7 @@ impl Witnesses for HeldWitnesses {
         outcome: &Outcome,
         sent: &[Sent],
         during: &Evidence,
-    ) -> Vec<String> {
+    ) -> Vec<Failure> {
         let Outcome::Answered { translated_by, .. } = outcome else {
             return NewFlow.check(cluster, probe, dst, outcome, sent, during);
         };
@@ -208,7 +215,7 @@ struct HeldFlow<'a> {
 
 /// Failures of the witnesses for an answered check (a check that was not answered has
 /// failed already).
-fn check(flow: &HeldFlow<'_>, sent: &Sent, evidence: &Evidence) -> Vec<String> {
+fn check(flow: &HeldFlow<'_>, sent: &Sent, evidence: &Evidence) -> Vec<Failure> {
     if !matches!(sent.attempt, Attempt::Answered { .. }) {
         return Vec::new();
     }
@@ -219,8 +226,9 @@ fn check(flow: &HeldFlow<'_>, sent: &Sent, evidence: &Evidence) -> Vec<String> {
         p.endpoints() == Some((seen, backend)) && matches!(p.l4, L4::Tcp { syn: false, rst: false, .. })
     });
     if !arrived {
-        faults.push(format!(
-            "on the wire: the check's line {seen} > {backend} never reached {pod}'s interface"
+        faults.push(Failure::new(
+            Symptom::WrongPath,
+            format!("on the wire: the check's line {seen} > {backend} never reached {pod}'s interface"),
         ));
     }
     if let Some(node) = flow.translated_by {
@@ -228,7 +236,7 @@ fn check(flow: &HeldFlow<'_>, sent: &Sent, evidence: &Evidence) -> Vec<String> {
             flows.iter().find(|f| f.original.dst == flow.dst && f.original.src.port() == sent.source_port)
         });
         if let Some(fault) = entry_fault(node, entry, flow, sent.source_port) {
-            faults.push(fault);
+            faults.push(Failure::new(Symptom::WrongPath, fault));
         }
     }
     faults

@@ -25,6 +25,7 @@ use crate::oracle::{Expectation, Outcome, Prediction};
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
 use crate::traffic::{Plan, Prober, Sent};
+use crate::verdict::Failure;
 use crate::verdict::evidence::Evidence;
 
 /// One kind of probe. A kind that carries something from phase to phase (a held connection,
@@ -110,7 +111,7 @@ impl Kinds {
 pub struct Shipment {
     pub dst: SocketAddr,
     pub sent: Vec<Sent>,
-    pub faults: Vec<String>,
+    pub faults: Vec<Failure>,
     pub witnesses: Box<dyn Witnesses>,
 }
 
@@ -126,7 +127,7 @@ pub trait Witnesses {
         outcome: &Outcome,
         sent: &[Sent],
         during: &Evidence,
-    ) -> Vec<String>;
+    ) -> Vec<Failure>;
 }
 
 /// The witnesses of a new flow: the client's, the backend's and the translating node's view
@@ -142,7 +143,7 @@ impl Witnesses for NewFlow {
         outcome: &Outcome,
         sent: &[Sent],
         during: &Evidence,
-    ) -> Vec<String> {
+    ) -> Vec<Failure> {
         let view = cluster.probe_view(probe);
         crate::verdict::evidence::check(&view, probe, dst, outcome, sent, during)
     }

@@ -418,11 +418,6 @@ impl Mutant {
         }
     }
 
-    /// The known bug it reproduces: upstream reports, releases, signature.
-    pub fn known_bug(self) -> Option<&'static crate::kubernetes::known_bugs::KnownBug> {
-        crate::kubernetes::known_bugs::by_name(self.name())
-    }
-
     /// The endpoint-choice bugs, which the generator itself must make.
     pub(crate) fn deviations(self) -> Deviations {
         let mut d = Deviations::default();

@@ -4,39 +4,54 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::known_bugs;
 use super::{Finished, destination, expected, headlines_for, known_bug_matches};
-use crate::kubernetes::known_bugs;
 use crate::oracle::Basis;
 use crate::runner::Outcome;
 
-/// A run's report (`run --json`), as written and as the kernel matrix reads its guests' back.
+/// A run's report (`run --json`), as written and as the kernel matrix and `merge` read it back.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Run {
+    /// The packetproof release that wrote it: `merge` joins reports of one release only.
+    #[serde(default)]
+    pub version: String,
+    /// The slice of the suite this run was (`run --partition hash:1/3`); absent for a whole suite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<String>,
+    /// The kernel it ran on (`uname -r`).
+    #[serde(default)]
+    pub kernel: String,
+    /// For a report `merge` wrote: the reports it joined, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
     pub passed: usize,
     pub failed: usize,
     pub skipped: usize,
     pub errors: usize,
     /// The known bugs the failures match.
     #[serde(default)]
-    known_bugs: Vec<KnownBug>,
+    pub(crate) known_bugs: Vec<KnownBug>,
     pub scenarios: Vec<Scenario>,
     /// Rule coverage, one table per proxy (`run --coverage`); `coverage merge` reads it back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub coverage: Vec<crate::coverage::Table>,
 }
 
+/// This build's release, as reports carry it.
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// A known bug the run's failures match, and the failing probes that match it.
 #[derive(Serialize, Deserialize)]
-struct KnownBug {
+pub(crate) struct KnownBug {
     /// The mutant reproducing it (`packetproof run --proxy-option mutant=NAME`).
-    name: String,
+    pub name: String,
     upstream: Vec<String>,
     shipped: String,
     fixed: String,
     /// `matches kubernetes/kubernetes#131765, mutant … (in …; fixed in …)`.
-    headline: String,
+    pub headline: String,
     /// `[scenario, probe]`.
-    probes: Vec<(String, String)>,
+    pub probes: Vec<(String, String)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -75,7 +90,7 @@ pub(crate) struct Probe {
     pub observed: String,
     pub passed: bool,
     pub failures: Vec<String>,
-    /// The kinds of the failures (`kubernetes::known_bugs::Symptom`), for a failed probe.
+    /// The kinds of the failures (`verdict::Symptom`), for a failed probe.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub symptoms: Vec<String>,
     /// The known bugs whose signature this failure belongs to, as headlines.
@@ -102,29 +117,113 @@ pub(crate) struct NotJudged {
 }
 
 pub fn json_report(finished: &[Finished<'_>]) -> anyhow::Result<String> {
+    json_report_of_slice(finished, None)
+}
+
+/// [`json_report`] of a run that was the slice `slice` of its suite (`hash:1/3`).
+pub fn json_report_of_slice(finished: &[Finished<'_>], slice: Option<String>) -> anyhow::Result<String> {
     let scenarios = scenarios(finished);
-    let count = |status| scenarios.iter().filter(|s| s.status == status).count();
-    let known_bugs = matches(finished)
-        .into_iter()
-        .map(|m| KnownBug {
-            name: m.bug.name.into(),
-            upstream: m.bug.upstream.iter().map(|u| u.to_string()).collect(),
-            shipped: m.bug.shipped.into(),
-            fixed: m.bug.fixed.into(),
-            headline: m.bug.headline(),
-            probes: m.probes,
-        })
-        .collect();
-    let run = Run {
-        passed: count("passed"),
-        failed: count("failed"),
-        skipped: count("skipped"),
-        errors: count("error"),
-        known_bugs,
-        scenarios,
-        coverage: super::coverage_tables(finished),
-    };
+    let known_bugs = matches(finished).into_iter().map(known_bug).collect();
+    let kernel = crate::kernel::KernelVersion::running().map(|(release, _)| release).unwrap_or_default();
+    let mut run = Run::counted(VERSION.into(), slice, kernel, known_bugs, scenarios);
+    run.coverage = super::coverage_tables(finished);
     Ok(serde_json::to_string_pretty(&run)?)
+}
+
+fn known_bug(m: known_bugs::Match) -> KnownBug {
+    KnownBug {
+        name: m.bug.name.into(),
+        upstream: m.bug.upstream.iter().map(|u| u.to_string()).collect(),
+        shipped: m.bug.shipped.into(),
+        fixed: m.bug.fixed.into(),
+        headline: m.bug.headline(),
+        probes: m.probes,
+    }
+}
+
+impl Run {
+    /// A report of `scenarios` with their counts.
+    fn counted(
+        version: String,
+        slice: Option<String>,
+        kernel: String,
+        known_bugs: Vec<KnownBug>,
+        scenarios: Vec<Scenario>,
+    ) -> Run {
+        let count = |status| scenarios.iter().filter(|s: &&Scenario| s.status == status).count();
+        Run {
+            version,
+            slice,
+            kernel,
+            merged: Vec::new(),
+            passed: count("passed"),
+            failed: count("failed"),
+            skipped: count("skipped"),
+            errors: count("error"),
+            known_bugs,
+            scenarios,
+            coverage: Vec::new(),
+        }
+    }
+
+    /// One report of `parts` (already checked to be of one release and not to overlap): every
+    /// scenario once, counted again, and the known bugs matched again over all of them, as
+    /// one run of the whole would match them (per kernel: a bug is a kernel's and proxy's).
+    pub(crate) fn merged(parts: Vec<Run>, described: Vec<String>) -> Run {
+        let version = parts.first().map(|p| p.version.clone()).unwrap_or_default();
+        let mut kernels: Vec<String> = parts.iter().map(|p| p.kernel.clone()).collect();
+        kernels.dedup();
+        let kernel = if kernels.len() == 1 { kernels.remove(0) } else { String::new() };
+        let mut by_kernel: std::collections::BTreeMap<String, Vec<Scenario>> = Default::default();
+        let mut coverage = Vec::new();
+        for part in parts {
+            by_kernel.entry(part.kernel).or_default().extend(part.scenarios);
+            coverage.extend(part.coverage);
+        }
+        let mut known = Vec::new();
+        let mut scenarios = Vec::new();
+        for (_, group) in by_kernel {
+            for m in matches_in_report(&group) {
+                known.push(known_bug(m));
+            }
+            scenarios.extend(group);
+        }
+        let mut run = Run::counted(version, None, kernel, known, scenarios);
+        run.merged = described;
+        // One table per proxy, as `coverage merge` joins them.
+        run.coverage = crate::coverage::merge(coverage);
+        run
+    }
+}
+
+/// The known bugs the judged scenarios of a report match, from the symptoms it recorded (as
+/// [`super::known_bug_matches`] matches a run's).
+fn matches_in_report(scenarios: &[Scenario]) -> Vec<known_bugs::Match> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut judged: BTreeMap<(&str, &str), BTreeSet<crate::verdict::Symptom>> = BTreeMap::new();
+    for s in scenarios {
+        let name = s.name.as_str();
+        let read = |symptoms: &[String]| -> BTreeSet<crate::verdict::Symptom> {
+            symptoms.iter().filter_map(|k| k.parse().ok()).collect()
+        };
+        match s.status.as_str() {
+            // A failed scenario without probes is one whose proxy failed at its own job.
+            "failed" if s.probes.is_empty() && s.reason.is_some() => {
+                judged.insert((name, known_bugs::PROXY), [crate::verdict::Symptom::ProxyFailed].into());
+            }
+            "passed" | "failed" => {
+                judged.entry((name, known_bugs::PROXY)).or_default();
+                judged.entry((name, known_bugs::ANY)).or_default();
+                for p in &s.probes {
+                    let symptoms = read(&p.symptoms);
+                    judged.entry((name, known_bugs::ANY)).or_default().extend(symptoms.iter().copied());
+                    judged.entry((name, p.name.as_str())).or_default().extend(symptoms);
+                }
+            }
+            _ => {}
+        }
+    }
+    known_bugs::matches(|scenario, probe| judged.get(&(scenario, probe)).cloned())
 }
 
 /// Every finished scenario in the report's shape.
@@ -178,7 +277,7 @@ fn scenario(finished: &Finished<'_>, matches: &[known_bugs::Match]) -> Scenario 
                     },
                     observed: v.observed_summary(),
                     passed: v.passed(),
-                    failures: v.failures.clone(),
+                    failures: v.failures.iter().map(|f| f.message.clone()).collect(),
                     symptoms: v.symptoms().iter().map(|k| k.to_string()).collect(),
                     known_bugs: headlines_for(matches, &s.name, &v.probe.name),
                 })

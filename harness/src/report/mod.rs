@@ -3,11 +3,13 @@
 
 mod json;
 mod junit;
+pub mod known_bugs;
 pub mod terminal;
 
 pub(crate) use json::Run as JsonRun;
 pub(crate) use json::Scenario as ReportedScenario;
-pub use json::json_report;
+pub(crate) use json::VERSION;
+pub use json::{json_report, json_report_of_slice};
 pub use junit::junit_report;
 pub(crate) use junit::{
     Origin as JunitOrigin, root_without_skipped as junit_root_without_skipped, suite as junit_suite,
@@ -18,11 +20,10 @@ use std::fmt::Write;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::kubernetes::known_bugs::{self, Symptom};
 use crate::model::{Cluster, Target};
 use crate::oracle::{self, Outcome as Expected};
 use crate::runner::{Outcome, ScenarioReport};
-use crate::verdict::ProbeVerdict;
+use crate::verdict::{ProbeVerdict, Symptom};
 
 /// `PASS kube-dns-udp  1 probe, 40 attempts  0.31s  (scenarios/kube-dns-udp.yaml)`
 pub fn scenario_line(report: &ScenarioReport) -> String {
@@ -187,7 +188,7 @@ pub(crate) fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String
 }
 
 /// The known bugs whose signature the judged scenarios' failures match
-/// (`kubernetes::known_bugs::matches` says how much must match).
+/// (`known_bugs::matches` says how much must match).
 pub fn known_bug_matches<'r>(
     reports: impl IntoIterator<Item = &'r ScenarioReport>,
 ) -> Vec<known_bugs::Match> {
@@ -324,5 +325,47 @@ mod tests {
         // The columns line up the same with colour: padding is counted without escapes.
         assert!(plain.contains("\n  ok    client-to-dns "), "{plain}");
         assert!(plain.contains("\n  FAIL  client-to-dns-tcp "), "{plain}");
+    }
+
+    /// Known bugs are named from the failures' kinds, never their sentences: every probe of
+    /// `no-hairpin-masq`'s signature failing with its symptom, in words nothing like the
+    /// verdict's, still names it.
+    #[test]
+    fn a_reworded_failure_still_names_its_known_bug() {
+        use crate::model::{Probe, Source, Target};
+        use crate::verdict::Failure;
+        let bug = known_bugs::by_name("no-hairpin-masq").expect("in the catalog");
+        let mut by_scenario: BTreeMap<&str, Vec<ProbeVerdict>> = BTreeMap::new();
+        for mark in bug.signature {
+            let probe = Probe {
+                name: mark.probe.to_string(),
+                ..Probe::example(
+                    Source::Pod("client".into()),
+                    Target::Address("10.96.0.1:80".parse().unwrap()),
+                )
+            };
+            by_scenario.entry(mark.scenario).or_default().push(ProbeVerdict {
+                probe,
+                destination: "10.96.0.1:80".parse().unwrap(),
+                expected: crate::oracle::Expectation::required(Expected::Rejected, "test"),
+                observed: Vec::new(),
+                failures: vec![Failure::new(mark.symptom, "worded in a way no parser has ever seen")],
+            });
+        }
+        let reports: Vec<ScenarioReport> = by_scenario
+            .into_iter()
+            .map(|(scenario, verdicts)| ScenarioReport {
+                scenario: scenario.to_string(),
+                source: scenario.into(),
+                proxy: "builtin-iptables".into(),
+                outcome: Outcome::Judged(verdicts),
+                elapsed: Duration::ZERO,
+                artifacts: None,
+                unjudged: Vec::new(),
+                profile: None,
+            })
+            .collect();
+        let named: Vec<&str> = known_bug_matches(&reports).iter().map(|m| m.bug.name).collect();
+        assert!(named.contains(&"no-hairpin-masq"), "{named:?}");
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 const MAGIC: &str = "packetproof";
 
 /// `packetproof pod=<name> saw=<ip:port>\n`
-pub(crate) fn encode(pod: &str, peer: SocketAddr) -> String {
+pub fn encode(pod: &str, peer: SocketAddr) -> String {
     format!("{MAGIC} pod={pod} saw={peer}\n")
 }
 

@@ -64,7 +64,7 @@ impl Servers {
                 .flat_map(|s| &s.ports)
                 .flat_map(|p| p.endpoints.iter().map(move |e| (e, p.protocol)))
                 .filter(|(e, _)| e.pod == name && ips.contains(&e.ip))
-                .map(|(e, protocol)| (SocketAddr::new(IpFamily::of(e.ip).unspecified(), e.port), protocol))
+                .map(|(e, protocol)| (SocketAddr::new(bound_address(e.ip, protocol), e.port), protocol))
                 .collect();
             ports.sort();
             ports.dedup();
@@ -144,6 +144,19 @@ impl Servers {
     /// Stops every server and waits until their sockets are closed, so the pod namespaces can go.
     pub async fn stop(mut self) {
         self.tasks.shutdown().await;
+    }
+}
+
+/// The address a host's (a node's, an external host's) server for endpoint address `ip` binds.
+/// UDP binds `ip` itself: a host has several addresses, and a datagram socket on the unspecified
+/// address answers from whichever its route to the client picks (a node's pod-bridge address
+/// toward a pod of its own), which conntrack cannot match to the translated flow, so the client
+/// never hears back. Servers on hosts answer from the address asked (CoreDNS binds each, others
+/// use `IP_PKTINFO`); found by `packetproof explore`. TCP answers from the address asked anyway.
+fn bound_address(ip: IpAddr, protocol: Protocol) -> IpAddr {
+    match protocol {
+        Protocol::Udp => ip,
+        _ => IpFamily::of(ip).unspecified(),
     }
 }
 

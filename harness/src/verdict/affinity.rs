@@ -13,7 +13,7 @@ use crate::model::Source;
 use crate::oracle::{Outcome, Spread};
 use crate::traffic::Attempt;
 
-use super::ProbeVerdict;
+use super::{Failure, ProbeVerdict, Symptom};
 
 /// Whether ClientIP affinity expired, judged over the parts of each probe sent from several
 /// clients at once (one phase's `verdicts`). Affinity is per client address, so each client
@@ -28,7 +28,7 @@ pub(crate) fn check_expiry_across_clients(verdicts: &mut [ProbeVerdict]) {
             parts.entry(clients.probe.as_str()).or_default().push(i);
         }
     }
-    let failures: Vec<(Vec<usize>, String)> = parts
+    let failures: Vec<(Vec<usize>, Failure)> = parts
         .into_values()
         .filter_map(|members| {
             let failure = never_expired(members.iter().map(|&i| &verdicts[i]))?;
@@ -56,7 +56,7 @@ fn expiry(v: &ProbeVerdict) -> Option<(Duration, usize)> {
 
 /// The failure of the parts `members` if every client stayed on one backend, with chances to
 /// move (two answers or more) in some.
-fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<String> {
+fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<Failure> {
     let mut stayed = Vec::new();
     let mut chances = 0;
     let mut judged = None;
@@ -74,41 +74,50 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
     }
     let (timeout, k) = judged?;
     (chances > 0).then(|| {
-        format!(
-            "session affinity never expired: {} clients at once, each stayed on one backend through \
-             attempts spaced past the {}s timeout ({}) (a correct proxy does this with probability {:.1e})",
-            stayed.len(),
-            timeout.as_secs(),
-            stayed.join(", "),
-            (k as f64).powi(-(chances as i32))
+        Failure::new(
+            Symptom::AffinityKept,
+            format!(
+                "session affinity never expired: {} clients at once, each stayed on one backend through \
+                 attempts spaced past the {}s timeout ({}) (a correct proxy does this with probability {:.1e})",
+                stayed.len(),
+                timeout.as_secs(),
+                stayed.join(", "),
+                (k as f64).powi(-(chances as i32))
+            ),
         )
     })
 }
 
-/// The backend each client reached through each destination under affinity, so far.
+/// The backend each client reached through each destination under affinity, so far, per node
+/// that translated it: each node keeps its own affinity table, so a client reaching an external
+/// IP through node-a and through node-b is stuck on each apart (found by `packetproof explore`).
 #[derive(Debug, Default)]
-pub struct Stuck(BTreeMap<(Source, SocketAddr), String>);
+pub struct Stuck(BTreeMap<(Source, SocketAddr, Option<String>), String>);
 
 impl Stuck {
     /// Checks `verdicts` (one phase's, `phase` its step name) against the backends clients
     /// stuck to in earlier phases, then remembers where they are now.
     pub(crate) fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
         for v in verdicts.iter_mut() {
-            let Outcome::Answered { backends, spread: Spread::Sticky, .. } = &v.expected.outcome else {
+            let Outcome::Answered { backends, spread: Spread::Sticky, translated_by } = &v.expected.outcome
+            else {
                 continue;
             };
             let Some(now) = v.observed.iter().find_map(Attempt::backend).map(str::to_string) else {
                 continue;
             };
-            let key = (v.probe.from.clone(), v.destination);
+            let key = (v.probe.from.clone(), v.destination, translated_by.clone());
             if let Some(before) = self.0.get(&key)
                 && *before != now
                 && backends.contains_key(before)
             {
-                v.failures.push(format!(
-                    "session affinity lost at step {phase}: {} was stuck to {before}, which still serves, \
-                     and now reached {now}",
-                    v.probe.from
+                v.failures.push(Failure::new(
+                    Symptom::AffinityBroken,
+                    format!(
+                        "session affinity lost at step {phase}: {} was stuck to {before}, which still serves, \
+                         and now reached {now}",
+                        v.probe.from
+                    ),
                 ));
             }
             self.0.insert(key, now);
@@ -152,7 +161,7 @@ mod tests {
         check_expiry_across_clients(&mut v);
         for part in &v {
             assert_eq!(
-                part.failures,
+                part.failures.iter().map(|f| f.message.as_str()).collect::<Vec<_>>(),
                 [
                     "session affinity never expired: 2 clients at once, each stayed on one backend through attempts \
                   spaced past the 1s timeout (pod x on a, pod y on c) (a correct proxy does this with probability 1.6e-2)"

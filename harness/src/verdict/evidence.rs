@@ -22,9 +22,10 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use super::{Failure, Faults, Symptom};
 use crate::model::{Cluster, Probe, Target};
 use crate::observe::{Flow, Frame, L4, Packet};
-use crate::oracle::Outcome;
+use crate::oracle::{Outcome, SeenSource};
 use crate::traffic::{Attempt, Sent};
 
 /// What was captured during a scenario, by capture point (`pod/NAME`, `node/NAME`,
@@ -79,15 +80,17 @@ pub fn check(
     outcome: &Outcome,
     sent: &[Sent],
     evidence: &Evidence,
-) -> Vec<String> {
-    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
+) -> Vec<Failure> {
+    let mut faults = Faults::default();
     let client_frames: Vec<&Frame> =
         client_capture_points(probe).iter().filter_map(|k| evidence.frames.get(k)).flatten().collect();
     for s in sent {
         let flow = FlowOf { probe, source_port: s.source_port, dst };
         let fault = match (&s.attempt, outcome) {
-            (Attempt::Answered { pod, seen }, Outcome::Answered { translated_by, .. }) => {
-                answered(cluster, probe, dst, s.source_port, pod, *seen, translated_by.as_deref(), evidence)
+            (Attempt::Answered { pod, seen }, Outcome::Answered { translated_by, backends, .. }) => {
+                let attempt = AnsweredAttempt { source_port: s.source_port, pod, seen: *seen };
+                let masqueraded = matches!(backends.get(pod.as_str()), Some(SeenSource::Masqueraded { .. }));
+                answered(cluster, probe, dst, &attempt, translated_by.as_deref(), masqueraded, evidence)
             }
             (Attempt::Refused { .. }, Outcome::Rejected) => {
                 rejected(cluster, &flow, &client_frames, evidence)
@@ -107,11 +110,19 @@ pub fn check(
             // A wrong classification is already a failure of its own; no second opinion needed.
             _ => None,
         };
-        if let Some(f) = fault {
-            *faults.entry(f).or_default() += 1;
-        }
+        faults.add(fault);
     }
-    faults.into_iter().map(|(f, n)| format!("{f} ({n} of {} attempts)", sent.len())).collect()
+    faults.counted(sent.len())
+}
+
+/// A witness contradicting the client: the packets took another path than the outcome's.
+fn wrong_path(message: String) -> Failure {
+    Failure::new(Symptom::WrongPath, message)
+}
+
+/// The flow went on past a node that should have stopped it.
+fn leaked(message: String) -> Failure {
+    Failure::new(Symptom::Leaked, message)
 }
 
 /// One attempt's flow: the probe's protocol from `source_port` to `dst`. Source ports are
@@ -274,48 +285,57 @@ fn rejected(
     flow: &FlowOf<'_>,
     client_frames: &[&Frame],
     evidence: &Evidence,
-) -> Option<String> {
+) -> Option<Failure> {
     let Some(p) = refusal(client_frames, flow) else {
-        return Some(format!(
+        return Some(wrong_path(format!(
             "on the wire: refused, but no RST or ICMP error for {} reached the client",
             flow.describe()
-        ));
+        )));
     };
     let by = holder(cluster, p.src);
     let at = seen_at(evidence, flow, p);
     if matches!(p.l4, L4::Tcp { .. }) {
         let host = by.unwrap_or_else(|| format!("the host at {}", p.src));
-        return Some(format!(
-            "reset by a host, not rejected by a rule: {p} came back (seen on {at}), so {host}'s own \
-             stack received the SYN un-translated (a REJECT rule answers with an ICMP error)"
+        return Some(Failure::new(
+            Symptom::RefusedByHost,
+            format!(
+                "reset by a host, not rejected by a rule: {p} came back (seen on {at}), so {host}'s own \
+                 stack received the SYN un-translated (a REJECT rule answers with an ICMP error)"
+            ),
         ));
     }
     if is_unreachable_host(p) {
         let by = by.unwrap_or_else(|| p.src.to_string());
-        return Some(format!(
+        return Some(leaked(format!(
             "forwarded, not rejected: {p} came back (seen on {at}): {by} forwarded the flow and its \
              neighbour resolution for the destination failed"
-        ));
+        )));
     }
     if let Some(host) = by.as_deref().filter(|h| !h.starts_with("node ")) {
-        return Some(format!(
-            "refused by {host}'s own stack, not rejected by a rule on a node: {p} came back (seen on {at})"
+        return Some(Failure::new(
+            Symptom::RefusedByHost,
+            format!(
+                "refused by {host}'s own stack, not rejected by a rule on a node: {p} came back (seen on {at})"
+            ),
         ));
     }
-    forwarding(cluster, flow, evidence).map(|f| format!("rejected to the client, yet {f}"))
+    forwarding(cluster, flow, evidence).map(|f| leaked(format!("rejected to the client, yet {f}")))
 }
 
 /// Refused by `host`'s own stack: an RST or ICMP port unreachable came back, not a sign of
 /// forwarding gone wrong.
-fn closed(flow: &FlowOf<'_>, host: &str, client_frames: &[&Frame], evidence: &Evidence) -> Option<String> {
+fn closed(flow: &FlowOf<'_>, host: &str, client_frames: &[&Frame], evidence: &Evidence) -> Option<Failure> {
     match refusal(client_frames, flow) {
-        None => Some(format!(
+        None => Some(wrong_path(format!(
             "on the wire: refused, but no RST or ICMP error for {} reached the client",
             flow.describe()
-        )),
-        Some(p) if is_unreachable_host(p) => Some(format!(
-            "{p} came back (seen on {}): the flow never reached {host}, whose closed port had to refuse it",
-            seen_at(evidence, flow, p)
+        ))),
+        Some(p) if is_unreachable_host(p) => Some(Failure::new(
+            Symptom::Other,
+            format!(
+                "{p} came back (seen on {}): the flow never reached {host}, whose closed port had to refuse it",
+                seen_at(evidence, flow, p)
+            ),
         )),
         Some(_) => None,
     }
@@ -328,9 +348,9 @@ fn dropped(
     attempt: &Attempt,
     client_frames: &[&Frame],
     evidence: &Evidence,
-) -> Option<String> {
+) -> Option<Failure> {
     if let Some(f) = forwarding(cluster, flow, evidence) {
-        return Some(format!("not dropped: {f}"));
+        return Some(leaked(format!("not dropped: {f}")));
     }
     if matches!(attempt, Attempt::Silent)
         && let Some(p) = silent(client_frames, flow.source_port, flow.dst)
@@ -345,10 +365,10 @@ fn dropped(
         .any(|p| flow.is_forward(p));
     // A node's own traffic is dropped in OUTPUT, before any interface sees it.
     (!from_node && !left_client).then(|| {
-        format!(
+        wrong_path(format!(
             "on the wire: the client's capture shows no packet {} leaving it: nothing to drop",
             flow.describe()
-        )
+        ))
     })
 }
 
@@ -360,20 +380,20 @@ fn forwarded_unanswered(
     flow: &FlowOf<'_>,
     client_frames: &[&Frame],
     evidence: &Evidence,
-) -> Option<String> {
+) -> Option<Failure> {
     if let Some(p) = refusal(client_frames, flow).filter(|p| !is_unreachable_host(p)) {
-        return Some(format!(
+        return Some(wrong_path(format!(
             "expected forwarded un-translated, but {p} came back (seen on {}): something refused it",
             seen_at(evidence, flow, p)
-        ));
+        )));
     }
     if forwarding(cluster, flow, evidence).is_none() {
-        return Some(format!(
+        return Some(wrong_path(format!(
             "expected forwarded un-translated, but no frame of {} left any node and no node asked for \
              {}'s link address: it was dropped",
             flow.describe(),
             flow.dst.ip()
-        ));
+        )));
     }
     None
 }
@@ -388,7 +408,7 @@ fn unanswered(
     translated_by: &str,
     client_frames: &[&Frame],
     evidence: &Evidence,
-) -> Option<String> {
+) -> Option<Failure> {
     if let Some(p) = silent(client_frames, flow.source_port, flow.dst) {
         return Some(p);
     }
@@ -411,29 +431,39 @@ fn unanswered(
         left.chain(arrived).filter_map(|f| f.packet.as_ref()).any(toward)
     });
     (!sent_on).then(|| {
-        format!(
+        wrong_path(format!(
             "expected forwarded to {} and unanswered, but no frame of {} translated to them left node {translated_by} \
              or reached them",
             backends.join("|"),
             flow.describe()
-        )
+        ))
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One answered attempt: its client's source port, the backend that answered and the source
+/// address and port that backend saw.
+struct AnsweredAttempt<'a> {
+    source_port: u16,
+    pod: &'a str,
+    seen: SocketAddr,
+}
+
 fn answered(
     cluster: &Cluster,
     probe: &Probe,
     dst: SocketAddr,
-    source_port: u16,
-    pod: &str,
-    seen: SocketAddr,
+    attempt: &AnsweredAttempt<'_>,
     translated_by: Option<&str>,
+    masqueraded: bool,
     evidence: &Evidence,
-) -> Option<String> {
+) -> Option<Failure> {
+    let AnsweredAttempt { source_port, pod, seen } = *attempt;
     // Missing evidence is a failure: a witness that was never asked cannot vouch for anything.
     let Some(backend) = backend_address(cluster, probe, dst, pod) else {
-        return Some(format!("{pod} answered, but it backs no endpoint of this destination"));
+        return Some(Failure::new(
+            Symptom::WrongBackend,
+            format!("{pod} answered, but it backs no endpoint of this destination"),
+        ));
     };
     // A backend is a pod, an external host or a node (host-network) that is an endpoint.
     let points = if cluster.pod(pod).is_some() {
@@ -445,7 +475,7 @@ fn answered(
     };
     let frames: Vec<&Frame> = points.iter().filter_map(|p| evidence.frames.get(p)).flatten().collect();
     if points.iter().all(|p| !evidence.frames.contains_key(p)) {
-        return Some(format!("on the wire: nothing was captured at {pod}"));
+        return Some(wrong_path(format!("on the wire: nothing was captured at {pod}")));
     }
     let opened =
         |to: SocketAddr| frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, to));
@@ -455,21 +485,53 @@ fn answered(
     // is the wire's witness there; the conntrack entry below names the backend.
     let own_node_backend = cluster.node(pod).is_some() && translated_by == Some(pod);
     if !opened(backend) && (!own_node_backend || !opened(dst)) {
-        return Some(format!("on the wire: no packet {seen} > {backend} reached {pod}'s interface"));
+        return Some(wrong_path(format!(
+            "on the wire: no packet {seen} > {backend} reached {pod}'s interface"
+        )));
     }
     // Traffic sent straight to a pod is translated nowhere.
     let node = translated_by?;
     let Some(flows) = evidence.conntrack.get(node) else {
-        return Some(format!("conntrack on {node} was not read"));
+        return Some(wrong_path(format!("conntrack on {node} was not read")));
     };
     let entry = flows.iter().find(|f| f.original.dst == dst && f.original.src.port() == source_port);
-    match entry {
+    let fault = match entry {
         None => Some(format!("conntrack on {node}: no entry for source port {source_port} > {dst}")),
-        Some(f) if f.reply.src != backend || f.reply.dst != seen => {
+        Some(f) if f.reply.src != backend || !reaches_seen(evidence, node, f, seen) => {
             Some(format!("conntrack on {node}: expected reply tuple {backend} > {seen}, found entry {f}"))
         }
+        // The address a backend saw can coincide with a masquerade's (a node's own address);
+        // the translating node's entry still tells: without source NAT its reply goes back to
+        // the address the flow came from.
+        Some(f) if !masqueraded && f.reply.dst.ip() != f.original.src.ip() => Some(format!(
+            "conntrack on {node}: source NAT where none is due: the flow from {} is answered to {}",
+            f.original.src, f.reply.dst
+        )),
         Some(_) => None,
+    };
+    fault.map(wrong_path)
+}
+
+/// Whether the translating node's entry `f` leads to the source the backend saw: its reply
+/// goes to `seen`, or to `seen`'s address at a port another node's kernel then remapped to
+/// `seen`'s. NAT clash resolution may do that on any node the flow crosses (its null binding
+/// picks a free port when the tuple is taken), so the flow's identity is its address and the
+/// entry of the node that remapped it, not one port.
+fn reaches_seen(evidence: &Evidence, node: &str, f: &Flow, seen: SocketAddr) -> bool {
+    if f.reply.dst == seen {
+        return true;
     }
+    let backend = f.reply.src;
+    f.reply.dst.ip() == seen.ip()
+        && evidence.conntrack.iter().filter(|(other, _)| other.as_str() != node).any(|(_, flows)| {
+            flows.iter().any(|g| {
+                g.ip_protocol == f.ip_protocol
+                    && g.original.src == f.reply.dst
+                    && g.original.dst == backend
+                    && g.reply.src == backend
+                    && g.reply.dst == seen
+            })
+        })
 }
 
 /// The address a backend pod is reached at for this probe: its endpoint address for the
@@ -521,10 +583,12 @@ fn answers_flow(p: &Packet, source_port: u16, dst: SocketAddr) -> bool {
     p.endpoints().is_some_and(|(s, d)| s == dst && d.port() == source_port)
 }
 
-fn silent(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<String> {
+fn silent(client_frames: &[&Frame], source_port: u16, dst: SocketAddr) -> Option<Failure> {
     let answer =
         client_frames.iter().filter_map(|f| f.packet.as_ref()).find(|p| answers_flow(p, source_port, dst));
-    answer.map(|p| format!("on the wire: silent to the client's socket, yet the client's capture took {p}"))
+    answer.map(|p| {
+        wrong_path(format!("on the wire: silent to the client's socket, yet the client's capture took {p}"))
+    })
 }
 
 #[cfg(test)]
@@ -600,6 +664,9 @@ mod tests {
 
     fn run(evidence: &Evidence, outcome: &Outcome, sent: &[Sent]) -> Vec<String> {
         check(&cluster(), &probe(), addr(VIP), outcome, sent, evidence)
+            .into_iter()
+            .map(|f| f.message)
+            .collect()
     }
 
     #[test]
@@ -632,6 +699,66 @@ mod tests {
         );
         let e = evidence(vec![frame(udp(CLIENT, BACKEND))], vec![]);
         assert!(run(&e, &answered_outcome(), &answered_sent())[0].contains("no entry for source port 20000"));
+    }
+
+    /// A backend seeing an address a masquerade could also give (a node's own, here the
+    /// client's) is not enough where no masquerade is due: the translating node's entry must
+    /// answer the flow at the address it came from.
+    #[test]
+    fn source_nat_where_none_is_due_fails() {
+        let masq = "192.168.50.2:31000";
+        let snat = Flow { reply: Tuple { src: addr(BACKEND), dst: addr(masq) }, ..flow(BACKEND) };
+        let sent = vec![Sent {
+            source_port: 20000,
+            request: None,
+            attempt: Attempt::Answered { pod: "coredns-b".into(), seen: addr(masq) },
+        }];
+        let e = evidence(vec![frame(udp(masq, BACKEND))], vec![snat]);
+        let failures = run(&e, &answered_outcome(), &sent);
+        assert_eq!(
+            failures,
+            [
+                "conntrack on node-a: source NAT where none is due: the flow from 10.244.1.20:20000 is answered to \
+              192.168.50.2:31000 (1 of 1 attempts)"
+            ]
+        );
+        // The same entry where a masquerade is due passes.
+        let Outcome::Answered { spread, translated_by, .. } = answered_outcome() else { unreachable!() };
+        let seen = SeenSource::Masqueraded { node: "node-a".into(), addrs: vec![addr(masq).ip()] };
+        let masqueraded =
+            Outcome::Answered { backends: [("coredns-b".into(), seen)].into(), spread, translated_by };
+        assert_eq!(run(&e, &masqueraded, &sent), Vec::<String>::new());
+    }
+
+    /// The false failure of `all-flows` (hairpin through another node's node port, nftables):
+    /// node-a masqueraded the flow to port 20403, and the kernel of the node it crossed next
+    /// remapped the port to 9869 (NAT clash resolution), which the backend saw. The entry of
+    /// the node that remapped it proves the flow is one; without that entry it fails.
+    #[test]
+    fn a_port_remapped_on_another_node_is_the_same_flow() {
+        let (masq, remapped) = ("192.168.50.2:20403", "192.168.50.2:9869");
+        let translated = Flow { reply: Tuple { src: addr(BACKEND), dst: addr(masq) }, ..flow(BACKEND) };
+        let remap = Flow {
+            ip_protocol: 17,
+            original: Tuple { src: addr(masq), dst: addr(BACKEND) },
+            reply: Tuple { src: addr(BACKEND), dst: addr(remapped) },
+            state: None,
+            seen_reply: true,
+        };
+        let sent = vec![Sent {
+            source_port: 20000,
+            request: None,
+            attempt: Attempt::Answered { pod: "coredns-b".into(), seen: addr(remapped) },
+        }];
+        let Outcome::Answered { spread, translated_by, .. } = answered_outcome() else { unreachable!() };
+        let seen = SeenSource::Masqueraded { node: "node-a".into(), addrs: vec![addr(masq).ip()] };
+        let outcome =
+            Outcome::Answered { backends: [("coredns-b".into(), seen)].into(), spread, translated_by };
+        let mut e = evidence(vec![frame(udp(remapped, BACKEND))], vec![translated]);
+        let failures = run(&e, &outcome, &sent);
+        assert!(failures[0].starts_with("conntrack on node-a: expected reply tuple"), "{failures:?}");
+        e.conntrack.insert("node-b".into(), vec![remap]);
+        assert_eq!(run(&e, &outcome, &sent), Vec::<String>::new());
     }
 
     #[test]
@@ -833,7 +960,7 @@ mod tests {
             check(&cluster(), &probe, addr(to_b), &Outcome::Dropped, &silent(), &e)
         };
         assert!(run("node/node-a").is_empty(), "{:?}", run("node/node-a"));
-        assert!(run("node/node-b")[0].contains("left node node-b toward 192.168.50.12"));
+        assert!(run("node/node-b")[0].message.contains("left node node-b toward 192.168.50.12"));
     }
 
     #[test]
@@ -930,6 +1057,9 @@ mod tests {
         assert!(check(&cluster, &probe, vip, &outcome("control-plane-a"), &sent, &e).is_empty());
         // Translated elsewhere, the translated packet must have crossed control-plane-a's interface.
         let elsewhere = check(&cluster, &probe, vip, &outcome("control-plane-b"), &sent, &e);
-        assert!(elsewhere[0].contains("no packet 10.244.1.70:20001 > 192.168.50.11:6443"), "{elsewhere:?}");
+        assert!(
+            elsewhere[0].message.contains("no packet 10.244.1.70:20001 > 192.168.50.11:6443"),
+            "{elsewhere:?}"
+        );
     }
 }

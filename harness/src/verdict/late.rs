@@ -10,16 +10,22 @@
 //! did not take (seen on 5.10 under emulation: the pod's DATA overtook the COOKIE ACK, was
 //! discarded in COOKIE-ECHOED state, and came again after the retransmission timeout, past the
 //! probe's) is judged by the DATA chunk its capture holds: each association has its own source
-//! port. TCP attempts are left as the client saw them: a late SYN-ACK comes from the kernel,
-//! not from a pod, and names no backend.
+//! port. A TCP reply that came after the client gave up (its connection came up in time, the
+//! pod's server was slow to write) is judged by the reply itself, which names the pod and what
+//! it saw; each attempt has its own source port unless the probe fixes one. A TCP connection
+//! whose SYN-ACK came after the client gave up carries no pod's reply (the client's socket was
+//! closed, so its kernel resets it): it is judged by the witnesses
+//! that do name the backend — the SYN-ACK in the client's capture, the conntrack entry of its
+//! flow (whose reply tuple names the backend's address and the source it saw), and the
+//! backend pod's capture, which must hold its SYN-ACK to that source.
 
 use std::net::SocketAddr;
 
 use etherparse::{LaxSlicedPacket, TransportSlice};
 
 use super::evidence::{Evidence, Window, client_capture_points};
-use crate::model::{Probe, Protocol};
-use crate::observe::{Frame, L4};
+use crate::model::{Cluster, Probe, Protocol};
+use crate::observe::{Frame, L4, Packet};
 use crate::traffic::{Attempt, Sent, reply};
 
 /// `sent` with each silent UDP attempt whose answer reached the client's capture points
@@ -27,17 +33,17 @@ use crate::traffic::{Attempt, Sent, reply};
 /// the probe's `window` to the end of the capture (it may come after the probe, even after
 /// the next began: the id keeps it apart); one that does not, within the window only.
 pub fn reconcile(
+    cluster: &Cluster,
     probe: &Probe,
     dst: SocketAddr,
     mut sent: Vec<Sent>,
     evidence: &Evidence,
     window: &Window,
 ) -> Vec<Sent> {
-    if probe.protocol == Protocol::Sctp {
-        return reconcile_sctp(probe, dst, sent, evidence, window);
-    }
-    if probe.protocol != Protocol::Udp {
-        return sent;
+    match probe.protocol {
+        Protocol::Sctp => return reconcile_sctp(probe, dst, sent, evidence, window),
+        Protocol::Tcp => return reconcile_tcp(cluster, probe, dst, sent, evidence, window),
+        Protocol::Udp => {}
     }
     let (named, in_window) =
         (client_frames(probe, evidence, window, true), client_frames(probe, evidence, window, false));
@@ -83,6 +89,77 @@ fn reconcile_sctp(
         }
     }
     sent
+}
+
+/// The TCP form of [`reconcile`]: a silent attempt whose SYN-ACK from `dst` reached the
+/// client's capture after the probe's window began was answered, late, by the pod that sent
+/// it. That pod is the one the flow's conntrack entry (on any node: the one that translated
+/// it) names in its reply tuple, and its own capture must hold its SYN-ACK to the source the
+/// entry says it saw; without all three witnesses the attempt stays silent.
+fn reconcile_tcp(
+    cluster: &Cluster,
+    probe: &Probe,
+    dst: SocketAddr,
+    mut sent: Vec<Sent>,
+    evidence: &Evidence,
+    window: &Window,
+) -> Vec<Sent> {
+    if !sent.iter().any(|s| s.attempt == Attempt::Silent) {
+        return sent;
+    }
+    let frames = client_frames(probe, evidence, window, true);
+    for s in sent.iter_mut().filter(|s| s.attempt == Attempt::Silent) {
+        let port = s.source_port;
+        // The connection came up in time but the pod's reply came after the client's wait
+        // (its server starved of CPU): the reply names the pod and what it saw, as UDP's does.
+        let own_port = probe.source_port.is_none();
+        if let Some(answer) = frames.iter().filter(|_| own_port).find_map(|f| tcp_answer_to(f, dst, port)) {
+            s.attempt = Attempt::Answered { pod: answer.pod, seen: answer.seen };
+            continue;
+        }
+        let syn_ack_back = frames
+            .iter()
+            .filter_map(|f| f.packet.as_ref())
+            .any(|p| is_syn_ack(p) && p.endpoints() == Some((dst, SocketAddr::new(p.dst, port))));
+        if !syn_ack_back {
+            continue;
+        }
+        // Every node the flow crossed may hold an entry of it; the translating node's names a
+        // pod whose own capture holds the SYN-ACK.
+        let mut entries = evidence.conntrack.values().flatten().filter(|f| {
+            f.protocol() == Some(Protocol::Tcp) && f.original.dst == dst && f.original.src.port() == port
+        });
+        let answer = entries.find_map(|f| {
+            let (backend, seen) = (f.reply.src, f.reply.dst);
+            let pod = cluster.pod_by_ip(backend.ip())?;
+            let frames = evidence.frames.get(&format!("pod/{}", pod.name))?;
+            let mut packets = frames.iter().filter_map(|f| f.packet.as_ref());
+            packets
+                .any(|p| is_syn_ack(p) && p.endpoints() == Some((backend, seen)))
+                .then(|| Attempt::Answered { pod: pod.name.clone(), seen })
+        });
+        if let Some(answer) = answer {
+            s.attempt = answer;
+        }
+    }
+    sent
+}
+
+/// The pod's reply carried by `frame`, a TCP segment from `dst` to `port`.
+fn tcp_answer_to(frame: &Frame, dst: SocketAddr, port: u16) -> Option<reply::Answer> {
+    let p = frame.packet.as_ref()?;
+    let to_attempt =
+        matches!(p.l4, L4::Tcp { src_port, dst_port, .. } if src_port == dst.port() && dst_port == port);
+    if !to_attempt || p.src != dst.ip() {
+        return None;
+    }
+    let sliced = LaxSlicedPacket::from_ethernet(&frame.data).ok()?;
+    let Some(TransportSlice::Tcp(tcp)) = sliced.transport else { return None };
+    reply::parse(std::str::from_utf8(tcp.payload()).ok()?)
+}
+
+fn is_syn_ack(p: &Packet) -> bool {
+    matches!(p.l4, L4::Tcp { syn: true, ack: true, rst: false, .. })
 }
 
 /// The frames of the client's capture points from the start of the probe's `window` to its
@@ -184,7 +261,7 @@ mod tests {
     /// Judges `attempts` on `frames`, the probe's window holding all of them.
     fn judge(probe: &Probe, attempts: Vec<Sent>, frames: Vec<Frame>) -> Vec<Sent> {
         let window = Window { frames: [("pod/resolver".to_string(), 0..frames.len())].into() };
-        reconcile(probe, addr(VIP), attempts, &client_capture(frames), &window)
+        reconcile(&Cluster::example(vec![]), probe, addr(VIP), attempts, &client_capture(frames), &window)
     }
 
     /// The failing run of `live-stale-udp-conntrack` (2026-11-23), with ids: ten attempts from
@@ -246,18 +323,96 @@ mod tests {
         // The probe's window ends after its request; both answers came later.
         let window = Window { frames: [("pod/resolver".to_string(), 0..1)].into() };
         let e = client_capture(frames);
-        let judged = reconcile(&probe(), addr(VIP), vec![sent(Some(1), Attempt::Silent)], &e, &window);
+        let judged = reconcile(
+            &Cluster::example(vec![]),
+            &probe(),
+            addr(VIP),
+            vec![sent(Some(1), Attempt::Silent)],
+            &e,
+            &window,
+        );
         assert_eq!(judged, [sent(Some(1), answered("dns-old"))]);
-        let judged = reconcile(&probe(), addr(VIP), vec![sent(None, Attempt::Silent)], &e, &window);
+        let judged = reconcile(
+            &Cluster::example(vec![]),
+            &probe(),
+            addr(VIP),
+            vec![sent(None, Attempt::Silent)],
+            &e,
+            &window,
+        );
         assert_eq!(judged, [sent(None, Attempt::Silent)]);
     }
 
+    /// A TCP attempt whose SYN-ACK came after the client gave up: the client's capture holds
+    /// the SYN-ACK from the VIP, node-a's entry names the backend, and the backend's capture
+    /// holds its SYN-ACK to the source it saw. Each witness is needed.
     #[test]
-    fn tcp_attempts_are_left_as_the_client_saw_them() {
-        let tcp = Probe { protocol: Protocol::Tcp, ..probe() };
-        let frames = vec![datagram(VIP, CLIENT, &reply::encode("dns-old", addr(CLIENT)), false)];
-        let attempts = vec![sent(None, Attempt::Silent)];
-        assert_eq!(judge(&tcp, attempts.clone(), frames), attempts);
+    fn a_late_syn_ack_is_an_answer_from_the_pod_that_sent_it() {
+        use crate::model::{PerFamily, Pod};
+        use crate::observe::{Flow, Tuple};
+        let (client, vip, backend) =
+            (addr("10.244.1.20:40000"), addr("10.96.0.80:80"), addr("10.244.2.7:8080"));
+        let tcp = |src: SocketAddr, dst: SocketAddr, syn: bool, ack: bool| Frame {
+            timestamp: SystemTime::UNIX_EPOCH,
+            data: Vec::new(),
+            packet: Some(Packet {
+                src: src.ip(),
+                dst: dst.ip(),
+                l4: L4::Tcp { src_port: src.port(), dst_port: dst.port(), syn, ack, rst: false, fin: false },
+            }),
+            outgoing: false,
+        };
+        let mut cluster = Cluster::example(vec![]);
+        cluster.pods.push(Pod {
+            namespace: "default".into(),
+            name: "web-b".into(),
+            node: "node-b".into(),
+            ips: PerFamily::single(backend.ip()),
+            labels: Default::default(),
+            ports: vec![],
+        });
+        let to = Target::ClusterIp { service: "web".into(), port: "http".into() };
+        let probe = Probe { protocol: Protocol::Tcp, ..Probe::example(Source::Pod("client".into()), to) };
+        let entry = Flow {
+            ip_protocol: 6,
+            original: Tuple { src: client, dst: vip },
+            reply: Tuple { src: backend, dst: client },
+            state: Some("SYN_RECV".into()),
+            seen_reply: true,
+        };
+        let witnesses = |client_side: bool, conntrack: bool, pod_side: bool| Evidence {
+            frames: [
+                (
+                    "pod/client".to_string(),
+                    vec![tcp(client, vip, true, false)]
+                        .into_iter()
+                        .chain(client_side.then(|| tcp(vip, client, true, true)))
+                        .collect(),
+                ),
+                (
+                    "pod/web-b".to_string(),
+                    vec![tcp(client, backend, true, false)]
+                        .into_iter()
+                        .chain(pod_side.then(|| tcp(backend, client, true, true)))
+                        .collect(),
+                ),
+            ]
+            .into(),
+            conntrack: [("node-a".to_string(), if conntrack { vec![entry.clone()] } else { vec![] })].into(),
+        };
+        let window = Window { frames: [("pod/client".to_string(), 0..1)].into() };
+        let silent = vec![Sent { source_port: client.port(), request: None, attempt: Attempt::Silent }];
+        let judge =
+            |e: &Evidence| reconcile(&cluster, &probe, vip, silent.clone(), e, &window)[0].attempt.clone();
+        assert_eq!(
+            judge(&witnesses(true, true, true)),
+            Attempt::Answered { pod: "web-b".into(), seen: client }
+        );
+        for missing in
+            [witnesses(false, true, true), witnesses(true, false, true), witnesses(true, true, false)]
+        {
+            assert_eq!(judge(&missing), Attempt::Silent);
+        }
     }
 }
 

@@ -8,6 +8,8 @@ pub mod evidence;
 pub mod late;
 pub mod symptom;
 
+pub use symptom::{Failure, Symptom};
+
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::net::SocketAddr;
@@ -24,7 +26,7 @@ pub struct ProbeVerdict {
     pub expected: Expectation,
     pub observed: Vec<Attempt>,
     /// Empty when the probe passed.
-    pub failures: Vec<String>,
+    pub failures: Vec<Failure>,
 }
 
 impl ProbeVerdict {
@@ -74,47 +76,56 @@ pub fn judge(
     ProbeVerdict { probe: probe.clone(), destination, expected: expected.clone(), observed, failures }
 }
 
-fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) -> Vec<String> {
+fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) -> Vec<Failure> {
     let bad: Vec<&Attempt> = observed.iter().filter(|a| !ok(a)).collect();
     if bad.is_empty() {
         return Vec::new();
     }
-    vec![format!(
+    let message = format!(
         "{} of {} attempts were not {wanted}: {}",
         bad.len(),
         observed.len(),
-        summarize(&bad.into_iter().cloned().collect::<Vec<_>>())
-    )]
+        summarize(&bad.iter().map(|a| (*a).clone()).collect::<Vec<_>>())
+    );
+    vec![Failure::of_attempts(bad, message)]
 }
 
 /// Session affinity: sticky attempts must all reach one backend; attempts spaced past the
 /// timeout must not (a correct proxy lands them all on one of `k` backends with probability
 /// `k^(1-n)`, which the oracle keeps below [`FALSE_FAILURE_RATE`]).
-fn check_spread(spread: Spread, k: usize, observed: &[Attempt]) -> Vec<String> {
+fn check_spread(spread: Spread, k: usize, observed: &[Attempt]) -> Vec<Failure> {
     let mut reached: Vec<&str> = observed.iter().filter_map(Attempt::backend).collect();
     let answers = reached.len();
     reached.sort();
     reached.dedup();
     match spread {
-        Spread::Sticky if reached.len() > 1 => vec![format!(
-            "session affinity broken: one client reached {} different backends ({}) in {answers} attempts",
-            reached.len(),
-            reached.join(", ")
+        Spread::Sticky if reached.len() > 1 => vec![Failure::new(
+            Symptom::AffinityBroken,
+            format!(
+                "session affinity broken: one client reached {} different backends ({}) in {answers} attempts",
+                reached.len(),
+                reached.join(", ")
+            ),
         )],
-        Spread::AffinityExpires { timeout } if k > 1 && answers > 1 && reached.len() == 1 => vec![format!(
-            "session affinity never expired: all {answers} attempts, spaced past the {}s timeout, reached {} \
-             (a correct proxy does this with probability {:.1e})",
-            timeout.as_secs(),
-            reached[0],
-            (k as f64).powi(1 - answers as i32)
-        )],
+        Spread::AffinityExpires { timeout } if k > 1 && answers > 1 && reached.len() == 1 => {
+            vec![Failure::new(
+                Symptom::AffinityKept,
+                format!(
+                    "session affinity never expired: all {answers} attempts, spaced past the {}s timeout, reached {} \
+                 (a correct proxy does this with probability {:.1e})",
+                    timeout.as_secs(),
+                    reached[0],
+                    (k as f64).powi(1 - answers as i32)
+                ),
+            )]
+        }
         _ => Vec::new(),
     }
 }
 
 /// A health-check answer: the status and the `localEndpoints` count kube-proxy reports.
-fn check_http(status: u16, local_endpoints: usize, observed: &[Attempt]) -> Vec<String> {
-    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
+fn check_http(status: u16, local_endpoints: usize, observed: &[Attempt]) -> Vec<Failure> {
+    let mut faults = Faults::default();
     for attempt in observed {
         let fault = match attempt {
             Attempt::Http { status: got, body } => {
@@ -122,62 +133,87 @@ fn check_http(status: u16, local_endpoints: usize, observed: &[Attempt]) -> Vec<
                     .ok()
                     .and_then(|v| v.get("localEndpoints").and_then(|n| n.as_u64()));
                 if *got != status {
-                    Some(format!("HTTP {got}, expected {status}"))
+                    Some(Failure::new(Symptom::WrongHealth, format!("HTTP {got}, expected {status}")))
                 } else if count != Some(local_endpoints as u64) {
-                    Some(format!("localEndpoints {count:?} in {body:?}, expected {local_endpoints}"))
+                    Some(Failure::new(
+                        Symptom::WrongHealth,
+                        format!("localEndpoints {count:?} in {body:?}, expected {local_endpoints}"),
+                    ))
                 } else {
                     None
                 }
             }
-            other => Some(format!("{}{}", other.kind(), reason(other))),
+            other => Some(wrong_kind(other)),
         };
+        faults.add(fault);
+    }
+    faults.counted(observed.len())
+}
+
+/// An attempt of the wrong kind where another was expected: `silent`, `refused: why`.
+fn wrong_kind(attempt: &Attempt) -> Failure {
+    Failure::new(Symptom::of_attempt(attempt), format!("{}{}", attempt.kind(), reason(attempt)))
+}
+
+/// Identical faults of a probe's attempts, each kept once with how many attempts had it, so
+/// a 100-attempt probe yields one failure per distinct fault.
+#[derive(Default)]
+pub(crate) struct Faults(BTreeMap<String, (Failure, u32)>);
+
+impl Faults {
+    pub(crate) fn add(&mut self, fault: Option<Failure>) {
         if let Some(f) = fault {
-            *faults.entry(f).or_default() += 1;
+            self.0.entry(f.message.clone()).or_insert((f, 0)).1 += 1;
         }
     }
-    faults.into_iter().map(|(f, n)| format!("{f} ({n} of {} attempts)", observed.len())).collect()
+
+    /// Each fault with `(N of TOTAL attempts)` after its sentence.
+    pub(crate) fn counted(self, total: usize) -> Vec<Failure> {
+        self.0
+            .into_values()
+            .map(|(f, n)| f.map_message(|m| format!("{m} ({n} of {total} attempts)")))
+            .collect()
+    }
 }
 
 fn check_answers(
     backends: &BTreeMap<String, crate::oracle::SeenSource>,
     uniform: bool,
     observed: &[Attempt],
-) -> Vec<String> {
-    let mut failures = Vec::new();
+) -> Vec<Failure> {
     let mut counts: BTreeMap<&str, u64> = backends.keys().map(|k| (k.as_str(), 0)).collect();
-    // Group identical faults so a 100-attempt probe yields one line per distinct fault.
-    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
+    let mut faults = Faults::default();
     for attempt in observed {
-        match attempt {
+        let fault = match attempt {
             Attempt::Answered { pod, seen } => match backends.get(pod) {
-                None => {
-                    *faults.entry(format!("answered by {pod}, which is not a valid backend")).or_default() +=
-                        1
-                }
+                None => Some(Failure::new(
+                    Symptom::WrongBackend,
+                    format!("answered by {pod}, which is not a valid backend"),
+                )),
                 Some(source) => {
                     *counts.get_mut(pod.as_str()).expect("keys mirror backends") += 1;
-                    if !source.allows(seen.ip()) {
-                        *faults
-                            .entry(format!("{pod} saw source {}, expected {source}", seen.ip()))
-                            .or_default() += 1;
-                    }
+                    (!source.allows(seen.ip())).then(|| {
+                        Failure::new(
+                            Symptom::WrongSource,
+                            format!("{pod} saw source {}, expected {source}", seen.ip()),
+                        )
+                    })
                 }
             },
-            other => *faults.entry(format!("{}{}", other.kind(), reason(other))).or_default() += 1,
-        }
+            other => Some(wrong_kind(other)),
+        };
+        faults.add(fault);
     }
-    for (fault, n) in faults {
-        failures.push(format!("{fault} ({n} of {} attempts)", observed.len()));
-    }
+    let mut failures = faults.counted(observed.len());
     let answered: u64 = counts.values().sum();
     if uniform && backends.len() > 1 && answered > 0 {
         let (low, high) = share_bounds(answered, backends.len() as u64, FALSE_FAILURE_RATE);
         for (pod, &n) in &counts {
             if n < low || n > high {
-                failures.push(format!(
+                failures.push(Failure::new(Symptom::Uneven, format!(
                     "{pod} answered {n} of {answered}; with {} equally likely backends a correct proxy gives {low}..={high} (false-failure rate ≤ {FALSE_FAILURE_RATE:e})",
                     backends.len()
-                ));
+                )));
             }
         }
     }
@@ -306,7 +342,7 @@ mod tests {
     fn a_backend_never_chosen_fails() {
         let observed = (0..40).map(|_| answered("a", "10.244.1.20")).collect();
         let v = verdict(&two_backends(), observed);
-        assert!(v.failures.iter().any(|f| f.starts_with("b answered 0 of 40")), "{:?}", v.failures);
+        assert!(v.failures.iter().any(|f| f.message.starts_with("b answered 0 of 40")), "{:?}", v.failures);
     }
 
     #[test]

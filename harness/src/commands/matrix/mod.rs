@@ -94,6 +94,10 @@ pub struct Args {
     /// With `--mutants`: only these mutants (names as `packetproof mutants` prints them).
     #[arg(long = "only", requires = "mutants")]
     only: Vec<String>,
+    /// In every guest, only slice K of N of the scenarios (or with `--mutants`, of the
+    /// mutants), as `run --partition`; `packetproof merge` joins the slices' reports.
+    #[arg(long, value_name = "hash:K/N|count:K/N", conflicts_with = "against")]
+    partition: Option<crate::commands::partition::Partition>,
 }
 
 /// What a guest wrote as its report: `run --json`'s, or with `--mutants` the hunt's
@@ -427,6 +431,13 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     if args.mutants {
         let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         run.args = mutants::guest_args(proxy, &args.only, &format!("{dir}/report.json"), &paths);
+        // One run per vCPU unless told: a hunt waits only 300 ms for an answer, which a busy
+        // emulated guest can miss (a false kill).
+        let jobs = args.jobs.unwrap_or(args.cpus as usize).max(1);
+        run.args.splice(1..1, ["--jobs".to_string(), jobs.to_string()]);
+        if let Some(slice) = args.partition {
+            run.args.splice(1..1, ["--partition".to_string(), slice.to_string()]);
+        }
         return run;
     }
     if let Some(against) = &args.against {
@@ -458,6 +469,9 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     }
     if let Some(jobs) = args.jobs {
         a.extend(["--jobs".into(), jobs.to_string()]);
+    }
+    if let Some(slice) = args.partition {
+        a.extend(["--partition".into(), slice.to_string()]);
     }
     a.extend(["--timeout-ms".into(), args.timeout_ms.to_string(), "--color".into(), "never".into()]);
     a.extend(["--artifacts".into(), format!("{dir}/artifacts")]);
@@ -495,11 +509,13 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// The table a guest's `diff` printed last: from its header (`scenario  probe …`) or its
-/// one line saying nothing differs, to the end.
+/// one line saying nothing differs (else its first scenario not compared), to the end.
 fn diff_table(output: &str) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
-    let start =
-        lines.iter().rposition(|l| l.starts_with("scenario ") || l.starts_with("no behaviour differs"))?;
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with("scenario ") || l.starts_with("no behaviour differs"))
+        .or_else(|| lines.iter().position(|l| l.starts_with("not compared: ")))?;
     Some(lines[start..].join("\n"))
 }
 
@@ -720,6 +736,7 @@ mod tests {
             vm_limit_minutes: 30,
             mutants: false,
             only: vec![],
+            partition: None,
         };
         let run = guest_run("builtin-iptables", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
         let line = run.args.join(" ");
@@ -728,6 +745,16 @@ mod tests {
         );
         assert!(line.contains("--json /share/builtin-iptables/report.json"));
         assert!(line.ends_with("scenarios/sctp.yaml"));
+
+        // A slice of the suite in every guest, as `run --partition` takes it.
+        let args = Args { partition: Some("hash:2/3".parse().unwrap()), ..args };
+        let line = guest_run("builtin-iptables", &args, &[]).args.join(" ");
+        assert!(line.contains(" --partition hash:2/3 --timeout-ms"), "{line}");
+        // A hunt in a guest: one run per vCPU, the slice of the catalog.
+        let args = Args { mutants: true, ..args };
+        let line = guest_run("builtin-iptables", &args, &[]).args.join(" ");
+        assert!(line.starts_with("mutants --partition hash:2/3 --jobs 2 --proxy builtin-iptables"), "{line}");
+        let args = Args { partition: None, mutants: false, ..args };
 
         let args = Args {
             against: Some("builtin-ipvs".into()),
@@ -741,6 +768,23 @@ mod tests {
             "diff --left apiserver --left-option mode=ipvs --right builtin-ipvs --right-option \
              mutant=no-affinity --timeout-ms 500 scenarios/sctp.yaml"
         );
+    }
+
+    /// A guest whose `diff` could not set a side up (e.g. a `--guest-file` named unlike the
+    /// command) exits 2: an error with the guest's reason, never "DIFFERS".
+    #[test]
+    fn a_guests_diff_whose_side_was_never_set_up_is_an_error_not_a_difference() {
+        let output = "progress…\nnot compared: hairpin: left: setup error: kube-proxy: not found\n\
+                      1 scenarios not compared: a side could not be set up\n";
+        let cell =
+            Cell { report: None, differences: diff_table(output), ..cell("7.3", "apiserver", EXIT_ERROR) };
+        assert_eq!(verdict(&cell), "ERROR");
+        assert!(
+            line(&cell).ends_with("ERROR: 1 scenarios not compared: a side could not be set up"),
+            "{}",
+            line(&cell)
+        );
+        assert_eq!(exit_code(&[cell]), EXIT_ERROR);
     }
 
     #[test]

@@ -96,6 +96,18 @@ impl SyncMetrics {
     fn programmed(&self) -> f64 {
         self.0.values().map(|g| g.programmed).sum()
     }
+
+    /// The sync series, by family: without an entry that holds only the programming count,
+    /// which is unlabelled even where the sync series are labelled per family.
+    fn syncs(&self) -> impl Iterator<Item = (&Option<String>, &Gauges)> {
+        self.0.iter().filter(|(_, g)| **g != Gauges { programmed: g.programmed, ..Gauges::default() })
+    }
+
+    /// Whether every sync series is one family's (`ip_family`, kube-proxy v1.31 and later),
+    /// rather than v1.30's one set shared by both families' proxiers.
+    fn per_family(&self) -> bool {
+        self.syncs().all(|(family, _)| family.is_some())
+    }
 }
 
 /// The IP families whose proxier a push reached (metaproxier's dispatch: a Service to the
@@ -109,6 +121,12 @@ pub struct Families {
 
 impl Families {
     pub(crate) const BOTH: Families = Families { ipv4: true, ipv6: true };
+
+    /// Whether `now` has a series labelled with each of these families.
+    fn all_labelled(self, now: &SyncMetrics) -> bool {
+        let has = |name: &str| now.syncs().any(|(family, _)| family.as_deref() == Some(name));
+        (!self.ipv4 || has("IPv4")) && (!self.ipv6 || has("IPv6"))
+    }
 
     fn expected_syncs(self, family: &Option<String>) -> f64 {
         match family.as_deref() {
@@ -190,7 +208,7 @@ impl SyncJudge {
     }
 
     pub fn synced(&mut self, now: &SyncMetrics, at: Instant) -> bool {
-        for (family, g) in &now.0 {
+        for (family, g) in now.syncs() {
             let prev = self.previous.get(family);
             if g.syncs > prev.syncs {
                 // Exact with one sync since the last poll, an upper bound with more.
@@ -198,12 +216,12 @@ impl SyncJudge {
             }
         }
         self.previous = now.clone();
-        if now.0.is_empty() {
+        if now.syncs().next().is_none() {
             return false;
         }
         let mut certain = true;
         let programmed = self.all_programmed(now);
-        for (family, g) in &now.0 {
+        for (family, g) in now.syncs() {
             match self.series_state(family, g, programmed) {
                 State::Certain => {}
                 State::Undecided => certain = false,
@@ -213,12 +231,20 @@ impl SyncJudge {
                 }
             }
         }
-        if certain && !self.starting {
+        // At start-up a family's first counted sync holds the whole state (a proxier syncs
+        // only once it has listed Services and EndpointSlices), so a series per family is
+        // certain at once, once every family kube-proxy runs has one.
+        if certain && (!self.starting || (now.per_family() && self.families.all_labelled(now))) {
             return true;
         }
-        // At start-up the count cannot be trusted alone: with v1.30's shared series, one
-        // family's initial sync and its Node-triggered resync count as two while the other
-        // family's first sync still runs; its end moves the series, which restarts the wait.
+        // With v1.30's shared series the count cannot be trusted alone at start-up: one
+        // family's initial sync and its Node-triggered resync (or a second initial sync, when
+        // the Service and EndpointSlice informers finish together) count as two while the
+        // other family's first sync still runs; its end moves the series, which restarts the
+        // wait. Nothing else kube-proxy v1.30 publishes tells the families apart: its logs
+        // name no family, `/healthz` reports the newest of both, and the rules show a
+        // family's restore but not the end of its sync (the health check servers and the
+        // conntrack cleanup come after).
         let grace = if certain { START_SETTLE } else { UNDECIDED_GRACE };
         match &self.undecided_since {
             Some((since, seen)) if seen == now => at.duration_since(*since) >= grace,
@@ -259,12 +285,11 @@ impl SyncJudge {
 
     /// The series as a sentence, for an error.
     pub(crate) fn describe(&self, now: &SyncMetrics) -> String {
-        if now.0.is_empty() {
+        if now.syncs().next().is_none() {
             return "no kubeproxy_sync_proxy_rules_* series".into();
         }
         let series: Vec<String> = now
-            .0
-            .iter()
+            .syncs()
             .map(|(family, g)| {
                 format!(
                     "{}: {} syncs since the change (wanted {}), last sync {} and last queued {}",
@@ -435,5 +460,24 @@ mod tests {
         let mut j = SyncJudge::after_push(100.0, before, Families::BOTH);
         assert!(!j.synced(&series((100.2, 100.1, 2.0), (90.0, 100.1, 1.0)), t0));
         assert!(j.synced(&series((100.2, 100.1, 2.0), (100.3, 100.1, 2.0)), t0));
+
+        // The programming count stays unlabelled beside labelled sync series: it is no
+        // family of its own that would have to sync.
+        let mut with_programmed = series((100.2, 100.1, 2.0), (100.3, 100.1, 2.0));
+        with_programmed.0.insert(None, Gauges { programmed: 4.0, ..Gauges::default() });
+        let before = series((90.0, 89.0, 1.0), (90.0, 89.0, 1.0));
+        let mut j = SyncJudge::after_push(100.0, before, Families::BOTH);
+        assert!(j.synced(&with_programmed, t0));
+
+        // At start-up, each family's own first sync is certain at once: no settling; but
+        // a family without a series yet may not have begun.
+        let mut j = SyncJudge::at_start(100.0);
+        let only_ipv4 = SyncMetrics::parse(&format!(
+            "{LAST_SYNCED}{{ip_family=\"IPv4\"}} 100.2\n{LAST_QUEUED}{{ip_family=\"IPv4\"}} 100.1\n\
+             {SYNCS}{{ip_family=\"IPv4\"}} 1\n{SYNC_SECONDS}{{ip_family=\"IPv4\"}} 0.01\n"
+        ));
+        assert!(!j.synced(&only_ipv4, t0), "no IPv6 series yet");
+        assert!(!j.synced(&series((100.2, 100.1, 1.0), (0.0, 100.1, 0.0)), t0), "IPv6 has not synced");
+        assert!(j.synced(&series((100.2, 100.1, 1.0), (100.3, 100.1, 1.0)), t0), "both have, once each");
     }
 }

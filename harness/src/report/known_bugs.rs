@@ -2,50 +2,12 @@
 //! with the upstream reports of the bug, the releases it shipped in and where it was fixed (as
 //! far as known), and its signature: the probes of which scenarios a proxy with the bug fails,
 //! and how. A run whose failures match a signature names the bug (`report::known_bugs`);
-//! `tests/mutants.rs` proves each signature by running its mutant against its scenarios.
+//! `tests/mutants.rs` proves each signature by running its mutant against its scenarios. It
+//! sits with the reports that name the bugs; the mutants that reproduce them look it up by name.
 
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
 
-/// How a probe failed, in the words of the verdict: the kinds of failure a signature names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Symptom {
-    /// Answered by a pod that is not a valid backend (or no longer backs the destination).
-    WrongBackend,
-    /// Answered by a valid backend that saw the wrong source address (masquerade missing or
-    /// unwanted).
-    WrongSource,
-    /// Answered, where the flow should have been dropped, rejected or left unanswered.
-    Answered,
-    /// Nothing came back, where an answer or a refusal was expected.
-    Silent,
-    /// Refused (TCP RST, ICMP unreachable), where an answer or silence was expected.
-    Refused,
-    /// Something came back that is neither an answer nor a refusal.
-    Broken,
-    /// The valid backends' shares fall outside the binomial bounds (one never chosen).
-    Uneven,
-    /// Session affinity broken or lost: one client reached several backends.
-    AffinityBroken,
-    /// Session affinity never expired.
-    AffinityKept,
-    /// A health check answered with the wrong status or `localEndpoints` count.
-    WrongHealth,
-    /// The packets went on (forwarded out of a node) where a rule should have dropped or
-    /// rejected them.
-    Leaked,
-    /// Refused by a host's own stack (a TCP reset of a closed port), not by a proxy's rule.
-    RefusedByHost,
-    /// The client saw the right thing but the packets took the wrong path (the capture or
-    /// conntrack contradicts it).
-    WrongPath,
-    /// The proxy failed at its own job (a failed sync, an exit) before any probe: the
-    /// signature's probe is then [`PROXY`].
-    ProxyFailed,
-    /// A failure the verdict gives no kind.
-    Other,
-}
+use crate::verdict::Symptom;
 
 /// The probe name that stands for any probe of the scenario: the mark holds when some probe
 /// failed with its symptom (a bug each probe shows only by chance, such as affinity lost on a
@@ -54,60 +16,6 @@ pub const ANY: &str = "*";
 
 /// The probe name a signature gives the proxy's own failure in a scenario ([`Symptom::ProxyFailed`]).
 pub const PROXY: &str = "(the proxy)";
-
-impl Symptom {
-    pub const ALL: [Symptom; 15] = [
-        Symptom::WrongBackend,
-        Symptom::WrongSource,
-        Symptom::Answered,
-        Symptom::Silent,
-        Symptom::Refused,
-        Symptom::Broken,
-        Symptom::Uneven,
-        Symptom::AffinityBroken,
-        Symptom::AffinityKept,
-        Symptom::WrongHealth,
-        Symptom::Leaked,
-        Symptom::RefusedByHost,
-        Symptom::WrongPath,
-        Symptom::ProxyFailed,
-        Symptom::Other,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Symptom::WrongBackend => "wrong-backend",
-            Symptom::WrongSource => "wrong-source",
-            Symptom::Answered => "answered",
-            Symptom::Silent => "silent",
-            Symptom::Refused => "refused",
-            Symptom::Broken => "broken",
-            Symptom::Uneven => "uneven",
-            Symptom::AffinityBroken => "affinity-broken",
-            Symptom::AffinityKept => "affinity-kept",
-            Symptom::WrongHealth => "wrong-health",
-            Symptom::Leaked => "leaked",
-            Symptom::RefusedByHost => "refused-by-host",
-            Symptom::WrongPath => "wrong-path",
-            Symptom::ProxyFailed => "proxy-failed",
-            Symptom::Other => "other",
-        }
-    }
-}
-
-impl fmt::Display for Symptom {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Symptom {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Symptom, String> {
-        Symptom::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| format!("unknown symptom {s:?}"))
-    }
-}
 
 /// One probe of a signature: it fails, and among its symptoms is `symptom`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,717 @@
+//! A generated case as data: the cluster, its Services and endpoints, the proxy's settings and
+//! the steps, every object named (references are names, so removing one while shrinking leaves
+//! the others valid or plainly dangling). [`Case::render`] writes it as a scenario file, which
+//! the normal reader then checks and builds: what runs is exactly what the file says.
+
+use std::fmt::Write;
+
+/// The address families of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    V4,
+    V6,
+    /// IPv4 primary, IPv6 second.
+    Dual,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    pub name: String,
+    pub family: Family,
+    pub nodes: Vec<NodeSpec>,
+    pub proxy: ProxySpec,
+    /// The external host, if any, and the node its router sends the service CIDR to.
+    pub external: Option<ExternalSpec>,
+    pub pods: Vec<PodSpec>,
+    pub services: Vec<ServiceSpec>,
+    /// Attempts per flow.
+    pub count: u32,
+    /// The probes: `None` is every flow (`spec.flows: {all: true}`); a shrunk case lists the
+    /// failing ones.
+    pub probes: Option<Vec<ProbeText>>,
+    pub steps: Vec<StepSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub name: String,
+    /// Its position among the nodes as generated: it picks its addresses.
+    pub slot: u8,
+    pub zone: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxySpec {
+    pub masquerade_all: bool,
+    pub detect_local: DetectMode,
+    /// `nodePortAddresses`: only the node network (`true`), or every address.
+    pub node_port_addresses: bool,
+    pub localhost_node_ports_off: bool,
+    pub traffic_distribution_gate: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DetectMode {
+    #[default]
+    ClusterCidr,
+    NodeCidr,
+    BridgeInterface,
+    InterfaceNamePrefix,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalSpec {
+    /// A route for the service CIDR through this node (a cluster that advertises it).
+    pub routed_via: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSpec {
+    pub name: String,
+    pub node: String,
+    /// Its host part in its node's pod CIDR.
+    pub host: u8,
+    /// The Service whose selector picks it (`app: <service>`), if any.
+    pub app: Option<String>,
+    /// `status.conditions[Ready]`.
+    pub ready: bool,
+    /// `metadata.deletionTimestamp` set.
+    pub terminating: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceType {
+    ClusterIp,
+    NodePort,
+    LoadBalancer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Topology {
+    None,
+    /// `service.kubernetes.io/topology-mode: Auto` (hints in written slices).
+    Annotation,
+    /// `trafficDistribution: PreferClose`.
+    PreferClose,
+}
+
+/// Which families a Service of a dual-stack cluster has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceFamilies {
+    Primary,
+    Second,
+    Both,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSpec {
+    pub name: String,
+    /// Its position as generated: it picks its cluster IP, ports and node ports.
+    pub slot: u8,
+    pub kind: ServiceType,
+    pub families: ServiceFamilies,
+    pub ports: Vec<PortSpec>,
+    pub etp_local: bool,
+    pub itp_local: bool,
+    /// ClientIP affinity and its timeout in seconds (`None`: the default, 10800).
+    pub affinity: Option<Option<u32>>,
+    /// Host parts of external IPs.
+    pub external_ips: Vec<u8>,
+    /// Load-balancer ingress IPs: host part, and whether `ipMode: Proxy`.
+    pub lb_ingress: Vec<(u8, bool)>,
+    pub source_ranges: Vec<SourceRange>,
+    pub allocate_node_ports: bool,
+    pub topology: Topology,
+    pub publish_not_ready: bool,
+    /// Endpoints: `None` derives them from the pods the selector picks; `Some` writes an
+    /// EndpointSlice with these.
+    pub slice: Option<Vec<EndpointSpec>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceRange {
+    /// The external host's address alone.
+    ExternalHost,
+    /// The whole node network.
+    NodeNetwork,
+    /// A range holding none of the cluster's addresses.
+    Elsewhere,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSpec {
+    pub name: String,
+    pub udp: bool,
+    /// `targetPort` by the container port's name rather than its number.
+    pub named_target: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSpec {
+    pub target: EndpointTarget,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    /// `hints.forZones`.
+    pub hint: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointTarget {
+    Pod(String),
+    /// A host-network endpoint: the node's address, with or without `nodeName`.
+    Node {
+        node: String,
+        node_name: bool,
+    },
+}
+
+/// An explicit probe, as a shrunk case lists it: the YAML of its `from` and `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeText {
+    pub name: String,
+    /// What the flow was called (`flow: pod a -> web:http clusterIP`), for the comment.
+    pub flow: String,
+    pub from: String,
+    pub to: String,
+    pub udp: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepSpec {
+    pub name: String,
+    pub change: Change,
+    /// The probes after it (filled in once the state before it is known: see `steps`).
+    pub probes: Vec<ProbeText>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    RestartProxy,
+    /// The Service of the same name replaced by this one.
+    ReplaceService(ServiceSpec),
+    DeleteService(String),
+}
+
+impl Change {
+    /// The Service a change is about, if one.
+    pub fn service(&self) -> Option<&str> {
+        match self {
+            Change::RestartProxy => None,
+            Change::ReplaceService(s) => Some(&s.name),
+            Change::DeleteService(name) => Some(name),
+        }
+    }
+}
+
+/// Where the cluster's addresses come from, per family.
+pub(crate) mod net {
+    use super::Family;
+
+    pub fn pod_cidr(v6: bool) -> &'static str {
+        if v6 { "fd00:10:244::/56" } else { "10.244.0.0/16" }
+    }
+    pub fn service_cidr(v6: bool) -> &'static str {
+        if v6 { "fd00:10:96::/112" } else { "10.96.0.0/12" }
+    }
+    pub fn node_network(v6: bool) -> &'static str {
+        if v6 { "fd00:192:168:50::/64" } else { "192.168.50.0/24" }
+    }
+    pub fn node_ip(v6: bool, slot: u8) -> String {
+        if v6 { format!("fd00:192:168:50::{}", 11 + slot) } else { format!("192.168.50.{}", 11 + slot) }
+    }
+    pub fn node_pod_cidr(v6: bool, slot: u8) -> String {
+        if v6 { format!("fd00:10:244:{}::/64", slot + 1) } else { format!("10.244.{}.0/24", slot + 1) }
+    }
+    pub fn pod_ip(v6: bool, node_slot: u8, host: u8) -> String {
+        if v6 {
+            format!("fd00:10:244:{}::{host}", node_slot + 1)
+        } else {
+            format!("10.244.{}.{host}", node_slot + 1)
+        }
+    }
+    pub fn cluster_ip(v6: bool, slot: u8) -> String {
+        if v6 { format!("fd00:10:96::{:x}", 0x100 + slot as u32) } else { format!("10.96.1.{}", 10 + slot) }
+    }
+    pub fn external_ip(v6: bool, host: u8) -> String {
+        if v6 { format!("2001:db8:e::{host}") } else { format!("203.0.113.{host}") }
+    }
+    pub fn lb_ip(v6: bool, host: u8) -> String {
+        if v6 { format!("2001:db8:1b::{host}") } else { format!("198.51.100.{host}") }
+    }
+    pub fn external_host(v6: bool) -> String {
+        if v6 { "fd00:192:168:50::100".into() } else { "192.168.50.100".into() }
+    }
+    pub fn elsewhere(v6: bool) -> &'static str {
+        if v6 { "2001:db8:ffff::/48" } else { "172.16.0.0/12" }
+    }
+    /// The families written for a cluster: the primary first.
+    pub fn families(family: Family) -> &'static [bool] {
+        match family {
+            Family::V4 => &[false],
+            Family::V6 => &[true],
+            Family::Dual => &[false, true],
+        }
+    }
+}
+
+/// A Service port's number, target port and node port, from the Service's slot and the port's
+/// index: distinct across the case, so that host-network endpoints of two Services never share
+/// a port.
+pub fn port_numbers(service_slot: u8, index: usize) -> (u16, u16, u16) {
+    let s = service_slot as u16;
+    let i = index as u16;
+    (80 + 1000 * i + s, 8000 + 10 * s + i, 30000 + 10 * s + i)
+}
+
+pub fn health_check_port(service_slot: u8) -> u16 {
+    32000 + service_slot as u16
+}
+
+impl Case {
+    pub fn node(&self, name: &str) -> Option<&NodeSpec> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The case's families as written (the primary first): `false` IPv4, `true` IPv6.
+    fn families(&self) -> &'static [bool] {
+        net::families(self.family)
+    }
+
+    /// The Service families a Service writes, as `(v6, …)` in its order.
+    fn service_families(&self, s: &ServiceSpec) -> Vec<bool> {
+        match (self.family, s.families) {
+            (Family::V4, _) => vec![false],
+            (Family::V6, _) => vec![true],
+            (Family::Dual, ServiceFamilies::Primary) => vec![false],
+            (Family::Dual, ServiceFamilies::Second) => vec![true],
+            (Family::Dual, ServiceFamilies::Both) => vec![false, true],
+        }
+    }
+
+    /// The scenario file: a comment saying where it came from, then its documents.
+    pub fn render(&self, header: &str) -> String {
+        let mut out = String::new();
+        for line in header.lines() {
+            let _ = writeln!(out, "# {line}");
+        }
+        self.render_scenario(&mut out);
+        for service in &self.services {
+            self.render_service(service, &mut out);
+        }
+        for pod in &self.pods {
+            self.render_pod(pod, &mut out);
+        }
+        for step in &self.steps {
+            self.render_step(step, &mut out);
+        }
+        out
+    }
+
+    fn render_scenario(&self, out: &mut String) {
+        let fams = self.families();
+        let list = |f: &dyn Fn(bool) -> String| -> String {
+            if fams.len() == 1 {
+                f(fams[0])
+            } else {
+                format!("[{}]", fams.iter().map(|&v6| f(v6)).collect::<Vec<_>>().join(", "))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "apiVersion: packetproof.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: {}}}\nspec:",
+            q(&self.name)
+        );
+        let _ = writeln!(
+            out,
+            "  cluster: {{podCIDR: {}, serviceCIDR: {}, nodeNetwork: {}}}",
+            list(&|v6| q(net::pod_cidr(v6))),
+            list(&|v6| q(net::service_cidr(v6))),
+            list(&|v6| q(net::node_network(v6)))
+        );
+        let p = &self.proxy;
+        let mut config = Vec::new();
+        if p.masquerade_all {
+            config.push("masqueradeAll: true".to_string());
+        }
+        match p.detect_local {
+            DetectMode::ClusterCidr => {}
+            DetectMode::NodeCidr => config.push("detectLocalMode: NodeCIDR".into()),
+            DetectMode::BridgeInterface => {
+                config.push("detectLocalMode: BridgeInterface".into());
+                config.push(format!("detectLocal: {{bridgeInterface: {}}}", crate::model::POD_BRIDGE));
+            }
+            DetectMode::InterfaceNamePrefix => {
+                config.push("detectLocalMode: InterfaceNamePrefix".into());
+                config.push("detectLocal: {interfaceNamePrefix: veth}".into());
+            }
+        }
+        if p.node_port_addresses {
+            config.push(format!(
+                "nodePortAddresses: [{}]",
+                fams.iter().map(|&v6| q(net::node_network(v6))).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if p.localhost_node_ports_off {
+            config.push("localhostNodePorts: false".into());
+        }
+        if p.traffic_distribution_gate {
+            config.push("featureGates: {ServiceTrafficDistribution: true}".into());
+        }
+        if !config.is_empty() {
+            let _ = writeln!(out, "  proxyConfig:");
+            for line in config {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        let _ = writeln!(out, "  nodes:");
+        for n in &self.nodes {
+            let zone = n.zone.as_ref().map(|z| format!(", zone: {}", q(z))).unwrap_or_default();
+            if fams.len() == 1 {
+                let v6 = fams[0];
+                let _ = writeln!(
+                    out,
+                    "    - {{name: {}, ip: {}, podCIDR: {}{zone}}}",
+                    q(&n.name),
+                    q(&net::node_ip(v6, n.slot)),
+                    q(&net::node_pod_cidr(v6, n.slot))
+                );
+            } else {
+                let ips: Vec<String> = fams.iter().map(|&v6| q(&net::node_ip(v6, n.slot))).collect();
+                let cidrs: Vec<String> = fams.iter().map(|&v6| q(&net::node_pod_cidr(v6, n.slot))).collect();
+                let _ = writeln!(
+                    out,
+                    "    - {{name: {}, ips: [{}], podCIDRs: [{}]{zone}}}",
+                    q(&n.name),
+                    ips.join(", "),
+                    cidrs.join(", ")
+                );
+            }
+        }
+        if let Some(host) = &self.external {
+            let address = if fams.len() == 1 {
+                format!("ip: {}", q(&net::external_host(fams[0])))
+            } else {
+                format!(
+                    "ips: [{}]",
+                    fams.iter().map(|&v6| q(&net::external_host(v6))).collect::<Vec<_>>().join(", ")
+                )
+            };
+            let routes = match &host.routed_via {
+                Some(via) => {
+                    let r: Vec<String> = fams
+                        .iter()
+                        .map(|&v6| format!("{{to: {}, via: {}}}", q(net::service_cidr(v6)), q(via)))
+                        .collect();
+                    format!(", routes: [{}]", r.join(", "))
+                }
+                None => String::new(),
+            };
+            let _ = writeln!(out, "  externalHosts:\n    - {{name: outside, {address}{routes}}}");
+        }
+        match &self.probes {
+            None => {
+                let _ = writeln!(out, "  flows: {{all: true, count: {}}}", self.count);
+            }
+            Some(probes) => {
+                let _ = writeln!(out, "  probes:");
+                for p in probes {
+                    self.render_probe(p, out);
+                }
+            }
+        }
+    }
+
+    fn render_probe(&self, p: &ProbeText, out: &mut String) {
+        let _ = writeln!(out, "    # {}", p.flow);
+        let _ = writeln!(out, "    - name: {}", q(&p.name));
+        let _ = writeln!(out, "      from: {}", p.from);
+        let _ = writeln!(out, "      to: {}", p.to);
+        if p.udp {
+            let _ = writeln!(out, "      protocol: UDP");
+        }
+        let _ = writeln!(out, "      count: {}", self.count);
+    }
+
+    fn render_service(&self, s: &ServiceSpec, out: &mut String) {
+        let fams = self.service_families(s);
+        let _ = writeln!(
+            out,
+            "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: {}\n  namespace: default",
+            q(&s.name)
+        );
+        if s.topology == Topology::Annotation {
+            let _ = writeln!(out, "  annotations: {{service.kubernetes.io/topology-mode: Auto}}");
+        }
+        let _ = writeln!(out, "spec:");
+        let kind = match s.kind {
+            ServiceType::ClusterIp => "ClusterIP",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::LoadBalancer => "LoadBalancer",
+        };
+        let _ = writeln!(out, "  type: {kind}");
+        let ips: Vec<String> = fams.iter().map(|&v6| net::cluster_ip(v6, s.slot)).collect();
+        let _ = writeln!(out, "  clusterIP: {}", q(&ips[0]));
+        let _ = writeln!(out, "  clusterIPs: [{}]", ips.iter().map(|i| q(i)).collect::<Vec<_>>().join(", "));
+        let names: Vec<&str> = fams.iter().map(|&v6| if v6 { "IPv6" } else { "IPv4" }).collect();
+        let _ = writeln!(out, "  ipFamilies: [{}]", names.join(", "));
+        let policy = if fams.len() == 2 { "PreferDualStack" } else { "SingleStack" };
+        let _ = writeln!(out, "  ipFamilyPolicy: {policy}");
+        if s.slice.is_none() {
+            let _ = writeln!(out, "  selector: {{app: {}}}", q(&s.name));
+        }
+        if s.publish_not_ready {
+            let _ = writeln!(out, "  publishNotReadyAddresses: true");
+        }
+        let external = s.kind != ServiceType::ClusterIp;
+        if external {
+            let _ =
+                writeln!(out, "  externalTrafficPolicy: {}", if s.etp_local { "Local" } else { "Cluster" });
+        }
+        let _ = writeln!(out, "  internalTrafficPolicy: {}", if s.itp_local { "Local" } else { "Cluster" });
+        match s.affinity {
+            None => {
+                let _ = writeln!(out, "  sessionAffinity: None");
+            }
+            Some(None) => {
+                let _ = writeln!(out, "  sessionAffinity: ClientIP");
+            }
+            Some(Some(t)) => {
+                let _ = writeln!(
+                    out,
+                    "  sessionAffinity: ClientIP\n  sessionAffinityConfig: {{clientIP: {{timeoutSeconds: {t}}}}}"
+                );
+            }
+        }
+        if s.topology == Topology::PreferClose {
+            let _ = writeln!(out, "  trafficDistribution: PreferClose");
+        }
+        let primary_v6 = fams[0];
+        if !s.external_ips.is_empty() {
+            let list: Vec<String> =
+                s.external_ips.iter().map(|&h| q(&net::external_ip(primary_v6, h))).collect();
+            let _ = writeln!(out, "  externalIPs: [{}]", list.join(", "));
+        }
+        let lb = s.kind == ServiceType::LoadBalancer;
+        if lb {
+            let _ = writeln!(out, "  allocateLoadBalancerNodePorts: {}", s.allocate_node_ports);
+            if s.etp_local {
+                let _ = writeln!(out, "  healthCheckNodePort: {}", health_check_port(s.slot));
+            }
+            if !s.source_ranges.is_empty() {
+                let ranges: Vec<String> = s
+                    .source_ranges
+                    .iter()
+                    .map(|r| match r {
+                        SourceRange::ExternalHost => {
+                            let host = net::external_host(primary_v6);
+                            q(&format!("{host}/{}", if primary_v6 { 128 } else { 32 }))
+                        }
+                        SourceRange::NodeNetwork => q(net::node_network(primary_v6)),
+                        SourceRange::Elsewhere => q(net::elsewhere(primary_v6)),
+                    })
+                    .collect();
+                let _ = writeln!(out, "  loadBalancerSourceRanges: [{}]", ranges.join(", "));
+            }
+        }
+        let _ = writeln!(out, "  ports:");
+        let node_ports = s.kind == ServiceType::NodePort || (lb && s.allocate_node_ports);
+        for (i, p) in s.ports.iter().enumerate() {
+            let (port, target, node_port) = port_numbers(s.slot, i);
+            let target = if p.named_target && s.slice.is_none() { q(&p.name) } else { target.to_string() };
+            let np = if node_ports { format!(", nodePort: {node_port}") } else { String::new() };
+            let _ = writeln!(
+                out,
+                "    - {{name: {}, port: {port}, protocol: {}, targetPort: {target}{np}}}",
+                q(&p.name),
+                if p.udp { "UDP" } else { "TCP" }
+            );
+        }
+        if lb && !s.lb_ingress.is_empty() {
+            let _ = writeln!(out, "status:\n  loadBalancer:\n    ingress:");
+            for &(h, proxy) in &s.lb_ingress {
+                let mode = if proxy { ", ipMode: Proxy" } else { "" };
+                let _ = writeln!(out, "      - {{ip: {}{mode}}}", q(&net::lb_ip(primary_v6, h)));
+            }
+        }
+        if let Some(endpoints) = &s.slice {
+            for &v6 in &fams {
+                self.render_slice(s, endpoints, v6, out);
+            }
+        }
+    }
+
+    fn render_slice(&self, s: &ServiceSpec, endpoints: &[EndpointSpec], v6: bool, out: &mut String) {
+        let suffix = if v6 { "v6" } else { "v4" };
+        let _ = writeln!(
+            out,
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {}\n  namespace: default\n  labels: {{kubernetes.io/service-name: {}}}\naddressType: {}",
+            q(&format!("{}-{suffix}", s.name)),
+            q(&s.name),
+            if v6 { "IPv6" } else { "IPv4" }
+        );
+        let _ = writeln!(out, "ports:");
+        for (i, p) in s.ports.iter().enumerate() {
+            let (_, target, _) = port_numbers(s.slot, i);
+            let _ = writeln!(
+                out,
+                "  - {{name: {}, port: {target}, protocol: {}}}",
+                q(&p.name),
+                if p.udp { "UDP" } else { "TCP" }
+            );
+        }
+        let written: Vec<String> = endpoints.iter().filter_map(|e| self.render_endpoint(e, v6)).collect();
+        if written.is_empty() {
+            let _ = writeln!(out, "endpoints: []");
+        } else {
+            let _ = writeln!(out, "endpoints:");
+            for e in written {
+                out.push_str(&e);
+            }
+        }
+    }
+
+    fn render_endpoint(&self, e: &EndpointSpec, v6: bool) -> Option<String> {
+        let (address, node, target) = match &e.target {
+            EndpointTarget::Pod(name) => {
+                let pod = self.pods.iter().find(|p| &p.name == name)?;
+                let node = self.node(&pod.node)?;
+                (net::pod_ip(v6, node.slot, pod.host), Some(node), Some(name))
+            }
+            EndpointTarget::Node { node, node_name } => {
+                let n = self.node(node)?;
+                (net::node_ip(v6, n.slot), node_name.then_some(n), None)
+            }
+        };
+        let mut text = format!(
+            "  - addresses: [{}]\n    conditions: {{ready: {}, serving: {}, terminating: {}}}\n",
+            q(&address),
+            e.ready,
+            e.serving,
+            e.terminating
+        );
+        if let Some(node) = node {
+            let _ = writeln!(text, "    nodeName: {}", q(&node.name));
+            if let Some(zone) = &node.zone {
+                let _ = writeln!(text, "    zone: {}", q(zone));
+            }
+        }
+        if let Some(pod) = target {
+            let _ = writeln!(text, "    targetRef: {{kind: Pod, name: {}, namespace: default}}", q(pod));
+        }
+        if let Some(zone) = &e.hint {
+            let _ = writeln!(text, "    hints: {{forZones: [{{name: {}}}]}}", q(zone));
+        }
+        Some(text)
+    }
+
+    fn render_pod(&self, p: &PodSpec, out: &mut String) {
+        let Some(node) = self.node(&p.node) else { return };
+        let _ = writeln!(
+            out,
+            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: default",
+            q(&p.name)
+        );
+        if let Some(app) = &p.app {
+            let _ = writeln!(out, "  labels: {{app: {}}}", q(app));
+        }
+        if p.terminating {
+            let _ = writeln!(out, "  deletionTimestamp: \"2024-05-14T09:21:07Z\"");
+        }
+        let _ = writeln!(out, "spec:\n  nodeName: {}\n  containers:\n    - name: main", q(&p.node));
+        // Container ports for every port of the Service that selects the pod (named targets
+        // resolve through them).
+        if let Some(s) = p.app.as_ref().and_then(|a| self.services.iter().find(|s| &s.name == a)) {
+            let _ = writeln!(out, "      ports:");
+            for (i, port) in s.ports.iter().enumerate() {
+                let (_, target, _) = port_numbers(s.slot, i);
+                let _ = writeln!(
+                    out,
+                    "        - {{name: {}, containerPort: {target}, protocol: {}}}",
+                    q(&port.name),
+                    if port.udp { "UDP" } else { "TCP" }
+                );
+            }
+        }
+        let fams = self.families();
+        let _ = writeln!(
+            out,
+            "status:\n  phase: Running\n  podIP: {}",
+            q(&net::pod_ip(fams[0], node.slot, p.host))
+        );
+        if fams.len() == 2 {
+            let ips: Vec<String> = fams
+                .iter()
+                .map(|&v6| format!("{{ip: {}}}", q(&net::pod_ip(v6, node.slot, p.host))))
+                .collect();
+            let _ = writeln!(out, "  podIPs: [{}]", ips.join(", "));
+        }
+        let _ = writeln!(
+            out,
+            "  conditions: [{{type: Ready, status: \"{}\"}}]",
+            if p.ready { "True" } else { "False" }
+        );
+    }
+
+    fn render_step(&self, step: &StepSpec, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "---\napiVersion: packetproof.dev/v1alpha1\nkind: Step\nmetadata: {{name: {}}}\nspec:",
+            q(&step.name)
+        );
+        match &step.change {
+            Change::RestartProxy => {
+                let _ = writeln!(out, "  restartProxy: true");
+            }
+            Change::DeleteService(name) => {
+                let _ = writeln!(
+                    out,
+                    "  delete:\n    - {{kind: Service, namespace: default, name: {}}}",
+                    q(name)
+                );
+                if let Some(s) = self.services.iter().find(|s| &s.name == name)
+                    && s.slice.is_some()
+                {
+                    for &v6 in &self.service_families(s) {
+                        let suffix = if v6 { "v6" } else { "v4" };
+                        let _ = writeln!(
+                            out,
+                            "    - {{kind: EndpointSlice, namespace: default, name: {}}}",
+                            q(&format!("{name}-{suffix}"))
+                        );
+                    }
+                }
+            }
+            Change::ReplaceService(_) => {}
+        }
+        let _ = writeln!(out, "  probes:");
+        for p in &step.probes {
+            self.render_probe(p, out);
+        }
+        if let Change::ReplaceService(s) = &step.change {
+            self.render_service(s, out);
+        }
+    }
+
+    /// The case as it stands after its first `k` steps (no steps of its own, every flow probed).
+    pub fn state_after(&self, k: usize) -> Case {
+        let mut state = Case { steps: Vec::new(), probes: None, ..self.clone() };
+        for step in &self.steps[..k] {
+            match &step.change {
+                Change::RestartProxy => {}
+                Change::ReplaceService(s) => {
+                    if let Some(old) = state.services.iter_mut().find(|o| o.name == s.name) {
+                        *old = s.clone();
+                    }
+                }
+                Change::DeleteService(name) => state.services.retain(|s| &s.name != name),
+            }
+        }
+        state
+    }
+}
+
+/// A string as a YAML (and JSON) double-quoted scalar.
+pub fn q(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}

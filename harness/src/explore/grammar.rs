@@ -1,0 +1,233 @@
+//! The grammar: a case drawn from a seeded stream, over the fields the scenario reader models.
+//! Weights favour small clusters (two nodes, one or two Services), where every flow is cheap and
+//! a failure is already nearly minimal, and give every field a fair chance of its unusual values.
+
+use super::case::*;
+use super::rng::Rng;
+
+/// One case drawn from `rng`, named `name`.
+pub fn case(rng: &mut Rng, name: &str) -> Case {
+    let family = [Family::V4, Family::V6, Family::Dual][rng.weighted(&[70, 15, 15])];
+    let node_count = 1 + rng.weighted(&[20, 60, 20]);
+    let zoned = rng.chance(30);
+    let nodes: Vec<NodeSpec> = (0..node_count)
+        .map(|i| NodeSpec {
+            name: format!("node-{}", (b'a' + i as u8) as char),
+            slot: i as u8,
+            zone: (zoned && rng.chance(85)).then(|| ["zone-a", "zone-b"][rng.below(2)].to_string()),
+        })
+        .collect();
+    let proxy = ProxySpec {
+        masquerade_all: rng.chance(10),
+        detect_local: [
+            DetectMode::ClusterCidr,
+            DetectMode::NodeCidr,
+            DetectMode::BridgeInterface,
+            DetectMode::InterfaceNamePrefix,
+        ][rng.weighted(&[70, 10, 10, 10])],
+        node_port_addresses: rng.chance(10),
+        localhost_node_ports_off: rng.chance(10),
+        traffic_distribution_gate: rng.chance(30),
+    };
+    let external = rng
+        .chance(80)
+        .then(|| ExternalSpec { routed_via: rng.chance(25).then(|| rng.pick(&nodes).name.clone()) });
+    let mut case = Case {
+        name: name.to_string(),
+        family,
+        nodes,
+        proxy,
+        external,
+        pods: Vec::new(),
+        services: Vec::new(),
+        count: [3, 6, 20][rng.weighted(&[60, 25, 15])],
+        probes: None,
+        steps: Vec::new(),
+    };
+    let services = 1 + rng.weighted(&[40, 40, 20]);
+    for slot in 0..services {
+        let service = service(rng, &mut case, slot as u8);
+        case.services.push(service);
+    }
+    for _ in 0..rng.between(1, 2) {
+        let node = rng.pick(&case.nodes).name.clone();
+        let name = format!("client-{}", case.pods.len());
+        push_pod(&mut case, name, node, None, true, false);
+    }
+    for k in 0..[0, 1, 2][rng.weighted(&[55, 33, 12])] {
+        if let Some(change) = change(rng, &case) {
+            case.steps.push(StepSpec { name: format!("step-{}", k + 1), change, probes: Vec::new() });
+        }
+    }
+    case
+}
+
+fn push_pod(
+    case: &mut Case,
+    name: String,
+    node: String,
+    app: Option<String>,
+    ready: bool,
+    terminating: bool,
+) {
+    let host = 10 + case.pods.len() as u8;
+    case.pods.push(PodSpec { name, node, host, app, ready, terminating });
+}
+
+fn service(rng: &mut Rng, case: &mut Case, slot: u8) -> ServiceSpec {
+    let name = format!("svc-{}", (b'a' + slot) as char);
+    let kind = [ServiceType::ClusterIp, ServiceType::NodePort, ServiceType::LoadBalancer]
+        [rng.weighted(&[35, 35, 30])];
+    let external = kind != ServiceType::ClusterIp;
+    let lb = kind == ServiceType::LoadBalancer;
+    let ports = (0..1 + rng.weighted(&[70, 30]))
+        .map(|i| PortSpec { name: format!("p{i}"), udp: rng.chance(30), named_target: rng.chance(15) })
+        .collect();
+    let topology = [Topology::None, Topology::Annotation, Topology::PreferClose][rng.weighted(&[80, 10, 10])];
+    let sliced = topology == Topology::Annotation || rng.chance(45);
+    let mut spec = ServiceSpec {
+        name: name.clone(),
+        slot,
+        kind,
+        families: [ServiceFamilies::Primary, ServiceFamilies::Second, ServiceFamilies::Both]
+            [rng.weighted(&[40, 20, 40])],
+        ports,
+        etp_local: external && rng.chance(40),
+        itp_local: rng.chance(20),
+        affinity: rng.chance(20).then(|| rng.chance(50).then(|| [60, 600, 3600][rng.below(3)])),
+        external_ips: if rng.chance(20) { vec![10 + slot * 4] } else { Vec::new() },
+        lb_ingress: if lb {
+            (0..rng.weighted(&[10, 80, 10])).map(|k| (10 + slot * 4 + k as u8, rng.chance(15))).collect()
+        } else {
+            Vec::new()
+        },
+        source_ranges: Vec::new(),
+        allocate_node_ports: !lb || rng.chance(85),
+        topology,
+        publish_not_ready: rng.chance(10),
+        slice: None,
+    };
+    if lb && rng.chance(25) {
+        let all = [SourceRange::ExternalHost, SourceRange::NodeNetwork, SourceRange::Elsewhere];
+        spec.source_ranges.push(*rng.pick(&all));
+        if rng.chance(30) {
+            let other = *rng.pick(&all);
+            if !spec.source_ranges.contains(&other) {
+                spec.source_ranges.push(other);
+            }
+        }
+    }
+    let backends = rng.weighted(&[10, 30, 40, 20]);
+    let mut endpoints = Vec::new();
+    for k in 0..backends {
+        let node = rng.pick(&case.nodes).name.clone();
+        let pod = format!("{name}-{k}");
+        let (ready, terminating) = if sliced { (true, false) } else { (!rng.chance(12), rng.chance(10)) };
+        push_pod(case, pod.clone(), node.clone(), Some(name.clone()), ready, terminating);
+        if sliced {
+            endpoints.push(endpoint(rng, case, EndpointTarget::Pod(pod), &node, topology));
+        }
+    }
+    if sliced && rng.chance(12) {
+        let node = rng.pick(&case.nodes).name.clone();
+        let target = EndpointTarget::Node { node: node.clone(), node_name: rng.chance(50) };
+        endpoints.push(endpoint(rng, case, target, &node, topology));
+    }
+    if sliced {
+        spec.slice = Some(endpoints);
+    }
+    spec
+}
+
+fn endpoint(
+    rng: &mut Rng,
+    case: &Case,
+    target: EndpointTarget,
+    node: &str,
+    topology: Topology,
+) -> EndpointSpec {
+    // ready+serving, terminating and serving, terminating not serving, not ready.
+    let (ready, serving, terminating) =
+        [(true, true, false), (false, true, true), (false, false, true), (false, false, false)]
+            [rng.weighted(&[70, 12, 8, 10])];
+    let zone = case.node(node).and_then(|n| n.zone.clone());
+    let hint = match topology {
+        Topology::None => None,
+        _ if rng.chance(15) => None,
+        _ if rng.chance(20) => Some(["zone-a", "zone-b"][rng.below(2)].to_string()),
+        _ => zone,
+    };
+    EndpointSpec { target, ready, serving, terminating, hint }
+}
+
+/// A change for a step: restart the proxy, change a Service's policies or endpoints, or delete
+/// it. Replacements keep the Service's slot, type of endpoints and families, so that its
+/// addresses and ports stay its own.
+fn change(rng: &mut Rng, case: &Case) -> Option<Change> {
+    let state = case.state_after(case.steps.len());
+    if state.services.is_empty() {
+        return Some(Change::RestartProxy);
+    }
+    // A deletion keeps one Service: a state with none has no flow to probe after it.
+    let deletable = if state.services.len() > 1 { 20 } else { 0 };
+    Some(match rng.weighted(&[30, 50, deletable]) {
+        0 => Change::RestartProxy,
+        1 => {
+            let mut s = rng.pick(&state.services).clone();
+            for _ in 0..rng.between(1, 2) {
+                mutate(rng, case, &mut s);
+            }
+            Change::ReplaceService(s)
+        }
+        _ => Change::DeleteService(rng.pick(&state.services).name.clone()),
+    })
+}
+
+fn mutate(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
+    let external = s.kind != ServiceType::ClusterIp;
+    match rng.below(5) {
+        0 if external => s.etp_local = !s.etp_local,
+        1 => s.itp_local = !s.itp_local,
+        2 => s.affinity = if s.affinity.is_some() { None } else { Some(None) },
+        3 if s.kind == ServiceType::ClusterIp => s.kind = ServiceType::NodePort,
+        3 if s.kind == ServiceType::NodePort => {
+            s.kind = ServiceType::ClusterIp;
+            s.etp_local = false;
+        }
+        _ => match &mut s.slice {
+            Some(endpoints) if !endpoints.is_empty() && rng.chance(50) => {
+                let k = rng.below(endpoints.len());
+                if rng.chance(50) {
+                    endpoints.remove(k);
+                } else {
+                    let e = &mut endpoints[k];
+                    (e.ready, e.serving, e.terminating) =
+                        [(true, true, false), (false, true, true), (false, false, true)][rng.below(3)];
+                }
+            }
+            Some(endpoints) => {
+                // Another pod of the Service's own, if one is not yet listed.
+                let listed: Vec<String> = endpoints
+                    .iter()
+                    .filter_map(|e| match &e.target {
+                        EndpointTarget::Pod(p) => Some(p.clone()),
+                        EndpointTarget::Node { .. } => None,
+                    })
+                    .collect();
+                let spare =
+                    case.pods.iter().find(|p| p.app.as_ref() == Some(&s.name) && !listed.contains(&p.name));
+                match spare {
+                    Some(pod) => endpoints.push(EndpointSpec {
+                        target: EndpointTarget::Pod(pod.name.clone()),
+                        ready: true,
+                        serving: true,
+                        terminating: false,
+                        hint: None,
+                    }),
+                    None => endpoints.clear(),
+                }
+            }
+            None => s.publish_not_ready = !s.publish_not_ready,
+        },
+    }
+}

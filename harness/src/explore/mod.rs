@@ -1,0 +1,507 @@
+//! Exploration: clusters nobody wrote, judged by the oracle. Cases are drawn from a grammar over
+//! the fields the scenario reader models (`grammar`), written as scenario files (`case`) with
+//! `spec.flows: {all: true}` and steps whose probes are the flows after them (`probes`), read by
+//! the normal reader and run by the engine as `run` runs a file: the runner and the verdict
+//! judge them, nothing here does. A failing case is confirmed by running it again, cut down
+//! while it fails the same way (`shrink`), confirmed again and written out as a commented
+//! scenario file that `packetproof run` reproduces.
+//!
+//! The same seed gives the same cases: each case is drawn from its own seeded stream
+//! (`rng`), and the choice among candidates depends only on what was generated before it
+//! (`features`), never on timing or on `--jobs`.
+
+pub mod case;
+pub mod features;
+pub mod grammar;
+pub mod probes;
+pub mod rng;
+pub mod shrink;
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::engine::{Engine, Run, RunProxy};
+use crate::model::{ProxyChoice, Scenario};
+use crate::runner::{Outcome, RunOptions, ScenarioReport};
+use case::{Case, ProbeText};
+use features::{FieldCombinations, Guide};
+use shrink::Signature;
+
+/// Candidates drawn per case; the one bringing the most new field combinations is kept.
+const CANDIDATES: usize = 6;
+
+/// When an exploration stops.
+#[derive(Debug, Clone, Copy)]
+pub enum Stop {
+    After(Duration),
+    Cases(usize),
+}
+
+pub struct Settings {
+    pub seed: u64,
+    pub stop: Stop,
+    pub proxy: ProxyChoice,
+    pub options: RunOptions,
+    pub jobs: usize,
+    /// Where shrunk failures are written.
+    pub out: PathBuf,
+    /// Where the corpus (the fewest judged cases covering all the run covered) is written.
+    pub save_corpus: Option<PathBuf>,
+    /// Runs a failure's shrinking may take at most.
+    pub shrink_runs: usize,
+    /// Where to write every generated case as it runs (to read or re-run one).
+    pub keep_cases: Option<PathBuf>,
+}
+
+/// What an exploration did.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub cases: usize,
+    pub passed: usize,
+    pub skipped: usize,
+    /// Cases that failed once but not again: never findings.
+    pub flaky: Vec<String>,
+    /// Cases that could not be set up (the machine), with why.
+    pub errors: Vec<String>,
+    /// Generated cases the reader refused (a bug of the generator), with its errors.
+    pub rejected: Vec<String>,
+    pub flows_judged: usize,
+    pub flows_unjudged: usize,
+    /// Field combinations generated and flow outcomes judged.
+    pub covered: BTreeSet<String>,
+    pub findings: Vec<Finding>,
+    pub corpus: Option<(PathBuf, usize)>,
+}
+
+/// A confirmed failure, shrunk and written out.
+#[derive(Debug)]
+pub struct Finding {
+    pub case: String,
+    pub file: PathBuf,
+    pub signature: Signature,
+    pub known_bug: Option<String>,
+    /// For a mutant: whether the shrunk case passes on the proxy without it.
+    pub passes_unbroken: Option<bool>,
+    /// The Services, pods, nodes and steps of the shrunk case.
+    pub size: (usize, usize, usize, usize),
+}
+
+/// Case `n` of `seed`, given what `guide` has seen (it learns this case's features).
+pub fn generate(seed: u64, n: u64, guide: &mut dyn Guide) -> Case {
+    let mut rng = rng::Rng::for_case(seed, n);
+    let name = format!("explore-{seed}-{n}");
+    let mut best: Option<(usize, Case, BTreeSet<String>)> = None;
+    for _ in 0..CANDIDATES {
+        let c = grammar::case(&mut rng, &name);
+        let f = features::of_case(&c);
+        let score = guide.novelty(&c, &f);
+        if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
+            best = Some((score, c, f));
+        }
+    }
+    let (_, case, f) = best.expect("at least one candidate");
+    guide.chosen(&f);
+    case
+}
+
+/// A case ready to run: its steps' probes filled, its text, and the scenario read from it.
+pub struct Ready {
+    pub case: Case,
+    pub text: String,
+    pub scenario: Scenario,
+}
+
+/// Fills the steps' probes and reads the case as `run` reads a file; the reader's errors if it
+/// refuses it.
+pub fn prepare(mut case: Case, header: &str) -> Result<Ready, String> {
+    probes::fill_steps(&mut case)?;
+    let ready = read(case, header)?;
+    // Flows of a known gap of the harness: every other flow, listed.
+    let flows = &ready.scenario.probes;
+    if ready.case.probes.is_some()
+        || !flows.iter().any(|p| probes::known_gap(&ready.scenario.cluster, p).is_some())
+    {
+        return Ok(ready);
+    }
+    let listed = flows
+        .iter()
+        .filter(|p| probes::known_gap(&ready.scenario.cluster, p).is_none())
+        .map(|p| probes::text(p, p.name.strip_prefix("flow: ").unwrap_or(&p.name), &p.name))
+        .collect();
+    read(Case { probes: Some(listed), ..ready.case }, header)
+}
+
+fn read(case: Case, header: &str) -> Result<Ready, String> {
+    let text = case.render(header);
+    let path = PathBuf::from(format!("{}.yaml", case.name));
+    match crate::scenario::load_str(&text, &path) {
+        Ok(scenario) => Ok(Ready { case, text, scenario }),
+        Err(e) => Err(format!("{e}\n--- the case ---\n{text}")),
+    }
+}
+
+/// Reads a case whose steps already have their probes (a shrunk one).
+fn reread(case: Case, header: &str) -> Option<Ready> {
+    let text = case.render(header);
+    let path = PathBuf::from(format!("{}.yaml", case.name));
+    crate::scenario::load_str(&text, &path).ok().map(|scenario| Ready { case, text, scenario })
+}
+
+pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Result<Summary> {
+    let started = Instant::now();
+    let engine = Engine { options: settings.options.clone(), jobs: settings.jobs };
+    let mut guide = FieldCombinations::default();
+    let mut summary = Summary::default();
+    let mut judged_cases: Vec<(String, String, BTreeSet<String>)> = Vec::new();
+    let mut n = 0u64;
+    let batch = 2 * settings.jobs.max(1);
+    let mut last_progress = Instant::now();
+    loop {
+        let remaining = match settings.stop {
+            Stop::Cases(total) => total.saturating_sub(n as usize),
+            Stop::After(budget) if started.elapsed() < budget => batch,
+            Stop::After(_) => 0,
+        };
+        if remaining == 0 {
+            break;
+        }
+        let mut ready = Vec::new();
+        for _ in 0..remaining.min(batch) {
+            let case = generate(settings.seed, n, &mut guide);
+            n += 1;
+            summary.cases += 1;
+            let f = features::of_case(&case);
+            match prepare(case, "") {
+                Ok(r) => {
+                    if let Some(dir) = &settings.keep_cases {
+                        std::fs::create_dir_all(dir)
+                            .with_context(|| format!("creating {}", dir.display()))?;
+                        let file = dir.join(format!("{}.yaml", r.case.name));
+                        std::fs::write(&file, &r.text)
+                            .with_context(|| format!("writing {}", file.display()))?;
+                    }
+                    ready.push((r, f));
+                }
+                Err(e) => summary.rejected.push(e),
+            }
+        }
+        let scenarios: Vec<&Scenario> = ready.iter().map(|(r, _)| &r.scenario).collect();
+        let results = run_all(&engine, &scenarios, &settings.proxy)?;
+        for ((r, mut f), result) in ready.into_iter().zip(results) {
+            match result {
+                Err(e) => summary.errors.push(format!("{}: {e:#}", r.case.name)),
+                Ok(report) => match &report.outcome {
+                    Outcome::Skipped(why) => {
+                        summary.skipped += 1;
+                        if summary.skipped == 1 {
+                            eprintln!("packetproof explore: {} skipped: {why}", r.case.name);
+                        }
+                    }
+                    Outcome::Judged(verdicts) if report.passed() => {
+                        summary.passed += 1;
+                        summary.flows_judged += verdicts.len();
+                        summary.flows_unjudged += report.unjudged.len();
+                        f.extend(verdicts.iter().map(features::of_verdict));
+                        guide.judged(&f);
+                        summary.covered.extend(f.iter().cloned());
+                        if settings.save_corpus.is_some() {
+                            judged_cases.push((r.case.name.clone(), r.text.clone(), f));
+                        }
+                    }
+                    _ => {
+                        if let Some(finding) = investigate(settings, &engine, r, &report)? {
+                            summary.findings.push(finding);
+                        } else {
+                            summary.flaky.push(report.scenario.clone());
+                        }
+                    }
+                },
+            }
+        }
+        if last_progress.elapsed() > Duration::from_secs(10) {
+            progress(&summary);
+            last_progress = Instant::now();
+        }
+    }
+    if let Some(dir) = &settings.save_corpus {
+        let kept = save_corpus(dir, &judged_cases)?;
+        summary.corpus = Some((dir.clone(), kept));
+    }
+    Ok(summary)
+}
+
+/// Runs scenarios with `proxy`, results in their order.
+fn run_all(
+    engine: &Engine,
+    scenarios: &[&Scenario],
+    proxy: &ProxyChoice,
+) -> Result<Vec<Result<ScenarioReport>>> {
+    if scenarios.is_empty() {
+        return Ok(Vec::new());
+    }
+    let runs: Vec<Run> =
+        scenarios.iter().map(|&scenario| Run { scenario, proxy: RunProxy::Choice(proxy) }).collect();
+    Ok(engine.execute(&runs, &mut [])?.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Whether `ready` fails the way `first` did, on each of `times` runs (named apart, at once).
+fn fails_again(
+    engine: &Engine,
+    proxy: &ProxyChoice,
+    ready: &Ready,
+    first: &Signature,
+    times: usize,
+) -> Result<bool> {
+    let copies: Vec<Scenario> = (0..times)
+        .map(|i| {
+            let mut s = ready.scenario.clone();
+            s.name = format!("{}-again-{i}", s.name);
+            s
+        })
+        .collect();
+    let refs: Vec<&Scenario> = copies.iter().collect();
+    Ok(run_all(engine, &refs, proxy)?
+        .iter()
+        .all(|r| r.as_ref().is_ok_and(|report| shrink::same_way(first, &shrink::signature(report)))))
+}
+
+/// A failing case: confirmed by running it again, shrunk, confirmed once more, written out.
+/// `None` when it did not fail again (flaky: never a finding).
+fn investigate(
+    settings: &Settings,
+    engine: &Engine,
+    ready: Ready,
+    report: &ScenarioReport,
+) -> Result<Option<Finding>> {
+    let first = shrink::signature(report);
+    eprintln!(
+        "packetproof explore: {} failed ({}); confirming",
+        ready.case.name,
+        first.iter().map(|(s, k)| format!("{s} on {k}")).collect::<Vec<_>>().join(", ")
+    );
+    if !fails_again(engine, &settings.proxy, &ready, &first, 2)? {
+        eprintln!(
+            "packetproof explore: {} did not fail again the same way: flaky, not a finding",
+            ready.case.name
+        );
+        return Ok(None);
+    }
+    let original_size = size(&ready.case);
+    let (shrunk, last_report, runs) = shrink_case(settings, engine, ready, report, &first)?;
+    let signature: Signature = shrink::signature(&last_report).intersection(&first).cloned().collect();
+    let known_bug = settings
+        .proxy
+        .options
+        .get("mutant")
+        .and_then(|m| m.as_str())
+        .and_then(crate::report::known_bugs::by_name)
+        .map(|bug| bug.headline());
+    let passes_unbroken = match settings.proxy.options.get("mutant") {
+        Some(_) => {
+            let mut unbroken = settings.proxy.clone();
+            unbroken.options.remove("mutant");
+            let results = run_all(engine, &[&shrunk.scenario], &unbroken)?;
+            Some(results.first().is_some_and(|r| r.as_ref().is_ok_and(|r| r.passed())))
+        }
+        None => None,
+    };
+    std::fs::create_dir_all(&settings.out).with_context(|| format!("creating {}", settings.out.display()))?;
+    let file = settings.out.join(format!("{}.yaml", shrunk.case.name));
+    let header =
+        header(settings, &shrunk.case, original_size, runs, &signature, &last_report, known_bug.as_deref());
+    let text = shrunk.case.render(&header);
+    std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
+    Ok(Some(Finding {
+        case: shrunk.case.name.clone(),
+        file,
+        signature,
+        known_bug,
+        passes_unbroken,
+        size: size(&shrunk.case),
+    }))
+}
+
+fn size(case: &Case) -> (usize, usize, usize, usize) {
+    (case.services.len(), case.pods.len(), case.nodes.len(), case.steps.len())
+}
+
+/// The first state's failing probes of `report`, as a case lists them.
+fn failing_probes(case: &Case, report: &ScenarioReport) -> Vec<ProbeText> {
+    let Outcome::Judged(verdicts) = &report.outcome else { return Vec::new() };
+    let in_step = |name: &str| case.steps.iter().any(|s| name.starts_with(&format!("{}: ", s.name)));
+    verdicts
+        .iter()
+        .filter(|v| !v.passed() && !in_step(&v.probe.name))
+        .filter_map(|v| match &case.probes {
+            Some(listed) => listed.iter().find(|p| p.name == v.probe.name).cloned(),
+            None => {
+                let name = v.probe.name.strip_prefix("flow: ").unwrap_or(&v.probe.name);
+                Some(probes::text(&v.probe, name, &v.probe.name))
+            }
+        })
+        .collect()
+}
+
+/// Cuts `ready` down while it fails the way `first` said, each round running the candidates a
+/// batch at a time and keeping the first (in the order given) that still fails; the shrunk case
+/// is run twice more to confirm it. Returns it, its last failing report, and the runs taken.
+fn shrink_case(
+    settings: &Settings,
+    engine: &Engine,
+    ready: Ready,
+    report: &ScenarioReport,
+    first: &Signature,
+) -> Result<(Ready, ScenarioReport, usize)> {
+    let base = ready.case.name.clone();
+    let mut current = ready;
+    let mut failing = failing_probes(&current.case, report);
+    let mut last: Option<ScenarioReport> = None;
+    let mut runs = 0;
+    let mut attempt = 0;
+    'rounds: while runs < settings.shrink_runs {
+        let candidates: Vec<Ready> = shrink::candidates(&current.case, &failing)
+            .into_iter()
+            .filter_map(|mut c| {
+                attempt += 1;
+                c.name = format!("{base}-s{attempt}");
+                reread(c, "")
+            })
+            .collect();
+        for chunk in candidates.chunks(settings.jobs.max(1)) {
+            if runs >= settings.shrink_runs {
+                break 'rounds;
+            }
+            let scenarios: Vec<&Scenario> = chunk.iter().map(|r| &r.scenario).collect();
+            runs += chunk.len();
+            let results = run_all(engine, &scenarios, &settings.proxy)?;
+            let hit = chunk.iter().zip(results).find_map(|(c, r)| match r {
+                Ok(r) if shrink::same_way(first, &shrink::signature(&r)) => Some((c, r)),
+                _ => None,
+            });
+            if let Some((c, r)) = hit {
+                // A candidate that fails once may be luck: it must fail again to be kept.
+                runs += 2;
+                if fails_again(engine, &settings.proxy, c, first, 2)? {
+                    let chosen = candidates.iter().position(|x| std::ptr::eq(x, c)).unwrap();
+                    failing = failing_probes(&c.case, &r);
+                    last = Some(r);
+                    current = candidates.into_iter().nth(chosen).unwrap();
+                    continue 'rounds;
+                }
+            }
+        }
+        break;
+    }
+    let mut shrunk = current.case;
+    shrunk.name = format!("{base}-shrunk");
+    let shrunk = reread(shrunk, "").context("the shrunk case no longer reads")?;
+    let report = match last {
+        Some(r) => r,
+        None => run_all(engine, &[&shrunk.scenario], &settings.proxy)?
+            .pop()
+            .context("no result")?
+            .context("running the shrunk case")?,
+    };
+    Ok((shrunk, report, runs))
+}
+
+/// The comment at the top of a shrunk case's file.
+fn header(
+    settings: &Settings,
+    case: &Case,
+    original: (usize, usize, usize, usize),
+    runs: usize,
+    signature: &Signature,
+    report: &ScenarioReport,
+    known_bug: Option<&str>,
+) -> String {
+    let mut h = String::new();
+    let proxy = &settings.proxy;
+    let _ = writeln!(
+        h,
+        "Found by `packetproof explore --seed {}` (packetproof {}) against {}.",
+        settings.seed,
+        env!("CARGO_PKG_VERSION"),
+        proxy.label()
+    );
+    let (s, p, n, st) = size(case);
+    let _ = writeln!(
+        h,
+        "Shrunk from {} Services, {} pods, {} nodes, {} steps to {s}, {p}, {n}, {st} in {runs} runs.",
+        original.0, original.1, original.2, original.3
+    );
+    for (symptom, kind) in signature {
+        let _ = writeln!(h, "Fails as: {symptom} on {kind}.");
+    }
+    match &report.outcome {
+        Outcome::Judged(verdicts) => {
+            for v in verdicts.iter().filter(|v| !v.passed()) {
+                let _ = writeln!(h, "- {}", v.probe.name);
+                let _ = writeln!(
+                    h,
+                    "    expected: {} ({})",
+                    crate::report::expected(&v.expected.outcome),
+                    v.expected.because
+                );
+                let _ = writeln!(h, "    observed: {}", v.observed_summary());
+                for f in &v.failures {
+                    let _ = writeln!(h, "    {f}");
+                }
+            }
+        }
+        Outcome::ProxyFailed(why) => {
+            let _ = writeln!(h, "The proxy failed: {}", why.lines().next().unwrap_or_default());
+        }
+        Outcome::Skipped(why) => {
+            let _ = writeln!(h, "Skipped: {why}");
+        }
+    }
+    if let Some(bug) = known_bug {
+        let _ = writeln!(h, "Known bug: {bug}.");
+    }
+    let mut command = format!("packetproof run --proxy {}", proxy.name);
+    for (k, v) in &proxy.options {
+        let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        command.push_str(&format!(" --proxy-option '{k}={v}'"));
+    }
+    if let Some(profile) = settings.options.profile {
+        command.push_str(&format!(" --profile {profile}"));
+    }
+    let _ = writeln!(h, "Reproduce: {command} {}.yaml", case.name);
+    h
+}
+
+/// Writes the fewest judged cases that together reach every field combination and flow outcome
+/// the exploration reached (greedy set cover: each pick the case adding most), as scenario
+/// files; returns how many.
+fn save_corpus(dir: &Path, judged: &[(String, String, BTreeSet<String>)]) -> Result<usize> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut uncovered: BTreeSet<&String> = judged.iter().flat_map(|(_, _, f)| f).collect();
+    let mut kept = 0;
+    while !uncovered.is_empty() {
+        let Some((name, text, f)) = judged.iter().max_by_key(|(_, _, f)| {
+            // Ties go to the earlier case (max_by_key keeps the last maximum: reverse index).
+            f.iter().filter(|x| uncovered.contains(x)).count()
+        }) else {
+            break;
+        };
+        let adds = f.iter().filter(|x| uncovered.contains(x)).count();
+        if adds == 0 {
+            break;
+        }
+        for x in f {
+            uncovered.remove(x);
+        }
+        let file = dir.join(format!("{name}.yaml"));
+        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+        kept += 1;
+    }
+    Ok(kept)
+}
+
+#[cfg(test)]
+mod tests;
