@@ -363,6 +363,7 @@ mod tests {
                 artifacts: None,
                 unjudged: Vec::new(),
                 profile: None,
+                coverage: None,
             })
             .collect();
         let named: Vec<&str> = known_bug_matches(&reports).iter().map(|m| m.bug.name).collect();
