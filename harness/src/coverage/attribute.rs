@@ -164,15 +164,28 @@ mod tests {
 
     #[test]
     fn a_masqueraded_flow_stays_its_probes_on_the_next_node_and_back() {
-        // node-a: the pod's request, DNAT to a pod on node-b and masqueraded to node-a's address.
-        let a_out =
-            crossing(&[h("10.244.1.2:20000", "10.96.0.10:80"), h("192.168.0.1:41234", "10.244.2.3:8080")], 1);
+        // node-a: the pod's request as it arrived, DNATed to a pod on node-b (the filter
+        // chains see it so), then masqueraded to node-a's address (the last hook sees that).
+        let a_out = crossing(
+            &[
+                h("10.244.1.2:20000", "10.96.0.10:80"),
+                h("10.244.1.2:20000", "10.244.2.3:8080"),
+                h("192.168.0.1:41234", "10.244.2.3:8080"),
+            ],
+            1,
+        );
         // node-b: the request as it arrives, then the answer going back.
         let b_in = crossing(&[h("192.168.0.1:41234", "10.244.2.3:8080")], 2);
         let b_back = crossing(&[h("10.244.2.3:8080", "192.168.0.1:41234")], 3);
-        // node-a: the answer, de-NATed to the pod.
-        let a_back =
-            crossing(&[h("10.244.2.3:8080", "192.168.0.1:41234"), h("10.96.0.10:80", "10.244.1.2:20000")], 4);
+        // node-a: the answer, its destination restored at prerouting, its source at postrouting.
+        let a_back = crossing(
+            &[
+                h("10.244.2.3:8080", "192.168.0.1:41234"),
+                h("10.244.2.3:8080", "10.244.1.2:20000"),
+                h("10.96.0.10:80", "10.244.1.2:20000"),
+            ],
+            4,
+        );
         // Another probe to another Service, and the proxy's own traffic.
         let other =
             crossing(&[h("10.244.1.2:20001", "10.96.0.20:53"), h("10.244.1.2:20001", "10.244.2.9:5353")], 5);
@@ -184,6 +197,20 @@ mod tests {
         assert_eq!(owners[..4], [web.clone(), web.clone(), web.clone(), web]);
         assert_eq!(owners[4], [1].into());
         assert!(owners[5].is_empty());
+    }
+
+    #[test]
+    fn headers_that_differ_on_both_sides_are_not_joined() {
+        // A buffer reused by another probe's packet to the same backend: both sides differ
+        // from the last header, so the two clients stay apart.
+        let mixed = crossing(
+            &[h("192.168.0.1:41234", "10.244.2.3:8080"), h("10.244.1.9:20001", "10.244.2.3:8081")],
+            1,
+        );
+        let first = crossing(&[h("10.244.1.2:20000", "10.96.0.10:80")], 2);
+        let probes = [probe("web", "10.96.0.10:80", 20000)];
+        let owners = attribute(&[&mixed, &first], &probes);
+        assert!(owners[0].is_empty() && owners[1] == [0].into());
     }
 
     #[test]
