@@ -391,7 +391,17 @@ fn healthz_says_fresh_before_any_sync_so_only_the_metrics_tell_a_sync() {
     let answer: Value = serde_json::from_str(&body).unwrap();
     // The old wait: lastUpdated at or after the push means synced. It is "now" itself.
     assert_eq!(answer["lastUpdated"], answer["currentTime"], "{body}");
-    let seen = SyncMetrics::parse(&http_get(&node.0, metrics, "/metrics").unwrap());
+    // The metrics server may start a moment after healthz (seen refused on a loaded machine).
+    let text = (0..400)
+        .find_map(|_| {
+            let text = http_get(&node.0, metrics, "/metrics").ok();
+            if text.is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            text
+        })
+        .expect("metrics never answered");
+    let seen = SyncMetrics::parse(&text);
     let rules = String::from_utf8(node.0.exec("iptables-save", &[], None).unwrap().stdout).unwrap();
     let _ = child.kill();
     let _ = child.wait();
