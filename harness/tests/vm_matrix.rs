@@ -189,6 +189,10 @@ fn a_carried_program_runs_as_the_proxy_inside_a_vm() {
             "command=pp-reference reference-proxy --config {config} --netns {netns} --service-cidr {serviceCIDR}",
             "--guest-file",
             &guest_file,
+            // The guest holds two copies of this build (the matrix's and the carried one),
+            // packed and unpacked: more than the default 512 MiB.
+            "--memory-mib",
+            "1024",
             "--against",
             "builtin-iptables",
             "scenarios/hairpin.yaml",

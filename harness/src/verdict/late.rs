@@ -104,17 +104,22 @@ fn reconcile_tcp(
     evidence: &Evidence,
     window: &Window,
 ) -> Vec<Sent> {
-    if !sent.iter().any(|s| s.attempt == Attempt::Silent) {
+    let unanswered = |a: &Attempt| matches!(a, Attempt::Silent | Attempt::Broken { .. });
+    if !sent.iter().any(|s| unanswered(&s.attempt)) {
         return sent;
     }
     let frames = client_frames(probe, evidence, window, true);
-    for s in sent.iter_mut().filter(|s| s.attempt == Attempt::Silent) {
+    for s in sent.iter_mut().filter(|s| unanswered(&s.attempt)) {
         let port = s.source_port;
-        // The connection came up in time but the pod's reply came after the client's wait
-        // (its server starved of CPU): the reply names the pod and what it saw, as UDP's does.
+        // The connection came up in time (the client counted it broken: connected, no
+        // answer) but the pod's reply came after the client's wait, its server starved of
+        // CPU: the reply names the pod and what it saw, as UDP's does.
         let own_port = probe.source_port.is_none();
         if let Some(answer) = frames.iter().filter(|_| own_port).find_map(|f| tcp_answer_to(f, dst, port)) {
             s.attempt = Attempt::Answered { pod: answer.pod, seen: answer.seen };
+            continue;
+        }
+        if s.attempt != Attempt::Silent {
             continue;
         }
         let syn_ack_back = frames
