@@ -210,6 +210,37 @@ fn imports_only_point_down() {
     assert!(wrong.is_empty(), "imports that point up or sideways:\n{}", wrong.join("\n"));
 }
 
+/// Pairs no order of the layers may allow: the judge never reads the code it judges. The
+/// verdict, the probe kinds and the oracle sit above `proxy` or below it, but never use it.
+/// (`scenario` ↛ `proxy` and `scenario` ↛ `oracle` are still owed: the reader builds the proxy
+/// a file names to check its options, and asks the oracle about every probe.)
+const FORBIDDEN: &[(&str, &str)] = &[("verdict", "proxy"), ("probe", "proxy"), ("oracle", "proxy")];
+
+#[test]
+fn the_judge_never_reads_what_it_judges() {
+    let wrong: Vec<String> = library()
+        .into_iter()
+        .flat_map(|(file, module, _, code)| {
+            let forbidden = |path: &Vec<String>| FORBIDDEN.contains(&(module.as_str(), path[0].as_str()));
+            let named: Vec<Vec<String>> = crate_paths(&code).into_iter().filter(forbidden).collect();
+            named
+                .into_iter()
+                .map(|path| format!("{}: {module} uses crate::{}", file.display(), path.join("::")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(wrong.is_empty(), "forbidden imports:\n{}", wrong.join("\n"));
+}
+
+/// The forbidden pairs are checked on what they claim: a verdict file that names the proxies
+/// fails, whatever the layers' order.
+#[test]
+fn a_verdict_that_reads_a_proxy_is_forbidden() {
+    let code = "use crate::proxy::iptables;\nfn f() {}";
+    let named = crate_paths(code);
+    assert!(named.iter().any(|p| FORBIDDEN.contains(&("verdict", p[0].as_str()))), "{named:?}");
+}
+
 #[test]
 fn no_backend_reaches_into_another() {
     let src = src();
