@@ -215,7 +215,9 @@ impl Routed {
             run(&routed.node, &format!("link set {dev} up"));
             run(ns, &format!("route add default via {gw}"));
         }
-        routed.node.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"], None).expect("forwarding on the node");
+        // Written from a thread inside the namespace, as the topology does (no `sysctl` needed).
+        let forward = routed.node.run(|| std::fs::write("/proc/sys/net/ipv4/ip_forward", "1"));
+        forward.unwrap().expect("forwarding on the node");
         let nat = format!(
             "table ip pp-late {{\n chain pre {{\n type nat hook prerouting priority -100;\n \
              ip daddr {TCP_VIP} tcp dport 80 dnat to {TCP_BACKEND}:8080\n }}\n}}\n"

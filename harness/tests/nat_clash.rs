@@ -66,7 +66,9 @@ impl Chain {
         ip(y, "route add 10.81.1.0/24 via 10.81.0.1");
         ip(backend, "route add default via 10.81.2.1");
         for router in [x, y] {
-            router.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"], None).expect("forwarding");
+            // Written from a thread inside the namespace, as the topology does.
+            let forward = router.run(|| std::fs::write("/proc/sys/net/ipv4/ip_forward", "1"));
+            forward.unwrap().expect("forwarding");
         }
         let nft = |ns: &Netns, rules: String| {
             ns.exec("nft", &["-f", "-"], Some(rules.as_bytes())).unwrap_or_else(|e| panic!("{e:#}"));
