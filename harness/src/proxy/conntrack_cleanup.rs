@@ -150,8 +150,15 @@ pub(crate) fn stale_with(before: &Cluster, after: &Cluster, lapse: Option<Lapse>
                 || (not_ready_cleared && !now.iter().any(|n| n.address() == e.address() && n.ready))
         };
         for gone in port.endpoints.iter().filter(|e| e.serving && gone_from(e)) {
-            // The old Service's frontends: where the stale entries were made.
-            out.extend(frontends(service).map(|frontend| Deletion::Nat { frontend, endpoint: gone.ip }));
+            // The old Service's frontends of the endpoint's family (kube-proxy runs a proxier
+            // per family): where the stale entries were made. A dual-stack Service's other
+            // family never translated to this endpoint, and conntrack refuses the mix.
+            let same_family = |f: &IpAddr| f.is_ipv6() == gone.ip.is_ipv6();
+            out.extend(
+                frontends(service)
+                    .filter(same_family)
+                    .map(|frontend| Deletion::Nat { frontend, endpoint: gone.ip }),
+            );
             if let Some(node_port) = port.node_port {
                 out.push(Deletion::PortNat { port: node_port, endpoint: gone.ip });
             }
@@ -238,6 +245,28 @@ mod tests {
         service.external_ips = vec!["203.0.113.5".parse().unwrap()];
         service.ports = vec![ServicePort { name: "dns".into(), protocol, port: 53, node_port, endpoints }];
         Cluster::example(vec![service])
+    }
+
+    /// Found by `packetproof explore`: a dual-stack Service's IPv6 endpoint gone paired its
+    /// IPv4 cluster IP with the IPv6 address, which conntrack refuses ("mismatched address
+    /// family"), failing the step.
+    #[test]
+    fn a_gone_endpoint_loses_its_entries_on_the_frontends_of_its_family_only() {
+        let dual = |endpoints| {
+            let mut c = cluster(Protocol::Udp, None, endpoints);
+            c.services[0].cluster_ips = crate::model::PerFamily::dual(
+                "10.96.0.53".parse().unwrap(),
+                Some("fd00:10:96::53".parse().unwrap()),
+            );
+            c
+        };
+        let before = dual(vec![endpoint("fd00:10:244:1::10", true)]);
+        let after = dual(vec![endpoint("fd00:10:244:1::11", true)]);
+        let old: IpAddr = "fd00:10:244:1::10".parse().unwrap();
+        assert_eq!(
+            stale(&before, &after),
+            vec![Deletion::Nat { frontend: "fd00:10:96::53".parse().unwrap(), endpoint: old }]
+        );
     }
 
     #[test]
