@@ -37,6 +37,10 @@ if [ "$(id -u)" != 0 ]; then
   error "not root (uid $(id -u)): packetproof needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN (sudo, or a container run with --privileged)"
 elif command -v ip >/dev/null 2>&1; then
   ns="packetproof-preflight-$$"
+  # Removed however the script ends (an error below, Ctrl-C), not only on the path that
+  # reaches its `ip netns del`.
+  trap 'ip netns del "$ns" 2>/dev/null || true' EXIT
+  trap 'exit 130' INT TERM
   if out=$(ip netns add "$ns" 2>&1); then
     if out=$(ip -n "$ns" link set lo up 2>&1); then
       ok "root, and \`ip netns add\` works (CAP_SYS_ADMIN, CAP_NET_ADMIN)"
