@@ -152,19 +152,7 @@ fn a_late_answer_goes_to_its_own_attempt_and_is_judged_answered() {
         "the second attempt must skip the first's late answer"
     );
 
-    let probe = Probe {
-        name: "late".into(),
-        from: Source::Pod("client".into()),
-        to: Target::Address(dst),
-        protocol: Protocol::Udp,
-        count: 2,
-        interval: None,
-        family: None,
-        source_port: Some(SOURCE_PORT),
-        expect: None,
-        life: Life::OneShot,
-        clients: None,
-    };
+    let probe = client_probe(dst, Protocol::Udp, 2, Some(SOURCE_PORT));
     let key = "pod/client".to_string();
     let evidence = Evidence { frames: [(key.clone(), frames)].into(), ..Default::default() };
     let window = Window { frames: [(key, before..after)].into() };
@@ -296,19 +284,7 @@ fn a_late_tcp_syn_ack_is_judged_answered_by_its_backend() {
         conntrack: [("node".to_string(), conntrack)].into(),
     };
     let window = Window { frames: [("pod/client".to_string(), before..after)].into() };
-    let probe = Probe {
-        name: "late-tcp".into(),
-        from: Source::Pod("client".into()),
-        to: Target::Address(dst),
-        protocol: Protocol::Tcp,
-        count: 1,
-        interval: None,
-        family: None,
-        source_port: None,
-        expect: None,
-        life: Life::OneShot,
-        clients: None,
-    };
+    let probe = client_probe(dst, Protocol::Tcp, 1, None);
     let cluster = two_pod_cluster();
     let judged = late::reconcile(&cluster, &probe, dst, sent, &evidence, &window);
     let seen = SocketAddr::new(TCP_CLIENT.parse().unwrap(), port);
@@ -389,19 +365,24 @@ fn a_tcp_reply_after_the_clients_wait_is_judged_answered() {
     let key = "pod/client".to_string();
     let evidence = Evidence { frames: [(key.clone(), capture.stop().unwrap())].into(), ..Default::default() };
     let window = Window { frames: [(key, before..after)].into() };
-    let probe = Probe {
-        name: "late-tcp-reply".into(),
+    let probe = client_probe(dst, Protocol::Tcp, 1, None);
+    let judged = late::reconcile(&two_pod_cluster(), &probe, dst, sent, &evidence, &window);
+    assert_eq!(judged[0].attempt, Attempt::Answered { pod: "slow-pod".into(), seen });
+}
+
+/// The probe the verdict judges: pod `client` to `dst`, one-shot.
+fn client_probe(dst: SocketAddr, protocol: Protocol, count: u32, source_port: Option<u16>) -> Probe {
+    Probe {
+        name: "late".into(),
         from: Source::Pod("client".into()),
         to: Target::Address(dst),
-        protocol: Protocol::Tcp,
-        count: 1,
+        protocol,
+        count,
         interval: None,
         family: None,
-        source_port: None,
+        source_port,
         expect: None,
         life: Life::OneShot,
         clients: None,
-    };
-    let judged = late::reconcile(&two_pod_cluster(), &probe, dst, sent, &evidence, &window);
-    assert_eq!(judged[0].attempt, Attempt::Answered { pod: "slow-pod".into(), seen });
+    }
 }
