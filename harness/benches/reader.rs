@@ -122,7 +122,7 @@ fn main() {
             reset_peak();
             let before = status_kb("VmRSS:");
             let start = Instant::now();
-            let read = packetproof::scenario::load_str(&text, Path::new("reader-bench.yaml"));
+            let read = packetproof::admission::load_str(&text, Path::new("reader-bench.yaml"));
             let seconds = start.elapsed().as_secs_f64();
             if let Err(errors) = &read {
                 eprintln!("{errors}");

@@ -11,17 +11,18 @@
 //! runner              one scenario: build, program, probe, observe, judge
 //! coverage            which of the proxy's rules the probes matched (kernel traces), by template
 //! probe               one module per kind of probe: how it is planned, sent, observed, judged
-//! scenario            files → model, checked (names the proxies it validates options with)
+//! admission           a file is admitted: read, its proxy buildable for it, its probes judgeable
 //! verdict             expected vs observed, with evidence
 //! proxy               iptables | nftables | ipvs | ruleset | command | apiserver | cluster,
 //!                     and the reference proxy (a stand-in kube-proxy the `apiserver` adapter runs)
 //! apiserver           the embedded Kubernetes API server
 //! traffic · observe · topology · privileges      the kernel side
-//! oracle              expected outcomes, from Kubernetes semantics alone
+//! oracle | scenario   expected outcomes, from Kubernetes semantics alone | files → model, checked
 //! kubernetes          Kubernetes and kube-proxy semantics shared by oracle and proxies
 //! model · yaml · kernel · signals                plain data; the process's signal handling
 //! ```
 
+pub mod admission;
 pub mod apiserver;
 pub mod cli;
 pub mod commands;

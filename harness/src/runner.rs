@@ -708,7 +708,7 @@ mod tests {
 
     fn load(name: &str) -> Scenario {
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{name}.yaml"));
-        crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+        crate::admission::load(&file).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

@@ -14,7 +14,7 @@ use packetproof::proxy::ruleset::Ruleset;
 use packetproof::proxy::{self, Env, Proxy, State};
 use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
 use packetproof::topology::Topology;
-use packetproof::{report, scenario};
+use packetproof::{admission, report};
 use serde_json::json;
 
 /// Whether this host can run scenarios; a skip is printed, or a panic when privileges are
@@ -28,7 +28,7 @@ fn suite() -> PathBuf {
 }
 
 fn load(name: &str) -> Scenario {
-    scenario::load(&suite().join(format!("{name}.yaml"))).unwrap_or_else(|e| panic!("{e}"))
+    admission::load(&suite().join(format!("{name}.yaml"))).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn run(s: &Scenario, proxy: &dyn Proxy) -> anyhow::Result<ScenarioReport> {

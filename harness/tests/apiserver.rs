@@ -290,7 +290,7 @@ fn reference_proxy() -> ApiServerProxy {
 
 fn scenario(name: &str) -> packetproof::model::Scenario {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(name);
-    packetproof::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    packetproof::admission::load(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 // Every scenario passes through both reference proxies in `tests/scenarios.rs` (the suite's

@@ -9,7 +9,7 @@ use packetproof::model::Scenario;
 use packetproof::proxy::Mutant;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::runner::{self, Outcome, RunOptions};
-use packetproof::{report, scenario};
+use packetproof::{admission, report};
 
 /// Runs `scenario_name` against the built-in proxy broken by `mutant`; returns the failure
 /// table, or `None` when this host cannot run scenarios.
@@ -22,7 +22,7 @@ fn failure_table(scenario_name: &str, mutant: Mutant) -> Option<String> {
         .canonicalize()
         .expect("scenarios/ exists")
         .join(format!("{scenario_name}.yaml"));
-    let s: Scenario = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let s: Scenario = admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
     let proxy = BuiltinIptables { mutant: Some(mutant) };
     // Drops are the point of some mutants: a short wait keeps this test quick, and the
     // assertions below name what must be seen, so a slow answer cannot pass for a kill.
@@ -197,7 +197,7 @@ fn a_failing_run_yields_junit_and_json_that_parse_back() {
         return;
     }
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml");
-    let s = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let s = admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
     let proxy = BuiltinIptables { mutant: Some(Mutant::NoHairpinMasq) };
     let options = RunOptions { timeout: Duration::from_millis(300), ..RunOptions::default() };
     let report = runner::run(&s, &proxy, &options).expect("runs");

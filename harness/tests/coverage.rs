@@ -5,15 +5,15 @@
 use std::path::Path;
 use std::time::Duration;
 
+use packetproof::admission;
 use packetproof::coverage::{self, ScenarioCoverage};
 use packetproof::model::Scenario;
 use packetproof::proxy::{self, Mutant, Proxy};
 use packetproof::runner::{self, RunOptions, ScenarioReport};
-use packetproof::scenario;
 
 fn load(path: &str) -> Scenario {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+    admission::load(&file).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn run(s: &Scenario, proxy: &dyn Proxy) -> (ScenarioReport, ScenarioCoverage) {

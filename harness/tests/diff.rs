@@ -5,11 +5,11 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use packetproof::admission;
 use packetproof::commands::diff::diff;
 use packetproof::engine::Engine;
 use packetproof::model::{ProxyChoice, Scenario};
 use packetproof::runner::RunOptions;
-use packetproof::scenario;
 
 /// The named scenarios, or `None` (with the reason printed) where scenarios cannot run.
 fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
@@ -18,7 +18,7 @@ fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let load =
-        |name: &&str| scenario::load(&dir.join(format!("{name}.yaml"))).unwrap_or_else(|e| panic!("{e}"));
+        |name: &&str| admission::load(&dir.join(format!("{name}.yaml"))).unwrap_or_else(|e| panic!("{e}"));
     Some(names.iter().map(load).collect())
 }
 

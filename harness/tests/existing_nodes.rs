@@ -34,7 +34,7 @@ fn scenario() -> Scenario {
 }
 
 fn load(path: &str) -> Scenario {
-    packetproof::scenario::load(Path::new(path)).unwrap()
+    packetproof::admission::load(Path::new(path)).unwrap()
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use packetproof::runner::RunOptions;
 use packetproof::topology::netns;
-use packetproof::{commands, scenario};
+use packetproof::{admission, commands};
 
 /// Host state as text, one labelled section per source.
 fn snapshot() -> Vec<(&'static str, String)> {
@@ -45,7 +45,7 @@ fn a_run_leaves_the_host_namespace_untouched() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").canonicalize().expect("scenarios/ exists");
     for name in ["hairpin", "external-nodeport-masquerade", "no-endpoints-reject"] {
         let file = suite.join(format!("{name}.yaml"));
-        let s = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let s = admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
         let report = commands::run_one(&s, None, &RunOptions::default(), None).expect("scenario runs");
         assert!(report.passed(), "{name} failed; see `cargo test --test scenarios {name}`");
     }

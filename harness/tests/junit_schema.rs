@@ -17,7 +17,7 @@ use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::report::{self, Finished};
 use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
 use packetproof::traffic::Attempt;
-use packetproof::{commands, scenario, verdict};
+use packetproof::{admission, commands, verdict};
 
 fn schema() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/junit-10.xsd")
@@ -25,7 +25,7 @@ fn schema() -> PathBuf {
 
 fn load(name: &str) -> Scenario {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{name}.yaml"));
-    scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+    admission::load(&file).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Whether xmllint is here; without it a test is skipped, except in CI.

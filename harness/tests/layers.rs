@@ -22,14 +22,17 @@ const LAYERS: &[&[&str]] = &[
     // Each kind of probe plans with the oracle, sends with traffic, judges with verdict: a
     // layer above all three, which only the runner calls.
     &["probe"],
-    &["scenario"],
+    // Reads a file (scenario), then asks the proxy factory and the oracle what the reader
+    // cannot tell: whether the proxy can run it, whether its probes can be judged.
+    &["admission"],
     &["verdict"],
     &["proxy"],
     &["apiserver"],
     &["traffic"],
     &["observe"],
     &["topology", "privileges"],
-    &["oracle"],
+    // The judge and the reader: peers, neither reads the other.
+    &["oracle", "scenario"],
     &["kubernetes"],
     &["model", "yaml"],
     &["kernel", "signals"],
@@ -210,11 +213,16 @@ fn imports_only_point_down() {
     assert!(wrong.is_empty(), "imports that point up or sideways:\n{}", wrong.join("\n"));
 }
 
-/// Pairs no order of the layers may allow: the judge never reads the code it judges. The
-/// verdict, the probe kinds and the oracle sit above `proxy` or below it, but never use it.
-/// (`scenario` ↛ `proxy` and `scenario` ↛ `oracle` are still owed: the reader builds the proxy
-/// a file names to check its options, and asks the oracle about every probe.)
-const FORBIDDEN: &[(&str, &str)] = &[("verdict", "proxy"), ("probe", "proxy"), ("oracle", "proxy")];
+/// Pairs no order of the layers may allow: the judge never reads the code it judges, and the
+/// reader only reads. The verdict, the probe kinds, the oracle and the reader sit above `proxy`
+/// or below it, but never use it; the reader never asks the oracle (the admission stage does).
+const FORBIDDEN: &[(&str, &str)] = &[
+    ("verdict", "proxy"),
+    ("probe", "proxy"),
+    ("oracle", "proxy"),
+    ("scenario", "proxy"),
+    ("scenario", "oracle"),
+];
 
 #[test]
 fn the_judge_never_reads_what_it_judges() {

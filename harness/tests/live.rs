@@ -11,14 +11,14 @@ use packetproof::proxy::Proxy;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
 use packetproof::runner::{self, Outcome, RunOptions};
-use packetproof::{report, scenario};
+use packetproof::{admission, report};
 
 fn load(name: &str) -> Option<Scenario> {
     if !packetproof::privileges::scenarios_can_run() {
         return None;
     }
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(format!("{name}.yaml"));
-    Some(scenario::load(&file).unwrap_or_else(|e| panic!("{e}")))
+    Some(admission::load(&file).unwrap_or_else(|e| panic!("{e}")))
 }
 
 fn run(s: &Scenario, proxy: &dyn Proxy) -> (bool, String, usize) {

@@ -11,7 +11,7 @@ use packetproof::commands::mutants::{self, SignatureCheck};
 use packetproof::model::Scenario;
 use packetproof::proxy::Mutant;
 use packetproof::report::known_bugs::{self, CATALOG};
-use packetproof::{proxy, scenario};
+use packetproof::{admission, proxy, scenario};
 
 /// One mode at a time: each already runs a scenario per core, and a loaded machine turns
 /// answers into timeouts.
@@ -22,7 +22,7 @@ fn load_suite() -> Vec<Scenario> {
     scenario::discover(&[suite])
         .expect("listing scenarios/")
         .iter()
-        .map(|f| scenario::load(f).unwrap_or_else(|e| panic!("{e}")))
+        .map(|f| admission::load(f).unwrap_or_else(|e| panic!("{e}")))
         .collect()
 }
 
@@ -104,7 +104,7 @@ fn several_mutants_hunted_at_once_are_each_judged_by_their_own_runs() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let scenarios: Vec<Scenario> = ["hairpin", "kube-dns-udp"]
         .iter()
-        .map(|n| scenario::load(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e}")))
+        .map(|n| admission::load(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e}")))
         .collect();
     let chosen: Vec<Mutant> =
         ["no-hairpin-masq", "last-endpoint-never-chosen"].iter().map(|n| n.parse().unwrap()).collect();

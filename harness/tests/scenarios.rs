@@ -25,7 +25,7 @@ use packetproof::model::Scenario;
 use packetproof::runner::ScenarioReport;
 use packetproof::runner::{self, Outcome, RunOptions};
 use packetproof::topology::netns;
-use packetproof::{commands, proxy, report, scenario};
+use packetproof::{admission, commands, proxy, report, scenario};
 
 /// The proxies every scenario of a built-in proxy runs against: the built-in generators, and
 /// the reference proxy through the embedded API server in both modes.
@@ -78,7 +78,7 @@ fn peek(file: &Path) -> scenario::Peek {
 
 fn load(file: &Path) -> Result<Scenario, scenario::ScenarioErrors> {
     trace("load", file);
-    scenario::load(file)
+    admission::load(file)
 }
 
 fn main() {

@@ -8,13 +8,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use packetproof::admission;
 use packetproof::model::Scenario;
 use packetproof::proxy::Mutant;
 use packetproof::proxy::Proxy;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
 use packetproof::runner::{self, Outcome, RunOptions};
-use packetproof::scenario;
 
 /// The scenarios whose probes are dropped, forwarded un-translated, rejected by a rule or
 /// refused by a host's closed port, in both families.
@@ -30,7 +30,7 @@ const TIMEOUTS_MS: [u64; 3] = [300, 1000, 4000];
 
 fn load(name: &str) -> Scenario {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(format!("{name}.yaml"));
-    scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+    admission::load(&file).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A probe's name, whether it passed, and its failures.

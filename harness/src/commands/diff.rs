@@ -362,7 +362,7 @@ mod tests {
 
     fn hairpin() -> Scenario {
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml");
-        crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"))
+        crate::admission::load(&file).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::model::{ProxyChoice, Scenario};
 use crate::report::Paint;
 use crate::report::terminal::Progress;
 use crate::runner::{RunOptions, ScenarioReport};
-use crate::{privileges, proxy, scenario};
+use crate::{admission, privileges, proxy, scenario};
 
 pub(crate) const EXIT_PASS: i32 = 0;
 pub(crate) const EXIT_FAIL: i32 = 1;
@@ -77,7 +77,7 @@ fn load_each(paths: &[PathBuf], mut on_loaded: impl FnMut(&Scenario)) -> Result<
     let mut bad = !unreadable.is_empty();
     let mut named: std::collections::HashMap<String, PathBuf> = std::collections::HashMap::new();
     for file in &files {
-        match scenario::load(file) {
+        match admission::load(file) {
             Ok(s) => {
                 // A name is the scenario's evidence folder and its report entry: two files
                 // with one name would overwrite each other's evidence.

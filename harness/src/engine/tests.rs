@@ -4,11 +4,11 @@
 use std::path::Path;
 
 use super::*;
-use crate::scenario;
+use crate::admission;
 
 fn scenarios(n: usize) -> Vec<Scenario> {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/hairpin.yaml");
-    let s = scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let s = admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
     (0..n).map(|i| Scenario { name: format!("s{i}"), ..s.clone() }).collect()
 }
 

@@ -138,7 +138,7 @@ pub fn prepare(mut case: Case, header: &str) -> Result<Ready, String> {
 fn read(case: Case, header: &str) -> Result<Ready, String> {
     let text = case.render(header);
     let path = PathBuf::from(format!("{}.yaml", case.name));
-    match crate::scenario::load_str(&text, &path) {
+    match crate::admission::load_str(&text, &path) {
         Ok(scenario) => Ok(Ready { case, text, scenario }),
         Err(e) => Err(format!("{e}\n--- the case ---\n{text}")),
     }
@@ -148,7 +148,7 @@ fn read(case: Case, header: &str) -> Result<Ready, String> {
 fn reread(case: Case, header: &str) -> Option<Ready> {
     let text = case.render(header);
     let path = PathBuf::from(format!("{}.yaml", case.name));
-    crate::scenario::load_str(&text, &path).ok().map(|scenario| Ready { case, text, scenario })
+    crate::admission::load_str(&text, &path).ok().map(|scenario| Ready { case, text, scenario })
 }
 
 pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Result<Summary> {

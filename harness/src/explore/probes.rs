@@ -66,7 +66,7 @@ pub fn fill_steps(case: &mut Case) -> Result<(), String> {
     for k in 0..case.steps.len() {
         let state = case.state_after(k + 1);
         let rendered = state.render("");
-        let scenario = crate::scenario::load_str(&rendered, Path::new("state.yaml"))
+        let scenario = crate::admission::load_str(&rendered, Path::new("state.yaml"))
             .map_err(|e| format!("the state after {} does not load:\n{e}\n{rendered}", case.steps[k].name))?;
         let change = &case.steps[k].change;
         let about = |p: &&Probe| change.service().is_some_and(|s| target_service(&p.to) == Some(s));

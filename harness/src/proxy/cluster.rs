@@ -461,7 +461,7 @@ mod tests {
     fn objects_are_written_selectorless_labelled_and_without_server_fields() {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/hairpin.yaml"))
             .unwrap();
-        let scenario = crate::scenario::load_str(&text, Path::new("hairpin.yaml")).unwrap();
+        let scenario = crate::admission::load_str(&text, Path::new("hairpin.yaml")).unwrap();
         let state = State { cluster: &scenario.cluster, objects: &scenario.objects };
         let objects = desired(&state).unwrap();
         let service = objects.iter().find(|(k, _)| k.kind == Kind::Service).unwrap();

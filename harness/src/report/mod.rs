@@ -285,7 +285,7 @@ mod tests {
     /// A scenario of the suite with one passing and one failing verdict.
     fn judged() -> (crate::model::Scenario, ScenarioReport) {
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/kube-dns-udp.yaml");
-        let s = crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let s = crate::admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
         let rejected = Expectation::required(Expected::Rejected, "no endpoints");
         let refused = || Attempt::Refused { reason: "ICMP port unreachable".into() };
         let to = "10.96.0.10:53".parse().expect("an address");

@@ -121,10 +121,6 @@ impl Diagnostics {
         &self.file
     }
 
-    pub(crate) fn source_dir(&self) -> &std::path::Path {
-        crate::model::folder_of(&self.file)
-    }
-
     pub fn is_empty(&self) -> bool {
         self.errors.is_empty()
     }

@@ -16,6 +16,10 @@
 //! Addresses and CIDRs of either family are read through `net`, which holds every one of a
 //! single-stack file to the family of its first (`families`); a dual-stack cluster (its
 //! networks list a CIDR of each family) admits both.
+//!
+//! The reader only reads: whether the proxy a file names can be built for it, and whether the
+//! oracle can judge its probes, is asked of the stage above it ([`Admission`]), whose answers
+//! are reported at the file's lines like the reader's own.
 
 mod addresses;
 mod affinity;
@@ -63,19 +67,33 @@ mod validate;
 use crate::yaml;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
-use crate::model::Scenario;
+use crate::model::{Cluster, Probe, ProxyChoice, Scenario};
 
 pub use error::{ScenarioError, ScenarioErrors};
 pub use peek::{Peek, peek};
 
-/// Reads and validates one scenario file.
-pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {
+/// What the reader cannot tell from the file alone, answered by the admission stage (which
+/// knows the proxies and the oracle; the reader knows neither).
+pub trait Admission {
+    /// Why the proxy `choice` cannot run the scenario file `file` with these nodes (its options,
+    /// the files they name), if it cannot.
+    fn proxy_problem(&self, choice: &ProxyChoice, file: &Path, nodes: &[&str]) -> Option<String>;
+    /// Where `probes` disagree with what Kubernetes requires of `cluster`: (probe index, field,
+    /// message). A problem at `to` means no outcome can be stated for the probe at all.
+    fn probe_problems(&self, cluster: &Cluster, probes: &[Probe]) -> Vec<(usize, &'static str, String)>;
+}
+
+/// The field of [`Admission::probe_problems`] that says a probe's outcome is undefined.
+pub const UNDEFINED_OUTCOME: &str = "to";
+
+/// Reads and validates one scenario file, asking `admission` what the reader cannot tell.
+pub fn load(path: &Path, admission: &dyn Admission) -> Result<Scenario, ScenarioErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| ScenarioErrors {
         errors: vec![ScenarioError {
             file: path.to_path_buf(),
@@ -89,21 +107,26 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioErrors> {
     let Some(docs) = documents(&text, &mut diag) else { return Err(diag.into_errors()) };
     // The documents hold all the text says: a large file's text need not stay for the build.
     drop(text);
-    built(&docs, path, validate::build, diag)
+    built(&docs, path, validate::build, admission, diag)
 }
 
 /// Validates scenario text; `path` only names the file in errors and in `Scenario::source`.
-pub fn load_str(text: &str, path: &Path) -> Result<Scenario, ScenarioErrors> {
-    load_with(text, path, validate::build)
+pub fn load_str(text: &str, path: &Path, admission: &dyn Admission) -> Result<Scenario, ScenarioErrors> {
+    load_with(text, path, validate::build, admission)
 }
 
 /// How the documents of a file become a scenario (the whole check, or part of it in tests).
-type Build = fn(&[yaml::Document], &Path, &mut error::Diagnostics) -> Option<Scenario>;
+type Build = fn(&[yaml::Document], &Path, &dyn Admission, &mut error::Diagnostics) -> Option<Scenario>;
 
-fn load_with(text: &str, path: &Path, build: Build) -> Result<Scenario, ScenarioErrors> {
+fn load_with(
+    text: &str,
+    path: &Path,
+    build: Build,
+    admission: &dyn Admission,
+) -> Result<Scenario, ScenarioErrors> {
     let mut diag = error::Diagnostics::new(path.to_path_buf());
     let Some(docs) = documents(text, &mut diag) else { return Err(diag.into_errors()) };
-    built(&docs, path, build, diag)
+    built(&docs, path, build, admission, diag)
 }
 
 /// The documents of `text`, lists and generated Services expanded; none if the YAML itself
@@ -124,9 +147,10 @@ fn built(
     docs: &[yaml::Document],
     path: &Path,
     build: Build,
+    admission: &dyn Admission,
     mut diag: error::Diagnostics,
 ) -> Result<Scenario, ScenarioErrors> {
-    let scenario = build(docs, path, &mut diag);
+    let scenario = build(docs, path, admission, &mut diag);
     match scenario {
         Some(scenario) if diag.is_empty() => Ok(scenario),
         _ => {

@@ -119,7 +119,7 @@ pub(crate) fn read<'a>(
         }
     }
 
-    let proxy = read_proxy(&site, sections.proxy, &nodes, diag);
+    let proxy = read_proxy(&site, sections.proxy, diag);
     let min_kernel = super::min_kernel::read(&site, diag);
 
     ScenarioDoc {
@@ -137,36 +137,21 @@ pub(crate) fn read<'a>(
     }
 }
 
-/// `spec.proxy`, checked by building the proxy it names (an adapter checks its options, and
-/// that the files they name exist).
-fn read_proxy(
-    site: &Site<'_>,
-    spec: Option<ProxySpec>,
-    nodes: &Registry<Node>,
-    diag: &mut Diagnostics,
-) -> ProxyChoice {
+/// `spec.proxy`: the proxy's name and options (the admission stage asks whether it can be
+/// built for this file).
+fn read_proxy(site: &Site<'_>, spec: Option<ProxySpec>, diag: &mut Diagnostics) -> ProxyChoice {
     let path = FieldPath::parse("spec.proxy");
-    let choice = match spec {
-        None => return ProxyChoice::named(DEFAULT_PROXY),
+    match spec {
+        None => ProxyChoice::named(DEFAULT_PROXY),
         Some(ProxySpec::Name(name)) => ProxyChoice::named(&name),
         Some(ProxySpec::WithOptions(mut options)) => match options.remove("name") {
             Some(serde_json::Value::String(name)) => ProxyChoice { name, options },
             _ => {
                 diag.value(site, &path, "a proxy with options needs `name:` (e.g. `name: command`)");
-                return ProxyChoice::named(DEFAULT_PROXY);
+                ProxyChoice::named(DEFAULT_PROXY)
             }
         },
-    };
-    match crate::proxy::build(&choice, diag.source_dir()) {
-        Err(e) => diag.value(site, &path, format!("{e:#}")),
-        Ok(proxy) => {
-            let nodes: Vec<&str> = nodes.names().collect();
-            if let Err(e) = proxy.check_inputs(diag.file(), &nodes) {
-                diag.value(site, &path, format!("{e:#}"));
-            }
-        }
     }
-    choice
 }
 
 fn read_networks(site: &Site<'_>, diag: &mut Diagnostics) -> Networks {

@@ -1,6 +1,7 @@
 //! The whole check of one file's documents, in dependency order, and the assembly of the
 //! model once nothing is wrong: networks and nodes → pods → services → endpoints → probes
-//! (given, then generated flows) → the oracle's check of every probe. The same pipeline
+//! (given, then generated flows), then what only the admission stage can tell: whether the
+//! proxy can be built for the file, and the oracle's findings on every probe. The same pipeline
 //! assembles the first state and every step's, objects served as kube-apiserver stores them.
 
 use std::collections::HashMap;
@@ -18,23 +19,27 @@ use super::selectors::ByLabel;
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
 use super::{
-    backend_names, defaults, derive, flows, held, host_network, node_objects, pods, probes, referents,
-    scenario_doc, services,
+    Admission, UNDEFINED_OUTCOME, backend_names, defaults, derive, flows, held, host_network, node_objects,
+    pods, probes, referents, scenario_doc, services,
 };
 
-pub(crate) fn build(docs: &[Document], source: &Path, diag: &mut Diagnostics) -> Option<Scenario> {
+pub(crate) fn build(
+    docs: &[Document],
+    source: &Path,
+    admission: &dyn Admission,
+    diag: &mut Diagnostics,
+) -> Option<Scenario> {
     let (first, step_docs) = steps::split(docs);
-    let mut assembled = assemble(&first, None, source, diag)?;
-    set_aside_undefined_flows(&mut assembled);
-    check_against_oracle(&assembled, diag);
+    let mut assembled = assemble(&first, None, source, admission, diag)?;
+    admit_probes(&mut assembled, admission, diag);
     let mut scenario = assembled.scenario;
     // Each step's state is the one before it, changed; each is checked whole.
     let mut state = first;
     for docs in &step_docs {
         let step = steps::read(docs.doc, diag);
         state = steps::next_state(&state, &step, &docs.applied, diag);
-        if let Some(assembled) = assemble(&state, Some(&step), source, diag) {
-            check_against_oracle(&assembled, diag);
+        if let Some(mut assembled) = assemble(&state, Some(&step), source, admission, diag) {
+            admit_probes(&mut assembled, admission, diag);
             let mut next = into_step(assembled.scenario, &step);
             let earlier: Vec<&crate::model::Probe> =
                 scenario.probes.iter().chain(scenario.steps.iter().flat_map(|s| &s.probes)).collect();
@@ -72,10 +77,11 @@ fn into_step(state: Scenario, doc: &steps::StepDoc<'_>) -> Step {
 pub(crate) fn build_without_oracle(
     docs: &[Document],
     source: &Path,
+    admission: &dyn Admission,
     diag: &mut Diagnostics,
 ) -> Option<Scenario> {
     let docs: Vec<&Document> = docs.iter().collect();
-    assemble(&docs, None, source, diag).map(|a| a.scenario)
+    assemble(&docs, None, source, admission, diag).map(|a| a.scenario)
 }
 
 /// A scenario whose every part is valid on its own.
@@ -93,6 +99,7 @@ fn assemble<'a>(
     docs: &[&'a Document],
     step: Option<&StepDoc<'a>>,
     source: &Path,
+    admission: &dyn Admission,
     diag: &mut Diagnostics,
 ) -> Option<Assembled<'a>> {
     let classified = objects::classify(docs, diag);
@@ -112,6 +119,9 @@ fn assemble<'a>(
         &mut addresses,
         diag,
     );
+    if step.is_none() {
+        check_proxy(&doc, source, admission, diag);
+    }
     if let Some(step) = step {
         doc.probes = step.probes.clone();
         doc.flows = None;
@@ -307,30 +317,37 @@ fn pick_scenario<'a>(classified: &Classified<'a>, diag: &mut Diagnostics) -> Opt
     Some(first)
 }
 
-/// The last check, once the model is whole: every probe must be predictable and every
-/// `expect:` must agree with Kubernetes semantics. A generated flow is named, at `spec.flows`.
-/// Generated flows whose outcome the oracle cannot define are left out and listed, rather than
-/// guessed at, or reported as errors in a file that only asked for "all".
-fn set_aside_undefined_flows(assembled: &mut Assembled<'_>) {
-    let given = assembled.given;
-    let scenario = &mut assembled.scenario;
-    let mut kept = Vec::new();
-    for (i, probe) in std::mem::take(&mut scenario.probes).into_iter().enumerate() {
-        match crate::oracle::expect(&scenario.cluster, &probe) {
-            Err(reason) if i >= given => scenario.unjudged_flows.push((probe.name, reason)),
-            _ => kept.push(probe),
-        }
+/// `spec.proxy` can be built for this file and its nodes (an adapter checks its options, and
+/// that the files they name exist), so that `check` refuses what `run` could not set up.
+fn check_proxy(
+    doc: &scenario_doc::ScenarioDoc<'_>,
+    source: &Path,
+    admission: &dyn Admission,
+    diag: &mut Diagnostics,
+) {
+    let Some(site) = &doc.site else { return };
+    let nodes: Vec<&str> = doc.nodes.names().collect();
+    if let Some(problem) = admission.proxy_problem(&doc.proxy, source, &nodes) {
+        diag.value(site, &FieldPath::parse("spec.proxy"), problem);
     }
-    scenario.probes = kept;
 }
 
-fn check_against_oracle(assembled: &Assembled<'_>, diag: &mut Diagnostics) {
+/// The last check, once the model is whole, asked once: every probe must be predictable and
+/// every `expect:` must agree with Kubernetes semantics. Generated flows whose outcome the
+/// oracle cannot define are left out and listed, rather than guessed at, or reported as errors
+/// in a file that only asked for "all"; any other finding on a generated flow names it, at
+/// `spec.flows`.
+fn admit_probes(assembled: &mut Assembled<'_>, admission: &dyn Admission, diag: &mut Diagnostics) {
+    let given = assembled.given;
     let site = Site::new(assembled.doc, "");
-    let Scenario { cluster, probes, .. } = &assembled.scenario;
-    let written = written_positions(probes);
+    let scenario = &mut assembled.scenario;
+    let written = written_positions(&scenario.probes);
+    let mut undefined = Vec::new();
     let mut last = None;
-    for (index, field, message) in crate::oracle::scenario_problems(cluster, probes) {
-        if index < assembled.given {
+    for (index, field, message) in admission.probe_problems(&scenario.cluster, &scenario.probes) {
+        if index >= given && field == UNDEFINED_OUTCOME {
+            undefined.push((index, message));
+        } else if index < given {
             // The parts of a probe from several clients share its entry, and mostly its problem.
             let problem = (written[index], field, message);
             if last.as_ref() != Some(&problem) {
@@ -339,9 +356,20 @@ fn check_against_oracle(assembled: &Assembled<'_>, diag: &mut Diagnostics) {
             }
             last = Some(problem);
         } else {
-            diag.value(&site, &FieldPath::parse("spec.flows"), format!("{}: {message}", probes[index].name));
+            let name = &scenario.probes[index].name;
+            diag.value(&site, &FieldPath::parse("spec.flows"), format!("{name}: {message}"));
         }
     }
+    // The findings come in the probes' order.
+    let mut undefined = undefined.into_iter().peekable();
+    let mut kept = Vec::with_capacity(scenario.probes.len());
+    for (i, probe) in std::mem::take(&mut scenario.probes).into_iter().enumerate() {
+        match undefined.next_if(|(at, _)| *at == i) {
+            Some((_, reason)) => scenario.unjudged_flows.push((probe.name, reason)),
+            None => kept.push(probe),
+        }
+    }
+    scenario.probes = kept;
 }
 
 /// Each probe's position in `spec.probes`: the parts of a probe from several clients are one
@@ -372,27 +400,31 @@ mod tests {
     use crate::scenario::yaml;
 
     #[test]
-    fn oracle_findings_name_the_generated_flow_at_spec_flows() {
+    fn undefined_flows_are_set_aside_and_other_findings_name_the_flow_at_spec_flows() {
         let docs = yaml::parse(WEB).unwrap();
         let docs: Vec<&Document> = docs.iter().collect();
         let mut diag = Diagnostics::new("x.yaml".into());
-        let mut assembled = assemble(&docs, None, Path::new("x.yaml"), &mut diag).unwrap();
+        let admission = crate::admission::Checks;
+        let mut assembled = assemble(&docs, None, Path::new("x.yaml"), &admission, &mut diag).unwrap();
         assert_eq!(assembled.given, 3);
         // A flow no generator makes (external hosts have no route to cluster IPs), so the
         // oracle cannot predict it.
-        let mut flow = assembled.scenario.probes[0].clone();
-        flow.name = "flow: external outside -> web:http clusterIP".into();
-        flow.from = Source::External("outside".into());
-        flow.expect = None;
-        assembled.scenario.probes.push(flow);
-        check_against_oracle(&assembled, &mut diag);
+        let mut undefined = assembled.scenario.probes[0].clone();
+        undefined.name = "flow: external outside -> web:http clusterIP".into();
+        undefined.from = Source::External("outside".into());
+        undefined.expect = None;
+        // An outcome Kubernetes leaves open, stated without saying whose choice it is.
+        let mut unowned = assembled.scenario.probes[2].clone();
+        unowned.name = "flow: node node-a -> 10.96.0.99:80".into();
+        unowned.expect.as_mut().unwrap().profile = None;
+        assembled.scenario.probes.extend([undefined, unowned]);
+        admit_probes(&mut assembled, &admission, &mut diag);
         let errors = diag.into_errors().errors;
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].field, "spec.flows");
-        assert!(
-            errors[0].message.starts_with("flow: external outside -> web:http clusterIP: "),
-            "{}",
-            errors[0]
-        );
+        assert!(errors[0].message.starts_with("flow: node node-a -> 10.96.0.99:80: "), "{}", errors[0]);
+        let unjudged: Vec<&str> = assembled.scenario.unjudged_flows.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(unjudged, ["flow: external outside -> web:http clusterIP"]);
+        assert_eq!(assembled.scenario.probes.len(), 4);
     }
 }

@@ -98,7 +98,7 @@ mod tests {
         let text =
             std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/external-ips.yaml"))
                 .unwrap();
-        let scenario = crate::scenario::load_str(&text, std::path::Path::new("external-ips.yaml")).unwrap();
+        let scenario = crate::admission::load_str(&text, std::path::Path::new("external-ips.yaml")).unwrap();
         let mut cluster = scenario.cluster.clone();
         let ip = unused_address(&cluster).unwrap();
         assert!(cluster.node_network.contains(&ip));

@@ -611,7 +611,7 @@ mod tests {
 
     fn cluster() -> Cluster {
         let text = include_str!("../../../scenarios/kube-dns-udp.yaml");
-        crate::scenario::load_str(text, std::path::Path::new("kube-dns-udp.yaml")).unwrap().cluster
+        crate::admission::load_str(text, std::path::Path::new("kube-dns-udp.yaml")).unwrap().cluster
     }
 
     fn probe() -> Probe {
@@ -1015,7 +1015,7 @@ mod tests {
     fn a_host_network_endpoint_on_the_translating_node_is_witnessed_by_the_flow_entering_it() {
         let text = include_str!("../../../scenarios/kubernetes-host-network-endpoints.yaml");
         let path = std::path::Path::new("kubernetes-host-network-endpoints.yaml");
-        let cluster = crate::scenario::load_str(text, path).unwrap().cluster;
+        let cluster = crate::admission::load_str(text, path).unwrap().cluster;
         let to = Target::ClusterIp { service: "kubernetes".into(), port: "https".into() };
         let probe = Probe::example(Source::Pod("operator-0".into()), to);
         let (client, vip, backend) =

@@ -311,7 +311,8 @@ mod tests {
         let files = crate::scenario::discover(&[dir.into()]).unwrap();
         assert!(files.len() > 10, "scenarios found: {files:?}");
         for file in files {
-            let scenario = crate::scenario::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let scenario =
+                crate::admission::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
             let c = &scenario.cluster;
             let flags = Flags {
                 cluster_cidrs: c.families().iter().map(|&f| c.family_view(f).pod_cidr).collect(),

@@ -10,7 +10,6 @@ mod dual_stack;
 mod external;
 mod fields;
 mod flows;
-mod fuzz;
 mod happy;
 mod ipv6;
 mod kubernetes;
@@ -27,22 +26,24 @@ mod topology;
 
 use std::path::Path;
 
-use super::{ScenarioError, load_str, load_with, validate};
+use super::{ScenarioError, load_with, validate};
+// Whole files are read as `run` reads them: through the admission stage.
+use crate::admission::{Checks, load_str};
 use crate::model::Scenario;
 
 /// The shipped example, which other work may extend: only the happy path reads it.
 pub(super) const SHIPPED_KUBE_DNS: &str = include_str!("../../../../scenarios/kube-dns-udp.yaml");
 /// A frozen copy of it (one probe), which the error tests edit.
-pub(super) const KUBE_DNS: &str = include_str!("dns.yaml");
-pub(super) const FILE: &str = "scenarios/test.yaml";
+pub(crate) const KUBE_DNS: &str = include_str!("dns.yaml");
+pub(crate) const FILE: &str = "scenarios/test.yaml";
 /// A LoadBalancer Service with every external frontend (external IP, ingress IP, source
 /// ranges, health-check node port), session affinity, a node with a secondary IP, proxy
 /// flags, and a probe of every new target form.
-pub(super) const EXPOSED: &str = include_str!("exposed.yaml");
+pub(crate) const EXPOSED: &str = include_str!("exposed.yaml");
 
 /// A NodePort Service with a named targetPort that resolves to different ports in its two
 /// pods, an external host and the three kinds of target.
-pub(super) const WEB: &str = r#"apiVersion: packetproof.dev/v1alpha1
+pub(crate) const WEB: &str = r#"apiVersion: packetproof.dev/v1alpha1
 kind: Scenario
 metadata:
   name: web
@@ -127,7 +128,7 @@ pub(super) fn load(text: &str) -> Scenario {
 /// `text` through every check but the oracle's, which judges probes separately: for the
 /// parser's own rules, whatever the oracle makes of the probes.
 pub(super) fn parse(text: &str) -> Scenario {
-    match load_with(text, Path::new(FILE), validate::build_without_oracle) {
+    match load_with(text, Path::new(FILE), validate::build_without_oracle, &Checks) {
         Ok(s) => s,
         Err(e) => panic!("expected the parser to accept the scenario, got:\n{e}"),
     }
@@ -135,7 +136,7 @@ pub(super) fn parse(text: &str) -> Scenario {
 
 /// The parser's errors, without the oracle's check (see [`parse`]).
 pub(super) fn parse_errors(text: &str) -> Vec<ScenarioError> {
-    match load_with(text, Path::new(FILE), validate::build_without_oracle) {
+    match load_with(text, Path::new(FILE), validate::build_without_oracle, &Checks) {
         Ok(_) => panic!("expected errors, the parser accepted:\n{text}"),
         Err(e) => e.errors,
     }

@@ -15,7 +15,7 @@ fn shipped_services_are_served_with_cluster_ips_families_and_protocols() {
     // Read from their files: the replay's rule dumps are found beside it.
     for file in ["ipv6-node-port.yaml", "ipv6-hairpin-and-reject.yaml", "seed-001-mysql-replay.yaml"] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(file);
-        let s = crate::scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let s = crate::admission::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!s.objects.services.is_empty());
         for service in &s.objects.services {
             let spec = service.spec.as_ref().unwrap();

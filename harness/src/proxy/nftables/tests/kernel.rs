@@ -102,7 +102,7 @@ fn every_scenario_cluster_loads_and_reads_back() {
     let runtime = runtime();
     let _in_runtime = runtime.enter();
     for file in files {
-        let s = crate::scenario::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let s = crate::admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
         for node in &s.cluster.nodes {
             // Health check servers bind the node's addresses (nftables mode's default
             // `--nodeport-addresses` is the node's primary IPs).

@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
-use super::{FILE, load_str};
-use crate::scenario::yaml;
+use super::load_str;
+use crate::scenario::tests::{EXPOSED, FILE, KUBE_DNS, WEB};
+use crate::yaml;
 
 /// Every scenario the project ships and the fixtures the reader's tests start from.
 fn seeds() -> Vec<String> {
@@ -34,9 +35,7 @@ fn seeds() -> Vec<String> {
     files.sort();
     let mut seeds: Vec<String> =
         files.iter().map(|f| std::fs::read_to_string(f).expect("readable")).collect();
-    seeds.extend(
-        [super::KUBE_DNS, super::EXPOSED, super::WEB, include_str!("kubectl.yaml")].map(String::from),
-    );
+    seeds.extend([KUBE_DNS, EXPOSED, WEB, include_str!("../scenario/tests/kubectl.yaml")].map(String::from));
     seeds
 }
 
@@ -420,7 +419,7 @@ fn check(text: &str) -> Result<bool, String> {
 
 /// The pure stages `run` takes an accepted scenario through must not panic on it either: each
 /// mode's rules for every node, and
-/// the Node objects the API server serves. (The oracle already ran inside the reader.)
+/// the Node objects the API server serves. (The oracle already ran in the admission stage.)
 fn downstream(scenario: &crate::model::Scenario) -> Result<(), String> {
     use crate::proxy::{iptables, ipvs, nftables};
     let cluster = &scenario.cluster;
@@ -522,6 +521,6 @@ fn a_million_inputs() {
 /// primary family, and a node with one address, panicked naming the primary family.
 #[test]
 fn a_dual_stack_cluster_without_a_primary_family_is_refused_not_a_panic() {
-    let text = super::WEB.replacen("podCIDR: 10.244.0.0/16", "podCIDR: [10.244.0.0/16, 10.0.0.0/8]", 1);
+    let text = WEB.replacen("podCIDR: 10.244.0.0/16", "podCIDR: [10.244.0.0/16, 10.0.0.0/8]", 1);
     assert_eq!(check(&text), Ok(true));
 }
