@@ -91,25 +91,43 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
 /// The backend each client reached through each destination under affinity, so far, per node
 /// that translated it: each node keeps its own affinity table, so a client reaching an external
 /// IP through node-a and through node-b is stuck on each apart (found by `packetproof explore`).
+///
+/// A node's table is shared by every frontend of a Service port (kube-proxy's `recent` list,
+/// or nftables affinity set, is one per endpoint, checked by the cluster IP's, node port's and
+/// load balancer's chains alike, in the endpoints' order). So a client that a frontend on the
+/// same node had to send elsewhere (its traffic policy left out the backend the client was
+/// stuck to) may be sent there next through this one too: such a move is not a loss (found by
+/// `packetproof explore`, after `internalTrafficPolicy: Local` sent a node's cluster IP traffic
+/// to its own endpoint). A move no frontend forced still is.
 #[derive(Debug, Default)]
-pub struct Stuck(BTreeMap<(Source, SocketAddr, Option<String>), String>);
+pub struct Stuck {
+    stuck: BTreeMap<(Source, SocketAddr, Option<String>), String>,
+    /// Each client's answers, per translating node: the destination, the backend reached, and
+    /// the backends that destination could use.
+    reached: BTreeMap<(Source, Option<String>), Vec<(SocketAddr, String, BTreeSet<String>)>>,
+}
 
 impl Stuck {
     /// Checks `verdicts` (one phase's, `phase` its step name) against the backends clients
     /// stuck to in earlier phases, then remembers where they are now.
     pub(crate) fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
+        // This phase's answers count whatever the order its probes were sent in.
+        for v in verdicts.iter() {
+            if let (Some((client, destination, now)), Outcome::Answered { backends, .. }) =
+                (sticky_answer(v), &v.expected.outcome)
+            {
+                let usable = backends.keys().cloned().collect();
+                self.reached.entry(client).or_default().push((destination, now, usable));
+            }
+        }
         for v in verdicts.iter_mut() {
-            let Outcome::Answered { backends, spread: Spread::Sticky, translated_by } = &v.expected.outcome
-            else {
-                continue;
-            };
-            let Some(now) = v.observed.iter().find_map(Attempt::backend).map(str::to_string) else {
-                continue;
-            };
-            let key = (v.probe.from.clone(), v.destination, translated_by.clone());
-            if let Some(before) = self.0.get(&key)
+            let Some(((from, translated_by), destination, now)) = sticky_answer(v) else { continue };
+            let Outcome::Answered { backends, .. } = &v.expected.outcome else { continue };
+            let key = (from, destination, translated_by);
+            if let Some(before) = self.stuck.get(&key)
                 && *before != now
                 && backends.contains_key(before)
+                && !self.forced_elsewhere(&key, before, &now)
             {
                 v.failures.push(Failure::new(
                     Symptom::AffinityBroken,
@@ -120,9 +138,30 @@ impl Stuck {
                     ),
                 ));
             }
-            self.0.insert(key, now);
+            self.stuck.insert(key, now);
         }
     }
+
+    /// Whether another destination on the same node, which could not use `before`, sent the
+    /// client of `key` to `now`: that puts `now` in the node's affinity table for every frontend.
+    fn forced_elsewhere(&self, key: &(Source, SocketAddr, Option<String>), before: &str, now: &str) -> bool {
+        let (from, destination, translated_by) = key;
+        self.reached.get(&(from.clone(), translated_by.clone())).is_some_and(|answers| {
+            answers
+                .iter()
+                .any(|(d, reached, usable)| d != destination && reached == now && !usable.contains(before))
+        })
+    }
+}
+
+/// The client (and translating node), destination and first backend of a probe expected to
+/// stick, if it was answered.
+fn sticky_answer(v: &ProbeVerdict) -> Option<((Source, Option<String>), SocketAddr, String)> {
+    let Outcome::Answered { spread: Spread::Sticky, translated_by, .. } = &v.expected.outcome else {
+        return None;
+    };
+    let now = v.observed.iter().find_map(Attempt::backend)?;
+    Some(((v.probe.from.clone(), translated_by.clone()), v.destination, now.to_string()))
 }
 
 #[cfg(test)]
@@ -175,5 +214,66 @@ mod tests {
         let mut v = [part("x", 2, &["a", "a", "a"]), part("y", 2, &["c", "d"])];
         check_expiry_across_clients(&mut v);
         assert!(v.iter().all(|p| p.failures.is_empty()), "{v:?}");
+    }
+
+    /// Pod `c`'s probe of `to`, which may use `usable`, stuck on node-a, answered by `reached`.
+    fn sticky(c: &str, to: &str, usable: &[&str], reached: &str) -> ProbeVerdict {
+        let seen = SeenSource::Client { addrs: vec![] };
+        let backends = usable.iter().map(|b| (b.to_string(), seen.clone())).collect();
+        let outcome =
+            Outcome::Answered { backends, spread: Spread::Sticky, translated_by: Some("node-a".into()) };
+        let destination: SocketAddr = to.parse().unwrap();
+        ProbeVerdict {
+            probe: Probe::example(Source::Pod(c.into()), Target::Address(destination)),
+            destination,
+            expected: Expectation::required(outcome, "test"),
+            observed: vec![Attempt::Answered {
+                pod: reached.into(),
+                seen: "10.244.1.9:20000".parse().unwrap(),
+            }],
+            failures: vec![],
+        }
+    }
+
+    fn broken(v: &[ProbeVerdict]) -> Vec<bool> {
+        v.iter().map(|v| v.failures.iter().any(|f| f.symptoms.contains(&Symptom::AffinityBroken))).collect()
+    }
+
+    const CLUSTER_IP: &str = "10.96.0.1:80";
+    const NODE_PORT: &str = "192.168.50.11:30000";
+
+    #[test]
+    fn a_client_moved_off_a_backend_that_still_serves_lost_its_affinity() {
+        let mut stuck = Stuck::default();
+        stuck.check_phase("first", &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
+        let mut next = [sticky("c", NODE_PORT, &["a", "b"], "a")];
+        stuck.check_phase("next", &mut next);
+        assert_eq!(broken(&next), [true]);
+    }
+
+    /// A restart that forgets every client moves them on every frontend at once: that the
+    /// other frontends moved too excuses nothing, since they could have kept the backend.
+    #[test]
+    fn moving_on_every_frontend_at_once_is_still_a_loss() {
+        let mut stuck = Stuck::default();
+        let both = ["a", "b"];
+        stuck.check_phase(
+            "first",
+            &mut [sticky("c", NODE_PORT, &both, "b"), sticky("c", CLUSTER_IP, &both, "b")],
+        );
+        let mut next = [sticky("c", NODE_PORT, &both, "a"), sticky("c", CLUSTER_IP, &both, "a")];
+        stuck.check_phase("next", &mut next);
+        assert_eq!(broken(&next), [true, true]);
+    }
+
+    /// The cluster IP, now `internalTrafficPolicy: Local`, had to send the client to its node's
+    /// own endpoint; the node port's chain then finds the client in that endpoint's list first.
+    #[test]
+    fn a_move_another_frontend_forced_is_not_a_loss() {
+        let mut stuck = Stuck::default();
+        stuck.check_phase("first", &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
+        let mut next = [sticky("c", CLUSTER_IP, &["a"], "a"), sticky("c", NODE_PORT, &["a", "b"], "a")];
+        stuck.check_phase("next", &mut next);
+        assert_eq!(broken(&next), [false, false]);
     }
 }
