@@ -284,9 +284,12 @@ fn investigate(
         first.iter().map(|(s, k)| format!("{s} on {k}")).collect::<Vec<_>>().join(", ")
     );
     if !fails_again(engine, &settings.proxy, &ready, &first, 2)? {
+        let file = keep_flaky(settings, &ready, report)?;
         eprintln!(
-            "packetproof explore: {} did not fail again the same way: flaky, not a finding",
-            ready.case.name
+            "packetproof explore: {} did not fail again the same way: flaky, not a finding (kept with its \
+             failure as {})",
+            ready.case.name,
+            file.display()
         );
         return Ok(None);
     }
@@ -437,6 +440,17 @@ fn header(
     for (symptom, kind) in signature {
         let _ = writeln!(h, "Fails as: {symptom} on {kind}.");
     }
+    h.push_str(&what_failed(report));
+    if let Some(bug) = known_bug {
+        let _ = writeln!(h, "Known bug: {bug}.");
+    }
+    let _ = writeln!(h, "Reproduce: {} {}.yaml", reproduce(settings), case.name);
+    h
+}
+
+/// Each failed probe of `report`: what was expected and why, what was seen, each failure.
+fn what_failed(report: &ScenarioReport) -> String {
+    let mut h = String::new();
     match &report.outcome {
         Outcome::Judged(verdicts) => {
             for v in verdicts.iter().filter(|v| !v.passed()) {
@@ -460,9 +474,12 @@ fn header(
             let _ = writeln!(h, "Skipped: {why}");
         }
     }
-    if let Some(bug) = known_bug {
-        let _ = writeln!(h, "Known bug: {bug}.");
-    }
+    h
+}
+
+/// The `run` command that reproduces a case file with the exploration's proxy and profile.
+fn reproduce(settings: &Settings) -> String {
+    let proxy = &settings.proxy;
     let mut command = format!("packetproof run --proxy {}", proxy.name);
     for (k, v) in &proxy.options {
         let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
@@ -471,8 +488,28 @@ fn header(
     if let Some(profile) = settings.options.profile {
         command.push_str(&format!(" --profile {profile}"));
     }
-    let _ = writeln!(h, "Reproduce: {command} {}.yaml", case.name);
-    h
+    command
+}
+
+/// Writes a case that failed once and passed on its re-runs to `flaky/` under `--out`, with
+/// what failed: never a finding, but a flaky result is a bug (of the proxy, the oracle or the
+/// harness) to be diagnosed from it.
+fn keep_flaky(settings: &Settings, ready: &Ready, report: &ScenarioReport) -> Result<PathBuf> {
+    let dir = settings.out.join("flaky");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut h = String::new();
+    let _ = writeln!(
+        h,
+        "Failed once under `packetproof explore --seed {}` (packetproof {}) against {}, then passed twice.",
+        settings.seed,
+        env!("CARGO_PKG_VERSION"),
+        settings.proxy.label()
+    );
+    h.push_str(&what_failed(report));
+    let _ = writeln!(h, "Run it again: {} {}.yaml", reproduce(settings), ready.case.name);
+    let file = dir.join(format!("{}.yaml", ready.case.name));
+    std::fs::write(&file, ready.case.render(&h)).with_context(|| format!("writing {}", file.display()))?;
+    Ok(file)
 }
 
 /// Writes the fewest judged cases that together reach every field combination and flow outcome
