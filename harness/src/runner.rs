@@ -268,7 +268,7 @@ fn run_in(
     for ((phase, expectations), (sent, tables)) in phases.iter().zip(&expectations).zip(probed) {
         evidence.conntrack = tables;
         let mut judged = judge_phase(phase, expectations, sent, &evidence);
-        stuck.check_phase(phase.name, &mut judged);
+        stuck.check_phase(phase.name, phase.cluster, &mut judged);
         verdict::affinity::check_expiry_across_clients(&mut judged);
         verdicts.extend(judged);
     }

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::model::Source;
+use crate::kubernetes::endpoints::{PortPolicy, Terminating, select_with};
+use crate::kubernetes::topology::{self, Hints};
+use crate::model::{Cluster, Probe, Service, ServicePort, SessionAffinity, Source, Target};
 use crate::oracle::{Outcome, Spread};
 use crate::traffic::Attempt;
 
@@ -99,9 +101,14 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
 /// stuck to) may be sent there next through this one too: such a move is not a loss (found by
 /// `packetproof explore`, after `internalTrafficPolicy: Local` sent a node's cluster IP traffic
 /// to its own endpoint). A move no frontend forced still is.
+///
+/// The table outlives a phase only while the node keeps the endpoint's affinity: a phase in
+/// which the Service had no ClientIP affinity, or the node no rules for that endpoint, deletes
+/// it (the last rule naming an xt_recent list frees it; nftables deletes the set with its
+/// chain), and the client starts afresh (found by `packetproof explore`: affinity off, then on).
 #[derive(Debug, Default)]
 pub struct Stuck {
-    stuck: BTreeMap<(Source, SocketAddr, Option<String>), String>,
+    stuck: BTreeMap<(Source, SocketAddr, Option<String>), Stuck1>,
     /// Each client's answers, per translating node: the destination, the backend reached, and
     /// the backends that destination could use.
     reached: BTreeMap<(Source, Option<String>), Vec<(SocketAddr, String, BTreeSet<String>)>>,
@@ -110,7 +117,8 @@ pub struct Stuck {
 impl Stuck {
     /// Checks `verdicts` (one phase's, `phase` its step name) against the backends clients
     /// stuck to in earlier phases, then remembers where they are now.
-    pub(crate) fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
+    pub(crate) fn check_phase(&mut self, phase: &str, cluster: &Cluster, verdicts: &mut [ProbeVerdict]) {
+        self.stuck.retain(|(_, _, node), s| s.still_kept(cluster, node.as_deref()));
         // This phase's answers count whatever the order its probes were sent in.
         for v in verdicts.iter() {
             if let (Some((client, destination, now)), Outcome::Answered { backends, .. }) =
@@ -124,7 +132,7 @@ impl Stuck {
             let Some(((from, translated_by), destination, now)) = sticky_answer(v) else { continue };
             let Outcome::Answered { backends, .. } = &v.expected.outcome else { continue };
             let key = (from, destination, translated_by);
-            if let Some(before) = self.stuck.get(&key)
+            if let Some(Stuck1 { backend: before, .. }) = self.stuck.get(&key)
                 && *before != now
                 && backends.contains_key(before)
                 && !self.forced_elsewhere(&key, before, &now)
@@ -138,7 +146,11 @@ impl Stuck {
                     ),
                 ));
             }
-            self.stuck.insert(key, now);
+            match service_port_of(cluster, &v.probe, key.1) {
+                Some((service, port)) => self.stuck.insert(key, Stuck1 { backend: now, service, port }),
+                // A destination of no Service port the reader knows: nothing to keep.
+                None => self.stuck.remove(&key),
+            };
         }
     }
 
@@ -151,6 +163,60 @@ impl Stuck {
                 .iter()
                 .any(|(d, reached, usable)| d != destination && reached == now && !usable.contains(before))
         })
+    }
+}
+
+/// Where one client is stuck through one destination: the backend, and the Service port whose
+/// affinity table holds it.
+#[derive(Debug)]
+struct Stuck1 {
+    backend: String,
+    service: String,
+    port: String,
+}
+
+impl Stuck1 {
+    /// Whether `node` (the translating node; none: any) still keeps the table in `cluster`: the
+    /// Service port has ClientIP affinity and the node has rules for the backend.
+    fn still_kept(&self, cluster: &Cluster, node: Option<&str>) -> bool {
+        let Some(svc) = cluster.service(&self.service) else { return false };
+        let Some(port) = svc.ports.iter().find(|p| p.name == self.port) else { return false };
+        if !matches!(svc.session_affinity, SessionAffinity::ClientIp { .. }) {
+            return false;
+        }
+        match node {
+            Some(node) => has_rules_for(cluster, svc, port, node, &self.backend),
+            None => port.endpoints.iter().any(|e| e.pod == self.backend && e.ready),
+        }
+    }
+}
+
+/// Whether `node` writes rules (an endpoint chain, its affinity list) for `backend` of `port`.
+fn has_rules_for(cluster: &Cluster, svc: &Service, port: &ServicePort, node: &str, backend: &str) -> bool {
+    let topo = topology::Context::of(cluster, svc, node);
+    let eps =
+        select_with(port, PortPolicy::of(svc, port), node, Terminating::FallBack, topo, Hints::Honoured);
+    eps.reachable.iter().any(|e| e.pod == backend)
+}
+
+/// The Service and port `probe` reaches at `destination`: named by its target, or found by
+/// address for a raw one.
+fn service_port_of(cluster: &Cluster, probe: &Probe, destination: SocketAddr) -> Option<(String, String)> {
+    match &probe.to {
+        Target::ClusterIp { service, port }
+        | Target::NodePort { service, port, .. }
+        | Target::ExternalIp { service, port, .. }
+        | Target::LoadBalancer { service, port, .. } => Some((service.clone(), port.clone())),
+        _ => cluster.services.iter().find_map(|svc| {
+            let port = svc.ports.iter().find(|p| {
+                let ip = destination.ip();
+                let frontend = svc.cluster_ips.iter().any(|c| *c == ip)
+                    || svc.external_ips.contains(&ip)
+                    || svc.load_balancer_ips.contains(&ip);
+                (frontend && p.port == destination.port()) || p.node_port == Some(destination.port())
+            })?;
+            Some((svc.name.clone(), port.name.clone()))
+        }),
     }
 }
 
@@ -216,7 +282,7 @@ mod tests {
         assert!(v.iter().all(|p| p.failures.is_empty()), "{v:?}");
     }
 
-    /// Pod `c`'s probe of `to`, which may use `usable`, stuck on node-a, answered by `reached`.
+    /// Pod `c`'s probe of `to`, which may use `usable`, translated on node-a, answered by `reached`.
     fn sticky(c: &str, to: &str, usable: &[&str], reached: &str) -> ProbeVerdict {
         let seen = SeenSource::Client { addrs: vec![] };
         let backends = usable.iter().map(|b| (b.to_string(), seen.clone())).collect();
@@ -240,14 +306,46 @@ mod tests {
     }
 
     const CLUSTER_IP: &str = "10.96.0.1:80";
-    const NODE_PORT: &str = "192.168.50.11:30000";
+    const NODE_PORT: &str = "192.168.50.2:30000";
+
+    /// Service web (cluster IP 10.96.0.1:80, node port 30000) with endpoints a and b, and
+    /// ClientIP affinity if `sticky`.
+    fn web(sticky: bool) -> Cluster {
+        let endpoint = |pod: &str, ip: &str| crate::model::Endpoint {
+            ip: ip.parse().unwrap(),
+            port: 8080,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node: Some("node-a".into()),
+            pod: pod.into(),
+            zone_hints: Vec::new(),
+        };
+        let svc = Service {
+            service_type: crate::model::ServiceType::NodePort,
+            session_affinity: if sticky {
+                SessionAffinity::ClientIp { timeout_seconds: 10800 }
+            } else {
+                SessionAffinity::None
+            },
+            ports: vec![ServicePort {
+                name: "http".into(),
+                protocol: crate::model::Protocol::Tcp,
+                port: 80,
+                node_port: Some(30000),
+                endpoints: vec![endpoint("a", "10.244.0.10"), endpoint("b", "10.244.0.11")],
+            }],
+            ..Service::new("default", "web", "10.96.0.1".parse().unwrap())
+        };
+        Cluster::example(vec![svc])
+    }
 
     #[test]
     fn a_client_moved_off_a_backend_that_still_serves_lost_its_affinity() {
         let mut stuck = Stuck::default();
-        stuck.check_phase("first", &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
+        stuck.check_phase("first", &web(true), &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
         let mut next = [sticky("c", NODE_PORT, &["a", "b"], "a")];
-        stuck.check_phase("next", &mut next);
+        stuck.check_phase("next", &web(true), &mut next);
         assert_eq!(broken(&next), [true]);
     }
 
@@ -259,10 +357,11 @@ mod tests {
         let both = ["a", "b"];
         stuck.check_phase(
             "first",
+            &web(true),
             &mut [sticky("c", NODE_PORT, &both, "b"), sticky("c", CLUSTER_IP, &both, "b")],
         );
         let mut next = [sticky("c", NODE_PORT, &both, "a"), sticky("c", CLUSTER_IP, &both, "a")];
-        stuck.check_phase("next", &mut next);
+        stuck.check_phase("next", &web(true), &mut next);
         assert_eq!(broken(&next), [true, true]);
     }
 
@@ -271,9 +370,20 @@ mod tests {
     #[test]
     fn a_move_another_frontend_forced_is_not_a_loss() {
         let mut stuck = Stuck::default();
-        stuck.check_phase("first", &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
+        stuck.check_phase("first", &web(true), &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
         let mut next = [sticky("c", CLUSTER_IP, &["a"], "a"), sticky("c", NODE_PORT, &["a", "b"], "a")];
-        stuck.check_phase("next", &mut next);
+        stuck.check_phase("next", &web(true), &mut next);
         assert_eq!(broken(&next), [false, false]);
+    }
+
+    /// Affinity switched off for a phase deletes the node's table: the client starts afresh.
+    #[test]
+    fn a_phase_without_affinity_forgets_where_clients_were() {
+        let mut stuck = Stuck::default();
+        stuck.check_phase("first", &web(true), &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
+        stuck.check_phase("off", &web(false), &mut []);
+        let mut next = [sticky("c", NODE_PORT, &["a", "b"], "a")];
+        stuck.check_phase("on", &web(true), &mut next);
+        assert_eq!(broken(&next), [false]);
     }
 }
