@@ -9,13 +9,17 @@ use std::path::Path;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::model::{Cluster, Objects, Probe, Scenario, Step};
+use crate::model::{Cluster, Endpoint, Node, Objects, Probe, Scenario, Service, Step};
 
 use super::addresses::Addresses;
-use super::endpoints::{self, Context, SliceData, endpoints_for};
+use super::endpoints::{self, Context, Given, SliceData, endpoints_for};
 use super::error::{Diagnostics, Site};
 use super::objects::{self, Classified, Parsed};
+use super::pods::Pods;
+use super::registry::Registry;
+use super::scenario_doc::ScenarioDoc;
 use super::selectors::ByLabel;
+use super::services::ServiceEntry;
 use super::steps::{self, StepDoc};
 use super::yaml::{Document, FieldPath, Pos};
 use super::{
@@ -119,13 +123,13 @@ fn assemble<'a>(
         &mut addresses,
         diag,
     );
-    if step.is_none() {
-        check_proxy(&doc, source, admission, diag);
-    }
-    if let Some(step) = step {
-        doc.probes = step.probes.clone();
-        doc.flows = None;
-        doc.site = Some(step.site.clone());
+    match step {
+        None => check_proxy(&doc, source, admission, diag),
+        Some(step) => {
+            doc.probes = step.probes.clone();
+            doc.flows = None;
+            doc.site = Some(step.site.clone());
+        }
     }
     let mut pods = pods::read(
         &classified.pods,
@@ -154,92 +158,20 @@ fn assemble<'a>(
     let cx =
         Context { services: &services, pods: &pods, nodes: &doc.nodes, external_hosts: &doc.external_hosts };
     let given = endpoints::read_given(&classified.slices, &classified.unparsed, &cx, diag);
-    // About one slice per Service: room made at once, not by doubling (they are large).
-    let mut derived = Vec::with_capacity(classified.services.len());
-    // Each Service's endpoints from the slices derived for it (none: from the file's slices),
-    // in the registry's order. Worked out as its slices are derived, so that only their objects
-    // are held from then on, not their data too.
-    let mut derived_endpoints = Vec::with_capacity(classified.services.len());
-    let host_network_pods =
-        ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
-    let pods_by_label =
-        ByLabel::new(pods.registry.values().map(|p| (p, p.pod.namespace.as_str(), &p.pod.labels)));
-    let mut warnings = Vec::new();
-    for e in services.values() {
-        if given.services_with_slices.contains(&e.service.name) {
-            derived_endpoints.push(None);
-            continue;
-        }
-        if host_network::refuse_derived(e, &host_network_pods, diag) {
-            derived_endpoints.push(None);
-        } else {
-            let slices = derive::derive(e, &pods_by_label, &doc.nodes, diag);
-            let data: Vec<&SliceData> = slices.iter().map(|(data, _)| data).collect();
-            derived_endpoints.push(Some(endpoints_for(&e.service, &data)));
-            derived.extend(slices.into_iter().map(|(_, object)| object));
-        }
-        // Valid (its ports then have no endpoints, and reject), but often a typo in a label.
-        if let Some(selector) = &e.selector
-            && !selector.is_empty()
-            && !pods.ips_incomplete
-            && !pods.registry.is_incomplete()
-            && pods_by_label.selected(&e.service.namespace, selector).next().is_none()
-        {
-            let shown: Vec<String> = selector.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-            warnings.push(format!(
-                "Service {}: the selector {{{}}} matches no pod, so its ports have no endpoints",
-                e.service.namespaced_name(),
-                shown.join(", ")
-            ));
-        }
-    }
+    let Derived { endpoints: derived_endpoints, slices: derived, warnings } =
+        derive_endpoints(&services, &pods, &doc.nodes, &given, classified.services.len(), diag);
     let names = referents::Names {
         nodes: &doc.nodes,
         external_hosts: &doc.external_hosts,
         pods: &pods.registry,
         services: &services,
     };
-    let mut probes = match &doc.site {
-        Some(site) => probes::resolve(site, &doc.probes, &names, diag),
-        None => Vec::new(),
-    };
-    let given_probes = probes.len();
-    if let (Some(flows), Some(site)) = (&doc.flows, &doc.site) {
-        let generated = flows::generate(flows, &names);
-        flows::check_names(site, &doc.probes, &generated, diag);
-        if generated.is_empty() && doc.probes.is_empty() {
-            diag.value(
-                site,
-                &FieldPath::parse("spec.flows"),
-                "flows found nothing to probe: the scenario has no Service",
-            );
-        }
-        probes.extend(generated);
-    }
+    let (probes, given_probes) = resolve_probes(&doc, &names, diag);
     if !diag.is_empty() {
         return None;
     }
 
-    // Each Service's slices in the file, found by its name rather than searched for.
-    let mut slices_of: HashMap<&str, Vec<&SliceData>> = HashMap::with_capacity(given.slices.len());
-    for slice in &given.slices {
-        slices_of.entry(slice.service.as_str()).or_default().push(slice);
-    }
-    let mut derived_endpoints = derived_endpoints.into_iter();
-    let model_services = services
-        .into_values()
-        .map(|e| {
-            let mut service = e.service;
-            let endpoints = derived_endpoints.next().flatten().unwrap_or_else(|| {
-                let slices = slices_of.get(service.name.as_str()).map(Vec::as_slice).unwrap_or_default();
-                endpoints_for(&service, slices)
-            });
-            for (port, endpoints) in service.ports.iter_mut().zip(endpoints) {
-                port.endpoints = endpoints;
-            }
-            service
-        })
-        .collect();
+    let model_services = model_services(services, derived_endpoints, &given);
     // What a proxy is served: the objects as kube-apiserver would store them (moved, not
     // copied: a file's objects are most of what reading it holds).
     let objects = Objects {
@@ -276,6 +208,125 @@ fn assemble<'a>(
         None => document?,
     };
     Some(Assembled { scenario, doc, given: given_probes })
+}
+
+/// What derivation made of the Services with a selector and no slice in the file.
+struct Derived {
+    /// Each Service's endpoints, per port, in the registry's order; none for a Service whose
+    /// endpoints come from the file's slices.
+    endpoints: Vec<Option<Vec<Vec<Endpoint>>>>,
+    /// The derived EndpointSlices, as the proxy is served them.
+    slices: Vec<EndpointSlice>,
+    /// Selectors that match no pod: valid, but often a typo in a label.
+    warnings: Vec<String>,
+}
+
+/// The EndpointSlice controller's part: slices for each Service whose slices the file does not
+/// give, from the pods its selector picks.
+fn derive_endpoints(
+    services: &Registry<ServiceEntry<'_>>,
+    pods: &Pods,
+    nodes: &Registry<Node>,
+    given: &Given,
+    count: usize,
+    diag: &mut Diagnostics,
+) -> Derived {
+    // About one slice per Service: room made at once, not by doubling (they are large).
+    let mut derived = Vec::with_capacity(count);
+    // Each Service's endpoints from the slices derived for it (none: from the file's slices),
+    // in the registry's order. Worked out as its slices are derived, so that only their objects
+    // are held from then on, not their data too.
+    let mut derived_endpoints = Vec::with_capacity(count);
+    let host_network_pods =
+        ByLabel::new(pods.host_network.iter().map(|p| (p, p.namespace.as_str(), &p.labels)));
+    let pods_by_label =
+        ByLabel::new(pods.registry.values().map(|p| (p, p.pod.namespace.as_str(), &p.pod.labels)));
+    let mut warnings = Vec::new();
+    for e in services.values() {
+        if given.services_with_slices.contains(&e.service.name) {
+            derived_endpoints.push(None);
+            continue;
+        }
+        if host_network::refuse_derived(e, &host_network_pods, diag) {
+            derived_endpoints.push(None);
+        } else {
+            let slices = derive::derive(e, &pods_by_label, nodes, diag);
+            let data: Vec<&SliceData> = slices.iter().map(|(data, _)| data).collect();
+            derived_endpoints.push(Some(endpoints_for(&e.service, &data)));
+            derived.extend(slices.into_iter().map(|(_, object)| object));
+        }
+        // Valid (its ports then have no endpoints, and reject), but often a typo in a label.
+        if let Some(selector) = &e.selector
+            && !selector.is_empty()
+            && !pods.ips_incomplete
+            && !pods.registry.is_incomplete()
+            && pods_by_label.selected(&e.service.namespace, selector).next().is_none()
+        {
+            let shown: Vec<String> = selector.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            warnings.push(format!(
+                "Service {}: the selector {{{}}} matches no pod, so its ports have no endpoints",
+                e.service.namespaced_name(),
+                shown.join(", ")
+            ));
+        }
+    }
+    Derived { endpoints: derived_endpoints, slices: derived, warnings }
+}
+
+/// The probes given in `spec.probes`, then the flows `spec.flows` generates; and how many are
+/// given.
+fn resolve_probes(
+    doc: &ScenarioDoc<'_>,
+    names: &referents::Names<'_, '_>,
+    diag: &mut Diagnostics,
+) -> (Vec<Probe>, usize) {
+    let mut probes = match &doc.site {
+        Some(site) => probes::resolve(site, &doc.probes, names, diag),
+        None => Vec::new(),
+    };
+    let given_probes = probes.len();
+    if let (Some(flows), Some(site)) = (&doc.flows, &doc.site) {
+        let generated = flows::generate(flows, names);
+        flows::check_names(site, &doc.probes, &generated, diag);
+        if generated.is_empty() && doc.probes.is_empty() {
+            diag.value(
+                site,
+                &FieldPath::parse("spec.flows"),
+                "flows found nothing to probe: the scenario has no Service",
+            );
+        }
+        probes.extend(generated);
+    }
+    (probes, given_probes)
+}
+
+/// The model's Services, each port with its endpoints: derived ones, or those of the file's
+/// slices of the Service.
+fn model_services(
+    services: Registry<ServiceEntry<'_>>,
+    derived_endpoints: Vec<Option<Vec<Vec<Endpoint>>>>,
+    given: &Given,
+) -> Vec<Service> {
+    // Each Service's slices in the file, found by its name rather than searched for.
+    let mut slices_of: HashMap<&str, Vec<&SliceData>> = HashMap::with_capacity(given.slices.len());
+    for slice in &given.slices {
+        slices_of.entry(slice.service.as_str()).or_default().push(slice);
+    }
+    let mut derived_endpoints = derived_endpoints.into_iter();
+    services
+        .into_values()
+        .map(|e| {
+            let mut service = e.service;
+            let endpoints = derived_endpoints.next().flatten().unwrap_or_else(|| {
+                let slices = slices_of.get(service.name.as_str()).map(Vec::as_slice).unwrap_or_default();
+                endpoints_for(&service, slices)
+            });
+            for (port, endpoints) in service.ports.iter_mut().zip(endpoints) {
+                port.endpoints = endpoints;
+            }
+            service
+        })
+        .collect()
 }
 
 /// The EndpointSlices a proxy is served: the file's, then the derived ones. The derived are

@@ -111,7 +111,7 @@ pub struct Stuck {
     stuck: BTreeMap<(Source, SocketAddr, Option<String>), Stuck1>,
     /// Each client's answers, per translating node: the destination, the backend reached, and
     /// the backends that destination could use.
-    reached: BTreeMap<(Source, Option<String>), Vec<(SocketAddr, String, BTreeSet<String>)>>,
+    reached: BTreeMap<(Source, Option<String>), Vec<Answer>>,
 }
 
 impl Stuck {
@@ -165,6 +165,10 @@ impl Stuck {
         })
     }
 }
+
+/// One answer of a client: the destination, the backend reached, and the backends that
+/// destination could use.
+type Answer = (SocketAddr, String, BTreeSet<String>);
 
 /// Where one client is stuck through one destination: the backend, and the Service port whose
 /// affinity table holds it.
