@@ -9,6 +9,7 @@
 //! engine              schedules runs, emits events to reporters
 //! report              terminal · JUnit · JSON
 //! runner              one scenario: build, program, probe, observe, judge
+//! results             what a scenario's run comes to: the contract its readers share
 //! coverage            which of the proxy's rules the probes matched (kernel traces), by template
 //! probe               one module per kind of probe: how it is planned, sent, observed, judged
 //! scenario            files → model, checked (names the proxies it validates options with)
@@ -37,6 +38,7 @@ pub mod privileges;
 pub mod probe;
 pub mod proxy;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod signals;

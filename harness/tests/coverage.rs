@@ -8,7 +8,8 @@ use std::time::Duration;
 use packetproof::coverage::{self, ScenarioCoverage};
 use packetproof::model::Scenario;
 use packetproof::proxy::{self, Mutant, Proxy};
-use packetproof::runner::{self, RunOptions, ScenarioReport};
+use packetproof::results::ScenarioReport;
+use packetproof::runner::{self, RunOptions};
 use packetproof::scenario;
 
 fn load(path: &str) -> Scenario {

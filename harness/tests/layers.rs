@@ -16,6 +16,8 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["report"],
     &["runner"],
+    // What a scenario's run comes to: read by the engine, the reports, the commands, the tests.
+    &["results"],
     // Rule coverage: traces (observe) read on the scenario's nodes (topology), grouped by
     // template for the reports.
     &["coverage"],

@@ -13,7 +13,8 @@ use packetproof::proxy::Mutant;
 use packetproof::proxy::Proxy;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
-use packetproof::runner::{self, Outcome, RunOptions};
+use packetproof::results::Outcome;
+use packetproof::runner::{self, RunOptions};
 use packetproof::scenario;
 
 /// The scenarios whose probes are dropped, forwarded un-translated, rejected by a rule or

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Cluster, Target};
 use crate::oracle::{self, Outcome as Expected};
-use crate::runner::{Outcome, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
 use crate::verdict::{ProbeVerdict, Symptom};
 
 /// `PASS kube-dns-udp  1 probe, 40 attempts  0.31s  (scenarios/kube-dns-udp.yaml)`

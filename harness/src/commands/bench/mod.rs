@@ -134,8 +134,8 @@ fn run_suite(scenarios: &[crate::model::Scenario], coverage: bool) -> Result<usi
     let options = RunOptions { coverage, ..RunOptions::default() };
     let engine = Engine { options, jobs: Engine::default_jobs() };
     let results = engine.execute(&Run::each(scenarios, None), &mut [])?;
-    let fine = |r: &crate::runner::ScenarioReport| {
-        r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_))
+    let fine = |r: &crate::results::ScenarioReport| {
+        r.passed() || matches!(r.outcome, crate::results::Outcome::Skipped(_))
     };
     Ok(results.iter().filter(|(_, r)| !r.as_ref().is_ok_and(fine)).count())
 }
