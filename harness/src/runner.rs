@@ -12,10 +12,11 @@ use crate::coverage;
 use crate::model::{NODE_UPLINK, POD_INTERFACE};
 use crate::model::{Phase, Probe, Protocol, Scenario};
 use crate::observe::conntrack_events::NodeRecorders;
-use crate::observe::{Capture, conntrack, write_pcap};
+use crate::observe::{Capture, conntrack};
 use crate::oracle;
 use crate::probe::{Kinds, Shipment, Wire, Witnesses};
 use crate::proxy::{Env, Proxy, ProxyFailed, Running, State};
+use crate::report::evidence;
 use crate::results::{Outcome, ScenarioReport};
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
@@ -60,7 +61,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     let started = Instant::now();
     // Evidence of an earlier run of this scenario would be read as this run's.
     let evidence_dir = match &options.artifacts {
-        Some(root) => Some(clear_evidence_dir(root, &scenario.name)?),
+        Some(root) => Some(evidence::clear(root, &scenario.name)?),
         None => None,
     };
     let error = match run_in(scenario, proxy, options, evidence_dir.clone(), started) {
@@ -70,7 +71,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
     let Some(failed) = error.chain().find_map(|c| c.downcast_ref::<ProxyFailed>()) else { return Err(error) };
     let artifacts = match evidence_dir {
         Some(dir) => {
-            write_proxy_log(&dir, failed)?;
+            evidence::proxy_failure(&dir, &failed.log, &failed.message)?;
             Some(dir)
         }
         None => None,
@@ -86,21 +87,6 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         profile: Some(options.profile.unwrap_or_else(|| proxy.profile())),
         coverage: None,
     })
-}
-
-/// The evidence of a proxy that failed: its log, and the error that says how.
-fn write_proxy_log(dir: &std::path::Path, failed: &ProxyFailed) -> Result<()> {
-    if let Some(root) = dir.parent() {
-        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-    }
-    std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut files = failed.log.clone();
-    files.push(("failure.txt".into(), format!("{}\n", failed.message).into_bytes()));
-    for (name, contents) in files {
-        let path = dir.join(format!("proxy-{name}"));
-        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
 }
 
 fn run_in(
@@ -216,7 +202,12 @@ fn run_in(
     let passed = verdicts.iter().all(ProbeVerdict::passed);
     let artifacts = match evidence_dir {
         Some(dir) if !passed || options.keep_passing => {
-            keep_evidence(&dir, &topology, running.as_ref(), &evidence, &announced)?;
+            evidence::keep(
+                &dir,
+                &evidence.frames,
+                &node_states(&topology, running.as_ref(), &announced),
+                running.artifacts(),
+            )?;
             Some(dir)
         }
         _ => None,
@@ -239,6 +230,21 @@ fn run_in(
         profile: Some(profile),
         coverage,
     })
+}
+
+/// Each node as the run ended, for its evidence files.
+fn node_states<'a>(
+    topology: &'a Topology,
+    proxy: &dyn Running,
+    announced: &'a NodeRecorders,
+) -> Vec<evidence::NodeState<'a>> {
+    let state = |node: &'a crate::topology::NodeHandle| evidence::NodeState {
+        name: &node.name,
+        rules: proxy.dump_node(node),
+        conntrack: conntrack::dump(&node.netns),
+        events: announced.log(&node.name),
+    };
+    topology.nodes.iter().map(state).collect()
 }
 
 /// A capture on every interface traffic can reach a pod, a node or an external host by.
@@ -551,71 +557,6 @@ fn shared_routes(phases: &[Phase<'_>]) -> BTreeSet<(String, IpAddr)> {
         .filter(|(h, ip, via)| via.is_none() && steered(h, ip))
         .map(|(h, ip, _)| (h.clone(), *ip))
         .collect()
-}
-
-/// The folder for `name`'s evidence under `root`, emptied of an earlier run's. `name` must be
-/// one plain path component: the reader allows only DNS-1123 names, and this refuses anything
-/// else again, since the folder is written as root.
-pub(crate) fn clear_evidence_dir(root: &std::path::Path, name: &str) -> Result<PathBuf> {
-    use std::path::Component;
-    let mut components = std::path::Path::new(name).components();
-    let single =
-        matches!(components.next(), Some(Component::Normal(c)) if c == name) && components.next().is_none();
-    if !single || name.contains(['/', '\\', '\0']) {
-        anyhow::bail!(
-            "scenario name {name:?} cannot name an evidence folder: it must be one plain path component"
-        );
-    }
-    let dir = root.join(name);
-    match std::fs::symlink_metadata(&dir) {
-        // A link is removed, never followed.
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&dir),
-        Ok(_) => std::fs::remove_file(&dir),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-    .with_context(|| format!("removing the earlier evidence in {}", dir.display()))?;
-    Ok(dir)
-}
-
-/// Writes what a reviewer needs to fix a failure without re-running (the engine adds the flow
-/// table as `summary.txt`): a pcap
-/// per capture point, each node's conntrack table and rules as loaded.
-fn keep_evidence(
-    dir: &std::path::Path,
-    topology: &Topology,
-    proxy: &dyn Running,
-    evidence: &Evidence,
-    announced: &NodeRecorders,
-) -> Result<()> {
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
-    };
-    if let Some(root) = dir.parent() {
-        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
-    }
-    // A fresh folder (cleared when the scenario started): create_dir fails rather than write
-    // through anything planted there since.
-    std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (key, frames) in &evidence.frames {
-        write_pcap(&dir.join(format!("{}.pcap", key.replace('/', "-"))), frames)?;
-    }
-    for node in &topology.nodes {
-        let rules = proxy.dump_node(node).unwrap_or_else(|e| format!("(no dump: {e:#})"));
-        write(&format!("node-{}.rules", node.name), &rules)?;
-        let table = match conntrack::dump(&node.netns) {
-            Ok(flows) => flows.iter().map(|f| format!("{f}\n")).collect(),
-            Err(e) => format!("(no conntrack table: {e:#})\n"),
-        };
-        write(&format!("node-{}.conntrack", node.name), &table)?;
-        write(&format!("node-{}.conntrack-events", node.name), announced.log(&node.name))?;
-    }
-    for (name, contents) in proxy.artifacts() {
-        let path = dir.join(format!("proxy-{name}"));
-        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
 }
 
 /// Why this host cannot run `scenario`, if it cannot.

@@ -14,8 +14,9 @@ const LAYERS: &[&[&str]] = &[
     // Generated cases: reads them as the reader does, runs them through the engine.
     &["explore"],
     &["engine"],
-    &["report"],
     &["runner"],
+    // Reports read the results; the runner writes its evidence files through them.
+    &["report"],
     // What a scenario's run comes to: read by the engine, the reports, the commands, the tests.
     &["results"],
     // Rule coverage: traces (observe) read on the scenario's nodes (topology), grouped by

@@ -1,6 +1,8 @@
 //! Terminal reports: one line per scenario, and for a failing scenario its whole flow table,
-//! expected beside observed, in the spirit of kube-proxy's packet-flow tests.
+//! expected beside observed, in the spirit of kube-proxy's packet-flow tests; the JUnit and
+//! JSON reports; the evidence files a scenario leaves (`evidence`).
 
+pub mod evidence;
 mod json;
 mod junit;
 pub mod known_bugs;
