@@ -2,7 +2,7 @@
 //! servers and captures, probes, conntrack, verdicts, evidence, and teardown on every path out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -14,15 +14,15 @@ use crate::model::{Phase, Probe, Protocol, Scenario};
 use crate::observe::conntrack_events::NodeRecorders;
 use crate::observe::{Capture, conntrack};
 use crate::oracle;
-use crate::probe::{Kinds, Shipment, Wire, Witnesses};
+use crate::probe::{Kinds, Shipment, Wire};
 use crate::proxy::{Env, Proxy, ProxyFailed, Running, State};
 use crate::report::evidence;
 use crate::results::{Outcome, ScenarioReport};
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
-use crate::traffic::{Sent, Servers};
-use crate::verdict::evidence::{Evidence, Window};
-use crate::verdict::{self, ProbeVerdict};
+use crate::traffic::Servers;
+use crate::verdict::evidence::Window;
+use crate::verdict::{self, ConntrackTables, ProbeVerdict, SentProbe};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -189,16 +189,7 @@ fn run_in(
     let running = running.context("the proxy did not start again after a restart")?;
 
     // Each phase is judged with the conntrack tables read after it; the last stay as evidence.
-    let mut verdicts: Vec<ProbeVerdict> = Vec::new();
-    let mut evidence = Evidence { frames, conntrack: BTreeMap::new() };
-    let mut stuck = verdict::affinity::Stuck::default();
-    for ((phase, expectations), (sent, tables)) in phases.iter().zip(&expectations).zip(probed) {
-        evidence.conntrack = tables;
-        let mut judged = judge_phase(phase, expectations, sent, &evidence);
-        stuck.check_phase(phase.name, &mut judged);
-        verdict::affinity::check_expiry_across_clients(&mut judged);
-        verdicts.extend(judged);
-    }
+    let (verdicts, evidence) = verdict::judge_run(&phases, &expectations, probed, frames);
     let passed = verdicts.iter().all(ProbeVerdict::passed);
     let artifacts = match evidence_dir {
         Some(dir) if !passed || options.keep_passing => {
@@ -329,25 +320,9 @@ fn predict_phase(
     Ok(judged)
 }
 
-/// A probe as sent: its destination, its attempts, the frames it is judged on, faults found
-/// while sending (a held connection answered by another backend than before), and the
-/// witnesses its kind judges it by.
-struct SentProbe {
-    dst: SocketAddr,
-    sent: Vec<Sent>,
-    window: Window,
-    faults: Vec<verdict::Failure>,
-    witnesses: Box<dyn Witnesses>,
+fn sent_probe(Shipment { dst, sent, faults, witnesses }: Shipment, window: Window) -> SentProbe {
+    SentProbe { dst, sent, window, faults, witnesses }
 }
-
-impl SentProbe {
-    fn new(Shipment { dst, sent, faults, witnesses }: Shipment, window: Window) -> SentProbe {
-        SentProbe { dst, sent, window, faults, witnesses }
-    }
-}
-
-/// Each translating node's conntrack table, by node name.
-type ConntrackTables = BTreeMap<String, Vec<conntrack::Flow>>;
 
 /// The running proxy, with what it takes to start it again (a restart step).
 struct Restartable<'r, 'a> {
@@ -430,34 +405,6 @@ fn state_of<'s>(phase: &Phase<'s>) -> State<'s> {
     State { cluster: phase.cluster, objects: phase.objects }
 }
 
-/// Judges one phase's probes on what they got back, what the wire carried while each ran,
-/// and the conntrack tables read after the phase.
-fn judge_phase(
-    phase: &Phase<'_>,
-    expectations: &[oracle::Expectation],
-    sent: Vec<SentProbe>,
-    evidence: &Evidence,
-) -> Vec<ProbeVerdict> {
-    phase
-        .probes
-        .iter()
-        .zip(expectations)
-        .zip(sent)
-        .map(|((probe, expected), SentProbe { dst, sent, window, faults, witnesses })| {
-            // Each probe is judged on what the wire carried while it ran (a probe sent together
-            // with others, while they all ran: it reads only its own flows there).
-            let during = evidence.during(&window);
-            // An answer that came after the client's wait is an answer, not a drop.
-            let sent = verdict::late::reconcile(phase.cluster, probe, dst, sent, evidence, &window);
-            let mut v =
-                verdict::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
-            v.failures.extend(faults);
-            v.failures.extend(witnesses.check(phase.cluster, probe, dst, &expected.outcome, &sent, &during));
-            v
-        })
-        .collect()
-}
-
 /// Sends each probe of `phase` as its kind does, one after another, except the probes that
 /// go out together (those that wait out a silence, and the clients of a probe from several):
 /// they go out at once where the first of them stands, so a phase's silences cost one timeout
@@ -489,7 +436,7 @@ fn send_probes(
                 let shipments = crate::probe::send_together(&probes, &mut wire)?;
                 let window = window(before, wire.frame_counts());
                 for (j, shipment) in wave.into_iter().zip(shipments) {
-                    all[j] = Some(SentProbe::new(shipment, window.clone()));
+                    all[j] = Some(sent_probe(shipment, window.clone()));
                 }
             }
         }
@@ -498,7 +445,7 @@ fn send_probes(
         }
         let before = wire.frame_counts();
         let shipment = kinds.of(probe).send(probe, expected, &mut wire)?;
-        all[i] = Some(SentProbe::new(shipment, window(before, wire.frame_counts())));
+        all[i] = Some(sent_probe(shipment, window(before, wire.frame_counts())));
     }
     Ok(all.into_iter().flatten().collect())
 }

@@ -26,6 +26,7 @@ use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
 use crate::traffic::{Plan, Prober, Sent};
 use crate::verdict::Failure;
+pub use crate::verdict::Witnesses;
 use crate::verdict::evidence::Evidence;
 
 /// One kind of probe. A kind that carries something from phase to phase (a held connection,
@@ -113,21 +114,6 @@ pub struct Shipment {
     pub sent: Vec<Sent>,
     pub faults: Vec<Failure>,
     pub witnesses: Box<dyn Witnesses>,
-}
-
-/// What the captures and conntrack tables must show of a probe that got `sent` back.
-pub trait Witnesses {
-    /// Failures of the witnesses; `during` is what the wire carried while the probe ran, with
-    /// the conntrack tables read after its phase.
-    fn check(
-        &self,
-        cluster: &Cluster,
-        probe: &Probe,
-        dst: SocketAddr,
-        outcome: &Outcome,
-        sent: &[Sent],
-        during: &Evidence,
-    ) -> Vec<Failure>;
 }
 
 /// The witnesses of a new flow: the client's, the backend's and the translating node's view

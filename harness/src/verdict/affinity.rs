@@ -21,7 +21,7 @@ use super::{Failure, ProbeVerdict, Symptom};
 /// client on one backend throughout with probability `k^-(sum of n - 1)`, which the oracle keeps
 /// below the false-failure rate. A proxy whose affinity never expires does it every time.
 /// Every part of such a probe fails, each naming where every client stayed.
-pub(crate) fn check_expiry_across_clients(verdicts: &mut [ProbeVerdict]) {
+pub(super) fn check_expiry_across_clients(verdicts: &mut [ProbeVerdict]) {
     let mut parts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, v) in verdicts.iter().enumerate() {
         if let (Some(clients), Some(_)) = (&v.probe.clients, expiry(v)) {
@@ -92,12 +92,12 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
 /// that translated it: each node keeps its own affinity table, so a client reaching an external
 /// IP through node-a and through node-b is stuck on each apart (found by `packetproof explore`).
 #[derive(Debug, Default)]
-pub struct Stuck(BTreeMap<(Source, SocketAddr, Option<String>), String>);
+pub(super) struct Stuck(BTreeMap<(Source, SocketAddr, Option<String>), String>);
 
 impl Stuck {
     /// Checks `verdicts` (one phase's, `phase` its step name) against the backends clients
     /// stuck to in earlier phases, then remembers where they are now.
-    pub(crate) fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
+    pub(super) fn check_phase(&mut self, phase: &str, verdicts: &mut [ProbeVerdict]) {
         for v in verdicts.iter_mut() {
             let Outcome::Answered { backends, spread: Spread::Sticky, translated_by } = &v.expected.outcome
             else {

@@ -6,8 +6,10 @@
 pub mod affinity;
 pub mod evidence;
 pub mod late;
+mod phases;
 pub mod symptom;
 
+pub use phases::{ConntrackTables, SentProbe, Witnesses, judge_run};
 pub use symptom::{Failure, Symptom};
 
 use std::collections::BTreeMap;
