@@ -1,8 +1,7 @@
 //! Runs one scenario end to end: expectations from the oracle, namespaces, proxy programming,
 //! servers and captures, probes, conntrack, verdicts, evidence, and teardown on every path out.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -14,14 +13,13 @@ use crate::model::{Phase, Probe, Protocol, Scenario};
 use crate::observe::conntrack_events::NodeRecorders;
 use crate::observe::{Capture, conntrack};
 use crate::oracle;
-use crate::probe::{Kinds, Shipment, Wire};
+use crate::probe::{Kinds, Wire};
 use crate::proxy::{Env, Proxy, ProxyFailed, Running, State};
 use crate::report::evidence;
 use crate::results::{Outcome, ScenarioReport};
 use crate::topology::Topology;
-use crate::traffic::client::SourcePorts;
 use crate::traffic::Servers;
-use crate::verdict::evidence::Window;
+use crate::traffic::client::SourcePorts;
 use crate::verdict::{self, ConntrackTables, ProbeVerdict, SentProbe};
 
 #[derive(Debug, Clone)]
@@ -320,10 +318,6 @@ fn predict_phase(
     Ok(judged)
 }
 
-fn sent_probe(Shipment { dst, sent, faults, witnesses }: Shipment, window: Window) -> SentProbe {
-    SentProbe { dst, sent, window, faults, witnesses }
-}
-
 /// The running proxy, with what it takes to start it again (a restart step).
 struct Restartable<'r, 'a> {
     proxy: &'a dyn Proxy,
@@ -369,7 +363,7 @@ fn probe_phases(
     options: &RunOptions,
 ) -> Result<Vec<(Vec<SentProbe>, ConntrackTables)>> {
     let ports = SourcePorts::default();
-    let shared_routes = shared_routes(phases);
+    let shared_routes = crate::probe::shared_routes(phases);
     let mut out = Vec::new();
     for (i, (phase, expected)) in phases.iter().zip(expectations).enumerate() {
         if i > 0 && phase.restart_proxy {
@@ -378,7 +372,7 @@ fn probe_phases(
             proxy.get()?.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
         let wire = Wire::new(phase.cluster, topology, runtime, &ports, captures, options.timeout);
-        let sent = send_probes(phase, expected, kinds, wire, &shared_routes)?;
+        let sent = crate::probe::send_phase(phase, expected, kinds, wire, &shared_routes)?;
         if let Some(recorder) = recorder.as_deref_mut() {
             recorder.phase_done(topology, probe_flows(phase, &sent)).context("measuring rule coverage")?;
         }
@@ -403,107 +397,6 @@ fn probe_flows(phase: &Phase<'_>, sent: &[SentProbe]) -> Vec<coverage::ProbeFlow
 
 fn state_of<'s>(phase: &Phase<'s>) -> State<'s> {
     State { cluster: phase.cluster, objects: phase.objects }
-}
-
-/// Sends each probe of `phase` as its kind does, one after another, except the probes that
-/// go out together (those that wait out a silence, and the clients of a probe from several):
-/// they go out at once where the first of them stands, so a phase's silences cost one timeout
-/// rather than one each, and clients wait out their pauses side by side. Each of them is
-/// judged on its own flows only (its source ports), so a window shared with the others changes
-/// none of its evidence.
-/// Probes on a route in `shared_routes` keep their places: another probe steers that route.
-fn send_probes(
-    phase: &Phase<'_>,
-    expectations: &[oracle::Expectation],
-    kinds: &mut Kinds,
-    mut wire: Wire<'_>,
-    shared_routes: &BTreeSet<(String, IpAddr)>,
-) -> Result<Vec<SentProbe>> {
-    let mut together = Vec::new();
-    for (i, (probe, expected)) in phase.probes.iter().zip(expectations).enumerate() {
-        let route = crate::probe::route(phase.cluster, probe);
-        let shared = route.is_some_and(|(host, ip, _)| shared_routes.contains(&(host, ip)));
-        if kinds.of(probe).goes_together(probe, expected) && !shared {
-            together.push(i);
-        }
-    }
-    let mut all: Vec<Option<SentProbe>> = phase.probes.iter().map(|_| None).collect();
-    for (i, (probe, expected)) in phase.probes.iter().zip(expectations).enumerate() {
-        if together.first() == Some(&i) {
-            for wave in waves(phase, &together) {
-                let before = wire.frame_counts();
-                let probes: Vec<_> = wave.iter().map(|&j| (&phase.probes[j], &expectations[j])).collect();
-                let shipments = crate::probe::send_together(&probes, &mut wire)?;
-                let window = window(before, wire.frame_counts());
-                for (j, shipment) in wave.into_iter().zip(shipments) {
-                    all[j] = Some(sent_probe(shipment, window.clone()));
-                }
-            }
-        }
-        if together.contains(&i) {
-            continue;
-        }
-        let before = wire.frame_counts();
-        let shipment = kinds.of(probe).send(probe, expected, &mut wire)?;
-        all[i] = Some(sent_probe(shipment, window(before, wire.frame_counts())));
-    }
-    Ok(all.into_iter().flatten().collect())
-}
-
-/// The most attempts sent together: each waits on a thread of its own.
-const MOST_AT_ONCE: u32 = 256;
-
-/// The probes `together` (positions in `phase`) in waves sent one after another. An external
-/// host has one route to an address: probes steering it through different nodes go in
-/// different waves. A wave holds at most [`MOST_AT_ONCE`] attempts, unless one probe has more.
-fn waves(phase: &Phase<'_>, together: &[usize]) -> Vec<Vec<usize>> {
-    struct Wave {
-        probes: Vec<usize>,
-        routes: Vec<(String, IpAddr, Option<String>)>,
-        attempts: u32,
-    }
-    let mut waves: Vec<Wave> = Vec::new();
-    for &i in together {
-        let probe = &phase.probes[i];
-        let route = crate::probe::route(phase.cluster, probe);
-        let clashes = |w: &Wave| match &route {
-            Some((host, ip, via)) => w.routes.iter().any(|(h, i, v)| h == host && i == ip && v != via),
-            None => false,
-        };
-        let fits = |w: &&mut Wave| w.attempts.saturating_add(probe.count) <= MOST_AT_ONCE && !clashes(w);
-        let wave = match waves.iter_mut().find(fits) {
-            Some(wave) => wave,
-            None => {
-                waves.push(Wave { probes: Vec::new(), routes: Vec::new(), attempts: 0 });
-                waves.last_mut().expect("just pushed")
-            }
-        };
-        wave.probes.push(i);
-        wave.routes.extend(route);
-        wave.attempts = wave.attempts.saturating_add(probe.count);
-    }
-    waves.into_iter().map(|w| w.probes).collect()
-}
-
-/// The frames each capture point took between `before` and `after` (frame counts).
-fn window(before: Vec<(String, usize)>, after: Vec<(String, usize)>) -> Window {
-    Window { frames: before.into_iter().zip(after).map(|((key, from), (_, to))| (key, from..to)).collect() }
-}
-
-/// Routes (an external host's to an address) that one probe of the scenario steers through
-/// a node and another takes as it finds it: the latter depends on the order of the two.
-fn shared_routes(phases: &[Phase<'_>]) -> BTreeSet<(String, IpAddr)> {
-    let routes: Vec<_> = phases
-        .iter()
-        .flat_map(|phase| phase.probes.iter().filter_map(|p| crate::probe::route(phase.cluster, p)))
-        .collect();
-    let steered =
-        |host: &str, ip: &IpAddr| routes.iter().any(|(h, i, via)| h == host && i == ip && via.is_some());
-    routes
-        .iter()
-        .filter(|(h, ip, via)| via.is_none() && steered(h, ip))
-        .map(|(h, ip, _)| (h.clone(), *ip))
-        .collect()
 }
 
 /// Why this host cannot run `scenario`, if it cannot.
@@ -534,6 +427,7 @@ fn sctp_available() -> bool {
 mod tests {
     use super::*;
     use crate::model::{Source, Target};
+    use crate::probe::{MOST_AT_ONCE, shared_routes, waves};
 
     fn load(name: &str) -> Scenario {
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{name}.yaml"));

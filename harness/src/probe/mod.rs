@@ -11,6 +11,7 @@ mod health_check;
 mod held;
 mod out_of_window;
 mod request;
+mod schedule;
 mod udp_stream;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,9 @@ use crate::traffic::{Plan, Prober, Sent};
 use crate::verdict::Failure;
 pub use crate::verdict::Witnesses;
 use crate::verdict::evidence::Evidence;
+#[cfg(test)]
+pub(crate) use schedule::{MOST_AT_ONCE, waves};
+pub use schedule::{send_phase, shared_routes};
 
 /// One kind of probe. A kind that carries something from phase to phase (a held connection,
 /// a UDP stream's expectation) keeps it in itself: [`Kinds`] lives for one scenario run.
