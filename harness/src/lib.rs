@@ -11,7 +11,8 @@
 //! runner              one scenario: build, program, probe, observe, judge
 //! results             what a scenario's run comes to: the contract its readers share
 //! coverage            which of the proxy's rules the probes matched (kernel traces), by template
-//! probe               one module per kind of probe: how it is planned, sent, observed, judged
+//! probe · stage       one module per kind of probe: how it is planned, sent, observed, judged;
+//!                     the stage: namespaces, servers, the proxy, captures, up and down in order
 //! scenario            files → model, checked (names the proxies it validates options with)
 //! verdict             expected vs observed, with evidence
 //! proxy               iptables | nftables | ipvs | ruleset | command | apiserver | cluster,
@@ -42,6 +43,7 @@ pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod signals;
+pub mod stage;
 pub mod topology;
 pub mod traffic;
 pub mod verdict;

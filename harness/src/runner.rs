@@ -8,17 +8,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::coverage;
-use crate::model::{NODE_UPLINK, POD_INTERFACE};
 use crate::model::{Phase, Probe, Protocol, Scenario};
+use crate::observe::conntrack;
 use crate::observe::conntrack_events::NodeRecorders;
-use crate::observe::{Capture, conntrack};
 use crate::oracle;
 use crate::probe::{Kinds, Wire};
-use crate::proxy::{Env, Proxy, ProxyFailed, Running, State};
+use crate::proxy::{Proxy, ProxyFailed, Running, State};
 use crate::report::evidence;
 use crate::results::{Outcome, ScenarioReport};
+use crate::stage::{Scene, Stage};
 use crate::topology::Topology;
-use crate::traffic::Servers;
 use crate::traffic::client::SourcePorts;
 use crate::verdict::{self, ConntrackTables, ProbeVerdict, SentProbe};
 
@@ -125,89 +124,58 @@ fn run_in(
             proxy.name()
         );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let topology = runtime
-        .block_on(async {
-            if options.nodes.is_empty() {
-                Topology::build(&scenario.cluster).await
-            } else {
-                Topology::build_on_existing(&scenario.cluster, &options.nodes).await
-            }
-        })
+    let stage = Stage::build(&scenario.cluster, &options.nodes)
         .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
-    // From here, dropping `topology` (on error or panic) removes every namespace.
-    let env = Env { topology: &topology, runtime: runtime.handle().clone(), source: &scenario.source };
-    let mut running = Some(
-        proxy
-            .start(&state_of(&phases[0]), &env)
-            .with_context(|| format!("starting {} on every node", proxy.name()))?,
-    );
-    let servers = {
-        let _in_runtime = runtime.enter();
-        let mut servers = Servers::start(&scenario.cluster, &topology)?;
-        for (node, port) in localhost_listeners(&phases, &mut kinds) {
-            servers.listen_on_localhost(&topology.node(&node)?.netns, port)?;
-        }
-        servers
-    };
+    // From here, the stage takes down whatever is up on every way out.
+    let (verdicts, artifacts, coverage) = stage.play(|scene| {
+        scene.start_proxy(proxy, &state_of(&phases[0]), &scenario.source)?;
+        scene.start_servers(&scenario.cluster, localhost_listeners(&phases, &mut kinds))?;
+        let topology = scene.topology();
+        // Coverage traces what the proxy wrote at start, never its start itself: a proxy that
+        // replaces the whole ruleset would take the trace table with it.
+        let mut recorder = match options.coverage {
+            true if !options.nodes.is_empty() => {
+                anyhow::bail!("--coverage adds a table to every node: not on existing nodes")
+            }
+            true => Some(coverage::Recorder::start(topology)?),
+            false => None,
+        };
+        scene.start_captures()?;
+        // Entries that expire before a phase's table is read are still announced: the evidence
+        // is the same however long the phase took.
+        let mut announced = NodeRecorders::start(topology.nodes.iter().map(|n| (n.name.as_str(), &n.netns)))?;
+        let probed = probe_phases(
+            &phases,
+            &expectations,
+            scene,
+            &mut kinds,
+            &mut announced,
+            recorder.as_mut(),
+            options,
+        );
+        let frames = scene.stop_captures()?;
+        let probed = probed?;
+        // Closes the held connections.
+        drop(kinds);
+        let running = scene.proxy().context("the proxy did not start again after a restart")?;
 
-    // Coverage traces what the proxy wrote at start, never its start itself: a proxy that
-    // replaces the whole ruleset would take the trace table with it.
-    let mut recorder = match options.coverage {
-        true if !options.nodes.is_empty() => {
-            anyhow::bail!("--coverage adds a table to every node: not on existing nodes")
-        }
-        true => Some(coverage::Recorder::start(&topology)?),
-        false => None,
-    };
-    let captures = start_captures(&topology)?;
-    // Entries that expire before a phase's table is read are still announced: the evidence
-    // is the same however long the phase took.
-    let mut announced = NodeRecorders::start(topology.nodes.iter().map(|n| (n.name.as_str(), &n.netns)))?;
-    let probed = probe_phases(
-        &phases,
-        &expectations,
-        Restartable { proxy, env: &env, running: &mut running },
-        &mut kinds,
-        &topology,
-        &runtime,
-        &captures,
-        &mut announced,
-        recorder.as_mut(),
-        options,
-    );
-    let frames = stop_captures(captures)?;
-    let probed = probed?;
-    // Closes the held connections.
-    drop(kinds);
-    let running = running.context("the proxy did not start again after a restart")?;
-
-    // Each phase is judged with the conntrack tables read after it; the last stay as evidence.
-    let (verdicts, evidence) = verdict::judge_run(&phases, &expectations, probed, frames);
-    let passed = verdicts.iter().all(ProbeVerdict::passed);
-    let artifacts = match evidence_dir {
-        Some(dir) if !passed || options.keep_passing => {
-            evidence::keep(
-                &dir,
-                &evidence.frames,
-                &node_states(&topology, running.as_ref(), &announced),
-                running.artifacts(),
-            )?;
-            Some(dir)
-        }
-        _ => None,
-    };
-
-    runtime.block_on(servers.stop());
-    running.stop().with_context(|| format!("stopping {}", proxy.name()))?;
-    drop(runtime);
-    drop(announced);
-    let coverage = recorder.map(|r| Box::new(r.finish()));
-    topology.teardown().context("removing the scenario's namespaces")?;
+        // Each phase is judged with the conntrack tables read after it; the last stay as evidence.
+        let (verdicts, judged_on) = verdict::judge_run(&phases, &expectations, probed, frames);
+        let passed = verdicts.iter().all(ProbeVerdict::passed);
+        let artifacts = match evidence_dir {
+            Some(dir) if !passed || options.keep_passing => {
+                evidence::keep(
+                    &dir,
+                    &judged_on.frames,
+                    &node_states(topology, running, &announced),
+                    running.artifacts(),
+                )?;
+                Some(dir)
+            }
+            _ => None,
+        };
+        Ok((verdicts, artifacts, recorder.map(|r| Box::new(r.finish()))))
+    })?;
     Ok(ScenarioReport {
         scenario: scenario.name.clone(),
         source: scenario.source.clone(),
@@ -234,33 +202,6 @@ fn node_states<'a>(
         events: announced.log(&node.name),
     };
     topology.nodes.iter().map(state).collect()
-}
-
-/// A capture on every interface traffic can reach a pod, a node or an external host by.
-fn start_captures(topology: &Topology) -> Result<Vec<(String, Capture)>> {
-    let mut captures = Vec::new();
-    for (name, ns) in &topology.pods {
-        captures.push((format!("pod/{name}"), Capture::start(ns, POD_INTERFACE)?));
-    }
-    for (name, ns) in &topology.external_hosts {
-        captures.push((format!("external/{name}"), Capture::start(ns, POD_INTERFACE)?));
-    }
-    for node in &topology.nodes {
-        captures.push((format!("node/{}", node.name), Capture::start(&node.netns, NODE_UPLINK)?));
-        captures.push((format!("node/{}/lo", node.name), Capture::start(&node.netns, "lo")?));
-        // Where a local pod's traffic reaches a host-network endpoint of its own node.
-        captures.push((format!("bridge/{}", node.name), Capture::start(&node.netns, &topology.pod_bridge)?));
-    }
-    Ok(captures)
-}
-
-fn stop_captures(captures: Vec<(String, Capture)>) -> Result<BTreeMap<String, Vec<crate::observe::Frame>>> {
-    captures
-        .into_iter()
-        .map(|(key, capture)| {
-            Ok((key.clone(), capture.stop().with_context(|| format!("stopping capture {key}"))?))
-        })
-        .collect()
 }
 
 /// The conntrack table of every node that translated some probe's traffic, and of every node
@@ -318,46 +259,14 @@ fn predict_phase(
     Ok(judged)
 }
 
-/// The running proxy, with what it takes to start it again (a restart step).
-struct Restartable<'r, 'a> {
-    proxy: &'a dyn Proxy,
-    env: &'r Env<'a>,
-    running: &'r mut Option<Box<dyn Running + 'a>>,
-}
-
-impl Restartable<'_, '_> {
-    fn get(&mut self) -> Result<&mut (dyn Running + '_)> {
-        let running = self.running.as_mut().context("the proxy is not running")?;
-        Ok(running.as_mut())
-    }
-
-    /// Stops the proxy and starts it again on the same nodes with `state`, as a node's
-    /// kube-proxy restarts: what it programmed and the conntrack table stay as they are.
-    fn restart(&mut self, state: &State<'_>) -> Result<()> {
-        if self.get()?.restart(state)? {
-            return Ok(());
-        }
-        if let Some(running) = self.running.take() {
-            running.stop().with_context(|| format!("stopping {} for a restart", self.proxy.name()))?;
-        }
-        let started = self.proxy.start(state, self.env);
-        *self.running = Some(started.with_context(|| format!("starting {} again", self.proxy.name()))?);
-        Ok(())
-    }
-}
-
 /// Each phase in turn: the proxy changed to its state (the first is started with it, a
 /// restart step stops and starts it), its probes sent, then the conntrack tables its
 /// answers must be in.
-#[allow(clippy::too_many_arguments)]
 fn probe_phases(
     phases: &[Phase<'_>],
     expectations: &[Vec<oracle::Expectation>],
-    mut proxy: Restartable<'_, '_>,
+    scene: &mut Scene<'_, '_>,
     kinds: &mut Kinds,
-    topology: &Topology,
-    runtime: &tokio::runtime::Runtime,
-    captures: &[(String, Capture)],
     announced: &mut NodeRecorders,
     mut recorder: Option<&mut coverage::Recorder>,
     options: &RunOptions,
@@ -367,11 +276,13 @@ fn probe_phases(
     let mut out = Vec::new();
     for (i, (phase, expected)) in phases.iter().zip(expectations).enumerate() {
         if i > 0 && phase.restart_proxy {
-            proxy.restart(&state_of(phase)).with_context(|| format!("restarting at step {}", phase.name))?;
+            scene.restart(&state_of(phase)).with_context(|| format!("restarting at step {}", phase.name))?;
         } else if i > 0 {
-            proxy.get()?.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
+            scene.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
-        let wire = Wire::new(phase.cluster, topology, runtime, &ports, captures, options.timeout);
+        let topology = scene.topology();
+        let wire =
+            Wire::new(phase.cluster, topology, scene.runtime(), &ports, scene.captures(), options.timeout);
         let sent = crate::probe::send_phase(phase, expected, kinds, wire, &shared_routes)?;
         if let Some(recorder) = recorder.as_deref_mut() {
             recorder.phase_done(topology, probe_flows(phase, &sent)).context("measuring rule coverage")?;

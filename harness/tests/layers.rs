@@ -23,8 +23,9 @@ const LAYERS: &[&[&str]] = &[
     // template for the reports.
     &["coverage"],
     // Each kind of probe plans with the oracle, sends with traffic, judges with verdict: a
-    // layer above all three, which only the runner calls.
-    &["probe"],
+    // layer above all three, which only the runner calls. Beside it the stage (namespaces,
+    // servers, the proxy, captures), which the runner and `bench` set up through.
+    &["probe", "stage"],
     &["scenario"],
     &["verdict"],
     &["proxy"],
