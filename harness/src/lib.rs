@@ -7,14 +7,14 @@
 //! commands            run · check · rules · diff · mutants · bench · matrix · coverage · explore · merge · cleanup
 //! explore             generated cases, run by the engine; shrinking; the corpus
 //! engine              schedules runs, emits events to reporters
-//! report              terminal · JUnit · JSON
 //! runner              one scenario: build, program, probe, observe, judge
+//! report              terminal · JUnit · JSON; evidence files
 //! results             what a scenario's run comes to: the contract its readers share
 //! coverage            which of the proxy's rules the probes matched (kernel traces), by template
 //! probe · stage       one module per kind of probe: how it is planned, sent, observed, judged;
 //!                     the stage: namespaces, servers, the proxy, captures, up and down in order
 //! scenario            files → model, checked (names the proxies it validates options with)
-//! verdict             expected vs observed, with evidence
+//! verdict             expected vs observed, with evidence; a run judged across its probes
 //! proxy               iptables | nftables | ipvs | ruleset | command | apiserver | cluster,
 //!                     and the reference proxy (a stand-in kube-proxy the `apiserver` adapter runs)
 //! apiserver           the embedded Kubernetes API server

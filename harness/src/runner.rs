@@ -1,5 +1,7 @@
-//! Runs one scenario end to end: expectations from the oracle, namespaces, proxy programming,
-//! servers and captures, probes, conntrack, verdicts, evidence, and teardown on every path out.
+//! Runs one scenario end to end, in order: the oracle's expectations, before any namespace
+//! exists; on a [`Stage`], the proxy, servers and captures; each phase's probes (sent as
+//! `probe` schedules them) and the conntrack tables read after it; the verdicts (`verdict`);
+//! for a failure, the evidence (`report::evidence`). The stage takes it all down again.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
