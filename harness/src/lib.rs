@@ -7,12 +7,14 @@
 //! commands            run · check · rules · diff · mutants · bench · matrix · coverage · explore · merge · cleanup
 //! explore             generated cases, run by the engine; shrinking; the corpus
 //! engine              schedules runs, emits events to reporters
-//! report              terminal · JUnit · JSON
 //! runner              one scenario: build, program, probe, observe, judge
+//! report              terminal · JUnit · JSON; evidence files
+//! results             what a scenario's run comes to: the contract its readers share
 //! coverage            which of the proxy's rules the probes matched (kernel traces), by template
-//! probe               one module per kind of probe: how it is planned, sent, observed, judged
+//! probe · stage       one module per kind of probe: how it is planned, sent, observed, judged;
+//!                     the stage: namespaces, servers, the proxy, captures, up and down in order
 //! admission           a file is admitted: read, its proxy buildable for it, its probes judgeable
-//! verdict             expected vs observed, with evidence
+//! verdict             expected vs observed, with evidence; a run judged across its probes
 //! proxy               iptables | nftables | ipvs | ruleset | command | apiserver | cluster,
 //!                     and the reference proxy (a stand-in kube-proxy the `apiserver` adapter runs)
 //! apiserver           the embedded Kubernetes API server
@@ -38,9 +40,11 @@ pub mod privileges;
 pub mod probe;
 pub mod proxy;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod signals;
+pub mod stage;
 pub mod topology;
 pub mod traffic;
 pub mod verdict;

@@ -21,6 +21,7 @@ use packetproof::apiserver::{ApiServer, Kind};
 use packetproof::proxy::apiserver::{ApiServerProxy, objects::node_object};
 use packetproof::proxy::reference::PROXY_LABEL_SELECTOR;
 use packetproof::proxy::{Env, Proxy, State};
+use packetproof::results::Outcome;
 use packetproof::runner::{self, RunOptions};
 use packetproof::topology::Topology;
 use packetproof::topology::netns::{self, Netns};
@@ -309,7 +310,7 @@ fn stale_udp_conntrack_entries_are_cleared_after_a_step() {
     assert!(report.passed(), "{report:#?}");
     let broken = reference("iptables", &["--no-conntrack-cleanup"]);
     let report = runner::run(&live, &broken, &RunOptions::default()).unwrap();
-    let runner::Outcome::Judged(verdicts) = &report.outcome else { panic!("not judged: {report:#?}") };
+    let Outcome::Judged(verdicts) = &report.outcome else { panic!("not judged: {report:#?}") };
     let failed: Vec<&str> = verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.as_str()).collect();
     assert_eq!(failed, ["endpoint-replaced: after"], "only the probe after the step may fail: {report:#?}");
 }
@@ -559,7 +560,7 @@ fn a_proxy_that_cannot_apply_its_rules_fails_the_scenario_with_its_log() {
     let options = RunOptions { artifacts: Some(artifacts.clone()), ..RunOptions::default() };
     let report =
         runner::run(&scenario("kube-dns-udp.yaml"), &proxy, &options).expect("judged, not a setup error");
-    let runner::Outcome::ProxyFailed(reason) = &report.outcome else { panic!("{report:#?}") };
+    let Outcome::ProxyFailed(reason) = &report.outcome else { panic!("{report:#?}") };
     assert!(reason.contains("failed to apply"), "{reason}");
     assert!(report.failed() && !report.passed(), "{report:#?}");
     let dir = report.artifacts.clone().expect("evidence kept");

@@ -8,7 +8,8 @@ use std::time::Duration;
 use packetproof::model::Scenario;
 use packetproof::proxy::Mutant;
 use packetproof::proxy::iptables::BuiltinIptables;
-use packetproof::runner::{self, Outcome, RunOptions};
+use packetproof::results::Outcome;
+use packetproof::runner::{self, RunOptions};
 use packetproof::{admission, report};
 
 /// Runs `scenario_name` against the built-in proxy broken by `mutant`; returns the failure

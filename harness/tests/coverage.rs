@@ -9,7 +9,8 @@ use packetproof::admission;
 use packetproof::coverage::{self, ScenarioCoverage};
 use packetproof::model::Scenario;
 use packetproof::proxy::{self, Mutant, Proxy};
-use packetproof::runner::{self, RunOptions, ScenarioReport};
+use packetproof::results::ScenarioReport;
+use packetproof::runner::{self, RunOptions};
 
 fn load(path: &str) -> Scenario {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);

@@ -21,7 +21,8 @@ use packetproof::proxy::apiserver::stand_in::{NodeProxy, Nodes, StandIns, podman
 use packetproof::proxy::apiserver::sync::unix_now;
 use packetproof::proxy::cluster::ClusterProxy;
 use packetproof::proxy::kube_proxy_config::Mode;
-use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
+use packetproof::results::{Outcome, ScenarioReport};
+use packetproof::runner::{self, RunOptions};
 
 const SCENARIO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/existing-nodes.yaml");
 

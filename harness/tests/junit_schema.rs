@@ -15,7 +15,8 @@ use packetproof::oracle::{Expectation, Outcome as Expected};
 use packetproof::proxy::Mutant;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::report::{self, Finished};
-use packetproof::runner::{self, Outcome, RunOptions, ScenarioReport};
+use packetproof::results::{Outcome, ScenarioReport};
+use packetproof::runner::{self, RunOptions};
 use packetproof::traffic::Attempt;
 use packetproof::{admission, commands, verdict};
 

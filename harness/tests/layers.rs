@@ -14,14 +14,18 @@ const LAYERS: &[&[&str]] = &[
     // Generated cases: reads them as the reader does, runs them through the engine.
     &["explore"],
     &["engine"],
-    &["report"],
     &["runner"],
+    // Reports read the results; the runner writes its evidence files through them.
+    &["report"],
+    // What a scenario's run comes to: read by the engine, the reports, the commands, the tests.
+    &["results"],
     // Rule coverage: traces (observe) read on the scenario's nodes (topology), grouped by
     // template for the reports.
     &["coverage"],
     // Each kind of probe plans with the oracle, sends with traffic, judges with verdict: a
-    // layer above all three, which only the runner calls.
-    &["probe"],
+    // layer above all three, which only the runner calls. Beside it the stage (namespaces,
+    // servers, the proxy, captures), which the runner and `bench` set up through.
+    &["probe", "stage"],
     // Reads a file (scenario), then asks the proxy factory and the oracle what the reader
     // cannot tell: whether the proxy can run it, whether its probes can be judged.
     &["admission"],

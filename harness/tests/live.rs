@@ -10,7 +10,8 @@ use packetproof::proxy::Mutant;
 use packetproof::proxy::Proxy;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
-use packetproof::runner::{self, Outcome, RunOptions};
+use packetproof::results::Outcome;
+use packetproof::runner::{self, RunOptions};
 use packetproof::{admission, report};
 
 fn load(name: &str) -> Option<Scenario> {

@@ -22,8 +22,8 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use packetproof::engine::{Engine, Run};
 use packetproof::model::ProxyChoice;
 use packetproof::model::Scenario;
-use packetproof::runner::ScenarioReport;
-use packetproof::runner::{self, Outcome, RunOptions};
+use packetproof::results::{Outcome, ScenarioReport};
+use packetproof::runner::{self, RunOptions};
 use packetproof::topology::netns;
 use packetproof::{admission, commands, proxy, report, scenario};
 

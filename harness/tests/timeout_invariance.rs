@@ -14,7 +14,8 @@ use packetproof::proxy::Mutant;
 use packetproof::proxy::Proxy;
 use packetproof::proxy::iptables::BuiltinIptables;
 use packetproof::proxy::nftables::BuiltinNftables;
-use packetproof::runner::{self, Outcome, RunOptions};
+use packetproof::results::Outcome;
+use packetproof::runner::{self, RunOptions};
 
 /// The scenarios whose probes are dropped, forwarded un-translated, rejected by a rule or
 /// refused by a host's closed port, in both families.

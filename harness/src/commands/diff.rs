@@ -15,7 +15,8 @@ use std::net::IpAddr;
 use crate::engine::{Engine, Reporter, Run, RunProxy};
 use crate::model::Profile;
 use crate::model::{Cluster, ProxyChoice, Scenario, Source, bridge_address};
-use crate::runner::{Outcome, RunOptions, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
+use crate::runner::RunOptions;
 use crate::traffic::Attempt;
 use crate::verdict::ProbeVerdict;
 

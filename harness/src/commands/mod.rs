@@ -19,7 +19,8 @@ use crate::engine::{self, Engine, MachineReports, Run, RunProgress, RunProxy, Te
 use crate::model::{ProxyChoice, Scenario};
 use crate::report::Paint;
 use crate::report::terminal::Progress;
-use crate::runner::{RunOptions, ScenarioReport};
+use crate::results::ScenarioReport;
+use crate::runner::RunOptions;
 use crate::{admission, privileges, proxy, scenario};
 
 pub(crate) const EXIT_PASS: i32 = 0;

@@ -11,7 +11,8 @@ use crate::model::Scenario;
 use crate::proxy::Mutant;
 use crate::proxy::Proxy;
 use crate::report::known_bugs::{ANY, PROXY};
-use crate::runner::{Outcome, RunOptions, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
+use crate::runner::RunOptions;
 use crate::verdict::Symptom;
 
 pub use crate::proxy::{Breakable, breakable, catalog, not_observable};

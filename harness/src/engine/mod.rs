@@ -15,11 +15,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::model::{ProxyChoice, Scenario};
 use crate::proxy::{self, Proxy};
-use crate::runner::{self, RunOptions, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
+use crate::runner::{self, RunOptions};
 use crate::verdict::ProbeVerdict;
 
 /// Which proxy programs a run's nodes.
@@ -188,7 +189,7 @@ impl Engine {
                         let scenario = runs[index].scenario;
                         let mut control = Control::Continue;
                         if let Ok(report) = &result
-                            && let runner::Outcome::Judged(verdicts) = &report.outcome
+                            && let Outcome::Judged(verdicts) = &report.outcome
                         {
                             for verdict in verdicts {
                                 let event = Event::ProbeJudged { index, scenario, verdict };
@@ -301,11 +302,9 @@ pub fn run_one(run: &Run<'_>, options: &RunOptions, skip_reason: Option<&str>) -
     if let Some(choice) = chosen.filter(|c| !c.options.is_empty()) {
         report.proxy = choice.label();
     }
-    // The runner keeps the kernel's evidence; the flow table is a report's, written beside it.
-    if let (Some(dir), runner::Outcome::Judged(verdicts)) = (&report.artifacts, &report.outcome) {
-        let path = dir.join("summary.txt");
-        std::fs::write(&path, crate::report::flow_table(&s.cluster, verdicts))
-            .with_context(|| format!("writing {}", path.display()))?;
+    // The runner keeps the kernel's evidence; the flow table is written beside it.
+    if let (Some(dir), Outcome::Judged(verdicts)) = (&report.artifacts, &report.outcome) {
+        crate::report::evidence::summary(dir, &s.cluster, verdicts)?;
     }
     Ok(report)
 }

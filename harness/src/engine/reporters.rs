@@ -9,7 +9,7 @@ use super::{Control, Event, Reporter};
 use crate::model::Scenario;
 use crate::report::terminal::Progress;
 use crate::report::{self, Finished, Paint};
-use crate::runner::{Outcome, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
 
 /// What a person watching `packetproof run` reads.
 pub struct TerminalReport {

@@ -26,7 +26,8 @@ use anyhow::{Context, Result};
 
 use crate::engine::{Engine, Run, RunProxy};
 use crate::model::{ProxyChoice, Scenario};
-use crate::runner::{Outcome, RunOptions, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
+use crate::runner::RunOptions;
 use case::{Case, ProbeText};
 use features::{FieldCombinations, Guide};
 use shrink::Signature;

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::case::*;
-use crate::runner::{Outcome, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
 use crate::verdict::symptom::Symptom;
 
 /// How a case fails: each (symptom, kind of flow) of its failing probes, or the proxy's own

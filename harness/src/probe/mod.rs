@@ -11,6 +11,7 @@ mod health_check;
 mod held;
 mod out_of_window;
 mod request;
+mod schedule;
 mod udp_stream;
 
 use std::collections::BTreeMap;
@@ -26,7 +27,9 @@ use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
 use crate::traffic::{Plan, Prober, Sent};
 use crate::verdict::Failure;
+pub use crate::verdict::Witnesses;
 use crate::verdict::evidence::Evidence;
+pub use schedule::{send_phase, shared_routes};
 
 /// One kind of probe. A kind that carries something from phase to phase (a held connection,
 /// a UDP stream's expectation) keeps it in itself: [`Kinds`] lives for one scenario run.
@@ -113,21 +116,6 @@ pub struct Shipment {
     pub sent: Vec<Sent>,
     pub faults: Vec<Failure>,
     pub witnesses: Box<dyn Witnesses>,
-}
-
-/// What the captures and conntrack tables must show of a probe that got `sent` back.
-pub trait Witnesses {
-    /// Failures of the witnesses; `during` is what the wire carried while the probe ran, with
-    /// the conntrack tables read after its phase.
-    fn check(
-        &self,
-        cluster: &Cluster,
-        probe: &Probe,
-        dst: SocketAddr,
-        outcome: &Outcome,
-        sent: &[Sent],
-        during: &Evidence,
-    ) -> Vec<Failure>;
 }
 
 /// The witnesses of a new flow: the client's, the backend's and the translating node's view

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::known_bugs;
 use super::{Finished, destination, expected, headlines_for, known_bug_matches};
 use crate::oracle::Basis;
-use crate::runner::Outcome;
+use crate::results::Outcome;
 
 /// A run's report (`run --json`), as written and as the kernel matrix and `merge` read it back.
 #[derive(Serialize, Deserialize)]

@@ -1,6 +1,8 @@
 //! Terminal reports: one line per scenario, and for a failing scenario its whole flow table,
-//! expected beside observed, in the spirit of kube-proxy's packet-flow tests.
+//! expected beside observed, in the spirit of kube-proxy's packet-flow tests; the JUnit and
+//! JSON reports; the evidence files a scenario leaves (`evidence`).
 
+pub mod evidence;
 mod json;
 mod junit;
 pub mod known_bugs;
@@ -22,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Cluster, Target};
 use crate::oracle::{self, Outcome as Expected};
-use crate::runner::{Outcome, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport};
 use crate::verdict::{ProbeVerdict, Symptom};
 
 /// `PASS kube-dns-udp  1 probe, 40 attempts  0.31s  (scenarios/kube-dns-udp.yaml)`

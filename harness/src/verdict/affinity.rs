@@ -23,7 +23,7 @@ use super::{Failure, ProbeVerdict, Symptom};
 /// client on one backend throughout with probability `k^-(sum of n - 1)`, which the oracle keeps
 /// below the false-failure rate. A proxy whose affinity never expires does it every time.
 /// Every part of such a probe fails, each naming where every client stayed.
-pub(crate) fn check_expiry_across_clients(verdicts: &mut [ProbeVerdict]) {
+pub(super) fn check_expiry_across_clients(verdicts: &mut [ProbeVerdict]) {
     let mut parts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, v) in verdicts.iter().enumerate() {
         if let (Some(clients), Some(_)) = (&v.probe.clients, expiry(v)) {
@@ -107,7 +107,7 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
 /// it (the last rule naming an xt_recent list frees it; nftables deletes the set with its
 /// chain), and the client starts afresh (found by `packetproof explore`: affinity off, then on).
 #[derive(Debug, Default)]
-pub struct Stuck {
+pub(super) struct Stuck {
     stuck: BTreeMap<(Source, SocketAddr, Option<String>), Stuck1>,
     /// Each client's answers, per translating node: the destination, the backend reached, and
     /// the backends that destination could use.
@@ -117,7 +117,7 @@ pub struct Stuck {
 impl Stuck {
     /// Checks `verdicts` (one phase's, `phase` its step name) against the backends clients
     /// stuck to in earlier phases, then remembers where they are now.
-    pub(crate) fn check_phase(&mut self, phase: &str, cluster: &Cluster, verdicts: &mut [ProbeVerdict]) {
+    pub(super) fn check_phase(&mut self, phase: &str, cluster: &Cluster, verdicts: &mut [ProbeVerdict]) {
         self.stuck.retain(|(_, _, node), s| s.still_kept(cluster, node.as_deref()));
         // This phase's answers count whatever the order its probes were sent in.
         for v in verdicts.iter() {

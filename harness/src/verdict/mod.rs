@@ -3,11 +3,13 @@
 //! bounds chosen so that a correct proxy fails the check with probability at most
 //! [`FALSE_FAILURE_RATE`] (the oracle's: it sizes the attempts by the same rate).
 
-pub mod affinity;
+mod affinity;
 pub mod evidence;
 pub mod late;
+mod phases;
 pub mod symptom;
 
+pub use phases::{ConntrackTables, SentProbe, Witnesses, judge_run};
 pub use symptom::{Failure, Symptom};
 
 use std::collections::BTreeMap;

@@ -27,9 +27,10 @@ use anyhow::{Context, Result};
 use crate::engine::{Engine, Run};
 use crate::model::{Cluster, ContainerPort, ExternalHost, Node, PerFamily, Pod, Protocol};
 use crate::runner::RunOptions;
+use crate::stage::Stage;
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
-use crate::traffic::{Attempt, Prober, Servers};
+use crate::traffic::{Attempt, Prober};
 
 /// `bench --scale`: every round, the table, the JSON and the gate; the exit code.
 pub fn scale(args: &ScaleArgs) -> Result<i32> {
@@ -84,7 +85,7 @@ pub fn run(suite: &Path, round_trips: u32, coverage_rounds: usize) -> Result<()>
         ms(median(&mut teardowns)),
     );
 
-    let (probe, raw) = round_trips_between_nodes(&runtime, &cluster, round_trips)?;
+    let (probe, raw) = round_trips_between_nodes(&cluster, round_trips)?;
     println!(
         "TCP round trip pod-a0 -> pod-b0 (other node): probe median {}, raw connect+read median {}, ratio {:.2}  [{round_trips} each]",
         us(probe),
@@ -134,45 +135,37 @@ fn run_suite(scenarios: &[crate::model::Scenario], coverage: bool) -> Result<usi
     let options = RunOptions { coverage, ..RunOptions::default() };
     let engine = Engine { options, jobs: Engine::default_jobs() };
     let results = engine.execute(&Run::each(scenarios, None), &mut [])?;
-    let fine = |r: &crate::runner::ScenarioReport| {
-        r.passed() || matches!(r.outcome, crate::runner::Outcome::Skipped(_))
+    let fine = |r: &crate::results::ScenarioReport| {
+        r.passed() || matches!(r.outcome, crate::results::Outcome::Skipped(_))
     };
     Ok(results.iter().filter(|(_, r)| !r.as_ref().is_ok_and(fine)).count())
 }
 
-fn round_trips_between_nodes(
-    runtime: &tokio::runtime::Runtime,
-    cluster: &Cluster,
-    n: u32,
-) -> Result<(Duration, Duration)> {
-    let topology = runtime.block_on(Topology::build(cluster))?;
-    let servers = {
-        let _in_runtime = runtime.enter();
-        Servers::start(cluster, &topology)?
-    };
-    let target = cluster.pod("pod-b0").context("bench pod")?;
-    let dst = std::net::SocketAddr::new(target.ip(), BENCH_PORT);
-    let prober = Prober::new(&topology.pods["pod-a0"], SourcePorts::default(), Duration::from_secs(1))?;
-    // Warm up neighbour tables so the first samples do not time ARP.
-    prober.probe(Protocol::Tcp, dst, 3)?;
-    let mut probes = Vec::new();
-    let mut raws = Vec::new();
-    for _ in 0..n {
-        let t = Instant::now();
-        let attempt = prober.probe(Protocol::Tcp, dst, 1)?;
-        probes.push(t.elapsed());
-        anyhow::ensure!(
-            matches!(attempt.as_slice(), [Attempt::Answered { .. }]),
-            "bench probe failed: {attempt:?}"
-        );
-        let t = Instant::now();
-        prober.raw_tcp_round_trip(dst)?.context("raw round trip")?;
-        raws.push(t.elapsed());
-    }
-    drop(prober);
-    runtime.block_on(servers.stop());
-    topology.teardown()?;
-    Ok((median(&mut probes), median(&mut raws)))
+fn round_trips_between_nodes(cluster: &Cluster, n: u32) -> Result<(Duration, Duration)> {
+    Stage::build(cluster, &Default::default())?.play(|scene| {
+        scene.start_servers(cluster, [])?;
+        let target = cluster.pod("pod-b0").context("bench pod")?;
+        let dst = std::net::SocketAddr::new(target.ip(), BENCH_PORT);
+        let pod_a0 = &scene.topology().pods["pod-a0"];
+        let prober = Prober::new(pod_a0, SourcePorts::default(), Duration::from_secs(1))?;
+        // Warm up neighbour tables so the first samples do not time ARP.
+        prober.probe(Protocol::Tcp, dst, 3)?;
+        let mut probes = Vec::new();
+        let mut raws = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            let attempt = prober.probe(Protocol::Tcp, dst, 1)?;
+            probes.push(t.elapsed());
+            anyhow::ensure!(
+                matches!(attempt.as_slice(), [Attempt::Answered { .. }]),
+                "bench probe failed: {attempt:?}"
+            );
+            let t = Instant::now();
+            prober.raw_tcp_round_trip(dst)?.context("raw round trip")?;
+            raws.push(t.elapsed());
+        }
+        Ok((median(&mut probes), median(&mut raws)))
+    })
 }
 
 /// The bench cluster: nodes a and b, four pods each serving TCP 8080, one external host.
@@ -236,28 +229,21 @@ pub(crate) fn sync_times(scenario: &Path, choice: &crate::model::ProxyChoice, ro
     };
     let scenario = loaded.pop().context("no scenario")?;
     let proxy = crate::proxy::build(choice, crate::model::folder_of(&scenario.source))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let phases = scenario.phases();
     let state = |i: usize| crate::proxy::State { cluster: phases[i].cluster, objects: phases[i].objects };
     let (mut starts, mut updates) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let topology = runtime.block_on(Topology::build(&scenario.cluster))?;
-        let env = crate::proxy::Env {
-            topology: &topology,
-            runtime: runtime.handle().clone(),
-            source: &scenario.source,
-        };
-        let t = Instant::now();
-        let mut running = proxy.start(&state(0), &env)?;
-        starts.push(t.elapsed());
-        for i in 1..phases.len() {
+        Stage::build(&scenario.cluster, &Default::default())?.play(|scene| {
             let t = Instant::now();
-            running.update(&state(i))?;
-            updates.push(t.elapsed());
-        }
-        running.stop()?;
-        drop(env);
-        topology.teardown()?;
+            scene.start_proxy(proxy.as_ref(), &state(0), &scenario.source)?;
+            starts.push(t.elapsed());
+            for i in 1..phases.len() {
+                let t = Instant::now();
+                scene.update(&state(i))?;
+                updates.push(t.elapsed());
+            }
+            Ok(())
+        })?;
     }
     let figure = |samples: &mut Vec<Duration>| {
         if samples.is_empty() {

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::scenario::{self, Change, WEB_KEPT, WEB_REMOVED};
 use crate::model::{Protocol, ProxyChoice};
-use crate::topology::Topology;
+use crate::stage::Stage;
 use crate::traffic::client::SourcePorts;
-use crate::traffic::{Attempt, Prober, Servers};
+use crate::traffic::{Attempt, Prober};
 
 /// How long a probe attempt waits for an answer. A cluster IP with no rules behind it is
 /// silent in this topology, so this is also the resolution of "add a Service"; shorter, and an
@@ -92,18 +92,13 @@ fn measure(services: usize, choice: &ProxyChoice, connects: usize, file: &Path) 
     let phases = scenario.phases();
     anyhow::ensure!(phases.len() == 1 + Change::ALL.len(), "the scale scenario has one step per change");
     let state = |i: usize| crate::proxy::State { cluster: phases[i].cluster, objects: phases[i].objects };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let topology = runtime.block_on(Topology::build(&scenario.cluster))?;
-    let servers = {
-        let _in_runtime = runtime.enter();
-        Servers::start(&scenario.cluster, &topology)?
-    };
-    let env = crate::proxy::Env { topology: &topology, runtime: runtime.handle().clone(), source: file };
     let mut figures = RoundFigures::default();
-    let result = (|| -> Result<()> {
-        let prober = Prober::new(&topology.pods[scenario::CLIENT], SourcePorts::default(), ATTEMPT_TIMEOUT)?;
+    Stage::build(&scenario.cluster, &Default::default())?.play(|scene| {
+        scene.start_servers(&scenario.cluster, [])?;
+        let prober =
+            Prober::new(&scene.topology().pods[scenario::CLIENT], SourcePorts::default(), ATTEMPT_TIMEOUT)?;
         let t = Instant::now();
-        let mut running = proxy.start(&state(0), &env)?;
+        scene.start_proxy(proxy.as_ref(), &state(0), file)?;
         figures.start_ms = millis(t.elapsed());
         let ip = |name: &str| -> Result<SocketAddr> {
             let svc = scenario.cluster.service(name).with_context(|| format!("no Service {name}"))?;
@@ -124,17 +119,12 @@ fn measure(services: usize, choice: &ProxyChoice, connects: usize, file: &Path) 
         for (i, change) in Change::ALL.into_iter().enumerate() {
             let dst = SocketAddr::new(change.address(), scenario::PORT);
             check_old_path(&prober, change, dst)?;
-            let (wire, synced) = timed_change(&prober, running.as_mut(), &state(i + 1), change, dst)?;
+            let (wire, synced) = timed_change(&prober, scene.running()?, &state(i + 1), change, dst)?;
             figures.wire_ms.push((change, millis(wire)));
             figures.synced_ms.push((change, millis(synced)));
         }
-        drop(prober);
-        running.stop()
-    })();
-    drop(env);
-    runtime.block_on(servers.stop());
-    topology.teardown()?;
-    result?;
+        Ok(())
+    })?;
     figures.harness_peak_kb = own_peak_kb()?;
     figures.proxy_peak_kb = children_peak_kb();
     Ok(figures)

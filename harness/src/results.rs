@@ -1,0 +1,69 @@
+//! What a run of one scenario comes to: the contract between the runner that makes it and
+//! the engine, the reports, the commands and the tests that read it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::coverage::ScenarioCoverage;
+use crate::model::{Profile, Scenario};
+use crate::verdict::ProbeVerdict;
+
+/// How a scenario ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Every probe was judged; some may have failed.
+    Judged(Vec<ProbeVerdict>),
+    /// The proxy under test failed at its own job (its syncs failed) before its probes
+    /// could be judged: the scenario fails, as a probe would.
+    ProxyFailed(String),
+    /// The scenario could not run here; never counts as passed.
+    Skipped(String),
+}
+
+#[derive(Debug)]
+pub struct ScenarioReport {
+    pub scenario: String,
+    pub source: PathBuf,
+    pub proxy: String,
+    pub outcome: Outcome,
+    pub elapsed: Duration,
+    /// Where this scenario's evidence was written, if it was.
+    pub artifacts: Option<PathBuf>,
+    /// Probes and generated flows left out because their outcome is undefined (under the
+    /// profile), with the reason.
+    pub unjudged: Vec<(String, String)>,
+    /// The profile the probes were judged under (none for a scenario that did not run).
+    pub profile: Option<Profile>,
+    /// Which of the proxy's rules the probes matched, when the run measured it (boxed: a
+    /// report travels between threads by value).
+    pub coverage: Option<Box<ScenarioCoverage>>,
+}
+
+impl ScenarioReport {
+    pub fn passed(&self) -> bool {
+        matches!(&self.outcome, Outcome::Judged(v) if v.iter().all(ProbeVerdict::passed))
+    }
+
+    /// Whether the scenario failed: a probe failed, or the proxy did.
+    pub fn failed(&self) -> bool {
+        match &self.outcome {
+            Outcome::Judged(v) => !v.iter().all(ProbeVerdict::passed),
+            Outcome::ProxyFailed(_) => true,
+            Outcome::Skipped(_) => false,
+        }
+    }
+
+    pub fn skipped(scenario: &Scenario, proxy: &str, reason: String) -> ScenarioReport {
+        ScenarioReport {
+            scenario: scenario.name.clone(),
+            source: scenario.source.clone(),
+            proxy: proxy.to_string(),
+            outcome: Outcome::Skipped(reason),
+            elapsed: Duration::ZERO,
+            artifacts: None,
+            unjudged: scenario.unjudged_flows.clone(),
+            profile: None,
+            coverage: None,
+        }
+    }
+}
