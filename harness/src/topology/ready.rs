@@ -10,12 +10,18 @@
 //! ARP asked again only after its one-second retransmit time; the probe's first datagram
 //! waited in the neighbour queue past the probe's timeout and was counted silent, although
 //! its answer came back a moment later. So the topology is ready when the kernel says so:
-//! every link (but loopback and bridges) operationally up, every bridge port forwarding.
+//! every link (but loopback and bridges) operationally up, every bridge port forwarding, and
+//! no address tentative. Duplicate address detection is off in every namespace, but an IPv6
+//! address added before its link had carrier stays tentative until addrconf's work for the
+//! link runs, after the link-watch work: a server binding it before then fails with "Cannot
+//! assign requested address" (found by `packetproof explore`: a dual-stack node's health-check
+//! server).
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use futures::TryStreamExt;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
     BridgePortState, InfoBridgePort, InfoPortData, LinkAttribute, LinkInfo, LinkMessage, State,
 };
@@ -44,8 +50,19 @@ pub(super) async fn wait_until_ready_named(links: &Links, ours: impl Fn(&str) ->
             links.handle().link().get().execute().try_collect().await.map_err(|e| {
                 anyhow::anyhow!("{}: {e}", links.context("listing links to see whether they are up"))
             })?;
-        let waiting: Vec<String> =
-            messages.iter().filter(|m| name(m).is_some_and(&ours)).filter_map(not_ready).collect();
+        let ours: Vec<&LinkMessage> = messages.iter().filter(|m| name(m).is_some_and(&ours)).collect();
+        let mut waiting: Vec<String> = ours.iter().filter_map(|m| not_ready(m)).collect();
+        if waiting.is_empty() {
+            let addresses: Vec<AddressMessage> =
+                links.handle().address().get().execute().try_collect().await.map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: {e}",
+                        links.context("listing addresses to see whether they are usable")
+                    )
+                })?;
+            let on_ours = |a: &&AddressMessage| ours.iter().any(|l| l.header.index == a.header.index);
+            waiting = addresses.iter().filter(on_ours).filter_map(tentative).collect();
+        }
         if waiting.is_empty() {
             return Ok(());
         }
@@ -54,6 +71,20 @@ pub(super) async fn wait_until_ready_named(links: &Links, ours: impl Fn(&str) ->
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// The address of `message`, if it is still tentative (unusable: not bound, not answered for).
+fn tentative(message: &AddressMessage) -> Option<String> {
+    let flagged = message.header.flags.contains(AddressHeaderFlags::Tentative)
+        || message
+            .attributes
+            .iter()
+            .any(|a| matches!(a, AddressAttribute::Flags(f) if f.contains(AddressFlags::Tentative)));
+    let address = message.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Address(ip) => Some(ip.to_string()),
+        _ => None,
+    })?;
+    flagged.then(|| format!("address {address} is tentative"))
 }
 
 fn name(link: &LinkMessage) -> Option<&str> {
@@ -142,5 +173,14 @@ mod tests {
         assert_eq!(not_ready(&link("lo", vec![LinkAttribute::OperState(State::Unknown)])), None);
         let bridge = LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Bridge)]);
         assert_eq!(not_ready(&link("cni0", vec![LinkAttribute::OperState(State::Down), bridge])), None);
+    }
+
+    #[test]
+    fn a_tentative_address_is_not_ready() {
+        let mut m = AddressMessage::default();
+        m.attributes.push(AddressAttribute::Address("fd00::12".parse().unwrap()));
+        assert_eq!(tentative(&m), None);
+        m.attributes.push(AddressAttribute::Flags(AddressFlags::Tentative | AddressFlags::Permanent));
+        assert_eq!(tentative(&m).as_deref(), Some("address fd00::12 is tentative"));
     }
 }
