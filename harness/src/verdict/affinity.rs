@@ -98,9 +98,13 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
 /// or nftables affinity set, is one per endpoint, checked by the cluster IP's, node port's and
 /// load balancer's chains alike, in the endpoints' order). So a client that a frontend on the
 /// same node had to send elsewhere (its traffic policy left out the backend the client was
-/// stuck to) may be sent there next through this one too: such a move is not a loss (found by
-/// `packetproof explore`, after `internalTrafficPolicy: Local` sent a node's cluster IP traffic
-/// to its own endpoint). A move no frontend forced still is.
+/// stuck to) is then in two endpoints' lists, and the proxy takes the first in its order:
+/// through any frontend, now or in a later phase, it may be sent to any backend it reached on
+/// that node. Such a move is not a loss (found by `packetproof explore`, after
+/// `internalTrafficPolicy: Local` sent a node's cluster IP traffic to its own endpoint, through
+/// the node port in the same phase, and through the cluster IP once the policy was Cluster
+/// again). While no frontend ever left out a backend the client reached, it is in one list
+/// only, and any move is a loss.
 ///
 /// The table outlives a phase only while the node keeps the endpoint's affinity: a phase in
 /// which the Service had no ClientIP affinity, or the node no rules for that endpoint, deletes
@@ -109,9 +113,10 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
 #[derive(Debug, Default)]
 pub(super) struct Stuck {
     stuck: BTreeMap<(Source, SocketAddr, Option<String>), Stuck1>,
-    /// Each client's answers, per translating node: the destination, the backend reached, and
-    /// the backends that destination could use.
+    /// Each client's answers, per translating node.
     reached: BTreeMap<(Source, Option<String>), Vec<Answer>>,
+    /// The phases checked so far.
+    phases: usize,
 }
 
 impl Stuck {
@@ -119,13 +124,16 @@ impl Stuck {
     /// stuck to in earlier phases, then remembers where they are now.
     pub(super) fn check_phase(&mut self, phase: &str, cluster: &Cluster, verdicts: &mut [ProbeVerdict]) {
         self.stuck.retain(|(_, _, node), s| s.still_kept(cluster, node.as_deref()));
+        self.phases += 1;
+        let phase_index = self.phases;
         // This phase's answers count whatever the order its probes were sent in.
         for v in verdicts.iter() {
             if let (Some((client, destination, now)), Outcome::Answered { backends, .. }) =
                 (sticky_answer(v), &v.expected.outcome)
             {
                 let usable = backends.keys().cloned().collect();
-                self.reached.entry(client).or_default().push((destination, now, usable));
+                let answer = Answer { phase: phase_index, destination, backend: now, usable };
+                self.reached.entry(client).or_default().push(answer);
             }
         }
         for v in verdicts.iter_mut() {
@@ -135,7 +143,7 @@ impl Stuck {
             if let Some(Stuck1 { backend: before, .. }) = self.stuck.get(&key)
                 && *before != now
                 && backends.contains_key(before)
-                && !self.forced_elsewhere(&key, before, &now)
+                && !self.may_have_moved(&key, &now)
             {
                 v.failures.push(Failure::new(
                     Symptom::AffinityBroken,
@@ -154,21 +162,32 @@ impl Stuck {
         }
     }
 
-    /// Whether another destination on the same node, which could not use `before`, sent the
-    /// client of `key` to `now`: that puts `now` in the node's affinity table for every frontend.
-    fn forced_elsewhere(&self, key: &(Source, SocketAddr, Option<String>), before: &str, now: &str) -> bool {
+    /// Whether the client of `key` may be in `now`'s list on its node as well as in the one it
+    /// was stuck to: it reached `now` there before (an earlier phase, or another destination),
+    /// and some frontend there once could not use a backend it had reached.
+    fn may_have_moved(&self, key: &(Source, SocketAddr, Option<String>), now: &str) -> bool {
         let (from, destination, translated_by) = key;
-        self.reached.get(&(from.clone(), translated_by.clone())).is_some_and(|answers| {
-            answers
-                .iter()
-                .any(|(d, reached, usable)| d != destination && reached == now && !usable.contains(before))
-        })
+        let Some(answers) = self.reached.get(&(from.clone(), translated_by.clone())) else { return false };
+        let reached_before = answers
+            .iter()
+            .any(|a| a.backend == now && (a.phase < self.phases || a.destination != *destination));
+        let all_reached: BTreeSet<&str> = answers.iter().map(|a| a.backend.as_str()).collect();
+        let left_one_out = answers.iter().any(|a| all_reached.iter().any(|b| !a.usable.contains(*b)));
+        reached_before && left_one_out
     }
 }
 
-/// One answer of a client: the destination, the backend reached, and the backends that
-/// destination could use.
-type Answer = (SocketAddr, String, BTreeSet<String>);
+/// One answer of a client, on one node.
+#[derive(Debug)]
+struct Answer {
+    /// The phase it came in (counted from 1).
+    phase: usize,
+    destination: SocketAddr,
+    /// The backend reached.
+    backend: String,
+    /// The backends the destination could use.
+    usable: BTreeSet<String>,
+}
 
 /// Where one client is stuck through one destination: the backend, and the Service port whose
 /// affinity table holds it.
@@ -378,6 +397,18 @@ mod tests {
         let mut next = [sticky("c", CLUSTER_IP, &["a"], "a"), sticky("c", NODE_PORT, &["a", "b"], "a")];
         stuck.check_phase("next", &web(true), &mut next);
         assert_eq!(broken(&next), [false, false]);
+    }
+
+    /// The client, stuck to b, was sent to a while the cluster IP could use only a (its entry for
+    /// b stays); once it may use both again, the proxy finds the client in a's list first.
+    #[test]
+    fn an_older_entry_the_proxy_finds_first_is_not_a_loss() {
+        let mut stuck = Stuck::default();
+        stuck.check_phase("first", &web(true), &mut [sticky("c", CLUSTER_IP, &["a", "b"], "a")]);
+        stuck.check_phase("local", &web(true), &mut [sticky("c", CLUSTER_IP, &["b"], "b")]);
+        let mut next = [sticky("c", CLUSTER_IP, &["a", "b"], "a")];
+        stuck.check_phase("cluster", &web(true), &mut next);
+        assert_eq!(broken(&next), [false]);
     }
 
     /// Affinity switched off for a phase deletes the node's table: the client starts afresh.
