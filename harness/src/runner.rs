@@ -455,10 +455,15 @@ fn probe_phases(
         } else if i > 0 {
             proxy.get()?.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
+        if i > 0
+            && let Some(recorder) = recorder.as_deref_mut()
+        {
+            recorder.rules_changed();
+        }
         let wire = Wire::new(phase.cluster, topology, runtime, &ports, captures, options.timeout);
         let sent = send_probes(phase, expected, kinds, wire, &shared_routes)?;
         if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.phase_done(topology, probe_flows(phase, &sent)).context("measuring rule coverage")?;
+            recorder.phase_done(probe_flows(phase, &sent)).context("measuring rule coverage")?;
         }
         out.push((sent, announced.complete(dump_conntrack(topology, expected)?)?));
     }
