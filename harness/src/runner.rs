@@ -458,7 +458,7 @@ fn probe_phases(
         if i > 0
             && let Some(recorder) = recorder.as_deref_mut()
         {
-            recorder.rules_changed();
+            recorder.rules_changed().context("measuring rule coverage")?;
         }
         let wire = Wire::new(phase.cluster, topology, runtime, &ports, captures, options.timeout);
         let sent = send_probes(phase, expected, kinds, wire, &shared_routes)?;

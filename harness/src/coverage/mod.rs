@@ -81,17 +81,18 @@ type Listed = (u32, Arc<NodeRules>);
 impl Node {
     /// Starts reading the rules in the background; `rules` takes the result if the ruleset is
     /// still of the generation read by then.
-    fn read_ahead(&mut self) {
-        let Some(mut socket) = self.socket.take() else { return };
+    fn read_ahead(&mut self) -> Result<()> {
+        let Some(mut socket) = self.socket.take() else { return Ok(()) };
         let netns = self.netns.clone();
-        let thread = std::thread::Builder::new().name(format!("rules-{}", self.name)).spawn(move || {
-            let listed = rules::list(&netns, &mut socket).map(|(g, r)| (g, Arc::new(r)));
-            (socket, listed)
-        });
-        match thread {
-            Ok(thread) => self.reading = Some(thread),
-            Err(_) => {}
-        }
+        let thread = std::thread::Builder::new()
+            .name(format!("rules-{}", self.name))
+            .spawn(move || {
+                let listed = rules::list(&netns, &mut socket).map(|(g, r)| (g, Arc::new(r)));
+                (socket, listed)
+            })
+            .with_context(|| format!("starting to read the rules of node {}", self.name))?;
+        self.reading = Some(thread);
+        Ok(())
     }
 
     fn join_reading(&mut self) {
@@ -137,7 +138,7 @@ impl Recorder {
                 reading: None,
                 listed: None,
             };
-            state.read_ahead();
+            state.read_ahead()?;
             nodes.push(state);
         }
         Ok(Recorder {
@@ -151,10 +152,8 @@ impl Recorder {
     }
 
     /// After the proxy changed its rules for a phase: reads them while the probes are sent.
-    pub fn rules_changed(&mut self) {
-        for node in &mut self.nodes {
-            node.read_ahead();
-        }
+    pub fn rules_changed(&mut self) -> Result<()> {
+        self.nodes.iter_mut().try_for_each(Node::read_ahead)
     }
 
     /// After a phase's probes: reads each node's rules (unless they are as last read) and

@@ -45,9 +45,16 @@ pub fn list(ns: &Netns, socket: &mut NftSocket) -> Result<(u32, NodeRules)> {
                 rules.traced = true;
                 continue;
             }
-            rules.order.push(RuleId { family: h.family.to_string(), table: h.table, chain: h.chain, handle: h.handle });
+            rules.order.push(RuleId {
+                family: h.family.to_string(),
+                table: h.table,
+                chain: h.chain,
+                handle: h.handle,
+            });
         }
-        let xtables = |family: &str| rules.order.iter().any(|r| r.family == family && XTABLES.contains(&r.table.as_str()));
+        let xtables = |family: &str| {
+            rules.order.iter().any(|r| r.family == family && XTABLES.contains(&r.table.as_str()))
+        };
         let saves: Vec<(&str, &str)> = [("ip", "iptables-save"), ("ip6", "ip6tables-save")]
             .into_iter()
             .filter(|(family, _)| xtables(family))

@@ -115,16 +115,24 @@ impl NftSocket {
         let ack = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE;
         next(self, MSG_NEWTABLE, ack, INET, &attr(1, &text(name)), 0);
         for &(chain, hook, priority, marks) in chains {
-            let hook_attr = nested(4, &[attr(1, &hook.to_be_bytes()), attr(2, &priority.to_be_bytes())].concat());
-            let body = [attr(1, &text(name)), attr(3, &text(chain)), hook_attr, attr(7, &text("filter"))].concat();
+            let hook_attr =
+                nested(4, &[attr(1, &hook.to_be_bytes()), attr(2, &priority.to_be_bytes())].concat());
+            let body =
+                [attr(1, &text(name)), attr(3, &text(chain)), hook_attr, attr(7, &text("filter"))].concat();
             next(self, MSG_NEWCHAIN, ack, INET, &body, 0);
-            for protocol in [libc::IPPROTO_TCP, libc::IPPROTO_UDP, libc::IPPROTO_SCTP].into_iter().filter(|_| marks) {
-                let body = [attr(1, &text(name)), attr(2, &text(chain)), nested(4, &nftrace_if(protocol as u8))].concat();
+            for protocol in
+                [libc::IPPROTO_TCP, libc::IPPROTO_UDP, libc::IPPROTO_SCTP].into_iter().filter(|_| marks)
+            {
+                let body =
+                    [attr(1, &text(name)), attr(2, &text(chain)), nested(4, &nftrace_if(protocol as u8))]
+                        .concat();
                 next(self, MSG_NEWRULE, ack | NLM_F_APPEND, INET, &body, 0);
             }
         }
         next(self, NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, &[], NFNL_SUBSYS_NFTABLES);
-        self.socket.send(&batch, 0).with_context(|| format!("adding table {name} in namespace {}", self.netns))?;
+        self.socket
+            .send(&batch, 0)
+            .with_context(|| format!("adding table {name} in namespace {}", self.netns))?;
         // A request after the batch: its answer comes after every acknowledgement or error of
         // the batch.
         let sequence = self.send_one(MSG_GETGEN, NLM_F_REQUEST, 0, &[])?;
@@ -134,13 +142,19 @@ impl NftSocket {
     fn send_one(&mut self, kind: u16, flags: u16, family: u8, body: &[u8]) -> Result<u32> {
         self.sequence += 1;
         let data = message(kind, flags, self.sequence, family, 0, body);
-        self.socket.send(&data, 0).with_context(|| format!("nf_tables request in namespace {}", self.netns))?;
+        self.socket
+            .send(&data, 0)
+            .with_context(|| format!("nf_tables request in namespace {}", self.netns))?;
         Ok(self.sequence)
     }
 
     /// Reads messages until `on` says the answer to `sequence` is complete (or NLMSG_DONE);
     /// any kernel error on the way is this call's error.
-    fn receive(&mut self, sequence: u32, mut on: impl FnMut(u16, u16, u8, &[u8]) -> Result<bool>) -> Result<()> {
+    fn receive(
+        &mut self,
+        sequence: u32,
+        mut on: impl FnMut(u16, u16, u8, &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         loop {
             let (data, _) = self
                 .socket
@@ -170,10 +184,8 @@ impl NftSocket {
                     }
                     NLMSG_DONE if seq == sequence => return Ok(()),
                     // nfgenmsg (4 bytes), then the attributes.
-                    _ if seq == sequence && body.len() >= 4 => {
-                        if on(kind, flags, body[0], &body[4..])? {
-                            return Ok(());
-                        }
+                    _ if seq == sequence && body.len() >= 4 && on(kind, flags, body[0], &body[4..])? => {
+                        return Ok(());
                     }
                     _ => {}
                 }
@@ -201,14 +213,16 @@ fn set_receive_timeout(socket: &Socket, timeout: Duration) -> std::io::Result<()
 /// `meta l4proto PROTOCOL meta nftrace set 1`, as the expressions list of a rule.
 fn nftrace_if(protocol: u8) -> Vec<u8> {
     const REG: u32 = 1;
-    let expression = |name: &str, data: Vec<u8>| nested(1, &[attr(1, &text(name)), nested(2, &data)].concat());
+    let expression =
+        |name: &str, data: Vec<u8>| nested(1, &[attr(1, &text(name)), nested(2, &data)].concat());
     [
         // meta: NFTA_META_DREG, NFTA_META_KEY (NFT_META_L4PROTO).
         expression("meta", [attr(1, &REG.to_be_bytes()), attr(2, &16u32.to_be_bytes())].concat()),
         // cmp: NFTA_CMP_SREG, NFTA_CMP_OP (eq), NFTA_CMP_DATA { NFTA_DATA_VALUE }.
         expression(
             "cmp",
-            [attr(1, &REG.to_be_bytes()), attr(2, &0u32.to_be_bytes()), nested(3, &attr(1, &[protocol]))].concat(),
+            [attr(1, &REG.to_be_bytes()), attr(2, &0u32.to_be_bytes()), nested(3, &attr(1, &[protocol]))]
+                .concat(),
         ),
         // immediate: NFTA_IMMEDIATE_DREG, NFTA_IMMEDIATE_DATA { NFTA_DATA_VALUE }.
         expression("immediate", [attr(1, &REG.to_be_bytes()), nested(2, &attr(1, &[1]))].concat()),
@@ -229,11 +243,24 @@ fn rule_handle(family: u8, attrs: &[u8]) -> Option<RuleHandle> {
             _ => {}
         }
     }
-    Some(RuleHandle { family: super::nftrace::family_name(family), table: table?, chain: chain?, handle: handle? })
+    Some(RuleHandle { family: family_name(family), table: table?, chain: chain?, handle: handle? })
 }
 
 fn name_of(value: &[u8]) -> String {
     String::from_utf8_lossy(value.split(|&c| c == 0).next().unwrap_or_default()).into_owned()
+}
+
+/// The name nft gives an nfgenmsg family.
+pub(super) fn family_name(family: u8) -> &'static str {
+    match family as i32 {
+        libc::NFPROTO_INET => "inet",
+        libc::NFPROTO_IPV4 => "ip",
+        libc::NFPROTO_IPV6 => "ip6",
+        libc::NFPROTO_ARP => "arp",
+        libc::NFPROTO_BRIDGE => "bridge",
+        libc::NFPROTO_NETDEV => "netdev",
+        _ => "unknown",
+    }
 }
 
 fn message(kind: u16, flags: u16, sequence: u32, family: u8, res_id: u16, body: &[u8]) -> Vec<u8> {
@@ -289,4 +316,3 @@ fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         Some((kind, value))
     })
 }
-

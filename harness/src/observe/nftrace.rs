@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use netlink_sys::{Socket, protocols::NETLINK_NETFILTER};
 
-use super::nftables::NftSocket;
+use super::nftables::{NftSocket, family_name};
 use crate::topology::netns::Netns;
 
 /// The harness's own table in a node namespace while coverage is measured. Rule dumps the
@@ -297,18 +297,6 @@ fn trace_event(family: u8, payload: &[u8]) -> Option<TraceEvent> {
         packet,
         dropped,
     })
-}
-
-pub(super) fn family_name(family: u8) -> &'static str {
-    match family as i32 {
-        libc::NFPROTO_INET => "inet",
-        libc::NFPROTO_IPV4 => "ip",
-        libc::NFPROTO_IPV6 => "ip6",
-        libc::NFPROTO_ARP => "arp",
-        libc::NFPROTO_BRIDGE => "bridge",
-        libc::NFPROTO_NETDEV => "netdev",
-        _ => "unknown",
-    }
 }
 
 /// The protocol, addresses and ports of a TCP, UDP or SCTP packet (whose first four transport
