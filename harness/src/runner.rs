@@ -282,12 +282,17 @@ fn probe_phases(
         } else if i > 0 {
             scene.update(&state_of(phase)).with_context(|| format!("applying step {}", phase.name))?;
         }
+        if i > 0
+            && let Some(recorder) = recorder.as_deref_mut()
+        {
+            recorder.rules_changed().context("measuring rule coverage")?;
+        }
         let topology = scene.topology();
         let wire =
             Wire::new(phase.cluster, topology, scene.runtime(), &ports, scene.captures(), options.timeout);
         let sent = crate::probe::send_phase(phase, expected, kinds, wire, &shared_routes)?;
         if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.phase_done(topology, probe_flows(phase, &sent)).context("measuring rule coverage")?;
+            recorder.phase_done(probe_flows(phase, &sent)).context("measuring rule coverage")?;
         }
         out.push((sent, announced.complete(dump_conntrack(topology, expected)?)?));
     }

@@ -84,3 +84,65 @@ fn a_mutant_dropping_a_covered_rule_shows() {
         "the hairpin masquerade template was not lost: {lost:#?}"
     );
 }
+
+/// A namespace's rules as coverage reads them, against the real kernel: each rule by the
+/// handle traces name, iptables-nft's with `iptables-save`'s text and the rest with nft's, the
+/// trace table left out; the ruleset's generation stays while nothing commits and moves with
+/// any commit, which is what lets a reading stand for a whole phase.
+#[test]
+fn rules_are_read_by_handle_and_kept_while_the_generation_stands() {
+    use packetproof::observe::{nftables::NftSocket, nftrace};
+    use packetproof::topology::netns::{self, Netns};
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let ns = Netns::create(&format!("{}cov-rules", netns::process_prefix())).expect("a namespace");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut socket = NftSocket::open(&ns).unwrap();
+        nftrace::install(&mut socket).unwrap();
+        let restore = "*nat\n:OUTPUT ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A OUTPUT -j KUBE-SERVICES\n\
+                       -A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment \"shop/web:http\" -j DNAT --to-destination 10.0.0.1:80\nCOMMIT\n";
+        ns.exec("iptables-restore", &[], Some(restore.as_bytes())).unwrap();
+        ns.exec(
+            "nft",
+            &["-f", "-"],
+            Some(b"table ip own {\n chain c {\n  ip daddr 10.96.0.11 counter drop\n }\n}\n"),
+        )
+        .unwrap();
+
+        let (generation, rules) = coverage::rules::list(&ns, &mut socket).unwrap();
+        assert!(rules.traced);
+        let texts: Vec<(&str, &str, &str)> = rules
+            .order
+            .iter()
+            .map(|id| (id.table.as_str(), id.chain.as_str(), rules.rules[id].as_str()))
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                ("nat", "OUTPUT", "-A OUTPUT -j KUBE-SERVICES"),
+                (
+                    "nat",
+                    "KUBE-SERVICES",
+                    "-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment \"shop/web:http\" -j DNAT --to-destination 10.0.0.1:80"
+                ),
+                ("own", "c", "ip daddr 10.96.0.11 counter drop"),
+            ]
+        );
+        // The handles are nft's.
+        let listing =
+            String::from_utf8(ns.exec("nft", &["-a", "list", "table", "ip", "own"], None).unwrap().stdout)
+                .unwrap();
+        let own = rules.order.iter().find(|id| id.table == "own").unwrap();
+        assert!(listing.contains(&format!("drop # handle {}", own.handle)), "{listing}");
+
+        assert_eq!(socket.generation().unwrap(), generation, "nothing committed");
+        ns.exec("nft", &["add", "rule", "ip", "own", "c", "ip", "daddr", "10.96.0.12", "drop"], None)
+            .unwrap();
+        assert_ne!(socket.generation().unwrap(), generation, "a commit moves the generation");
+    }));
+    let _ = ns.remove();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}

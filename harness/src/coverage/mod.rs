@@ -20,8 +20,12 @@ use anyhow::{Context, Result};
 pub use attribute::ProbeFlows;
 pub use table::{Example, Table, Template, merge, tables};
 
+use std::sync::Arc;
+
+use crate::observe::nftables::NftSocket;
 use crate::observe::nftrace::{self, Tracer};
 use crate::topology::Topology;
+use crate::topology::netns::Netns;
 use rules::{NodeRules, RuleId};
 
 /// One rule as a node held it in some phase of a scenario, and the probes that hit it.
@@ -48,31 +52,97 @@ pub struct ScenarioCoverage {
 
 /// Traces every node of a scenario while its probes run.
 pub struct Recorder {
-    tracers: Vec<(String, Tracer)>,
+    nodes: Vec<Node>,
     /// Every probe sent so far: a late packet of an earlier phase is still its probe's.
     probes: Vec<ProbeFlows>,
     /// Keyed by (node, family, table, chain, rule text): one rule however many phases held it.
     instances: BTreeMap<(String, String, String, String, String), BTreeSet<String>>,
     /// Each node's rules as last read, for a packet traced before a change removed its rule.
-    last: BTreeMap<String, NodeRules>,
+    last: BTreeMap<String, Arc<NodeRules>>,
     unattributed: usize,
     notes: Vec<String>,
+}
+
+/// One node's tracer and the reading of its rules, which may run in the background while the
+/// probes are sent.
+struct Node {
+    name: String,
+    netns: Netns,
+    tracer: Tracer,
+    /// Away while a background reading has it.
+    socket: Option<NftSocket>,
+    reading: Option<std::thread::JoinHandle<(NftSocket, Result<Listed>)>>,
+    /// The last reading, by the ruleset generation it is of.
+    listed: Option<Listed>,
+}
+
+type Listed = (u32, Arc<NodeRules>);
+
+impl Node {
+    /// Starts reading the rules in the background; `rules` takes the result if the ruleset is
+    /// still of the generation read by then.
+    fn read_ahead(&mut self) -> Result<()> {
+        let Some(mut socket) = self.socket.take() else { return Ok(()) };
+        let netns = self.netns.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rules-{}", self.name))
+            .spawn(move || {
+                let listed = rules::list(&netns, &mut socket).map(|(g, r)| (g, Arc::new(r)));
+                (socket, listed)
+            })
+            .with_context(|| format!("starting to read the rules of node {}", self.name))?;
+        self.reading = Some(thread);
+        Ok(())
+    }
+
+    fn join_reading(&mut self) {
+        if let Some(thread) = self.reading.take() {
+            let (socket, listed) = thread.join().expect("the rules reader panicked");
+            self.socket = Some(socket);
+            // A failed reading ahead is read again now, and fails there if it still does.
+            self.listed = listed.ok().or(self.listed.take());
+        }
+    }
+
+    /// The rules as they are now: the last reading if no commit came since, else read now.
+    fn rules(&mut self) -> Result<Arc<NodeRules>> {
+        self.join_reading();
+        let socket = self.socket.as_mut().expect("no reading is under way");
+        let generation = socket.generation()?;
+        if let Some((read, rules)) = &self.listed
+            && *read == generation
+        {
+            return Ok(rules.clone());
+        }
+        let (generation, rules) = rules::list(&self.netns, socket)?;
+        let rules = Arc::new(rules);
+        self.listed = Some((generation, rules.clone()));
+        Ok(rules)
+    }
 }
 
 impl Recorder {
     /// Adds the trace table to every node and starts reading its traces. Called once the proxy
     /// has started, so that a proxy that replaces the whole ruleset at start keeps it.
     pub fn start(topology: &Topology) -> Result<Recorder> {
-        let mut tracers = Vec::new();
+        let mut nodes = Vec::new();
         for node in &topology.nodes {
-            nftrace::install(&node.netns).with_context(|| format!("node {}", node.name))?;
-            tracers.push((
-                node.name.clone(),
-                Tracer::start(&node.netns).with_context(|| format!("node {}", node.name))?,
-            ));
+            let in_node = || format!("node {}", node.name);
+            let mut socket = NftSocket::open(&node.netns).with_context(in_node)?;
+            nftrace::install(&mut socket).with_context(in_node)?;
+            let mut state = Node {
+                name: node.name.clone(),
+                netns: node.netns.clone(),
+                tracer: Tracer::start(&node.netns).with_context(in_node)?,
+                socket: Some(socket),
+                reading: None,
+                listed: None,
+            };
+            state.read_ahead()?;
+            nodes.push(state);
         }
         Ok(Recorder {
-            tracers,
+            nodes,
             probes: Vec::new(),
             instances: BTreeMap::new(),
             last: BTreeMap::new(),
@@ -81,28 +151,37 @@ impl Recorder {
         })
     }
 
-    /// After a phase's probes: reads each node's rules and what was traced since the last
-    /// phase, and records which probe hit which rule.
-    pub fn phase_done(&mut self, topology: &Topology, probes: Vec<ProbeFlows>) -> Result<()> {
+    /// After the proxy changed its rules for a phase: reads them while the probes are sent.
+    pub fn rules_changed(&mut self) -> Result<()> {
+        self.nodes.iter_mut().try_for_each(Node::read_ahead)
+    }
+
+    /// After a phase's probes: reads each node's rules (unless they are as last read) and
+    /// what was traced since the last phase, and records which probe hit which rule.
+    pub fn phase_done(&mut self, probes: Vec<ProbeFlows>) -> Result<()> {
         self.probes.extend(probes);
+        let read: Vec<Result<Arc<NodeRules>>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = self.nodes.iter_mut().map(|node| scope.spawn(|| node.rules())).collect();
+            threads.into_iter().map(|t| t.join().expect("the rules reader panicked")).collect()
+        });
         let mut listed = BTreeMap::new();
-        for node in &topology.nodes {
-            let rules = rules::list(&node.netns)
-                .with_context(|| format!("reading the rules of node {}", node.name))?;
+        for (node, rules) in self.nodes.iter_mut().zip(read) {
+            let rules = rules.with_context(|| format!("reading the rules of node {}", node.name))?;
             if !rules.traced {
                 // The proxy replaced the whole ruleset (a restart that flushes it): trace again.
                 self.notes.push(format!(
                     "node {}: the proxy removed the trace table; it was added again",
                     node.name
                 ));
-                nftrace::install(&node.netns).with_context(|| format!("node {}", node.name))?;
+                let socket = node.socket.as_mut().expect("no reading is under way");
+                nftrace::install(socket).with_context(|| format!("node {}", node.name))?;
             }
             listed.insert(node.name.clone(), rules);
         }
         let mut crossings = Vec::new();
-        for (node, tracer) in &mut self.tracers {
-            let events = tracer.take().with_context(|| format!("node {node}"))?;
-            crossings.extend(attribute::crossings(events).into_iter().map(|c| (node.clone(), c)));
+        for node in &mut self.nodes {
+            let events = node.tracer.take().with_context(|| format!("node {}", node.name))?;
+            crossings.extend(attribute::crossings(events).into_iter().map(|c| (node.name.clone(), c)));
         }
         let owners =
             attribute::attribute(&crossings.iter().map(|(_, c)| c).collect::<Vec<_>>(), &self.probes);
@@ -136,9 +215,8 @@ impl Recorder {
         Ok(())
     }
 
-    pub fn finish(self) -> ScenarioCoverage {
-        let instances = self
-            .instances
+    pub fn finish(mut self) -> ScenarioCoverage {
+        let instances = std::mem::take(&mut self.instances)
             .into_iter()
             .map(|((node, family, table, chain, rule), hit_by)| Instance {
                 node,
@@ -149,7 +227,22 @@ impl Recorder {
                 hit_by,
             })
             .collect();
-        ScenarioCoverage { instances, unattributed_packets: self.unattributed, notes: self.notes }
+        ScenarioCoverage {
+            instances,
+            unattributed_packets: self.unattributed,
+            notes: std::mem::take(&mut self.notes),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    /// No reading outlives the scenario: its namespaces are about to go.
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(thread) = node.reading.take() {
+                let _ = thread.join();
+            }
+        }
     }
 }
 

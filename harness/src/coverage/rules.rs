@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Result;
 
+use crate::observe::nftables::NftSocket;
 use crate::observe::nftrace::TRACE_TABLE;
 use crate::topology::netns::Netns;
 
@@ -32,18 +33,71 @@ pub struct NodeRules {
 /// The tables iptables-nft keeps: their rules are `iptables-save`'s.
 const XTABLES: &[&str] = &["filter", "nat", "mangle", "raw", "security"];
 
-/// Reads `ns`'s rules.
-pub fn list(ns: &Netns) -> Result<NodeRules> {
-    let listed = ns.exec("nft", &["-a", "list", "ruleset"], None)?;
-    let mut rules = parse_nft(&String::from_utf8_lossy(&listed.stdout));
-    for (family, program) in [("ip", "iptables-save"), ("ip6", "ip6tables-save")] {
-        let has_xtables =
-            rules.order.iter().any(|r| r.family == family && XTABLES.contains(&r.table.as_str()));
-        if has_xtables && let Ok(saved) = ns.exec(program, &[], None) {
-            use_saved_text(&mut rules, family, &String::from_utf8_lossy(&saved.stdout));
+/// Reads `ns`'s rules and the generation they are of. Handles come over netlink; the text of
+/// the tables iptables-nft keeps from `iptables-save` (per family, at once), and from
+/// `nft -a list ruleset` only for rules that has no text for (other tables, an odd chain).
+pub fn list(ns: &Netns, socket: &mut NftSocket) -> Result<(u32, NodeRules)> {
+    for _ in 0..10 {
+        let (generation, handles) = socket.rules()?;
+        let mut rules = NodeRules::default();
+        for h in handles {
+            if h.table == TRACE_TABLE {
+                rules.traced = true;
+                continue;
+            }
+            rules.order.push(RuleId {
+                family: h.family.to_string(),
+                table: h.table,
+                chain: h.chain,
+                handle: h.handle,
+            });
+        }
+        let xtables = |family: &str| {
+            rules.order.iter().any(|r| r.family == family && XTABLES.contains(&r.table.as_str()))
+        };
+        let saves: Vec<(&str, &str)> = [("ip", "iptables-save"), ("ip6", "ip6tables-save")]
+            .into_iter()
+            .filter(|(family, _)| xtables(family))
+            .collect();
+        let others = rules
+            .order
+            .iter()
+            .any(|r| !(matches!(r.family.as_str(), "ip" | "ip6") && XTABLES.contains(&r.table.as_str())));
+        let (saved, mut listing) = std::thread::scope(|scope| {
+            let listing = others.then(|| scope.spawn(|| ns.exec("nft", &["-a", "list", "ruleset"], None)));
+            let saved: Vec<_> = saves
+                .iter()
+                .map(|&(family, program)| (family, scope.spawn(move || ns.exec(program, &[], None))))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|(family, thread)| (family, thread.join().expect("iptables-save thread")))
+                .collect();
+            (saved, listing.map(|thread| thread.join().expect("nft thread")))
+        });
+        for (family, output) in saved {
+            // An iptables-save that fails (a table it calls incompatible) leaves nft's text.
+            if let Ok(output) = output {
+                use_saved_text(&mut rules, family, &String::from_utf8_lossy(&output.stdout));
+            }
+        }
+        if listing.is_none() && rules.order.iter().any(|id| !rules.rules.contains_key(id)) {
+            listing = Some(ns.exec("nft", &["-a", "list", "ruleset"], None));
+        }
+        if let Some(listing) = listing {
+            let listed = parse_nft(&String::from_utf8_lossy(&listing?.stdout));
+            for (id, text) in listed.rules {
+                rules.rules.entry(id).or_insert(text);
+            }
+        }
+        if socket.generation()? == generation {
+            // A rule no listing shows in a form this reads (none is known) is left out, as
+            // the listing alone used to leave it.
+            let NodeRules { rules: texts, order, .. } = &mut rules;
+            order.retain(|id| texts.contains_key(id));
+            return Ok((generation, rules));
         }
     }
-    Ok(rules)
+    anyhow::bail!("the rules of namespace {} kept changing while they were read", ns.name())
 }
 
 /// The rules of `nft -a list ruleset` output, the trace table's left out.

@@ -5,6 +5,7 @@ pub mod capture;
 pub mod conntrack;
 pub mod conntrack_events;
 mod nfnetlink;
+pub mod nftables;
 pub mod nftrace;
 pub mod packet;
 pub(crate) mod packet_socket;

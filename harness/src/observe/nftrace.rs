@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use netlink_sys::{Socket, protocols::NETLINK_NETFILTER};
 
+use super::nftables::{NftSocket, family_name};
 use crate::topology::netns::Netns;
 
 /// The harness's own table in a node namespace while coverage is measured. Rule dumps the
@@ -38,20 +39,22 @@ const MSG_TRACE: u16 = (10 << 8) | 17;
 /// Overflowing is an error, never silence.
 const BUFFER_BYTES: libc::c_int = 16 << 20;
 
-/// Adds [`TRACE_TABLE`] to `ns`.
-pub fn install(ns: &Netns) -> Result<()> {
-    let marks = "meta l4proto { tcp, udp, sctp } meta nftrace set 1";
-    let text = format!(
-        "table inet {TRACE_TABLE} {{\n\
-         \tchain mark-prerouting {{ type filter hook prerouting priority -500; {marks}; }}\n\
-         \tchain mark-output {{ type filter hook output priority -500; {marks}; }}\n\
-         \tchain seen-input {{ type filter hook input priority 500; }}\n\
-         \tchain seen-postrouting {{ type filter hook postrouting priority 500; }}\n\
-         }}\n"
-    );
-    ns.exec("nft", &["-f", "-"], Some(text.as_bytes()))
-        .with_context(|| format!("adding the trace table to namespace {}", ns.name()))?;
-    Ok(())
+/// Adds [`TRACE_TABLE`] to the namespace of `socket`, over netlink: one transaction, no `nft`
+/// process. One marking rule per protocol (`meta l4proto tcp meta nftrace set 1`, …).
+pub fn install(socket: &mut NftSocket) -> Result<()> {
+    const PREROUTING: u32 = 0;
+    const INPUT: u32 = 1;
+    const OUTPUT: u32 = 3;
+    const POSTROUTING: u32 = 4;
+    socket.add_trace_table(
+        TRACE_TABLE,
+        &[
+            ("mark-prerouting", PREROUTING, -500, true),
+            ("mark-output", OUTPUT, -500, true),
+            ("seen-input", INPUT, 500, false),
+            ("seen-postrouting", POSTROUTING, 500, false),
+        ],
+    )
 }
 
 /// `nft list ruleset` output without [`TRACE_TABLE`]: what the proxy wrote, for evidence and
@@ -294,18 +297,6 @@ fn trace_event(family: u8, payload: &[u8]) -> Option<TraceEvent> {
         packet,
         dropped,
     })
-}
-
-fn family_name(family: u8) -> &'static str {
-    match family as i32 {
-        libc::NFPROTO_INET => "inet",
-        libc::NFPROTO_IPV4 => "ip",
-        libc::NFPROTO_IPV6 => "ip6",
-        libc::NFPROTO_ARP => "arp",
-        libc::NFPROTO_BRIDGE => "bridge",
-        libc::NFPROTO_NETDEV => "netdev",
-        _ => "unknown",
-    }
 }
 
 /// The protocol, addresses and ports of a TCP, UDP or SCTP packet (whose first four transport
