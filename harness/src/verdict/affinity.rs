@@ -223,7 +223,7 @@ fn has_rules_for(cluster: &Cluster, svc: &Service, port: &ServicePort, node: &st
 }
 
 /// The Service and port `probe` reaches at `destination`: named by its target, or found by
-/// address for a raw one.
+/// address and protocol for a raw one (a TCP and a UDP port may share a number).
 fn service_port_of(cluster: &Cluster, probe: &Probe, destination: SocketAddr) -> Option<(String, String)> {
     match &probe.to {
         Target::ClusterIp { service, port }
@@ -231,7 +231,7 @@ fn service_port_of(cluster: &Cluster, probe: &Probe, destination: SocketAddr) ->
         | Target::ExternalIp { service, port, .. }
         | Target::LoadBalancer { service, port, .. } => Some((service.clone(), port.clone())),
         _ => cluster.services.iter().find_map(|svc| {
-            let port = svc.ports.iter().find(|p| {
+            let port = svc.ports.iter().filter(|p| p.protocol == probe.protocol).find(|p| {
                 let ip = destination.ip();
                 let frontend = svc.cluster_ips.iter().any(|c| *c == ip)
                     || svc.external_ips.contains(&ip)
