@@ -29,7 +29,25 @@ pub struct Case {
     /// The probes: `None` is every flow (`spec.flows: {all: true}`); a shrunk case lists the
     /// failing ones.
     pub probes: Option<Vec<ProbeText>>,
+    /// Flows that outlive the steps: UDP streams and held TCP connections, each probed in
+    /// every phase while its Service port lasts.
+    pub streams: Vec<StreamSpec>,
     pub steps: Vec<StepSpec>,
+}
+
+/// A flow kept across phases, from a client pod to a Service port's cluster IP: a UDP stream
+/// (every attempt from one fixed source port, in every phase), or a TCP connection held open in
+/// the first phase and checked after each step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    pub name: String,
+    pub client: String,
+    pub service: String,
+    pub port: String,
+    /// The UDP stream's source port; `None` for a held TCP connection.
+    pub source_port: Option<u16>,
+    /// A held connection's checks first send an out-of-window segment on its path.
+    pub out_of_window: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +199,8 @@ pub struct ProbeText {
 pub struct StepSpec {
     pub name: String,
     pub change: Change,
+    /// The proxy also restarts (a change made while it was down).
+    pub restart: bool,
     /// The probes after it (filled in once the state before it is known: see `steps`).
     pub probes: Vec<ProbeText>,
 }
@@ -409,9 +429,13 @@ impl Case {
             };
             let _ = writeln!(out, "  externalHosts:\n    - {{name: outside, {address}{routes}}}");
         }
+        let streams = self.streams_in(0);
         match &self.probes {
             None => {
                 let _ = writeln!(out, "  flows: {{all: true, count: {}}}", self.count);
+                if !streams.is_empty() {
+                    let _ = writeln!(out, "  probes:");
+                }
             }
             Some(probes) => {
                 let _ = writeln!(out, "  probes:");
@@ -420,6 +444,27 @@ impl Case {
                 }
             }
         }
+        for stream in streams {
+            render_stream(stream, true, out);
+        }
+    }
+
+    /// The streams probed in phase `k` (0 is the first state): those whose client and Service
+    /// port have lasted through every phase up to `k`.
+    pub fn streams_in(&self, k: usize) -> Vec<&StreamSpec> {
+        let states: Vec<Case> = (0..=k).map(|i| self.state_after(i)).collect();
+        self.streams
+            .iter()
+            .filter(|st| {
+                self.pods.iter().any(|p| p.name == st.client)
+                    && states.iter().all(|state| {
+                        state.services.iter().any(|s| {
+                            s.name == st.service
+                                && s.ports.iter().any(|p| p.name == st.port && p.udp == st.source_port.is_some())
+                        })
+                    })
+            })
+            .collect()
     }
 
     fn render_probe(&self, p: &ProbeText, out: &mut String) {
@@ -659,10 +704,11 @@ impl Case {
             "---\napiVersion: packetproof.dev/v1alpha1\nkind: Step\nmetadata: {{name: {}}}\nspec:",
             q(&step.name)
         );
+        if step.change == Change::RestartProxy || step.restart {
+            let _ = writeln!(out, "  restartProxy: true");
+        }
         match &step.change {
-            Change::RestartProxy => {
-                let _ = writeln!(out, "  restartProxy: true");
-            }
+            Change::RestartProxy => {}
             Change::DeleteService(name) => {
                 let _ = writeln!(
                     out,
@@ -688,6 +734,10 @@ impl Case {
         for p in &step.probes {
             self.render_probe(p, out);
         }
+        let k = self.steps.iter().position(|s| s.name == step.name).map_or(0, |i| i + 1);
+        for stream in self.streams_in(k) {
+            render_stream(stream, false, out);
+        }
         if let Change::ReplaceService(s) = &step.change {
             self.render_service(s, out);
         }
@@ -695,7 +745,7 @@ impl Case {
 
     /// The case as it stands after its first `k` steps (no steps of its own, every flow probed).
     pub fn state_after(&self, k: usize) -> Case {
-        let mut state = Case { steps: Vec::new(), probes: None, ..self.clone() };
+        let mut state = Case { steps: Vec::new(), probes: None, streams: Vec::new(), ..self.clone() };
         for step in &self.steps[..k] {
             match &step.change {
                 Change::RestartProxy => {}
@@ -710,6 +760,35 @@ impl Case {
         state
     }
 }
+
+/// A stream's probe in one phase: its opener in the first, its check in the later ones (a UDP
+/// stream's is the same probe again: its source port ties the phases together).
+fn render_stream(st: &StreamSpec, first: bool, out: &mut String) {
+    match st.source_port {
+        Some(port) => {
+            let _ = writeln!(out, "    # a UDP stream, kept across the steps");
+            let _ = writeln!(out, "    - name: {}", q(&st.name));
+            let _ = writeln!(out, "      from: {{pod: {}}}", q(&st.client));
+            let _ = writeln!(out, "      to: {{service: {}, port: {}}}", q(&st.service), q(&st.port));
+            let _ = writeln!(out, "      protocol: UDP\n      sourcePort: {port}\n      count: {STREAM_COUNT}");
+        }
+        None if first => {
+            let _ = writeln!(out, "    # a TCP connection, held across the steps");
+            let _ = writeln!(out, "    - name: {}", q(&st.name));
+            let _ = writeln!(out, "      from: {{pod: {}}}", q(&st.client));
+            let _ = writeln!(out, "      to: {{service: {}, port: {}}}", q(&st.service), q(&st.port));
+            let _ = writeln!(out, "      hold: true");
+        }
+        None => {
+            let window = if st.out_of_window { ", outOfWindow: true" } else { "" };
+            let _ =
+                writeln!(out, "    - {{name: {}, held: {}{window}}}", q(&format!("{}-check", st.name)), q(&st.name));
+        }
+    }
+}
+
+/// Attempts of a UDP stream in each phase.
+const STREAM_COUNT: u32 = 3;
 
 /// A string as a YAML (and JSON) double-quoted scalar.
 pub fn q(text: &str) -> String {

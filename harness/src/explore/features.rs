@@ -67,7 +67,22 @@ pub fn of_case(case: &Case) -> BTreeSet<String> {
     for s in &case.services {
         service(case, s, "", &mut f);
     }
+    for st in &case.streams {
+        let kind = match (st.source_port, st.out_of_window) {
+            (Some(_), _) => "UDP stream",
+            (None, false) => "held connection",
+            (None, true) => "held connection, out-of-window checks",
+        };
+        let service = case.services.iter().find(|s| s.name == st.service);
+        f.insert(format!("{kind} to {:?}", service.map(|s| s.kind)));
+        if !case.steps.is_empty() {
+            f.insert(format!("{kind} across steps"));
+        }
+    }
     for step in &case.steps {
+        if step.restart {
+            f.insert("step changes a Service while the proxy restarts".into());
+        }
         match &step.change {
             Change::RestartProxy => {
                 f.insert("step restart".into());

@@ -40,8 +40,10 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
         external,
         pods: Vec::new(),
         services: Vec::new(),
-        count: [3, 6, 20][rng.weighted(&[60, 25, 15])],
+        // Forty attempts see a backend a proxy never chooses among two or three.
+        count: [3, 6, 20, 40][rng.weighted(&[57, 25, 13, 5])],
         probes: None,
+        streams: Vec::new(),
         steps: Vec::new(),
     };
     let services = 1 + rng.weighted(&[40, 40, 20]);
@@ -54,12 +56,38 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
         let name = format!("client-{}", case.pods.len());
         push_pod(&mut case, name, node, None, true, false);
     }
+    if rng.chance(40) {
+        for i in 0..rng.between(1, 2) {
+            let stream = stream(rng, &case, i as u16);
+            case.streams.push(stream);
+        }
+    }
     for k in 0..[0, 1, 2][rng.weighted(&[55, 33, 12])] {
         if let Some(change) = change(rng, &case) {
-            case.steps.push(StepSpec { name: format!("step-{}", k + 1), change, probes: Vec::new() });
+            // A change made while the proxy was down: its first sync after the start finds it.
+            let restart = change != Change::RestartProxy && rng.chance(20);
+            case.steps.push(StepSpec { name: format!("step-{}", k + 1), change, restart, probes: Vec::new() });
         }
     }
     case
+}
+
+/// A flow kept across the steps, from a client pod to one of the Services' ports: a UDP
+/// stream for a UDP port, a held connection for a TCP one. Kept only where the oracle says the
+/// first state answers it (`explore::probes::keep_streams`).
+fn stream(rng: &mut Rng, case: &Case, i: u16) -> StreamSpec {
+    let clients: Vec<&PodSpec> = case.pods.iter().filter(|p| p.app.is_none()).collect();
+    let client = rng.pick(&clients).name.clone();
+    let service = rng.pick(&case.services);
+    let port = rng.pick(&service.ports);
+    StreamSpec {
+        name: format!("stream-{i}"),
+        client,
+        service: service.name.clone(),
+        port: port.name.clone(),
+        source_port: port.udp.then_some(15000 + i),
+        out_of_window: !port.udp && rng.chance(15),
+    }
 }
 
 fn push_pod(
@@ -133,6 +161,11 @@ fn service(rng: &mut Rng, case: &mut Case, slot: u8) -> ServiceSpec {
         let target = EndpointTarget::Node { node: node.clone(), node_name: rng.chance(50) };
         endpoints.push(endpoint(rng, case, target, &node, topology));
     }
+    if sliced && rng.chance(30) {
+        // A replica not yet in the slice, for a step's rollout to add.
+        let node = rng.pick(&case.nodes).name.clone();
+        push_pod(case, format!("{name}-{backends}"), node, Some(name.clone()), true, false);
+    }
     if sliced {
         spec.slice = Some(endpoints);
     }
@@ -185,7 +218,8 @@ fn change(rng: &mut Rng, case: &Case) -> Option<Change> {
 
 fn mutate(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
     let external = s.kind != ServiceType::ClusterIp;
-    match rng.below(5) {
+    match rng.below(6) {
+        5 => rollout(rng, case, s),
         0 if external => s.etp_local = !s.etp_local,
         1 => s.itp_local = !s.itp_local,
         2 => s.affinity = if s.affinity.is_some() { None } else { Some(None) },
@@ -229,5 +263,45 @@ fn mutate(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
             }
             None => s.publish_not_ready = !s.publish_not_ready,
         },
+    }
+}
+
+/// A rolling update's moment: one serving endpoint drains (terminating, still serving) or
+/// leaves, while another pod of the Service becomes ready: new flows go to the new one, and
+/// flows kept across the step must stay or move as the endpoint's fate says.
+fn rollout(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
+    let Some(endpoints) = &mut s.slice else {
+        s.publish_not_ready = !s.publish_not_ready;
+        return;
+    };
+    if let Some(k) = endpoints.iter().position(|e| e.serving) {
+        if rng.chance(50) {
+            endpoints.remove(k);
+        } else {
+            let e = &mut endpoints[k];
+            (e.ready, e.serving, e.terminating) = (false, true, true);
+        }
+    }
+    let listed: Vec<String> = endpoints
+        .iter()
+        .filter_map(|e| match &e.target {
+            EndpointTarget::Pod(p) => Some(p.clone()),
+            EndpointTarget::Node { .. } => None,
+        })
+        .collect();
+    let spare = case.pods.iter().find(|p| p.app.as_ref() == Some(&s.name) && !listed.contains(&p.name));
+    match spare {
+        Some(pod) => endpoints.push(EndpointSpec {
+            target: EndpointTarget::Pod(pod.name.clone()),
+            ready: true,
+            serving: true,
+            terminating: false,
+            hint: None,
+        }),
+        None => {
+            if let Some(e) = endpoints.iter_mut().find(|e| !e.ready && !e.terminating) {
+                (e.ready, e.serving) = (true, true);
+            }
+        }
     }
 }

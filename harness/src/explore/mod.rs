@@ -119,6 +119,7 @@ pub struct Ready {
 /// Fills the steps' probes and reads the case as `run` reads a file; the reader's errors if it
 /// refuses it.
 pub fn prepare(mut case: Case, header: &str) -> Result<Ready, String> {
+    probes::keep_streams(&mut case)?;
     probes::fill_steps(&mut case)?;
     let ready = read(case, header)?;
     // Flows of a known gap of the harness: every other flow, listed.
@@ -130,7 +131,7 @@ pub fn prepare(mut case: Case, header: &str) -> Result<Ready, String> {
     }
     let listed = flows
         .iter()
-        .filter(|p| probes::known_gap(&ready.scenario.cluster, p).is_none())
+        .filter(|p| p.name.starts_with("flow: ") && probes::known_gap(&ready.scenario.cluster, p).is_none())
         .map(|p| probes::text(p, p.name.strip_prefix("flow: ").unwrap_or(&p.name), &p.name))
         .collect();
     read(Case { probes: Some(listed), ..ready.case }, header)
@@ -297,13 +298,10 @@ fn investigate(
     let original_size = size(&ready.case);
     let (shrunk, last_report, runs) = shrink_case(settings, engine, ready, report, &first)?;
     let signature: Signature = shrink::signature(&last_report).intersection(&first).cloned().collect();
-    let known_bug = settings
-        .proxy
-        .options
-        .get("mutant")
-        .and_then(|m| m.as_str())
-        .and_then(crate::report::known_bugs::by_name)
-        .map(|bug| bug.headline());
+    let known_bug = match settings.proxy.options.get("mutant").and_then(|m| m.as_str()) {
+        Some(mutant) => crate::report::known_bugs::by_name(mutant).map(|bug| bug.headline()),
+        None => reproducing_mutants(settings, engine, &shrunk, &signature)?,
+    };
     let passes_unbroken = match settings.proxy.options.get("mutant") {
         Some(_) => {
             let mut unbroken = settings.proxy.clone();
@@ -337,9 +335,10 @@ fn size(case: &Case) -> (usize, usize, usize, usize) {
 fn failing_probes(case: &Case, report: &ScenarioReport) -> Vec<ProbeText> {
     let Outcome::Judged(verdicts) = &report.outcome else { return Vec::new() };
     let in_step = |name: &str| case.steps.iter().any(|s| name.starts_with(&format!("{}: ", s.name)));
+    let stream = |name: &str| case.streams.iter().any(|s| s.name == name);
     verdicts
         .iter()
-        .filter(|v| !v.passed() && !in_step(&v.probe.name))
+        .filter(|v| !v.passed() && !in_step(&v.probe.name) && !stream(&v.probe.name))
         .filter_map(|v| match &case.probes {
             Some(listed) => listed.iter().find(|p| p.name == v.probe.name).cloned(),
             None => {
@@ -411,6 +410,55 @@ fn shrink_case(
             .context("running the shrunk case")?,
     };
     Ok((shrunk, report, runs))
+}
+
+/// The known bugs a finding matches, by reproduction rather than resemblance: the catalogued
+/// mutants of the built-in proxy of the same mode that fail the shrunk case the same way.
+/// `None` when none does (a new finding, or a bug the catalog lacks).
+fn reproducing_mutants(
+    settings: &Settings,
+    engine: &Engine,
+    shrunk: &Ready,
+    signature: &Signature,
+) -> Result<Option<String>> {
+    let mode = settings.proxy.options.get("mode").and_then(|m| m.as_str());
+    let built_in: Vec<String> = if crate::proxy::breakable(&settings.proxy.name).is_some() {
+        vec![settings.proxy.name.clone()]
+    } else {
+        match mode {
+            Some("iptables") => vec!["builtin-iptables".into()],
+            Some("nftables") => vec!["builtin-nftables".into()],
+            // IPVS runs in the kernel matrix's VMs only; any other proxy may be either.
+            Some(_) => Vec::new(),
+            None => vec!["builtin-iptables".into(), "builtin-nftables".into()],
+        }
+    };
+    let choices: Vec<(String, ProxyChoice)> = built_in
+        .iter()
+        .flat_map(|name| {
+            crate::proxy::catalog(name).into_iter().map(move |m| {
+                let mut choice = ProxyChoice::named(name);
+                choice.options.insert("mutant".into(), m.name().into());
+                (m.name().to_string(), choice)
+            })
+        })
+        .collect();
+    let runs: Vec<Run> = choices
+        .iter()
+        .map(|(_, choice)| Run { scenario: &shrunk.scenario, proxy: RunProxy::Choice(choice) })
+        .collect();
+    let results = engine.execute(&runs, &mut [])?;
+    let mut matched: Vec<String> = choices
+        .iter()
+        .zip(results)
+        .filter(|(_, (_, r))| r.as_ref().is_ok_and(|r| shrink::same_way(signature, &shrink::signature(r))))
+        .filter_map(|((mutant, choice), _)| {
+            let bug = crate::report::known_bugs::by_name(mutant)?;
+            Some(format!("{}; reproduced by {}", bug.headline(), choice.label()))
+        })
+        .collect();
+    matched.dedup();
+    Ok((!matched.is_empty()).then(|| matched.join("\n")))
 }
 
 /// The comment at the top of a shrunk case's file.

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::case::{Case, Change, ProbeText, q};
 use crate::model::{Probe, Protocol, Source, Target};
+use crate::oracle::{Basis, Outcome};
 
 /// At most this many probes after a step: the flows through the Service it changed first.
 const PER_STEP: usize = 10;
@@ -98,6 +99,41 @@ pub fn fill_steps(case: &mut Case) -> Result<(), String> {
     Ok(())
 }
 
+/// Keeps the streams the first state answers: a held connection where Kubernetes requires the
+/// answer (so every profile has a connection for its checks), a UDP stream where the iptables
+/// profile expects one (a stream that was never answered has nothing to keep). `Err` when the first state does not load.
+pub fn keep_streams(case: &mut Case) -> Result<(), String> {
+    if case.streams.is_empty() {
+        return Ok(());
+    }
+    let rendered = case.state_after(0).render("");
+    let scenario = crate::admission::load_str(&rendered, Path::new("state.yaml"))
+        .map_err(|e| format!("the first state does not load:\n{e}\n{rendered}"))?;
+    let cluster = &scenario.cluster;
+    case.streams.retain(|st| {
+        let probe = Probe {
+            name: st.name.clone(),
+            from: Source::Pod(st.client.clone()),
+            to: Target::ClusterIp { service: st.service.clone(), port: st.port.clone() },
+            protocol: if st.source_port.is_some() { Protocol::Udp } else { Protocol::Tcp },
+            count: 1,
+            interval: None,
+            family: None,
+            source_port: st.source_port,
+            expect: None,
+            life: crate::model::Life::OneShot,
+            clients: None,
+        };
+        let answered = |e: &crate::oracle::Expectation| matches!(e.outcome, Outcome::Answered { .. });
+        match crate::oracle::expect(cluster, &probe) {
+            Ok(e) if st.source_port.is_some() => answered(&e),
+            Ok(e) => answered(&e) && e.basis == Basis::Contract,
+            Err(_) => false,
+        }
+    });
+    Ok(())
+}
+
 /// Probes of a deleted Service's cluster IP from every pod and node, kept where the oracle states
 /// an outcome in the state after the deletion.
 fn deleted_service_probes(
@@ -156,7 +192,6 @@ pub fn target_service(to: &Target) -> Option<&str> {
 /// Why the harness cannot yet judge `probe` right, for a flow left out of generated cases (so
 /// that a correct proxy never fails on it); each is a known gap, listed in docs/src/explore.md.
 pub fn known_gap(cluster: &crate::model::Cluster, probe: &Probe) -> Option<&'static str> {
-    use crate::oracle::Outcome;
     let expected = crate::oracle::expect(cluster, probe).ok()?;
     let own_node_port =
         matches!((&probe.from, &probe.to), (Source::Node(n), Target::NodePort { node, .. }) if n == node);

@@ -63,6 +63,18 @@ pub fn candidates(case: &Case, failing: &[ProbeText]) -> Vec<Case> {
     for s in &case.services {
         push(without_service(case, &s.name));
     }
+    for i in 0..case.streams.len() {
+        let mut c = case.clone();
+        c.streams.remove(i);
+        push(c);
+    }
+    for k in 0..case.steps.len() {
+        if case.steps[k].restart {
+            let mut c = case.clone();
+            c.steps[k].restart = false;
+            push(c);
+        }
+    }
     if let Some(probes) = &case.probes {
         for i in 0..probes.len() {
             let mut c = case.clone();
@@ -229,6 +241,7 @@ fn without_service(case: &Case, name: &str) -> Case {
     c.services.retain(|s| s.name != name);
     c.pods.retain(|p| p.app.as_deref() != Some(name));
     c.steps.retain(|st| st.change.service() != Some(name));
+    c.streams.retain(|st| st.service != name);
     c
 }
 
@@ -260,6 +273,7 @@ fn without_node(case: &Case, name: &str) -> Case {
 fn without_pod(case: &Case, name: &str) -> Case {
     let mut c = case.clone();
     c.pods.retain(|p| p.name != name);
+    c.streams.retain(|st| st.client != name);
     for s in c.services.iter_mut().chain(c.steps.iter_mut().filter_map(|st| match &mut st.change {
         Change::ReplaceService(s) => Some(s),
         _ => None,

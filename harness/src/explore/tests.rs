@@ -53,6 +53,10 @@ fn generation_reaches_every_kind_of_field() {
         "step changes",
         "service CIDR routed from outside",
         "selected pod ready false",
+        "UDP stream across steps",
+        "held connection across steps",
+        "held connection, out-of-window checks",
+        "step changes a Service while the proxy restarts",
     ] {
         assert!(guide.seen.iter().any(|f| f.contains(wanted)), "never generated: {wanted}");
     }

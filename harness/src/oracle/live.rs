@@ -136,6 +136,27 @@ pub(crate) fn predict_stream(
     }
 }
 
+/// A UDP stream's attempts all leave from one source port, so they are one conntrack flow
+/// (and one IPVS connection): once a backend is chosen, every attempt goes to it while the
+/// entry lives. So attempts a fresh flow would spread are all on one backend, and attempts
+/// spaced past an affinity timeout say nothing of the affinity.
+pub(crate) fn one_flow(prediction: Prediction) -> Prediction {
+    let Prediction::Expected(e) = prediction else { return prediction };
+    match e.outcome {
+        Outcome::Answered { backends, spread: Spread::Uniform, translated_by } => Prediction::Expected(Expectation {
+            outcome: Outcome::Answered { backends, spread: Spread::Sticky, translated_by },
+            because: format!("{}, every attempt one conntrack flow from a kept source port", e.because),
+            ..e
+        }),
+        Outcome::Answered { spread: Spread::AffinityExpires { .. }, .. } => Prediction::Open(
+            "a UDP flow from a kept source port stays on its conntrack entry, which may outlive the affinity \
+             timeout"
+                .into(),
+        ),
+        _ => Prediction::Expected(e),
+    }
+}
+
 /// Whether `pod` still serves the Service port `target` names in `cluster`.
 fn still_serving(cluster: &Cluster, target: &Target, pod: &str) -> bool {
     let (service, port) = match target {

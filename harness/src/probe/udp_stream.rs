@@ -28,10 +28,10 @@ impl Kind for UdpStream {
         let fresh = oracle::predict(cluster, probe, profile)?;
         let Some(port) = probe.source_port else { return Ok(fresh) };
         let key = (probe.from.clone(), port);
-        let prediction = match self.last_phase.get(&key) {
+        let prediction = oracle::live::one_flow(match self.last_phase.get(&key) {
             Some(previous) => oracle::live::predict_stream(previous, cluster, probe, fresh, profile),
             None => fresh,
-        };
+        });
         if let Prediction::Expected(e) = &prediction {
             self.this_phase.insert(key, e.clone());
         }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::kubernetes::endpoints::{PortPolicy, Terminating, select_with};
 use crate::kubernetes::topology::{self, Hints};
-use crate::model::{Cluster, Probe, Service, ServicePort, SessionAffinity, Source, Target};
+use crate::model::{Cluster, Life, Probe, Service, ServicePort, SessionAffinity, Source, Target};
 use crate::oracle::{Outcome, Spread};
 use crate::traffic::Attempt;
 
@@ -249,6 +249,13 @@ fn sticky_answer(v: &ProbeVerdict) -> Option<((Source, Option<String>), SocketAd
     let Outcome::Answered { spread: Spread::Sticky, translated_by, .. } = &v.expected.outcome else {
         return None;
     };
+    // A held connection's check and a UDP stream travel on a conntrack entry made before:
+    // no affinity chooses their backend, and none is recorded by them (the `recent` and
+    // affinity-set updates sit on the path of a new connection only). Found by `packetproof
+    // explore`: two connections a client held, checked once affinity was switched on.
+    if matches!(v.probe.life, Life::Held { .. }) || v.probe.source_port.is_some() {
+        return None;
+    }
     let now = v.observed.iter().find_map(Attempt::backend)?;
     Some(((v.probe.from.clone(), translated_by.clone()), v.destination, now.to_string()))
 }
@@ -370,6 +377,29 @@ mod tests {
         let mut next = [sticky("c", NODE_PORT, &["a", "b"], "a")];
         stuck.check_phase("next", &web(true), &mut next);
         assert_eq!(broken(&next), [true]);
+    }
+
+    /// Held connections and UDP streams ride conntrack entries made before: a client's two
+    /// connections on two backends say nothing of its affinity (found by `packetproof explore`).
+    #[test]
+    fn flows_on_earlier_conntrack_entries_are_not_affinity() {
+        let mut stuck = Stuck::default();
+        let held = |reached: &str| {
+            let mut v = sticky("c", CLUSTER_IP, &["a", "b"], reached);
+            v.probe.life = Life::Held { opener: "session".into(), out_of_window: false };
+            v
+        };
+        let stream = |reached: &str| {
+            let mut v = sticky("c", CLUSTER_IP, &["a", "b"], reached);
+            v.probe.source_port = Some(15000);
+            v
+        };
+        let mut phase = [held("a"), held("b"), stream("a"), stream("b")];
+        stuck.check_phase("on", &web(true), &mut phase);
+        assert_eq!(broken(&phase), [false, false, false, false]);
+        let mut next = [sticky("c", CLUSTER_IP, &["a", "b"], "b")];
+        stuck.check_phase("next", &web(true), &mut next);
+        assert_eq!(broken(&next), [false]);
     }
 
     /// A restart that forgets every client moves them on every frontend at once: that the
