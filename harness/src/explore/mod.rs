@@ -421,19 +421,28 @@ fn reproducing_mutants(
     shrunk: &Ready,
     signature: &Signature,
 ) -> Result<Option<String>> {
-    let mode = settings.proxy.options.get("mode").and_then(|m| m.as_str());
-    let built_in: Vec<String> = if crate::proxy::breakable(&settings.proxy.name).is_some() {
-        vec![settings.proxy.name.clone()]
-    } else {
-        match mode {
-            Some("iptables") => vec!["builtin-iptables".into()],
-            Some("nftables") => vec!["builtin-nftables".into()],
-            // IPVS runs in the kernel matrix's VMs only; any other proxy may be either.
-            Some(_) => Vec::new(),
-            None => vec!["builtin-iptables".into(), "builtin-nftables".into()],
-        }
+    // A correct built-in proxy's failure is the oracle's, and matches no bug.
+    if crate::proxy::breakable(&settings.proxy.name).is_some() {
+        return Ok(None);
+    }
+    let built_in: Vec<&str> = match settings.proxy.options.get("mode").and_then(|m| m.as_str()) {
+        Some("iptables") => vec!["builtin-iptables"],
+        Some("nftables") => vec!["builtin-nftables"],
+        // IPVS runs in the kernel matrix's VMs only; a proxy of no mode may be either.
+        Some(_) => Vec::new(),
+        None => vec!["builtin-iptables", "builtin-nftables"],
     };
-    let choices: Vec<(String, ProxyChoice)> = built_in
+    // Only a built-in proxy that passes the case unbroken can tell a bug by its mutants.
+    let unbroken: Vec<ProxyChoice> = built_in.iter().map(|name| ProxyChoice::named(name)).collect();
+    let runs: Vec<Run> =
+        unbroken.iter().map(|choice| Run { scenario: &shrunk.scenario, proxy: RunProxy::Choice(choice) }).collect();
+    let passing: Vec<&str> = built_in
+        .iter()
+        .zip(engine.execute(&runs, &mut [])?)
+        .filter(|(_, (_, r))| r.as_ref().is_ok_and(|r| r.passed()))
+        .map(|(name, _)| *name)
+        .collect();
+    let choices: Vec<(String, ProxyChoice)> = passing
         .iter()
         .flat_map(|name| {
             crate::proxy::catalog(name).into_iter().map(move |m| {

@@ -155,7 +155,10 @@ impl Stuck {
                 ));
             }
             match service_port_of(cluster, &v.probe, key.1) {
-                Some((service, port)) => self.stuck.insert(key, Stuck1 { backend: now, service, port }),
+                Some((service, port)) => {
+                    let timeout = affinity_timeout(cluster, &service);
+                    self.stuck.insert(key, Stuck1 { backend: now, service, port, timeout })
+                }
                 // A destination of no Service port the reader knows: nothing to keep.
                 None => self.stuck.remove(&key),
             };
@@ -196,15 +199,28 @@ struct Stuck1 {
     backend: String,
     service: String,
     port: String,
+    /// The Service's affinity timeout when the client stuck.
+    timeout: Option<u32>,
+}
+
+/// A Service's ClientIP affinity timeout, if it has affinity.
+fn affinity_timeout(cluster: &Cluster, service: &str) -> Option<u32> {
+    match cluster.service(service)?.session_affinity {
+        SessionAffinity::ClientIp { timeout_seconds } => Some(timeout_seconds),
+        SessionAffinity::None => None,
+    }
 }
 
 impl Stuck1 {
     /// Whether `node` (the translating node; none: any) still keeps the table in `cluster`: the
-    /// Service port has ClientIP affinity and the node has rules for the backend.
+    /// Service port has ClientIP affinity with the same timeout and the node has rules for the
+    /// backend. A new timeout may start a new table: nftables sets take their timeout when made,
+    /// so kube-proxy's nftables mode makes the set again (iptables' `recent` list outlives it);
+    /// Kubernetes says nothing (found by `packetproof explore`: 600 s, then the default).
     fn still_kept(&self, cluster: &Cluster, node: Option<&str>) -> bool {
         let Some(svc) = cluster.service(&self.service) else { return false };
         let Some(port) = svc.ports.iter().find(|p| p.name == self.port) else { return false };
-        if !matches!(svc.session_affinity, SessionAffinity::ClientIp { .. }) {
+        if affinity_timeout(cluster, &self.service) != self.timeout || self.timeout.is_none() {
             return false;
         }
         match node {
