@@ -51,7 +51,15 @@ impl Kind for Held {
     fn predict(&mut self, probe: &Probe, cluster: &Cluster, profile: Profile) -> Result<Prediction, String> {
         match &probe.life {
             // A held connection's fate is decided by the state it was opened in and this one.
-            Life::Held { opener, .. } => match self.opened.get(opener) {
+            Life::Held { opener, out_of_window } => match self.opened.get(opener) {
+                // The segment is made from the backend pod's capture and sent from its namespace.
+                Some(Expectation { outcome: Outcome::Answered { backends, .. }, .. })
+                    if *out_of_window && backends.keys().any(|b| cluster.pod(b).is_none()) =>
+                {
+                    Ok(Prediction::Open(
+                        "an out-of-window segment from a host-network backend is not modelled".into(),
+                    ))
+                }
                 Some(at_open) => oracle::live::predict_held(at_open, cluster, probe, profile),
                 None => Ok(Prediction::Open(format!("its opener {opener} is not judged"))),
             },
@@ -194,6 +202,7 @@ impl Witnesses for HeldWitnesses {
         };
         let flow = HeldFlow {
             dst,
+            points: evidence::backend_capture_points(cluster, &self.pod),
             pod: &self.pod,
             backend: self.backend,
             seen: self.seen,
@@ -207,6 +216,8 @@ impl Witnesses for HeldWitnesses {
 /// opened (its pod and address) and the source that backend saw.
 struct HeldFlow<'a> {
     dst: SocketAddr,
+    /// Where the backend's frames are captured (a host-network backend's are its node's).
+    points: Vec<String>,
     pod: &'a str,
     backend: SocketAddr,
     seen: SocketAddr,
@@ -221,8 +232,8 @@ fn check(flow: &HeldFlow<'_>, sent: &Sent, evidence: &Evidence) -> Vec<Failure> 
     }
     let mut faults = Vec::new();
     let (pod, backend, seen) = (flow.pod, flow.backend, flow.seen);
-    let frames = evidence.frames.get(&format!("pod/{pod}")).map(Vec::as_slice).unwrap_or_default();
-    let arrived = frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| {
+    let frames = flow.points.iter().filter_map(|p| evidence.frames.get(p)).flatten();
+    let arrived = frames.filter_map(|f| f.packet.as_ref()).any(|p| {
         p.endpoints() == Some((seen, backend)) && matches!(p.l4, L4::Tcp { syn: false, rst: false, .. })
     });
     if !arrived {

@@ -395,6 +395,22 @@ mod tests {
         assert_eq!(broken(&next), [true]);
     }
 
+    /// A new timeout may start a new table (nftables sets take theirs when made): a move after
+    /// it is not judged (found by `packetproof explore`).
+    #[test]
+    fn a_new_timeout_may_forget_where_clients_were() {
+        let with_timeout = |timeout_seconds| {
+            let mut cluster = web(true);
+            cluster.services[0].session_affinity = SessionAffinity::ClientIp { timeout_seconds };
+            cluster
+        };
+        let mut stuck = Stuck::default();
+        stuck.check_phase("first", &with_timeout(600), &mut [sticky("c", NODE_PORT, &["a", "b"], "b")]);
+        let mut next = [sticky("c", NODE_PORT, &["a", "b"], "a")];
+        stuck.check_phase("default timeout", &with_timeout(10800), &mut next);
+        assert_eq!(broken(&next), [false]);
+    }
+
     /// Held connections and UDP streams ride conntrack entries made before: a client's two
     /// connections on two backends say nothing of its affinity (found by `packetproof explore`).
     #[test]

@@ -63,6 +63,18 @@ impl Evidence {
 }
 
 /// Where a probe's source captures what comes back to it.
+/// Where a backend's frames are captured: a backend is a pod, an external host or a node
+/// (host-network) that is an endpoint.
+pub(crate) fn backend_capture_points(cluster: &Cluster, backend: &str) -> Vec<String> {
+    if cluster.pod(backend).is_some() {
+        vec![format!("pod/{backend}")]
+    } else if cluster.node(backend).is_some() {
+        vec![format!("node/{backend}"), format!("node/{backend}/lo"), format!("bridge/{backend}")]
+    } else {
+        vec![format!("external/{backend}")]
+    }
+}
+
 pub(crate) fn client_capture_points(probe: &Probe) -> Vec<String> {
     match &probe.from {
         crate::model::Source::Pod(p) => vec![format!("pod/{p}")],
@@ -465,14 +477,7 @@ fn answered(
             format!("{pod} answered, but it backs no endpoint of this destination"),
         ));
     };
-    // A backend is a pod, an external host or a node (host-network) that is an endpoint.
-    let points = if cluster.pod(pod).is_some() {
-        vec![format!("pod/{pod}")]
-    } else if cluster.node(pod).is_some() {
-        vec![format!("node/{pod}"), format!("node/{pod}/lo"), format!("bridge/{pod}")]
-    } else {
-        vec![format!("external/{pod}")]
-    };
+    let points = backend_capture_points(cluster, pod);
     let frames: Vec<&Frame> = points.iter().filter_map(|p| evidence.frames.get(p)).flatten().collect();
     if points.iter().all(|p| !evidence.frames.contains_key(p)) {
         return Some(wrong_path(format!("on the wire: nothing was captured at {pod}")));
