@@ -145,14 +145,9 @@ pub fn text(rules: &RuleSet, existing: &Existing) -> String {
     let mut out = String::new();
     let wanted_chain = |name: &str| rules.chains.iter().any(|c| c.name == name);
     let wanted_set = |name: &str| rules.sets.iter().any(|s| s.name == name);
-    // An affinity set is kept as it is, with what it learned, unless its timeout changed.
-    let kept = |name: &str| {
-        name.starts_with("affinity-")
-            && rules
-                .sets
-                .iter()
-                .any(|s| s.name == name && existing.timeouts.get(name).copied().flatten() == s.timeout)
-    };
+    // An affinity set is kept with what it learned; a new timeout is set in place by the set's
+    // `add set`, as kube-proxy's does (v1.30.3, kernel 6.18: the elements stay).
+    let kept = |name: &str| name.starts_with("affinity-") && wanted_set(name);
     let _ = writeln!(out, "add table {ip} {TABLE}");
     for (name, &rules_now) in &existing.chains {
         // An empty stale chain was flushed by an earlier sync: nothing references it now.
