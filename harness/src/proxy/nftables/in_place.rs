@@ -146,8 +146,14 @@ pub fn text(rules: &RuleSet, existing: &Existing) -> String {
     let wanted_chain = |name: &str| rules.chains.iter().any(|c| c.name == name);
     let wanted_set = |name: &str| rules.sets.iter().any(|s| s.name == name);
     // An affinity set is kept with what it learned; a new timeout is set in place by the set's
-    // `add set`, as kube-proxy's does (v1.30.3, kernel 6.18: the elements stay).
-    let kept = |name: &str| name.starts_with("affinity-") && wanted_set(name);
+    // `add set`, as kube-proxy's does (v1.30.3, kernel 6.18: the elements stay). Flags cannot
+    // change in place: a set that gains or loses its timeout (a mutant's) is made again.
+    let kept = |name: &str| {
+        name.starts_with("affinity-")
+            && rules.sets.iter().any(|s| {
+                s.name == name && existing.timeouts.get(name).copied().flatten().is_some() == s.timeout.is_some()
+            })
+    };
     let _ = writeln!(out, "add table {ip} {TABLE}");
     for (name, &rules_now) in &existing.chains {
         // An empty stale chain was flushed by an earlier sync: nothing references it now.

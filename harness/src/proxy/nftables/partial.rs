@@ -178,11 +178,16 @@ pub(crate) fn text(rules: &RuleSet, last: &Last, changed: &HashSet<String>) -> P
         chains.insert(chain.name.clone());
     }
     // An affinity set keeps what it learned; a new timeout is set in place by its `add set`, as
-    // kube-proxy's does (v1.30.3, kernel 6.18: the elements stay).
+    // kube-proxy's does (v1.30.3, kernel 6.18: the elements stay). Its users, the Service's
+    // chains, were flushed above.
     let mut affinity = HashMap::new();
     for set in rules.sets.iter().filter(|s| is_affinity_set(&s.name)) {
         let before = last.affinity.get(&set.name);
         if rewritten(&set.name) {
+            // Flags cannot change in place: a set that gains or loses its timeout is made again.
+            if before.is_some_and(|timeout| timeout.is_some() != set.timeout.is_some()) {
+                let _ = writeln!(out, "delete set {ip} {TABLE} {}", set.name);
+            }
             let _ = writeln!(out, "add set {ip} {TABLE} {} {}", set.name, set_spec(set));
             affinity.insert(set.name.clone(), set.timeout);
         } else if let Some(&timeout) = before {
