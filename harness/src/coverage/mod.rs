@@ -60,6 +60,8 @@ pub struct Recorder {
     /// Each node's rules as last read, for a packet traced before a change removed its rule.
     last: BTreeMap<String, Arc<NodeRules>>,
     unattributed: usize,
+    /// Hits on rules no reading listed (made and replaced between two readings), per node.
+    unlisted: BTreeMap<String, usize>,
     notes: Vec<String>,
 }
 
@@ -147,6 +149,7 @@ impl Recorder {
             instances: BTreeMap::new(),
             last: BTreeMap::new(),
             unattributed: 0,
+            unlisted: BTreeMap::new(),
             notes: Vec::new(),
         })
     }
@@ -206,7 +209,10 @@ impl Recorder {
                     .into_iter()
                     .flatten()
                     .find_map(|rules| rules.rules.get(&id));
-                let Some(text) = text else { continue };
+                let Some(text) = text else {
+                    *self.unlisted.entry(node.clone()).or_default() += 1;
+                    continue;
+                };
                 let hit_by = self.instances.entry(key(node, &id, text)).or_default();
                 hit_by.extend(owners.iter().map(|&i| self.probes[i].label.clone()));
             }
@@ -216,6 +222,12 @@ impl Recorder {
     }
 
     pub fn finish(mut self) -> ScenarioCoverage {
+        for (node, hits) in std::mem::take(&mut self.unlisted) {
+            self.notes.push(format!(
+                "node {node}: {hits} traced hits named rules no reading listed (the proxy replaced them \
+                 between two readings), so they count for no template"
+            ));
+        }
         let instances = std::mem::take(&mut self.instances)
             .into_iter()
             .map(|((node, family, table, chain, rule), hit_by)| Instance {

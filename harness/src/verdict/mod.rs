@@ -55,7 +55,8 @@ pub fn judge(
             let mut failures = check_answers(backends, uniform, &observed);
             // A probe from several clients is judged on expiry across them all (`affinity`).
             if probe.clients.is_none() || !matches!(spread, Spread::AffinityExpires { .. }) {
-                failures.extend(check_spread(*spread, backends.len(), &observed));
+                let one_flow = probe.source_port.is_some();
+                failures.extend(check_spread(*spread, backends.len(), &observed, one_flow));
             }
             failures
         }
@@ -95,12 +96,23 @@ fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) 
 /// Session affinity: sticky attempts must all reach one backend; attempts spaced past the
 /// timeout must not (a correct proxy lands them all on one of `k` backends with probability
 /// `k^(1-n)`, which the oracle keeps below [`FALSE_FAILURE_RATE`]).
-fn check_spread(spread: Spread, k: usize, observed: &[Attempt]) -> Vec<Failure> {
+/// `one_flow`: the attempts share a source port, so they are one conntrack flow, whatever the
+/// affinity.
+fn check_spread(spread: Spread, k: usize, observed: &[Attempt], one_flow: bool) -> Vec<Failure> {
     let mut reached: Vec<&str> = observed.iter().filter_map(Attempt::backend).collect();
     let answers = reached.len();
     reached.sort();
     reached.dedup();
     match spread {
+        Spread::Sticky if one_flow && reached.len() > 1 => vec![Failure::new(
+            Symptom::WrongBackend,
+            format!(
+                "one flow moved: attempts from one source port reached {} different backends ({}) in {answers} \
+                 attempts, so its conntrack entry was lost",
+                reached.len(),
+                reached.join(", ")
+            ),
+        )],
         Spread::Sticky if reached.len() > 1 => vec![Failure::new(
             Symptom::AffinityBroken,
             format!(
