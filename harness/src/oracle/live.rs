@@ -16,9 +16,9 @@
 //!   its nftables mode (v1.30) has no such rule (kubernetes/kubernetes#122663), and Kubernetes
 //!   leaves it open.
 
-use crate::model::{Cluster, Implementation, Life, Probe, Target};
+use crate::model::{Cluster, Implementation, Life, Probe, Source, Target};
 
-use super::{Basis, Expectation, Outcome, Prediction, Profile, Spread};
+use super::{Basis, Expectation, Outcome, Prediction, Profile, SeenSource, Spread};
 
 /// What `profile` expects of `check` (a `held` check), given the opener's expectation (made
 /// for the state the connection was opened in) and the state at the check.
@@ -44,6 +44,12 @@ pub(crate) fn predict_held(
     };
     let gone: Vec<&str> =
         backends.keys().map(String::as_str).filter(|pod| !still_serving(now, &check.to, pod)).collect();
+    if *out_of_window && let Some(node) = answered_to_own_node(now, check, backends) {
+        return Ok(Prediction::Open(format!(
+            "the out-of-window segment is addressed to {node}, the backend's own node, so that node's stack \
+             takes it (INPUT, where no proxy rule drops conntrack-invalid packets) and may reset the connection"
+        )));
+    }
     if *out_of_window {
         return Ok(match profile.implementation {
             Implementation::KubeProxyIptables => Prediction::Expected(Expectation {
@@ -88,6 +94,25 @@ pub(crate) fn predict_held(
     })
 }
 
+/// The node of a backend whose connection came from that node itself (masqueraded there, or a
+/// process of the node): its answers, and a segment made to look like one, go to the node's own
+/// stack rather than through its forwarding path (found by `packetproof explore`: a pod's
+/// hairpin connection, masqueraded to its node's bridge address).
+fn answered_to_own_node(
+    now: &Cluster,
+    check: &Probe,
+    backends: &std::collections::BTreeMap<String, SeenSource>,
+) -> Option<String> {
+    backends.iter().find_map(|(pod, seen)| {
+        let node = now.pod(pod).map(|p| p.node.clone()).or_else(|| now.node(pod).map(|n| n.name.clone()))?;
+        let local = match seen {
+            SeenSource::Masqueraded { node: by, .. } => *by == node,
+            SeenSource::Client { .. } => matches!(&check.from, Source::Node(n) if *n == node),
+        };
+        local.then_some(node)
+    })
+}
+
 /// What `profile` expects of a UDP stream (a probe keeping its source port) in a later phase,
 /// given what the same stream was expected to do in the phase before and what a fresh flow
 /// would do now. Its conntrack entry outlives the change when every backend it may be on
@@ -101,13 +126,18 @@ pub(crate) fn predict_stream(
     fresh: Prediction,
     profile: Profile,
 ) -> Prediction {
-    let (Outcome::Answered { backends: before, translated_by, .. }, Prediction::Expected(fresh_expectation)) =
-        (&previous.outcome, &fresh)
-    else {
+    let Outcome::Answered { backends: before, translated_by, .. } = &previous.outcome else {
         return fresh;
     };
-    let Outcome::Answered { backends: fresh_backends, .. } = &fresh_expectation.outcome else { return fresh };
-    let unchanged = before.keys().eq(fresh_backends.keys());
+    // A fresh flow now dropped or refused (a traffic policy or source range that leaves this
+    // client out) is decided for new flows only: the proxies' drops and rejects match new
+    // connections (found by `packetproof explore`: `internalTrafficPolicy: Local` set while the
+    // stream ran), so the stream stays while its backend serves.
+    let fresh_backends = match &fresh {
+        Prediction::Expected(Expectation { outcome: Outcome::Answered { backends, .. }, .. }) => Some(backends),
+        _ => None,
+    };
+    let unchanged = fresh_backends.is_some_and(|fresh| before.keys().eq(fresh.keys()));
     if unchanged || !before.keys().all(|pod| still_serving(now, &probe.to, pod)) {
         return fresh;
     }
