@@ -159,6 +159,14 @@ pub fn report(s: &Summary, seed: u64) -> String {
         flows
     ));
     for f in &s.findings {
+        if let Some(same) = &f.same_as {
+            out.push_str(&format!(
+                "FAILED {} as {same} did (not shrunk again): {}\n",
+                f.case,
+                f.file.display()
+            ));
+            continue;
+        }
         let (services, pods, nodes, steps) = f.size;
         out.push_str(&format!(
             "FAILED {}: shrunk to {services} Services, {pods} pods, {nodes} nodes, {steps} steps: {}\n",

@@ -180,7 +180,8 @@ impl Reporter for CoverageReport {
             let tables = report::coverage_tables(&finished);
             // What limited a scenario's measurement is said, never left out of the figure silently.
             for (scenario, result) in results.iter() {
-                let notes = result.as_ref().ok().and_then(|r| r.coverage.as_deref()).map(|c| c.notes.as_slice());
+                let notes =
+                    result.as_ref().ok().and_then(|r| r.coverage.as_deref()).map(|c| c.notes.as_slice());
                 for note in notes.unwrap_or_default() {
                     println!("rules: {}: {note}", scenario.name);
                 }

@@ -460,7 +460,9 @@ impl Case {
                     && states.iter().all(|state| {
                         state.services.iter().any(|s| {
                             s.name == st.service
-                                && s.ports.iter().any(|p| p.name == st.port && p.udp == st.source_port.is_some())
+                                && s.ports
+                                    .iter()
+                                    .any(|p| p.name == st.port && p.udp == st.source_port.is_some())
                         })
                     })
             })
@@ -770,7 +772,8 @@ fn render_stream(st: &StreamSpec, first: bool, out: &mut String) {
             let _ = writeln!(out, "    - name: {}", q(&st.name));
             let _ = writeln!(out, "      from: {{pod: {}}}", q(&st.client));
             let _ = writeln!(out, "      to: {{service: {}, port: {}}}", q(&st.service), q(&st.port));
-            let _ = writeln!(out, "      protocol: UDP\n      sourcePort: {port}\n      count: {STREAM_COUNT}");
+            let _ =
+                writeln!(out, "      protocol: UDP\n      sourcePort: {port}\n      count: {STREAM_COUNT}");
         }
         None if first => {
             let _ = writeln!(out, "    # a TCP connection, held across the steps");
@@ -781,8 +784,12 @@ fn render_stream(st: &StreamSpec, first: bool, out: &mut String) {
         }
         None => {
             let window = if st.out_of_window { ", outOfWindow: true" } else { "" };
-            let _ =
-                writeln!(out, "    - {{name: {}, held: {}{window}}}", q(&format!("{}-check", st.name)), q(&st.name));
+            let _ = writeln!(
+                out,
+                "    - {{name: {}, held: {}{window}}}",
+                q(&format!("{}-check", st.name)),
+                q(&st.name)
+            );
         }
     }
 }

@@ -66,7 +66,12 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
         if let Some(change) = change(rng, &case) {
             // A change made while the proxy was down: its first sync after the start finds it.
             let restart = change != Change::RestartProxy && rng.chance(20);
-            case.steps.push(StepSpec { name: format!("step-{}", k + 1), change, restart, probes: Vec::new() });
+            case.steps.push(StepSpec {
+                name: format!("step-{}", k + 1),
+                change,
+                restart,
+                probes: Vec::new(),
+            });
         }
     }
     case

@@ -89,6 +89,10 @@ pub struct Finding {
     pub passes_unbroken: Option<bool>,
     /// The Services, pods, nodes and steps of the shrunk case.
     pub size: (usize, usize, usize, usize),
+    /// The earlier finding it fails as (every symptom on every kind of flow its signature
+    /// holds): confirmed, but not shrunk again, so that one frequent bug does not spend the
+    /// whole budget.
+    pub same_as: Option<String>,
 }
 
 /// Case `n` of `seed`, given what `guide` has seen (it learns this case's features).
@@ -215,7 +219,8 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
                         }
                     }
                     _ => {
-                        if let Some(finding) = investigate(settings, &engine, r, &report)? {
+                        if let Some(finding) = investigate(settings, &engine, r, &report, &summary.findings)?
+                        {
                             summary.findings.push(finding);
                         } else {
                             summary.flaky.push(report.scenario.clone());
@@ -278,6 +283,7 @@ fn investigate(
     engine: &Engine,
     ready: Ready,
     report: &ScenarioReport,
+    earlier: &[Finding],
 ) -> Result<Option<Finding>> {
     let first = shrink::signature(report);
     eprintln!(
@@ -296,6 +302,33 @@ fn investigate(
         return Ok(None);
     }
     let original_size = size(&ready.case);
+    let seen: Signature = earlier.iter().flat_map(|f| f.signature.iter().cloned()).collect();
+    if let Some(same) = earlier
+        .iter()
+        .find(|f| f.same_as.is_none() && first.is_subset(&seen) && shrink::same_way(&f.signature, &first))
+    {
+        std::fs::create_dir_all(&settings.out)
+            .with_context(|| format!("creating {}", settings.out.display()))?;
+        let file = settings.out.join(format!("{}.yaml", ready.case.name));
+        let header = format!(
+            "Found by `packetproof explore --seed {}` against {}: fails as {} did, so not shrunk again.\n{}",
+            settings.seed,
+            settings.proxy.label(),
+            same.case,
+            what_failed(report)
+        );
+        std::fs::write(&file, ready.case.render(&header))
+            .with_context(|| format!("writing {}", file.display()))?;
+        return Ok(Some(Finding {
+            case: ready.case.name.clone(),
+            file,
+            signature: first,
+            known_bug: same.known_bug.clone(),
+            passes_unbroken: None,
+            size: original_size,
+            same_as: Some(same.case.clone()),
+        }));
+    }
     let (shrunk, last_report, runs) = shrink_case(settings, engine, ready, report, &first)?;
     let signature: Signature = shrink::signature(&last_report).intersection(&first).cloned().collect();
     let known_bug = match settings.proxy.options.get("mutant").and_then(|m| m.as_str()) {
@@ -324,6 +357,7 @@ fn investigate(
         known_bug,
         passes_unbroken,
         size: size(&shrunk.case),
+        same_as: None,
     }))
 }
 
@@ -434,8 +468,10 @@ fn reproducing_mutants(
     };
     // Only a built-in proxy that passes the case unbroken can tell a bug by its mutants.
     let unbroken: Vec<ProxyChoice> = built_in.iter().map(|name| ProxyChoice::named(name)).collect();
-    let runs: Vec<Run> =
-        unbroken.iter().map(|choice| Run { scenario: &shrunk.scenario, proxy: RunProxy::Choice(choice) }).collect();
+    let runs: Vec<Run> = unbroken
+        .iter()
+        .map(|choice| Run { scenario: &shrunk.scenario, proxy: RunProxy::Choice(choice) })
+        .collect();
     let passing: Vec<&str> = built_in
         .iter()
         .zip(engine.execute(&runs, &mut [])?)

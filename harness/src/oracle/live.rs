@@ -134,7 +134,9 @@ pub(crate) fn predict_stream(
     // connections (found by `packetproof explore`: `internalTrafficPolicy: Local` set while the
     // stream ran), so the stream stays while its backend serves.
     let fresh_backends = match &fresh {
-        Prediction::Expected(Expectation { outcome: Outcome::Answered { backends, .. }, .. }) => Some(backends),
+        Prediction::Expected(Expectation { outcome: Outcome::Answered { backends, .. }, .. }) => {
+            Some(backends)
+        }
         _ => None,
     };
     let unchanged = fresh_backends.is_some_and(|fresh| before.keys().eq(fresh.keys()));

@@ -151,7 +151,8 @@ pub fn text(rules: &RuleSet, existing: &Existing) -> String {
     let kept = |name: &str| {
         name.starts_with("affinity-")
             && rules.sets.iter().any(|s| {
-                s.name == name && existing.timeouts.get(name).copied().flatten().is_some() == s.timeout.is_some()
+                s.name == name
+                    && existing.timeouts.get(name).copied().flatten().is_some() == s.timeout.is_some()
             })
     };
     let _ = writeln!(out, "add table {ip} {TABLE}");
