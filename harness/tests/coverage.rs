@@ -146,3 +146,36 @@ fn rules_are_read_by_handle_and_kept_while_the_generation_stands() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// Rules a proxy writes with iptables-legacy live in x_tables, which tracing cannot see: their
+/// counters are read when each phase starts and ends, and a rule whose count grew counts for
+/// every probe of the phase. The program's rules for `web` are hit, a rule no packet crossed
+/// (node-a's jump for its own processes) is listed unhit, and the coverage says how it was
+/// measured.
+#[test]
+fn legacy_rules_are_counted_per_phase() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let s = load("../scenarios/command-clusterip.yaml");
+    let command = [
+        "python3",
+        "proxies/clusterip.py",
+        "--state",
+        "{state}",
+        "--cluster-cidr",
+        "{clusterCIDR}",
+        "--restore",
+        "iptables-legacy-restore",
+    ];
+    let options = serde_json::json!({ "command": command });
+    let proxy = proxy::command::CommandProxy::from_options(&options, s.source.parent().unwrap()).unwrap();
+    let (report, coverage) = run(&s, &proxy);
+    assert!(report.passed(), "the scenario fails with its rules in iptables-legacy");
+    let web: Vec<_> = coverage.instances.iter().filter(|i| i.rule.contains("10.96.0.50/32")).collect();
+    assert!(web.iter().any(|i| i.hit_by.contains("pod-to-web")), "no rule of web was hit: {coverage:#?}");
+    let unhit = |i: &&coverage::Instance| i.node == "node-a" && i.rule == "-A OUTPUT -j PP-SERVICES";
+    assert!(coverage.instances.iter().filter(unhit).all(|i| i.hit_by.is_empty()), "{coverage:#?}");
+    assert!(coverage.instances.iter().any(|i| unhit(&i)), "{coverage:#?}");
+    assert!(coverage.notes.iter().any(|n| n.contains("legacy")), "{:?}", coverage.notes);
+}

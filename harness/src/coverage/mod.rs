@@ -9,6 +9,7 @@
 //! counts a template covered when a probe hit one of its instances.
 
 pub mod attribute;
+mod counters;
 pub mod rules;
 pub mod table;
 pub mod template;
@@ -76,6 +77,8 @@ struct Node {
     reading: Option<std::thread::JoinHandle<(NftSocket, Result<Listed>)>>,
     /// The last reading, by the ruleset generation it is of.
     listed: Option<Listed>,
+    /// Legacy rules' counts when the phase started (`counters`: tracing cannot see them).
+    legacy: counters::Counts,
 }
 
 type Listed = (u32, Arc<NodeRules>);
@@ -139,6 +142,7 @@ impl Recorder {
                 socket: Some(socket),
                 reading: None,
                 listed: None,
+                legacy: counters::read(&node.netns).with_context(in_node)?,
             };
             state.read_ahead()?;
             nodes.push(state);
@@ -156,13 +160,18 @@ impl Recorder {
 
     /// After the proxy changed its rules for a phase: reads them while the probes are sent.
     pub fn rules_changed(&mut self) -> Result<()> {
+        for node in &mut self.nodes {
+            node.legacy = counters::read(&node.netns).with_context(|| format!("node {}", node.name))?;
+        }
         self.nodes.iter_mut().try_for_each(Node::read_ahead)
     }
 
     /// After a phase's probes: reads each node's rules (unless they are as last read) and
     /// what was traced since the last phase, and records which probe hit which rule.
     pub fn phase_done(&mut self, probes: Vec<ProbeFlows>) -> Result<()> {
+        let labels: BTreeSet<String> = probes.iter().map(|p| p.label.clone()).collect();
         self.probes.extend(probes);
+        self.count_legacy(&labels)?;
         let read: Vec<Result<Arc<NodeRules>>> = std::thread::scope(|scope| {
             let threads: Vec<_> = self.nodes.iter_mut().map(|node| scope.spawn(|| node.rules())).collect();
             threads.into_iter().map(|t| t.join().expect("the rules reader panicked")).collect()
@@ -218,6 +227,34 @@ impl Recorder {
             }
         }
         self.last = listed;
+        Ok(())
+    }
+
+    /// Legacy rules whose counts grew during the phase count for every probe of it (`labels`).
+    fn count_legacy(&mut self, labels: &BTreeSet<String>) -> Result<()> {
+        for node in &mut self.nodes {
+            let now = counters::read(&node.netns).with_context(|| format!("node {}", node.name))?;
+            if now.is_empty() {
+                continue;
+            }
+            for ((family, table, chain, _, text), _) in &now {
+                let key = (node.name.clone(), family.clone(), table.clone(), chain.clone(), text.clone());
+                self.instances.entry(key).or_default();
+            }
+            for (family, table, chain, _, text) in counters::grown(&node.legacy, &now) {
+                let key = (node.name.clone(), family.clone(), table.clone(), chain.clone(), text.clone());
+                self.instances.entry(key).or_default().extend(labels.iter().cloned());
+            }
+            let note = format!(
+                "node {}: legacy iptables rules, which tracing cannot see, are counted per phase: a hit counts \
+                 for every probe of its phase",
+                node.name
+            );
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
+            }
+            node.legacy = now;
+        }
         Ok(())
     }
 
