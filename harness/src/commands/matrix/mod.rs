@@ -98,6 +98,10 @@ pub struct Args {
     /// mutants), as `run --partition`; `packetproof merge` joins the slices' reports.
     #[arg(long, value_name = "hash:K/N|count:K/N", conflicts_with = "against")]
     partition: Option<crate::commands::partition::Partition>,
+    /// Measure rule coverage in every guest (as `run --coverage`) and print one table per
+    /// proxy across the kernels: a template is covered when a probe hit it on any kernel.
+    #[arg(long, conflicts_with_all = ["against", "mutants"])]
+    coverage: bool,
 }
 
 /// What a guest wrote as its report: `run --json`'s, or with `--mutants` the hunt's
@@ -271,6 +275,18 @@ pub fn main(args: Args) -> Result<i32> {
         std::fs::write(path, junit::junit(&runs)?).with_context(|| format!("writing {}", path.display()))?;
     }
     println!("\n{}", table(&cells));
+    if args.coverage {
+        // Each guest's tables, one per proxy, joined across the kernels.
+        let tables = cells.iter().filter_map(|c| match &c.report {
+            Some(GuestReport::Run(run)) => Some(run.coverage.clone()),
+            _ => None,
+        });
+        let merged = crate::coverage::table::merge(tables.flatten());
+        print!("{}", crate::report::coverage_text(&merged, false));
+        if merged.is_empty() {
+            println!("rules: no guest measured coverage");
+        }
+    }
     // What holds on one kernel and not another shows here: skips carry their reason (minKernel,
     // a missing module), per kernel × proxy.
     for line in skipped(&cells) {
@@ -472,6 +488,9 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
     }
     if let Some(slice) = args.partition {
         a.extend(["--partition".into(), slice.to_string()]);
+    }
+    if args.coverage {
+        a.push("--coverage".into());
     }
     a.extend(["--timeout-ms".into(), args.timeout_ms.to_string(), "--color".into(), "never".into()]);
     a.extend(["--artifacts".into(), format!("{dir}/artifacts")]);
@@ -737,6 +756,7 @@ mod tests {
             mutants: false,
             only: vec![],
             partition: None,
+            coverage: false,
         };
         let run = guest_run("builtin-iptables", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
         let line = run.args.join(" ");
@@ -755,6 +775,11 @@ mod tests {
         let line = guest_run("builtin-iptables", &args, &[]).args.join(" ");
         assert!(line.starts_with("mutants --partition hash:2/3 --jobs 2 --proxy builtin-iptables"), "{line}");
         let args = Args { partition: None, mutants: false, ..args };
+        // Coverage measured in every guest.
+        let args = Args { coverage: true, ..args };
+        let line = guest_run("builtin-iptables", &args, &[]).args.join(" ");
+        assert!(line.contains(" --coverage --timeout-ms"), "{line}");
+        let args = Args { coverage: false, ..args };
 
         let args = Args {
             against: Some("builtin-ipvs".into()),
