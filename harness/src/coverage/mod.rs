@@ -246,8 +246,8 @@ impl Recorder {
                 self.instances.entry(key).or_default().extend(labels.iter().cloned());
             }
             let note = format!(
-                "node {}: legacy iptables rules, which tracing cannot see, are counted per phase: a hit counts \
-                 for every probe of its phase",
+                "node {}: legacy iptables rules and IPVS servers, which tracing cannot see, are counted per \
+                 phase: a hit counts for every probe of its phase",
                 node.name
             );
             if !self.notes.contains(&note) {
