@@ -196,8 +196,24 @@ fn still_serving(cluster: &Cluster, target: &Target, pod: &str) -> bool {
         | Target::NodePort { service, port, .. }
         | Target::ExternalIp { service, port, .. }
         | Target::LoadBalancer { service, port, .. } => (service, port),
-        // Straight to a pod, or no Service: nothing a Service change can take away.
-        _ => return true,
+        // A raw address: a Service's frontend serves while the pod backs it; an address of no
+        // Service that was one (a deleted Service's cluster IP) serves nothing; straight to a
+        // pod, nothing a Service change can take away.
+        Target::Address(a) => {
+            let frontend =
+                cluster.services.iter().flat_map(|s| s.ports.iter().map(move |p| (s, p))).find(|(s, p)| {
+                    let ip = a.ip();
+                    let at = s.cluster_ips.iter().any(|c| *c == ip)
+                        || s.external_ips.contains(&ip)
+                        || s.load_balancer_ips.contains(&ip);
+                    (at && p.port == a.port()) || p.node_port == Some(a.port())
+                });
+            return match frontend {
+                Some((_, p)) => p.endpoints.iter().any(|e| e.pod == pod && e.serving),
+                None => cluster.pods.iter().any(|p| p.ips.iter().any(|ip| *ip == a.ip())),
+            };
+        }
+        Target::HealthCheck { .. } | Target::Localhost { .. } => return true,
     };
     cluster
         .service(service)
