@@ -198,6 +198,78 @@ fn still_serving(endpoint: &Endpoint, now: &[Endpoint]) -> bool {
     now.iter().any(|e| e.address() == endpoint.address() && e.serving)
 }
 
+/// What a proxy's first sync after a (re)start deletes, knowing nothing of the state before
+/// it: from the UDP entries the node holds (`conntrack -L` output, `listing`), those to a UDP
+/// Service's frontend or node port translated to an address that is no serving endpoint of
+/// that port, and the un-translated ones of a port that has a serving endpoint (the rejects of
+/// when it had none). kube-proxy v1.32's conntrack reconciler does this on every sync
+/// (`CleanStaleEntries`, pkg/proxy/conntrack/cleanup.go); a diff of states misses what changed
+/// while the proxy was down (found by `packetproof explore`: an endpoint replaced during a
+/// restart kept its UDP stream).
+pub(crate) fn reconciled(after: &Cluster, listing: &str) -> Vec<Deletion> {
+    let ports = udp_ports(after);
+    let mut out = Vec::new();
+    for entry in listing.lines().filter_map(UdpEntry::parse) {
+        for (service, port) in ports.values() {
+            let serving = |ip: IpAddr| port.endpoints.iter().any(|e| e.serving && e.ip == ip);
+            let to_frontend = frontends(service).any(|f| f.eq(&entry.dst)) && entry.dport == port.port;
+            let to_node_port = port.node_port == Some(entry.dport) && !to_frontend;
+            if !to_frontend && !to_node_port {
+                continue;
+            }
+            let untranslated = entry.reply_src == entry.dst;
+            let stale = if untranslated {
+                port.endpoints.iter().any(|e| e.serving)
+            } else {
+                !serving(entry.reply_src)
+            };
+            if !stale {
+                continue;
+            }
+            out.push(match (untranslated, to_frontend) {
+                (true, true) => Deletion::ToIp(entry.dst),
+                (true, false) => Deletion::ToPort { port: entry.dport, ipv6: entry.dst.is_ipv6() },
+                (false, true) => Deletion::Nat { frontend: entry.dst, endpoint: entry.reply_src },
+                (false, false) => Deletion::PortNat { port: entry.dport, endpoint: entry.reply_src },
+            });
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A UDP entry of `conntrack -L`: its original destination and the reply's source.
+struct UdpEntry {
+    dst: IpAddr,
+    dport: u16,
+    reply_src: IpAddr,
+}
+
+impl UdpEntry {
+    /// `udp 17 29 src=A dst=B sport=P dport=Q [UNREPLIED] src=C dst=D sport=R dport=S …`
+    fn parse(line: &str) -> Option<UdpEntry> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.first() != Some(&"udp") {
+            return None;
+        }
+        let values = |key: &str| words.iter().filter_map(move |w| w.strip_prefix(key)).collect::<Vec<&str>>();
+        let (dsts, dports, srcs) = (values("dst="), values("dport="), values("src="));
+        Some(UdpEntry {
+            dst: dsts.first()?.parse().ok()?,
+            dport: dports.first()?.parse().ok()?,
+            reply_src: srcs.get(1)?.parse().ok()?,
+        })
+    }
+}
+
+/// Lists the namespace's UDP conntrack entries (`conntrack -L -p udp`; an empty table is not an
+/// error).
+pub fn list_udp(netns: &Netns) -> Result<String> {
+    let out = netns.exec("conntrack", &["-L", "-p", "udp"], None)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Every address traffic to the Service arrives at, besides node ports.
 fn frontends(service: &Service) -> impl Iterator<Item = IpAddr> + '_ {
     service
@@ -322,6 +394,28 @@ mod tests {
         assert_eq!(d.args().join(" "), "-D -p udp -f ipv4 --orig-dst 10.96.0.53 --reply-src 10.96.0.53");
         let d = Deletion::AllToIp("10.96.0.53".parse().unwrap());
         assert_eq!(d.args().join(" "), "-D -p udp -f ipv4 --orig-dst 10.96.0.53");
+    }
+
+    #[test]
+    fn a_start_deletes_the_entries_to_addresses_that_no_longer_serve() {
+        let after = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.11", true)]);
+        let listing = "\
+udp      17 100 src=10.244.1.20 dst=10.96.0.53 sport=15000 dport=53 src=10.244.1.10 dst=10.244.1.20 sport=5353 dport=15000 [ASSURED] mark=0 use=1
+udp      17 100 src=10.244.1.21 dst=10.96.0.53 sport=15001 dport=53 src=10.244.1.11 dst=10.244.1.21 sport=5353 dport=15001 [ASSURED] mark=0 use=1
+udp      17 20 src=10.244.1.22 dst=10.96.0.53 sport=15002 dport=53 [UNREPLIED] src=10.96.0.53 dst=10.244.1.22 sport=53 dport=15002 mark=0 use=1
+udp      17 20 src=10.244.1.23 dst=10.96.0.99 sport=15003 dport=53 [UNREPLIED] src=10.96.0.99 dst=10.244.1.23 sport=53 dport=15003 mark=0 use=1
+";
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            reconciled(&after, listing),
+            [
+                Deletion::ToIp(ip("10.96.0.53")),
+                Deletion::Nat { frontend: ip("10.96.0.53"), endpoint: ip("10.244.1.10") }
+            ]
+        );
+        // A TCP Service's entries are not a UDP proxy's to clear.
+        let tcp = cluster(Protocol::Tcp, None, vec![endpoint("10.244.1.11", true)]);
+        assert!(reconciled(&tcp, listing).is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use anyhow::{Context, Result};
 
 use super::{Env, Running, State, conntrack_cleanup, healthcheck};
-use crate::model::{Cluster, IpFamily};
+use crate::model::{Cluster, IpFamily, Protocol};
 use crate::topology::NodeHandle;
 
 /// What a built-in proxy keeps of one node while it runs.
@@ -101,6 +101,16 @@ impl Running for Programmed<'_> {
             for node in self.nodes {
                 conntrack_cleanup::delete(&node.netns, &deletions)
                     .with_context(|| format!("on node {}", node.name))?;
+            }
+        } else if before.is_none() && lapse != Some(conntrack_cleanup::Lapse::Everything) {
+            // A (re)start knows no state before it: what the node holds is the state.
+            let udp =
+                state.cluster.services.iter().any(|s| s.ports.iter().any(|p| p.protocol == Protocol::Udp));
+            for node in self.nodes.iter().filter(|_| udp) {
+                let in_node = || format!("on node {}", node.name);
+                let listing = conntrack_cleanup::list_udp(&node.netns).with_context(in_node)?;
+                let deletions = conntrack_cleanup::reconciled(state.cluster, &listing);
+                conntrack_cleanup::delete(&node.netns, &deletions).with_context(in_node)?;
             }
         }
         if let Some(before) = before {
