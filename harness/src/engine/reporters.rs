@@ -178,13 +178,26 @@ impl Reporter for CoverageReport {
                 })
                 .collect();
             let tables = report::coverage_tables(&finished);
-            // What limited a scenario's measurement is said, never left out of the figure silently.
+            // What limited a scenario's measurement is said, never left out of the figure
+            // silently: each kind of note once, with the scenarios it held for.
+            let mut notes: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
             for (scenario, result) in results.iter() {
-                let notes =
+                let of_scenario =
                     result.as_ref().ok().and_then(|r| r.coverage.as_deref()).map(|c| c.notes.as_slice());
-                for note in notes.unwrap_or_default() {
-                    println!("rules: {}: {note}", scenario.name);
+                for note in of_scenario.unwrap_or_default() {
+                    // `node NAME: what`: the same note on every node is one.
+                    let what = note.split_once(": ").map_or(note.as_str(), |(_, what)| what);
+                    let scenarios = notes.entry(what).or_default();
+                    if scenarios.last() != Some(&scenario.name.as_str()) {
+                        scenarios.push(&scenario.name);
+                    }
                 }
+            }
+            for (what, scenarios) in notes {
+                let shown: Vec<&str> = scenarios.iter().take(3).copied().collect();
+                let more = scenarios.len().saturating_sub(shown.len());
+                let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+                println!("rules: {what} (in {}{more})", shown.join(", "));
             }
             print!("{}", report::coverage_text(&tables, self.show_covering));
             if tables.is_empty() {
