@@ -60,6 +60,13 @@ impl Kind for Held {
                         "an out-of-window segment from a host-network backend is not modelled".into(),
                     ))
                 }
+                // The hand-made segment is IPv4 only (`out_of_window`).
+                Some(Expectation { outcome: Outcome::Answered { backends, .. }, .. })
+                    if *out_of_window
+                        && backends.keys().any(|b| cluster.pod(b).is_some_and(|p| p.ip().is_ipv6())) =>
+                {
+                    Ok(Prediction::Open("an out-of-window segment over IPv6 is not modelled".into()))
+                }
                 Some(at_open) => oracle::live::predict_held(at_open, cluster, probe, profile),
                 None => Ok(Prediction::Open(format!("its opener {opener} is not judged"))),
             },
