@@ -206,11 +206,16 @@ fn still_serving(endpoint: &Endpoint, now: &[Endpoint]) -> bool {
 /// (`CleanStaleEntries`, pkg/proxy/conntrack/cleanup.go); a diff of states misses what changed
 /// while the proxy was down (found by `packetproof explore`: an endpoint replaced during a
 /// restart kept its UDP stream).
-pub(crate) fn reconciled(after: &Cluster, listing: &str) -> Vec<Deletion> {
+/// With `lapse` [`Lapse::ScaledToZero`], a port with no serving endpoint keeps its entries,
+/// as v1.32's reconciler did (kubernetes/kubernetes#139628).
+pub(crate) fn reconciled(after: &Cluster, listing: &str, lapse: Option<Lapse>) -> Vec<Deletion> {
     let ports = udp_ports(after);
     let mut out = Vec::new();
     for entry in listing.lines().filter_map(UdpEntry::parse) {
         for (service, port) in ports.values() {
+            if lapse == Some(Lapse::ScaledToZero) && !port.endpoints.iter().any(|e| e.serving) {
+                continue;
+            }
             let serving = |ip: IpAddr| port.endpoints.iter().any(|e| e.serving && e.ip == ip);
             let to_frontend = frontends(service).any(|f| f.eq(&entry.dst)) && entry.dport == port.port;
             let to_node_port = port.node_port == Some(entry.dport) && !to_frontend;
@@ -407,7 +412,7 @@ udp      17 20 src=10.244.1.23 dst=10.96.0.99 sport=15003 dport=53 [UNREPLIED] s
 ";
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(
-            reconciled(&after, listing),
+            reconciled(&after, listing, None),
             [
                 Deletion::ToIp(ip("10.96.0.53")),
                 Deletion::Nat { frontend: ip("10.96.0.53"), endpoint: ip("10.244.1.10") }
@@ -415,7 +420,7 @@ udp      17 20 src=10.244.1.23 dst=10.96.0.99 sport=15003 dport=53 [UNREPLIED] s
         );
         // A TCP Service's entries are not a UDP proxy's to clear.
         let tcp = cluster(Protocol::Tcp, None, vec![endpoint("10.244.1.11", true)]);
-        assert!(reconciled(&tcp, listing).is_empty());
+        assert!(reconciled(&tcp, listing, None).is_empty());
     }
 
     #[test]
