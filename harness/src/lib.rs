@@ -10,7 +10,7 @@
 //! runner              one scenario: build, program, probe, observe, judge
 //! report              terminal · JUnit · JSON; evidence files
 //! results             what a scenario's run comes to: the contract its readers share
-//! coverage            which of the proxy's rules the probes matched (kernel traces), by template
+//! coverage            which of the proxy's rules the probes matched (kernel traces; counters where traces cannot see), by template
 //! probe · stage       one module per kind of probe: how it is planned, sent, observed, judged;
 //!                     the stage: namespaces, servers, the proxy, captures, up and down in order
 //! admission           a file is admitted: read, its proxy buildable for it, its probes judgeable
