@@ -459,12 +459,13 @@ fn reproducing_mutants(
     if crate::proxy::breakable(&settings.proxy.name).is_some() {
         return Ok(None);
     }
+    let (iptables, nftables) = (crate::proxy::iptables::NAME, crate::proxy::nftables::NAME);
     let built_in: Vec<&str> = match settings.proxy.options.get("mode").and_then(|m| m.as_str()) {
-        Some("iptables") => vec!["builtin-iptables"],
-        Some("nftables") => vec!["builtin-nftables"],
+        Some("iptables") => vec![iptables],
+        Some("nftables") => vec![nftables],
         // IPVS runs in the kernel matrix's VMs only; a proxy of no mode may be either.
         Some(_) => Vec::new(),
-        None => vec!["builtin-iptables", "builtin-nftables"],
+        None => vec![iptables, nftables],
     };
     // Only a built-in proxy that passes the case unbroken can tell a bug by its mutants.
     let unbroken: Vec<ProxyChoice> = built_in.iter().map(|name| ProxyChoice::named(name)).collect();
