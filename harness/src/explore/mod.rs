@@ -446,6 +446,9 @@ fn shrink_case(
     Ok((shrunk, report, runs))
 }
 
+/// Runs of each mutant when looking for the one that reproduces a finding.
+const REPRODUCTIONS: usize = 3;
+
 /// The known bugs a finding matches, by reproduction rather than resemblance: the catalogued
 /// mutants of the built-in proxy of the same mode that fail the shrunk case the same way.
 /// `None` when none does (a new finding, or a bug the catalog lacks).
@@ -489,15 +492,33 @@ fn reproducing_mutants(
             })
         })
         .collect();
+    // A bug a probe shows only by chance (a stream re-picking among two backends after a flush
+    // lands where it was half the time): each mutant gets a few runs, named apart.
+    let copies: Vec<Scenario> = (0..REPRODUCTIONS)
+        .map(|i| {
+            let mut s = shrunk.scenario.clone();
+            s.name = format!("{}-mutant-{i}", s.name);
+            s
+        })
+        .collect();
     let runs: Vec<Run> = choices
         .iter()
-        .map(|(_, choice)| Run { scenario: &shrunk.scenario, proxy: RunProxy::Choice(choice) })
+        .flat_map(|(_, choice)| {
+            copies.iter().map(move |s| Run { scenario: s, proxy: RunProxy::Choice(choice) })
+        })
         .collect();
     let results = engine.execute(&runs, &mut [])?;
+    let reproduced: Vec<bool> = results
+        .chunks(REPRODUCTIONS)
+        .map(|runs| {
+            runs.iter()
+                .any(|(_, r)| r.as_ref().is_ok_and(|r| shrink::same_way(signature, &shrink::signature(r))))
+        })
+        .collect();
     let mut matched: Vec<String> = choices
         .iter()
-        .zip(results)
-        .filter(|(_, (_, r))| r.as_ref().is_ok_and(|r| shrink::same_way(signature, &shrink::signature(r))))
+        .zip(reproduced)
+        .filter(|(_, reproduced)| *reproduced)
         .filter_map(|((mutant, choice), _)| {
             let bug = crate::report::known_bugs::by_name(mutant)?;
             Some(format!("{}; reproduced by {}", bug.headline(), choice.label()))
