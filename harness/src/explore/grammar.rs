@@ -245,28 +245,10 @@ fn mutate(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
                         [(true, true, false), (false, true, true), (false, false, true)][rng.below(3)];
                 }
             }
-            Some(endpoints) => {
-                // Another pod of the Service's own, if one is not yet listed.
-                let listed: Vec<String> = endpoints
-                    .iter()
-                    .filter_map(|e| match &e.target {
-                        EndpointTarget::Pod(p) => Some(p.clone()),
-                        EndpointTarget::Node { .. } => None,
-                    })
-                    .collect();
-                let spare =
-                    case.pods.iter().find(|p| p.app.as_ref() == Some(&s.name) && !listed.contains(&p.name));
-                match spare {
-                    Some(pod) => endpoints.push(EndpointSpec {
-                        target: EndpointTarget::Pod(pod.name.clone()),
-                        ready: true,
-                        serving: true,
-                        terminating: false,
-                        hint: None,
-                    }),
-                    None => endpoints.clear(),
-                }
-            }
+            Some(endpoints) => match spare_replica(case, &s.name, endpoints) {
+                Some(added) => endpoints.push(added),
+                None => endpoints.clear(),
+            },
             None => s.publish_not_ready = !s.publish_not_ready,
         },
     }
@@ -288,26 +270,25 @@ fn rollout(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
             (e.ready, e.serving, e.terminating) = (false, true, true);
         }
     }
-    let listed: Vec<String> = endpoints
-        .iter()
-        .filter_map(|e| match &e.target {
-            EndpointTarget::Pod(p) => Some(p.clone()),
-            EndpointTarget::Node { .. } => None,
-        })
-        .collect();
-    let spare = case.pods.iter().find(|p| p.app.as_ref() == Some(&s.name) && !listed.contains(&p.name));
-    match spare {
-        Some(pod) => endpoints.push(EndpointSpec {
-            target: EndpointTarget::Pod(pod.name.clone()),
-            ready: true,
-            serving: true,
-            terminating: false,
-            hint: None,
-        }),
+    match spare_replica(case, &s.name, endpoints) {
+        Some(added) => endpoints.push(added),
         None => {
             if let Some(e) = endpoints.iter_mut().find(|e| !e.ready && !e.terminating) {
                 (e.ready, e.serving) = (true, true);
             }
         }
     }
+}
+
+/// Another pod of the Service's own, not yet listed in its slice, as a ready endpoint.
+fn spare_replica(case: &Case, service: &str, endpoints: &[EndpointSpec]) -> Option<EndpointSpec> {
+    let listed = |name: &str| endpoints.iter().any(|e| e.target == EndpointTarget::Pod(name.to_string()));
+    let pod = case.pods.iter().find(|p| p.app.as_deref() == Some(service) && !listed(&p.name))?;
+    Some(EndpointSpec {
+        target: EndpointTarget::Pod(pod.name.clone()),
+        ready: true,
+        serving: true,
+        terminating: false,
+        hint: None,
+    })
 }
