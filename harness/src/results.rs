@@ -37,6 +37,24 @@ pub struct ScenarioReport {
     /// Which of the proxy's rules the probes matched, when the run measured it (boxed: a
     /// report travels between threads by value).
     pub coverage: Option<Box<ScenarioCoverage>>,
+    /// Where the scenario's time went, phase by phase (zero for phases it never reached).
+    pub timings: Timings,
+}
+
+/// Where a scenario's wall time went: the kernel matrix and `run --json` report it so that a
+/// slow run can be taken apart (building namespaces, a proxy's start, probes, teardown).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// Namespaces, links and addresses made (`Stage::build`).
+    pub build: Duration,
+    /// The proxy started and synced, servers, captures and recorders up.
+    pub start: Duration,
+    /// Every phase's probes sent, the proxy's updates and restarts between them included.
+    pub probes: Duration,
+    /// Captures stopped, verdicts judged and evidence kept.
+    pub judge: Duration,
+    /// Everything taken down again.
+    pub teardown: Duration,
 }
 
 impl ScenarioReport {
@@ -64,6 +82,7 @@ impl ScenarioReport {
             unjudged: scenario.unjudged_flows.clone(),
             profile: None,
             coverage: None,
+            timings: Timings::default(),
         }
     }
 }

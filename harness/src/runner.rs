@@ -17,7 +17,7 @@ use crate::oracle;
 use crate::probe::{Kinds, Wire};
 use crate::proxy::{Proxy, ProxyFailed, Running, State};
 use crate::report::evidence;
-use crate::results::{Outcome, ScenarioReport};
+use crate::results::{Outcome, ScenarioReport, Timings};
 use crate::stage::{Scene, Stage};
 use crate::topology::Topology;
 use crate::traffic::client::SourcePorts;
@@ -85,6 +85,7 @@ pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Resu
         unjudged: scenario.unjudged_flows.clone(),
         profile: Some(options.profile.unwrap_or_else(|| proxy.profile())),
         coverage: None,
+        timings: Timings::default(),
     })
 }
 
@@ -126,8 +127,11 @@ fn run_in(
             proxy.name()
         );
     }
+    let mut timings = Timings::default();
+    let mut lap = Lap(Instant::now());
     let stage = Stage::build(&scenario.cluster, &options.nodes)
         .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
+    timings.build = lap.next();
     // From here, the stage takes down whatever is up on every way out.
     let (verdicts, artifacts, coverage) = stage.play(|scene| {
         scene.start_proxy(proxy, &state_of(&phases[0]), &scenario.source)?;
@@ -146,6 +150,7 @@ fn run_in(
         // Entries that expire before a phase's table is read are still announced: the evidence
         // is the same however long the phase took.
         let mut announced = NodeRecorders::start(topology.nodes.iter().map(|n| (n.name.as_str(), &n.netns)))?;
+        timings.start = lap.next();
         let probed = probe_phases(
             &phases,
             &expectations,
@@ -155,6 +160,7 @@ fn run_in(
             recorder.as_mut(),
             options,
         );
+        timings.probes = lap.next();
         let frames = scene.stop_captures()?;
         let probed = probed?;
         // Closes the held connections.
@@ -176,8 +182,11 @@ fn run_in(
             }
             _ => None,
         };
-        Ok((verdicts, artifacts, recorder.map(|r| Box::new(r.finish()))))
+        let coverage = recorder.map(|r| Box::new(r.finish()));
+        timings.judge = lap.next();
+        Ok((verdicts, artifacts, coverage))
     })?;
+    timings.teardown = lap.next();
     Ok(ScenarioReport {
         scenario: scenario.name.clone(),
         source: scenario.source.clone(),
@@ -188,7 +197,19 @@ fn run_in(
         unjudged,
         profile: Some(profile),
         coverage,
+        timings,
     })
+}
+
+/// A stopwatch read lap by lap.
+struct Lap(Instant);
+
+impl Lap {
+    /// The time since the last lap (or the start).
+    fn next(&mut self) -> Duration {
+        let now = Instant::now();
+        now - std::mem::replace(&mut self.0, now)
+    }
 }
 
 /// Each node as the run ended, for its evidence files.

@@ -119,6 +119,7 @@ fn reports_of_every_kind_validate() {
         unjudged: vec![("client-to-node-localhost".into(), "Kubernetes leaves it open".into())],
         profile: Some(Profile::KUBERNETES),
         coverage: None,
+        timings: Default::default(),
     };
     let skipped_scenario = load("sctp");
     let skipped = ScenarioReport::skipped(&skipped_scenario, "builtin-iptables", "no SCTP sockets".into());

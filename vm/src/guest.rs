@@ -72,13 +72,54 @@ pub fn job_script(runs: &[GuestRun]) -> String {
         let dir = run.guest_dir();
         let args: Vec<String> = run.args.iter().map(|a| quote(a)).collect();
         script.push_str(&format!(
-            "mkdir -p {dir}\necho 'packetproof-guest: {name} started'\n/usr/bin/packetproof {args} > {dir}/output.txt 2>&1\ncode=$?\necho $code > {dir}/exit-code\necho \"packetproof-guest: {name} exited $code\"\n",
+            "mkdir -p {dir}\necho \"packetproof-guest: {name} started at $(cut -d' ' -f1 /proc/uptime)s\"\n/usr/bin/packetproof {args} > {dir}/output.txt 2>&1\ncode=$?\necho $code > {dir}/exit-code\necho \"packetproof-guest: {name} exited $code at $(cut -d' ' -f1 /proc/uptime)s\"\n",
             dir = quote(&dir),
             name = run.name,
             args = args.join(" "),
         ));
     }
     script
+}
+
+/// When the guest reached each point of its life, by its own clock (seconds since its kernel
+/// started), read from the markers `/init` and the job print on the console.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeline {
+    /// `/init` began loading modules: the kernel's boot and the userland's unpacking before it.
+    pub modules_at: Option<f64>,
+    /// Modules loaded and the share mounted.
+    pub up_at: Option<f64>,
+    /// Each run's start and end.
+    pub runs: Vec<(String, f64, Option<f64>)>,
+    /// Every run over, before the power-off.
+    pub done_at: Option<f64>,
+}
+
+/// The guest's timeline from its console.
+pub fn timeline(console: &str) -> Timeline {
+    let mut t = Timeline::default();
+    // `… at 12.34s` ends every marker line.
+    let at = |rest: &str| rest.rsplit_once(" at ")?.1.strip_suffix('s')?.trim().parse::<f64>().ok();
+    for line in console.lines() {
+        let Some((_, rest)) = line.split_once("packetproof-guest: ") else { continue };
+        let rest = rest.trim_end();
+        if let Some((name, tail)) = rest.split_once(" started at ") {
+            if let Some(started) = at(&format!(" at {tail}")) {
+                t.runs.push((name.to_string(), started, None));
+            }
+        } else if let Some((name, tail)) = rest.split_once(" exited ") {
+            if let Some(run) = t.runs.iter_mut().rev().find(|r| r.0 == name) {
+                run.2 = at(tail);
+            }
+        } else if rest.starts_with("loading modules at ") {
+            t.modules_at = at(rest);
+        } else if rest.starts_with("up ") {
+            t.up_at = at(rest);
+        } else if rest.starts_with("done at ") {
+            t.done_at = at(rest);
+        }
+    }
+    t
 }
 
 /// A word for sh: single-quoted, with `'` written as `'\''`.
@@ -101,6 +142,29 @@ mod tests {
             "/usr/bin/packetproof 'run' '--proxy-option' 'mutant=it'\\''s' > '/share/builtin-iptables'/output.txt 2>&1"
         ));
         assert!(script.contains("echo $code > '/share/builtin-iptables'/exit-code"));
+    }
+
+    #[test]
+    fn the_timeline_is_read_from_the_console_markers() {
+        let console = "[    0.0] Linux version 6.12\n\
+            packetproof-guest: loading modules at 6.71s\n\
+            packetproof-guest: up 6.12.118+deb13-amd64 1 cpus at 10.90s\n\
+            packetproof-guest: builtin-iptables started at 10.95s\n\
+            [   50.1] IPVS: some kernel line\n\
+            packetproof-guest: builtin-iptables exited 1 at 160.20s\n\
+            packetproof-guest: builtin-nftables started at 160.21s\n\
+            packetproof-guest: done at 290.00s\n";
+        let t = timeline(console);
+        assert_eq!(t.modules_at, Some(6.71));
+        assert_eq!(t.up_at, Some(10.90));
+        assert_eq!(t.done_at, Some(290.0));
+        assert_eq!(
+            t.runs,
+            vec![
+                ("builtin-iptables".to_string(), 10.95, Some(160.20)),
+                ("builtin-nftables".to_string(), 160.21, None)
+            ]
+        );
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub(crate) struct Scenario {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub elapsed_seconds: f64,
+    /// Where `elapsed_seconds` went, phase by phase (absent for a scenario that never ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
     pub probes: Vec<Probe>,
@@ -75,6 +78,28 @@ pub(crate) struct Scenario {
     /// The known bugs whose signature this scenario's failures belong to, as headlines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub known_bugs: Vec<String>,
+}
+
+/// [`crate::results::Timings`] in seconds.
+#[derive(Serialize, Deserialize, Clone, Copy, Default)]
+pub(crate) struct Timings {
+    pub build: f64,
+    pub start: f64,
+    pub probes: f64,
+    pub judge: f64,
+    pub teardown: f64,
+}
+
+impl From<&crate::results::Timings> for Timings {
+    fn from(t: &crate::results::Timings) -> Timings {
+        Timings {
+            build: t.build.as_secs_f64(),
+            start: t.start.as_secs_f64(),
+            probes: t.probes.as_secs_f64(),
+            judge: t.judge.as_secs_f64(),
+            teardown: t.teardown.as_secs_f64(),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -250,6 +275,7 @@ fn scenario(finished: &Finished<'_>, matches: &[known_bugs::Match]) -> Scenario 
                 profile: None,
                 reason: Some(error.clone()),
                 elapsed_seconds: 0.0,
+                timings: None,
                 evidence: None,
                 probes: Vec::new(),
                 not_judged: Vec::new(),
@@ -293,6 +319,7 @@ fn scenario(finished: &Finished<'_>, matches: &[known_bugs::Match]) -> Scenario 
         profile: report.profile.map(|p| p.to_string()),
         reason,
         elapsed_seconds: report.elapsed.as_secs_f64(),
+        timings: (report.timings != Default::default()).then(|| Timings::from(&report.timings)),
         evidence: report.artifacts.as_ref().map(|d| d.display().to_string()),
         probes,
         not_judged: report

@@ -10,6 +10,7 @@ pub mod terminal;
 
 pub(crate) use json::Run as JsonRun;
 pub(crate) use json::Scenario as ReportedScenario;
+pub(crate) use json::Timings as ScenarioTimings;
 pub(crate) use json::VERSION;
 pub use json::{json_report, json_report_of_slice};
 pub use junit::junit_report;
@@ -305,6 +306,7 @@ mod tests {
             unjudged: Vec::new(),
             profile: None,
             coverage: None,
+            timings: Default::default(),
         };
         (s, report)
     }
@@ -366,6 +368,7 @@ mod tests {
                 unjudged: Vec::new(),
                 profile: None,
                 coverage: None,
+                timings: Default::default(),
             })
             .collect();
         let named: Vec<&str> = known_bug_matches(&reports).iter().map(|m| m.bug.name).collect();

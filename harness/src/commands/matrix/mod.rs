@@ -5,6 +5,7 @@
 mod differences;
 mod junit;
 mod mutants;
+mod timings;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -165,6 +166,8 @@ struct Cell {
     kept: Option<PathBuf>,
     /// With `--against`: the guest's `diff` table (every flow that behaves differently).
     differences: Option<String>,
+    /// Where the guest's time went (none when the VM never booted).
+    seconds: Option<timings::GuestSeconds>,
 }
 
 pub fn main(args: Args) -> Result<i32> {
@@ -287,6 +290,13 @@ pub fn main(args: Args) -> Result<i32> {
             println!("rules: no guest measured coverage");
         }
     }
+    println!("\ntimings (each guest's own clock):");
+    for cell in &cells {
+        if let Some(seconds) = &cell.seconds {
+            let scenarios = cell.report.as_ref().map(GuestReport::scenarios).unwrap_or_default();
+            println!("{}", timings::line(&cell.kernel, &cell.proxy, seconds, scenarios));
+        }
+    }
     // What holds on one kernel and not another shows here: skips carry their reason (minKernel,
     // a missing module), per kernel × proxy.
     for line in skipped(&cells) {
@@ -351,7 +361,8 @@ fn run_kernel(
     let share = scratch.join(format!("share-{}", kernel.spec));
     let started = Instant::now();
     let booted = vm::boot(kernel, userland, machine, &runs, &share);
-    eprintln!("packetproof: kernel {} done in {:.1}s", kernel.spec, started.elapsed().as_secs_f64());
+    let vm_seconds = started.elapsed().as_secs_f64();
+    eprintln!("packetproof: kernel {} done in {vm_seconds:.1}s", kernel.spec);
     let cells = match booted {
         Err(e) => args
             .proxy
@@ -365,63 +376,68 @@ fn run_kernel(
                 error: Some(format!("{e:#}")),
                 kept: None,
                 differences: None,
+                seconds: None,
             })
             .collect(),
-        Ok(booted) => booted
-            .runs
-            .iter()
-            .map(|run| {
-                let report = std::fs::read_to_string(run.dir.join("report.json"))
-                    .ok()
-                    .and_then(|text| serde_json::from_str(&text).ok());
-                let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
-                // A run the VM finished stands even if the VM was stopped in a later one.
-                let (exit_code, error) = match (run.exit_code, &booted.stopped) {
-                    (Some(code), _) => (code, None),
-                    (None, Some(why)) if output.is_empty() => {
-                        (EXIT_ERROR, Some(format!("{why}, before this run began")))
+        Ok(booted) => {
+            let timeline = vm::timeline(&booted.console);
+            booted
+                .runs
+                .iter()
+                .map(|run| {
+                    let report = std::fs::read_to_string(run.dir.join("report.json"))
+                        .ok()
+                        .and_then(|text| serde_json::from_str(&text).ok());
+                    let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
+                    // A run the VM finished stands even if the VM was stopped in a later one.
+                    let (exit_code, error) = match (run.exit_code, &booted.stopped) {
+                        (Some(code), _) => (code, None),
+                        (None, Some(why)) if output.is_empty() => {
+                            (EXIT_ERROR, Some(format!("{why}, before this run began")))
+                        }
+                        (None, Some(why)) => {
+                            (EXIT_ERROR, Some(format!("{why}; console:\n{}", vm::tail(&booted.console, 30))))
+                        }
+                        (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
+                    };
+                    let mut cell = Cell {
+                        kernel: kernel.spec.clone(),
+                        version: kernel.version.clone(),
+                        proxy: run.name.clone(),
+                        exit_code,
+                        report,
+                        error,
+                        kept: None,
+                        differences: args.against.as_ref().and_then(|_| diff_table(&output)),
+                        seconds: Some(timings::GuestSeconds::of(&timeline, &run.name, vm_seconds)),
+                    };
+                    if exit_code != EXIT_PASS || args.keep_evidence {
+                        let keep = args.artifacts.join(&kernel.spec).join(&run.name);
+                        match keep_run(&run.dir, &keep, &booted.console) {
+                            Ok(()) => cell.kept = Some(keep),
+                            Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
+                        }
+                        if let Some(table) = &cell.differences {
+                            eprintln!(
+                                "--- {} {} against {}:\n{table}",
+                                kernel.spec,
+                                run.name,
+                                args.against.as_deref().unwrap_or_default()
+                            );
+                        } else if exit_code != EXIT_PASS && !output.is_empty() {
+                            // The guest's own report of what failed (so far, if it was stopped).
+                            eprintln!(
+                                "--- {} {} (exit {exit_code}):\n{}",
+                                kernel.spec,
+                                run.name,
+                                failing_part(&output)
+                            );
+                        }
                     }
-                    (None, Some(why)) => {
-                        (EXIT_ERROR, Some(format!("{why}; console:\n{}", vm::tail(&booted.console, 30))))
-                    }
-                    (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
-                };
-                let mut cell = Cell {
-                    kernel: kernel.spec.clone(),
-                    version: kernel.version.clone(),
-                    proxy: run.name.clone(),
-                    exit_code,
-                    report,
-                    error,
-                    kept: None,
-                    differences: args.against.as_ref().and_then(|_| diff_table(&output)),
-                };
-                if exit_code != EXIT_PASS || args.keep_evidence {
-                    let keep = args.artifacts.join(&kernel.spec).join(&run.name);
-                    match keep_run(&run.dir, &keep, &booted.console) {
-                        Ok(()) => cell.kept = Some(keep),
-                        Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
-                    }
-                    if let Some(table) = &cell.differences {
-                        eprintln!(
-                            "--- {} {} against {}:\n{table}",
-                            kernel.spec,
-                            run.name,
-                            args.against.as_deref().unwrap_or_default()
-                        );
-                    } else if exit_code != EXIT_PASS && !output.is_empty() {
-                        // The guest's own report of what failed (so far, if it was stopped).
-                        eprintln!(
-                            "--- {} {} (exit {exit_code}):\n{}",
-                            kernel.spec,
-                            run.name,
-                            failing_part(&output)
-                        );
-                    }
-                }
-                cell
-            })
-            .collect(),
+                    cell
+                })
+                .collect()
+        }
     };
     let _ = std::fs::remove_dir_all(&share);
     cells
@@ -656,6 +672,7 @@ fn combined_json(cells: &[Cell]) -> Result<String> {
                 "evidence": c.kept.as_ref().map(|k| k.display().to_string()),
                 "report": c.report,
                 "differences": c.differences,
+                "seconds": c.seconds,
             })
         })
         .collect();
@@ -679,6 +696,7 @@ mod tests {
             error: None,
             kept: None,
             differences: None,
+            seconds: None,
         }
     }
 
