@@ -72,7 +72,7 @@ pub fn job_script(runs: &[GuestRun]) -> String {
         let dir = run.guest_dir();
         let args: Vec<String> = run.args.iter().map(|a| quote(a)).collect();
         script.push_str(&format!(
-            "mkdir -p {dir}\necho \"packetproof-guest: {name} started at $(cut -d' ' -f1 /proc/uptime)s\"\n/usr/bin/packetproof {args} > {dir}/output.txt 2>&1\ncode=$?\necho $code > {dir}/exit-code\necho \"packetproof-guest: {name} exited $code at $(cut -d' ' -f1 /proc/uptime)s\"\n",
+            "mkdir -p {dir}\necho \"packetproof-guest: {name} started at $(cut -d' ' -f1 /proc/uptime)s, $({CPU_SECONDS})\"\n/usr/bin/packetproof {args} > {dir}/output.txt 2>&1\ncode=$?\necho $code > {dir}/exit-code\necho \"packetproof-guest: {name} exited $code at $(cut -d' ' -f1 /proc/uptime)s, $({CPU_SECONDS})\"\n",
             dir = quote(&dir),
             name = run.name,
             args = args.join(" "),
@@ -90,26 +90,66 @@ pub struct Timeline {
     /// Modules loaded and the share mounted.
     pub up_at: Option<f64>,
     /// Each run's start and end.
-    pub runs: Vec<(String, f64, Option<f64>)>,
+    pub runs: Vec<RunClock>,
     /// Every run over, before the power-off.
     pub done_at: Option<f64>,
+}
+
+/// One run by the guest's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunClock {
+    pub name: String,
+    pub started: f64,
+    /// `None` when the guest never finished the run.
+    pub ended: Option<f64>,
+    /// The guest's CPU time during the run, summed over its vCPUs (`/proc/stat`): computing
+    /// in programs and in the kernel, and waiting.
+    pub user: Option<f64>,
+    pub system: Option<f64>,
+    pub idle: Option<f64>,
 }
 
 /// The guest's timeline from its console.
 pub fn timeline(console: &str) -> Timeline {
     let mut t = Timeline::default();
-    // `… at 12.34s` ends every marker line.
-    let at = |rest: &str| rest.rsplit_once(" at ")?.1.strip_suffix('s')?.trim().parse::<f64>().ok();
+    // Marker lines end `… at 12.34s` or `… at 12.34s, user 1.00s, system 2.00s, idle 3.00s`.
+    let clock = |rest: &str| -> Option<(f64, [Option<f64>; 3])> {
+        let (_, tail) = rest.rsplit_once(" at ")?;
+        let mut fields = tail.split(", ");
+        let seconds = |v: &str| v.strip_suffix('s')?.parse::<f64>().ok();
+        let at = seconds(fields.next()?)?;
+        let mut cpu = [None; 3];
+        for field in fields {
+            let Some((key, value)) = field.split_once(' ') else { continue };
+            if let Some(i) = ["user", "system", "idle"].iter().position(|k| *k == key) {
+                cpu[i] = seconds(value);
+            }
+        }
+        Some((at, cpu))
+    };
+    let at = |rest: &str| clock(rest).map(|(at, _)| at);
+    let mut cpu_at_start = [None; 3];
     for line in console.lines() {
         let Some((_, rest)) = line.split_once("packetproof-guest: ") else { continue };
         let rest = rest.trim_end();
         if let Some((name, tail)) = rest.split_once(" started at ") {
-            if let Some(started) = at(&format!(" at {tail}")) {
-                t.runs.push((name.to_string(), started, None));
+            if let Some((started, cpu)) = clock(&format!(" at {tail}")) {
+                cpu_at_start = cpu;
+                t.runs.push(RunClock {
+                    name: name.to_string(),
+                    started,
+                    ended: None,
+                    user: None,
+                    system: None,
+                    idle: None,
+                });
             }
         } else if let Some((name, tail)) = rest.split_once(" exited ") {
-            if let Some(run) = t.runs.iter_mut().rev().find(|r| r.0 == name) {
-                run.2 = at(tail);
+            if let Some(run) = t.runs.iter_mut().rev().find(|r| r.name == name) {
+                let ended = clock(tail);
+                run.ended = ended.map(|(at, _)| at);
+                let spent = |i: usize| Some(ended?.1[i]? - cpu_at_start[i]?);
+                (run.user, run.system, run.idle) = (spent(0), spent(1), spent(2));
             }
         } else if rest.starts_with("loading modules at ") {
             t.modules_at = at(rest);
@@ -121,6 +161,11 @@ pub fn timeline(console: &str) -> Timeline {
     }
     t
 }
+
+/// The guest's CPU time so far, summed over its vCPUs, from `/proc/stat` (in USER_HZ, 100 a
+/// second on x86): `user 1.00s, system 2.00s, idle 3.00s` (nice counts as user; iowait as
+/// idle; interrupts as system).
+const CPU_SECONDS: &str = r#"awk '/^cpu /{printf "user %.2fs, system %.2fs, idle %.2fs", ($2+$3)/100, ($4+$7+$8)/100, ($5+$6)/100}' /proc/stat"#;
 
 /// A word for sh: single-quoted, with `'` written as `'\''`.
 fn quote(word: &str) -> String {
@@ -149,10 +194,10 @@ mod tests {
         let console = "[    0.0] Linux version 6.12\n\
             packetproof-guest: loading modules at 6.71s\n\
             packetproof-guest: up 6.12.118+deb13-amd64 1 cpus at 10.90s\n\
-            packetproof-guest: builtin-iptables started at 10.95s\n\
+            packetproof-guest: builtin-iptables started at 10.95s, user 1.00s, system 2.00s, idle 4.00s\n\
             [   50.1] IPVS: some kernel line\n\
-            packetproof-guest: builtin-iptables exited 1 at 160.20s\n\
-            packetproof-guest: builtin-nftables started at 160.21s\n\
+            packetproof-guest: builtin-iptables exited 1 at 160.20s, user 31.00s, system 62.00s, idle 64.50s\n\
+            packetproof-guest: builtin-nftables started at 160.21s, user 31.00s, system 62.00s, idle 64.50s\n\
             packetproof-guest: done at 290.00s\n";
         let t = timeline(console);
         assert_eq!(t.modules_at, Some(6.71));
@@ -161,8 +206,22 @@ mod tests {
         assert_eq!(
             t.runs,
             vec![
-                ("builtin-iptables".to_string(), 10.95, Some(160.20)),
-                ("builtin-nftables".to_string(), 160.21, None)
+                RunClock {
+                    name: "builtin-iptables".into(),
+                    started: 10.95,
+                    ended: Some(160.20),
+                    user: Some(30.0),
+                    system: Some(60.0),
+                    idle: Some(60.5)
+                },
+                RunClock {
+                    name: "builtin-nftables".into(),
+                    started: 160.21,
+                    ended: None,
+                    user: None,
+                    system: None,
+                    idle: None
+                }
             ]
         );
     }

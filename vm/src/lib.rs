@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 pub use guest::PROGRAMS as GUEST_PROGRAMS;
-pub use guest::{GuestRun, Timeline, timeline};
+pub use guest::{GuestRun, RunClock, Timeline, timeline};
 pub use initramfs::{GuestProgram, Payload, missing_tools, static_busybox};
 pub use kernel::{Kernel, cache_dir, get as kernel};
 pub use qemu::{Accel, Machine};

@@ -70,7 +70,13 @@ pub fn command(
         .arg("-initrd")
         .arg(initrd)
         // panic=-1: a guest that panics powers off at once (with -no-reboot) instead of hanging.
-        .args(["-append", "console=ttyS0 panic=-1 rdinit=/init"])
+        .args([
+            "-append",
+            &format!(
+                "console=ttyS0 panic=-1 rdinit=/init {}",
+                std::env::var("PACKETPROOF_VM_APPEND").unwrap_or_default()
+            ),
+        ])
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
         .arg("-virtfs")

@@ -16,24 +16,32 @@ pub(super) struct GuestSeconds {
     pub modules: Option<f64>,
     /// This run, from the job's start of it to its exit.
     pub run: Option<f64>,
+    /// The guest's vCPUs during the run (summed over them): in programs, in the kernel, and
+    /// idle (waits, not work).
+    pub user: Option<f64>,
+    pub system: Option<f64>,
+    pub idle: Option<f64>,
     /// The whole VM on the host, qemu's start to its exit (every run of the guest).
     pub vm: f64,
 }
 
 impl GuestSeconds {
     pub fn of(timeline: &vm::Timeline, run: &str, vm_seconds: f64) -> GuestSeconds {
-        let run =
-            timeline.runs.iter().find(|r| r.0 == run).and_then(|(_, start, end)| Some(end.as_ref()? - start));
+        let clock = timeline.runs.iter().find(|r| r.name == run);
         GuestSeconds {
             boot: timeline.modules_at,
             modules: timeline.up_at.zip(timeline.modules_at).map(|(up, at)| up - at),
-            run,
+            run: clock.and_then(|c| Some(c.ended? - c.started)),
+            user: clock.and_then(|c| c.user),
+            system: clock.and_then(|c| c.system),
+            idle: clock.and_then(|c| c.idle),
             vm: vm_seconds,
         }
     }
 }
 
-/// `6.12 builtin-iptables: boot 6.9s, modules 4.2s, run 150.3s (VM 320.0s on the host); 74
+/// `6.12 builtin-iptables: boot 6.9s, modules 4.2s, run 150.3s (CPU: user 30.1s, system 80.2s,
+/// idle 40.1s; VM 320.0s on the host); 74
 /// scenarios' phases summed: build 10.1s, start 30.2s, probes 250.3s, judge 3.1s, teardown 12.0s`
 pub(super) fn line(
     kernel: &str,
@@ -43,10 +51,13 @@ pub(super) fn line(
 ) -> String {
     let s = |v: Option<f64>| v.map_or("?".to_string(), |v| format!("{v:.1}s"));
     let mut out = format!(
-        "{kernel} {proxy}: boot {}, modules {}, run {} (VM {:.1}s on the host)",
+        "{kernel} {proxy}: boot {}, modules {}, run {} (CPU: user {}, system {}, idle {}; VM {:.1}s on the host)",
         s(seconds.boot),
         s(seconds.modules),
         s(seconds.run),
+        s(seconds.user),
+        s(seconds.system),
+        s(seconds.idle),
         seconds.vm
     );
     let timed: Vec<_> = scenarios.iter().filter_map(|s| s.timings).collect();
@@ -75,15 +86,37 @@ mod tests {
             modules_at: Some(6.5),
             up_at: Some(10.75),
             runs: vec![
-                ("builtin-iptables".into(), 11.0, Some(161.0)),
-                ("builtin-nftables".into(), 161.0, None),
+                vm::RunClock {
+                    name: "builtin-iptables".into(),
+                    started: 11.0,
+                    ended: Some(161.0),
+                    user: Some(30.0),
+                    system: Some(80.0),
+                    idle: Some(40.0),
+                },
+                vm::RunClock {
+                    name: "builtin-nftables".into(),
+                    started: 161.0,
+                    ended: None,
+                    user: None,
+                    system: None,
+                    idle: None,
+                },
             ],
             done_at: None,
         };
         let seconds = GuestSeconds::of(&timeline, "builtin-iptables", 300.0);
         assert_eq!(
             seconds,
-            GuestSeconds { boot: Some(6.5), modules: Some(4.25), run: Some(150.0), vm: 300.0 }
+            GuestSeconds {
+                boot: Some(6.5),
+                modules: Some(4.25),
+                run: Some(150.0),
+                user: Some(30.0),
+                system: Some(80.0),
+                idle: Some(40.0),
+                vm: 300.0
+            }
         );
         assert_eq!(GuestSeconds::of(&timeline, "builtin-nftables", 300.0).run, None);
         let scenarios: Vec<ReportedScenario> = serde_json::from_value(serde_json::json!([
@@ -96,7 +129,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             line("6.12", "builtin-iptables", &seconds, &scenarios),
-            "6.12 builtin-iptables: boot 6.5s, modules 4.2s, run 150.0s (VM 300.0s on the host); 2 scenarios' \
+            "6.12 builtin-iptables: boot 6.5s, modules 4.2s, run 150.0s (CPU: user 30.0s, system 80.0s, idle 40.0s; VM 300.0s on the host); 2 scenarios' \
              phases summed: build 1.0s, start 0.5s, probes 2.0s, judge 0.1s, teardown 0.4s"
         );
     }
