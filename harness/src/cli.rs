@@ -136,6 +136,18 @@ enum Command {
         /// Times each figure is taken, for its median and spread.
         #[arg(long, default_value_t = 10)]
         sync_rounds: usize,
+        /// With `--proxy`, instead: time the whole suite with `--proxy` and with the built-in
+        /// proxy of its mode (its `mode` option), this many rounds of each in turns, and print
+        /// both medians, their CPU and the ratio. Judge a real kube-proxy under its profile
+        /// (`--proxy-option profile=kube-proxy-iptables@v1.30`).
+        #[arg(
+            long,
+            value_name = "ROUNDS",
+            default_value_t = 0,
+            requires = "proxy",
+            conflicts_with = "scale"
+        )]
+        suite_rounds: usize,
         /// Instead: measure with real packets at these counts of generated Services (2
         /// endpoints each on 2 nodes; e.g. `1000,5000,10000`): start to synced, four API
         /// changes from the change to the first packet on the new path, connect time to the
@@ -398,6 +410,11 @@ pub fn main() -> i32 {
         }
         Command::Bench { suite, round_trips, coverage_rounds, proxy: None, .. } => {
             commands::bench::run(&suite, round_trips, coverage_rounds).map(|()| EXIT_PASS)
+        }
+        Command::Bench { suite, proxy: Some(name), proxy_options, suite_rounds: rounds @ 1.., .. } => {
+            proxy_choice(&name, &proxy_options)
+                .and_then(|choice| commands::bench::suite_against_builtin(&suite, &choice, rounds))
+                .map(|()| EXIT_PASS)
         }
         Command::Bench { proxy: Some(name), proxy_options, sync_scenario, sync_rounds, .. } => {
             proxy_choice(&name, &proxy_options)

@@ -35,6 +35,34 @@ pub(crate) struct Run {
     /// Rule coverage, one table per proxy (`run --coverage`); `coverage merge` reads it back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub coverage: Vec<crate::coverage::Table>,
+    /// The CPU the run cost, for taking a slow run apart (absent from a merged report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuSeconds>,
+}
+
+/// CPU seconds of the harness's own process and of the programs it ran and waited for
+/// (proxies, `iptables-restore`, `nft`, servers), by getrusage.
+#[derive(Serialize, Deserialize, Clone, Copy, Default, PartialEq)]
+pub(crate) struct CpuSeconds {
+    pub harness_user: f64,
+    pub harness_system: f64,
+    pub programs_user: f64,
+    pub programs_system: f64,
+}
+
+impl CpuSeconds {
+    fn now() -> Option<CpuSeconds> {
+        let usage = |who| {
+            // SAFETY: getrusage fills the struct it is given.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            (unsafe { libc::getrusage(who, &mut usage) } == 0)
+                .then(|| (seconds(usage.ru_utime), seconds(usage.ru_stime)))
+        };
+        let (harness_user, harness_system) = usage(libc::RUSAGE_SELF)?;
+        let (programs_user, programs_system) = usage(libc::RUSAGE_CHILDREN)?;
+        Some(CpuSeconds { harness_user, harness_system, programs_user, programs_system })
+    }
 }
 
 /// This build's release, as reports carry it.
@@ -152,6 +180,7 @@ pub fn json_report_of_slice(finished: &[Finished<'_>], slice: Option<String>) ->
     let kernel = crate::kernel::KernelVersion::running().map(|(release, _)| release).unwrap_or_default();
     let mut run = Run::counted(VERSION.into(), slice, kernel, known_bugs, scenarios);
     run.coverage = super::coverage_tables(finished);
+    run.cpu = CpuSeconds::now();
     Ok(serde_json::to_string_pretty(&run)?)
 }
 
@@ -188,6 +217,7 @@ impl Run {
             known_bugs,
             scenarios,
             coverage: Vec::new(),
+            cpu: None,
         }
     }
 

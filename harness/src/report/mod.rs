@@ -8,6 +8,7 @@ mod junit;
 pub mod known_bugs;
 pub mod terminal;
 
+pub(crate) use json::CpuSeconds;
 pub(crate) use json::Run as JsonRun;
 pub(crate) use json::Scenario as ReportedScenario;
 pub(crate) use json::Timings as ScenarioTimings;

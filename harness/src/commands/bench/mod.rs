@@ -11,10 +11,12 @@ mod round;
 mod scale;
 mod scenario;
 mod stats;
+mod suite;
 
 pub use figures::Side;
 pub use gate::Thresholds;
 pub use scale::{Baseline, ScaleArgs};
+pub use suite::against_builtin as suite_against_builtin;
 
 /// The most Services `--scale` takes: what `spec.generate` allows in one file.
 pub const MAX_SCALE: usize = 100_000;

@@ -294,7 +294,11 @@ pub fn main(args: Args) -> Result<i32> {
     for cell in &cells {
         if let Some(seconds) = &cell.seconds {
             let scenarios = cell.report.as_ref().map(GuestReport::scenarios).unwrap_or_default();
-            println!("{}", timings::line(&cell.kernel, &cell.proxy, seconds, scenarios));
+            let cpu = match &cell.report {
+                Some(GuestReport::Run(run)) => run.cpu.as_ref(),
+                _ => None,
+            };
+            println!("{}", timings::line(&cell.kernel, &cell.proxy, seconds, scenarios, cpu));
         }
     }
     // What holds on one kernel and not another shows here: skips carry their reason (minKernel,

@@ -48,6 +48,7 @@ pub(super) fn line(
     proxy: &str,
     seconds: &GuestSeconds,
     scenarios: &[ReportedScenario],
+    cpu: Option<&crate::report::CpuSeconds>,
 ) -> String {
     let s = |v: Option<f64>| v.map_or("?".to_string(), |v| format!("{v:.1}s"));
     let mut out = format!(
@@ -60,6 +61,12 @@ pub(super) fn line(
         s(seconds.idle),
         seconds.vm
     );
+    if let Some(cpu) = cpu {
+        out.push_str(&format!(
+            "; the harness user {:.1}s, system {:.1}s, the programs it ran user {:.1}s, system {:.1}s",
+            cpu.harness_user, cpu.harness_system, cpu.programs_user, cpu.programs_system
+        ));
+    }
     let timed: Vec<_> = scenarios.iter().filter_map(|s| s.timings).collect();
     if !timed.is_empty() {
         let sum = |f: fn(&crate::report::ScenarioTimings) -> f64| timed.iter().map(f).sum::<f64>();
@@ -128,7 +135,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            line("6.12", "builtin-iptables", &seconds, &scenarios),
+            line("6.12", "builtin-iptables", &seconds, &scenarios, None),
             "6.12 builtin-iptables: boot 6.5s, modules 4.2s, run 150.0s (CPU: user 30.0s, system 80.0s, idle 40.0s; VM 300.0s on the host); 2 scenarios' \
              phases summed: build 1.0s, start 0.5s, probes 2.0s, judge 0.1s, teardown 0.4s"
         );
