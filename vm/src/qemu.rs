@@ -69,13 +69,9 @@ pub fn command(
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        // panic=-1: a guest that panics powers off at once (with -no-reboot) instead of hanging.
         .args([
             "-append",
-            &format!(
-                "console=ttyS0 panic=-1 rdinit=/init {}",
-                std::env::var("PACKETPROOF_VM_APPEND").unwrap_or_default()
-            ),
+            &format!("{KERNEL_COMMAND_LINE} {}", std::env::var("PACKETPROOF_VM_APPEND").unwrap_or_default()),
         ])
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
@@ -86,6 +82,13 @@ pub fn command(
         .stderr(Stdio::piped());
     Ok(cmd)
 }
+
+/// The guest kernel's command line; `PACKETPROOF_VM_APPEND` adds to it (to try options).
+/// - panic=-1: a guest that panics powers off at once (with -no-reboot) instead of hanging.
+/// - mitigations=off: the guest runs nothing but the harness and the programs under test, and
+///   under TCG every retpoline, RSB fill and barrier is emulated (the matrix's guest CPU, in
+///   docs/src/measurements.md).
+const KERNEL_COMMAND_LINE: &str = "console=ttyS0 panic=-1 rdinit=/init mitigations=off";
 
 /// Every running qemu's pid, for the interrupt handler.
 static RUNNING: Mutex<Vec<u32>> = Mutex::new(Vec::new());
