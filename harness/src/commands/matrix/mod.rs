@@ -788,7 +788,8 @@ mod tests {
         let run = guest_run("builtin-iptables", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
         let line = run.args.join(" ");
         assert!(
-            line.starts_with("run --proxy builtin-iptables --proxy-option mutant=no-sctp --timeout-ms 500")
+            line.starts_with("run --proxy builtin-iptables --proxy-option mutant=no-sctp --jobs 4 --timeout-ms 500"),
+            "two scenarios per vCPU: {line}"
         );
         assert!(line.contains("--json /share/builtin-iptables/report.json"));
         assert!(line.ends_with("scenarios/sctp.yaml"));
