@@ -373,6 +373,7 @@ fn run_kernel(
     let booted = vm::boot(kernel, userland, machine, &runs, &share);
     let vm_seconds = started.elapsed().as_secs_f64();
     eprintln!("packetproof: kernel {} done in {vm_seconds:.1}s", kernel.spec);
+    let timeline = booted.as_ref().map(|b| vm::timeline(&b.console)).unwrap_or_default();
     let cells = match booted {
         Err(e) => args
             .proxy
@@ -389,65 +390,62 @@ fn run_kernel(
                 seconds: None,
             })
             .collect(),
-        Ok(booted) => {
-            let timeline = vm::timeline(&booted.console);
-            booted
-                .runs
-                .iter()
-                .map(|run| {
-                    let report = std::fs::read_to_string(run.dir.join("report.json"))
-                        .ok()
-                        .and_then(|text| serde_json::from_str(&text).ok());
-                    let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
-                    // A run the VM finished stands even if the VM was stopped in a later one.
-                    let (exit_code, error) = match (run.exit_code, &booted.stopped) {
-                        (Some(code), _) => (code, None),
-                        (None, Some(why)) if output.is_empty() => {
-                            (EXIT_ERROR, Some(format!("{why}, before this run began")))
-                        }
-                        (None, Some(why)) => {
-                            (EXIT_ERROR, Some(format!("{why}; console:\n{}", vm::tail(&booted.console, 30))))
-                        }
-                        (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
-                    };
-                    let mut cell = Cell {
-                        kernel: kernel.spec.clone(),
-                        version: kernel.version.clone(),
-                        proxy: run.name.clone(),
-                        exit_code,
-                        report,
-                        error,
-                        kept: None,
-                        differences: args.against.as_ref().and_then(|_| diff_table(&output)),
-                        seconds: Some(timings::GuestSeconds::of(&timeline, &run.name, vm_seconds)),
-                    };
-                    if exit_code != EXIT_PASS || args.keep_evidence {
-                        let keep = args.artifacts.join(&kernel.spec).join(&run.name);
-                        match keep_run(&run.dir, &keep, &booted.console) {
-                            Ok(()) => cell.kept = Some(keep),
-                            Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
-                        }
-                        if let Some(table) = &cell.differences {
-                            eprintln!(
-                                "--- {} {} against {}:\n{table}",
-                                kernel.spec,
-                                run.name,
-                                args.against.as_deref().unwrap_or_default()
-                            );
-                        } else if exit_code != EXIT_PASS && !output.is_empty() {
-                            // The guest's own report of what failed (so far, if it was stopped).
-                            eprintln!(
-                                "--- {} {} (exit {exit_code}):\n{}",
-                                kernel.spec,
-                                run.name,
-                                failing_part(&output)
-                            );
-                        }
+        Ok(booted) => booted
+            .runs
+            .iter()
+            .map(|run| {
+                let report = std::fs::read_to_string(run.dir.join("report.json"))
+                    .ok()
+                    .and_then(|text| serde_json::from_str(&text).ok());
+                let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
+                // A run the VM finished stands even if the VM was stopped in a later one.
+                let (exit_code, error) = match (run.exit_code, &booted.stopped) {
+                    (Some(code), _) => (code, None),
+                    (None, Some(why)) if output.is_empty() => {
+                        (EXIT_ERROR, Some(format!("{why}, before this run began")))
                     }
-                    cell
-                })
-                .collect()
-        }
+                    (None, Some(why)) => {
+                        (EXIT_ERROR, Some(format!("{why}; console:\n{}", vm::tail(&booted.console, 30))))
+                    }
+                    (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
+                };
+                let mut cell = Cell {
+                    kernel: kernel.spec.clone(),
+                    version: kernel.version.clone(),
+                    proxy: run.name.clone(),
+                    exit_code,
+                    report,
+                    error,
+                    kept: None,
+                    differences: args.against.as_ref().and_then(|_| diff_table(&output)),
+                    seconds: Some(timings::GuestSeconds::of(&timeline, &run.name, vm_seconds)),
+                };
+                if exit_code != EXIT_PASS || args.keep_evidence {
+                    let keep = args.artifacts.join(&kernel.spec).join(&run.name);
+                    match keep_run(&run.dir, &keep, &booted.console) {
+                        Ok(()) => cell.kept = Some(keep),
+                        Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
+                    }
+                    if let Some(table) = &cell.differences {
+                        eprintln!(
+                            "--- {} {} against {}:\n{table}",
+                            kernel.spec,
+                            run.name,
+                            args.against.as_deref().unwrap_or_default()
+                        );
+                    } else if exit_code != EXIT_PASS && !output.is_empty() {
+                        // The guest's own report of what failed (so far, if it was stopped).
+                        eprintln!(
+                            "--- {} {} (exit {exit_code}):\n{}",
+                            kernel.spec,
+                            run.name,
+                            failing_part(&output)
+                        );
+                    }
+                }
+                cell
+            })
+            .collect(),
     };
     let _ = std::fs::remove_dir_all(&share);
     cells
@@ -788,7 +786,9 @@ mod tests {
         let run = guest_run("builtin-iptables", &args, &[PathBuf::from("scenarios/sctp.yaml")]);
         let line = run.args.join(" ");
         assert!(
-            line.starts_with("run --proxy builtin-iptables --proxy-option mutant=no-sctp --jobs 4 --timeout-ms 500"),
+            line.starts_with(
+                "run --proxy builtin-iptables --proxy-option mutant=no-sctp --jobs 4 --timeout-ms 500"
+            ),
             "two scenarios per vCPU: {line}"
         );
         assert!(line.contains("--json /share/builtin-iptables/report.json"));
