@@ -72,9 +72,10 @@ pub fn job_script(runs: &[GuestRun]) -> String {
         let dir = run.guest_dir();
         let args: Vec<String> = run.args.iter().map(|a| quote(a)).collect();
         script.push_str(&format!(
-            "mkdir -p {dir}\necho \"packetproof-guest: {name} started at $(cut -d' ' -f1 /proc/uptime)s, $({CPU_SECONDS})\"\n/usr/bin/packetproof {args} > {dir}/output.txt 2>&1\ncode=$?\necho $code > {dir}/exit-code\necho \"packetproof-guest: {name} exited $code at $(cut -d' ' -f1 /proc/uptime)s, $({CPU_SECONDS})\"\n",
+            "mkdir -p {dir}\necho {marker} \"started at $(cut -d' ' -f1 /proc/uptime)s, $({CPU_SECONDS})\"\n/usr/bin/packetproof {args} > {dir}/output.txt 2>&1\ncode=$?\necho $code > {dir}/exit-code\necho {marker} \"exited $code at $(cut -d' ' -f1 /proc/uptime)s, $({CPU_SECONDS})\"\n",
             dir = quote(&dir),
-            name = run.name,
+            // Quoted: the name is the user's (`--proxy`), the rest of the line is expanded.
+            marker = quote(&format!("packetproof-guest: {}", run.name)),
             args = args.join(" "),
         ));
     }
@@ -187,6 +188,9 @@ mod tests {
             "/usr/bin/packetproof 'run' '--proxy-option' 'mutant=it'\\''s' > '/share/builtin-iptables'/output.txt 2>&1"
         ));
         assert!(script.contains("echo $code > '/share/builtin-iptables'/exit-code"));
+        assert!(script.contains("echo 'packetproof-guest: builtin-iptables' \"started at $(cut"));
+        let hostile = job_script(&[GuestRun { name: "$(reboot)".into(), args: vec![] }]);
+        assert!(hostile.contains("echo 'packetproof-guest: $(reboot)' \"exited $code at"), "{hostile}");
     }
 
     #[test]

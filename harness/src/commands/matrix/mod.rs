@@ -186,6 +186,10 @@ pub fn main(args: Args) -> Result<i32> {
     if crate::commands::load_all(&paths)?.is_none() {
         return Ok(EXIT_ERROR);
     }
+    // A proxy's name names its directory in the share and under --artifacts.
+    if let Some(bad) = args.proxy.iter().chain(&args.against).find(|p| !plain_name(p)) {
+        anyhow::bail!("--proxy {bad:?}: not a proxy's name (letters, digits, '-', '_' and '.', not first)");
+    }
     let started = Instant::now();
     let mut kernels = Vec::new();
     for spec in &args.kernels {
@@ -451,6 +455,13 @@ fn run_kernel(
     cells
 }
 
+/// A name that is safe as one path component and in the guest's job script.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 /// Why a run inside the guest never finished: the guest kernel's crash when its console
 /// shows one, and the console's end.
 fn unfinished(console: &str) -> String {
@@ -713,6 +724,14 @@ mod tests {
         assert_eq!(vms_for_cores(2, 2), 1);
         assert_eq!(vms_for_cores(8, 2), 4);
         assert_eq!(vms_for_cores(1, 4), 1);
+    }
+
+    #[test]
+    fn a_proxy_name_is_one_plain_path_component() {
+        assert!(plain_name("builtin-nftables-v1.31") && plain_name("apiserver"));
+        for bad in ["", "..", "../etc", "a/b", "$(reboot)", ".hidden", "a b"] {
+            assert!(!plain_name(bad), "{bad:?}");
+        }
     }
 
     #[test]
