@@ -462,13 +462,15 @@ fn reproducing_mutants(
     if crate::proxy::breakable(&settings.proxy.name).is_some() {
         return Ok(None);
     }
-    let (iptables, nftables) = (crate::proxy::iptables::NAME, crate::proxy::nftables::NAME);
+    use crate::proxy::kube_proxy_config::Mode;
     let built_in: Vec<&str> = match settings.proxy.options.get("mode").and_then(|m| m.as_str()) {
-        Some("iptables") => vec![iptables],
-        Some("nftables") => vec![nftables],
-        // IPVS runs in the kernel matrix's VMs only; a proxy of no mode may be either.
-        Some(_) => Vec::new(),
-        None => vec![iptables, nftables],
+        // IPVS runs in the kernel matrix's VMs only.
+        Some(mode) => match Mode::parse(mode) {
+            Ok(mode @ (Mode::Iptables | Mode::Nftables)) => vec![mode.built_in()],
+            _ => Vec::new(),
+        },
+        // A proxy of no mode may be either.
+        None => vec![Mode::Iptables.built_in(), Mode::Nftables.built_in()],
     };
     // Only a built-in proxy that passes the case unbroken can tell a bug by its mutants.
     let unbroken: Vec<ProxyChoice> = built_in.iter().map(|name| ProxyChoice::named(name)).collect();

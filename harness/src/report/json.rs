@@ -51,7 +51,8 @@ pub(crate) struct CpuSeconds {
 }
 
 impl CpuSeconds {
-    fn now() -> Option<CpuSeconds> {
+    /// So far, for this process and the children it has waited for.
+    pub(crate) fn now() -> Option<CpuSeconds> {
         let usage = |who| {
             // SAFETY: getrusage fills the struct it is given.
             let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

@@ -109,7 +109,7 @@ pub fn run(suite: &Path, round_trips: u32, coverage_rounds: usize) -> Result<()>
     };
     let count = scenarios.len();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let failed = run_suite(&scenarios, false)?;
+    let failed = run_suite(&scenarios, None, false)?;
     println!(
         "suite {}: {count} scenarios in {:.2}s wall on {cores} cores ({failed} failed)",
         suite.display(),
@@ -120,10 +120,10 @@ pub fn run(suite: &Path, round_trips: u32, coverage_rounds: usize) -> Result<()>
         let (mut plain_failed, mut traced_failed) = (0, 0);
         for _ in 0..coverage_rounds {
             let t = Instant::now();
-            plain_failed = plain_failed.max(run_suite(&scenarios, false)?);
+            plain_failed = plain_failed.max(run_suite(&scenarios, None, false)?);
             plain.push(t.elapsed());
             let t = Instant::now();
-            traced_failed = traced_failed.max(run_suite(&scenarios, true)?);
+            traced_failed = traced_failed.max(run_suite(&scenarios, None, true)?);
             traced.push(t.elapsed());
         }
         let (plain, traced) = (median(&mut plain), median(&mut traced));
@@ -139,12 +139,16 @@ pub fn run(suite: &Path, round_trips: u32, coverage_rounds: usize) -> Result<()>
     Ok(())
 }
 
-/// Runs every scenario as `packetproof run` does (with rule coverage measured, or not);
-/// returns how many failed.
-fn run_suite(scenarios: &[crate::model::Scenario], coverage: bool) -> Result<usize> {
+/// Runs every scenario as `packetproof run` does (with `proxy` instead of each scenario's own,
+/// where given; with rule coverage measured, or not); returns how many failed.
+fn run_suite(
+    scenarios: &[crate::model::Scenario],
+    proxy: Option<&crate::model::ProxyChoice>,
+    coverage: bool,
+) -> Result<usize> {
     let options = RunOptions { coverage, ..RunOptions::default() };
     let engine = Engine { options, jobs: Engine::default_jobs() };
-    let results = engine.execute(&Run::each(scenarios, None), &mut [])?;
+    let results = engine.execute(&Run::each(scenarios, proxy), &mut [])?;
     let fine = |r: &crate::results::ScenarioReport| {
         r.passed() || matches!(r.outcome, crate::results::Outcome::Skipped(_))
     };

@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::engine::{Engine, Run};
 use crate::model::{ProxyChoice, Scenario};
-use crate::results::{Outcome, ScenarioReport};
-use crate::runner::RunOptions;
+use crate::proxy::kube_proxy_config::Mode;
+use crate::report::CpuSeconds;
 
 /// One timed run of the suite.
 struct Timed {
@@ -29,11 +28,11 @@ pub fn against_builtin(suite: &Path, proxy: &ProxyChoice, rounds: usize) -> Resu
         anyhow::bail!("the suite at {} has invalid scenarios", suite.display());
     };
     let builtin = ProxyChoice::named(builtin_of(proxy));
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut builtin_rounds, mut proxy_rounds) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
-        ours.push(timed(&scenarios, &builtin)?);
-        theirs.push(timed(&scenarios, proxy)?);
-        let (a, b) = (ours.last().expect("pushed"), theirs.last().expect("pushed"));
+        builtin_rounds.push(timed(&scenarios, &builtin)?);
+        proxy_rounds.push(timed(&scenarios, proxy)?);
+        let (a, b) = (builtin_rounds.last().expect("pushed"), proxy_rounds.last().expect("pushed"));
         eprintln!(
             "round {round}/{rounds}: {} {:.2}s, {} {:.2}s",
             builtin.name,
@@ -43,7 +42,7 @@ pub fn against_builtin(suite: &Path, proxy: &ProxyChoice, rounds: usize) -> Resu
         );
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (b, p) = (summary(&mut ours), summary(&mut theirs));
+    let (b, p) = (summary(&builtin_rounds), summary(&proxy_rounds));
     let side = |name: &str, (wall, harness, programs, failed): (f64, f64, f64, usize)| {
         format!(
             "{name} median {wall:.2}s wall, CPU {harness:.1}s the harness's and {programs:.1}s its programs' \
@@ -63,52 +62,38 @@ pub fn against_builtin(suite: &Path, proxy: &ProxyChoice, rounds: usize) -> Resu
 
 /// The built-in proxy of `proxy`'s mode (its `mode` option; iptables unless told).
 fn builtin_of(proxy: &ProxyChoice) -> &'static str {
-    match proxy.options.get("mode").and_then(|m| m.as_str()) {
-        Some("nftables") => crate::proxy::nftables::NAME,
-        Some("ipvs") => crate::proxy::ipvs::NAME,
-        _ => crate::proxy::iptables::NAME,
-    }
+    let mode = proxy.options.get("mode").and_then(|m| m.as_str()).and_then(|m| Mode::parse(m).ok());
+    mode.unwrap_or(Mode::Iptables).built_in()
 }
 
 fn timed(scenarios: &[Scenario], proxy: &ProxyChoice) -> Result<Timed> {
-    let engine = Engine { options: RunOptions::default(), jobs: Engine::default_jobs() };
-    let (harness, programs, t) =
-        (cpu_seconds(libc::RUSAGE_SELF), cpu_seconds(libc::RUSAGE_CHILDREN), Instant::now());
-    let results = engine.execute(&Run::each(scenarios, Some(proxy)), &mut [])?;
-    let fine = |r: &ScenarioReport| r.passed() || matches!(r.outcome, Outcome::Skipped(_));
-    let failed = results.iter().filter(|(_, r)| !r.as_ref().is_ok_and(fine)).count();
+    let (before, t) = (CpuSeconds::now(), Instant::now());
+    let failed = super::run_suite(scenarios, Some(proxy), false)?;
+    let (wall, after) = (t.elapsed(), CpuSeconds::now());
+    let spent = |of: fn(&CpuSeconds) -> f64| match (&before, &after) {
+        (Some(b), Some(a)) => of(a) - of(b),
+        _ => 0.0,
+    };
     Ok(Timed {
-        wall: t.elapsed(),
-        harness_cpu: cpu_seconds(libc::RUSAGE_SELF) - harness,
-        programs_cpu: cpu_seconds(libc::RUSAGE_CHILDREN) - programs,
+        wall,
+        harness_cpu: spent(|c| c.harness_user + c.harness_system),
+        programs_cpu: spent(|c| c.programs_user + c.programs_system),
         failed,
     })
 }
 
 /// Median wall seconds, median CPU seconds of the harness and of its programs, and the most
 /// failures of a side's rounds.
-fn summary(rounds: &mut [Timed]) -> (f64, f64, f64, usize) {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
+fn summary(rounds: &[Timed]) -> (f64, f64, f64, usize) {
+    let median = |of: fn(&Timed) -> f64| {
+        super::stats::Summary::of(&rounds.iter().map(of).collect::<Vec<_>>()).map_or(0.0, |s| s.median)
     };
     (
-        median(rounds.iter().map(|r| r.wall.as_secs_f64()).collect()),
-        median(rounds.iter().map(|r| r.harness_cpu).collect()),
-        median(rounds.iter().map(|r| r.programs_cpu).collect()),
+        median(|r| r.wall.as_secs_f64()),
+        median(|r| r.harness_cpu),
+        median(|r| r.programs_cpu),
         rounds.iter().map(|r| r.failed).max().unwrap_or(0),
     )
-}
-
-/// CPU seconds so far of this process (`RUSAGE_SELF`) or of its waited-for children.
-fn cpu_seconds(who: libc::c_int) -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    match unsafe { libc::getrusage(who, &mut usage) } {
-        0 => seconds(usage.ru_utime) + seconds(usage.ru_stime),
-        _ => 0.0,
-    }
 }
 
 #[cfg(test)]
