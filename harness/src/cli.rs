@@ -41,7 +41,7 @@ enum Command {
         /// Judge by this profile (kubernetes, kube-proxy-iptables, kube-proxy-nftables, kube-proxy-ipvs)
         /// instead of the proxy's own; under `kubernetes`, outcomes Kubernetes leaves open are
         /// not judged. A kube-proxy profile may name the release whose choices it states
-        /// (`kube-proxy-nftables@v1.30`; v1.30 to v1.34); without `@`, the newest.
+        /// (`kube-proxy-nftables@v1.30`; v1.30 to v1.36); without `@`, the newest.
         #[arg(long)]
         profile: Option<crate::model::Profile>,
         /// Milliseconds an attempt waits for an answer before it counts as silent (10 to 60000);

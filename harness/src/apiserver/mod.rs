@@ -1,7 +1,8 @@
 //! An embedded Kubernetes API server, just enough for service proxies that watch the API
-//! (kube-proxy, or `packetproof reference-proxy`): Nodes, Services and EndpointSlices over
-//! JSON, LIST and WATCH with resourceVersions, selectors, bookmarks and paging. kube has no
-//! server side, so this is axum.
+//! (kube-proxy v1.30 to v1.36, or `packetproof reference-proxy`): Nodes, Services,
+//! EndpointSlices and ServiceCIDRs over JSON, LIST and WATCH with resourceVersions, label and
+//! field selectors, bookmarks and paging. kube has no server side, so this is axum. What it
+//! refuses is recorded ([`Store::refusals`]), for the adapter to report as the cause.
 //!
 //! The harness changes the [`Store`]; every change becomes watch events.
 
@@ -19,7 +20,7 @@ use anyhow::{Context, Result};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use store::{Kind, Store};
+pub use store::{Kind, Refusal, Store};
 
 /// A running server. Stopping it ends every watch, then the connections.
 pub struct ApiServer {
@@ -52,6 +53,8 @@ impl ApiServer {
             let listener = tokio::net::TcpListener::from_std(listener)
                 .context("handing the API server's socket to tokio")?;
             runtime.spawn(async move {
+                // With the client's address, for the refusals' record.
+                let app = app.into_make_service_with_connect_info::<SocketAddr>();
                 let served = axum::serve(listener, app).with_graceful_shutdown(async move {
                     let _ = stopped.await;
                     // Watches end when the store closes; then graceful shutdown can finish.

@@ -63,6 +63,34 @@ struct Inner {
     closed: bool,
     /// Requests served, oldest first, at most [`LOG_LINES`].
     log: std::collections::VecDeque<String>,
+    /// Requests answered with an error, oldest first, at most [`LOG_LINES`].
+    refusals: Vec<Refusal>,
+}
+
+/// A request the server answered with an error: what a proxy asked for that this server does
+/// not serve, or refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Who asked, when the connection says.
+    pub client: Option<std::net::IpAddr>,
+    /// `GET /api/v1/services?…`.
+    pub request: String,
+    pub code: u16,
+    /// The `Status` document's reason and message.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} -> {}", self.request, self.code)?;
+        if !self.reason.is_empty() {
+            write!(f, " ({})", self.reason)?;
+        }
+        if let Some(client) = self.client {
+            write!(f, ", asked by {client}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Requests kept in the log; a run makes a few dozen per node.
@@ -243,6 +271,19 @@ impl Store {
             inner.log.pop_front();
         }
         inner.log.push_back(line);
+    }
+
+    /// Records a refused request (the first [`LOG_LINES`] are kept: the first says why).
+    pub(crate) fn refuse(&self, refusal: Refusal) {
+        let mut inner = self.lock();
+        if inner.refusals.len() < LOG_LINES {
+            inner.refusals.push(refusal);
+        }
+    }
+
+    /// The requests refused so far, oldest first.
+    pub fn refusals(&self) -> Vec<Refusal> {
+        self.lock().refusals.clone()
     }
 
     /// The request log, one request a line.

@@ -52,11 +52,21 @@ impl Release {
     pub const V1_32: Release = Release { minor: 32 };
     pub const V1_33: Release = Release { minor: 33 };
     pub const V1_34: Release = Release { minor: 34 };
+    pub const V1_35: Release = Release { minor: 35 };
+    pub const V1_36: Release = Release { minor: 36 };
 
     /// The releases a profile can name: those whose kube-proxy source the oracle's choices were
-    /// read from (`oracle::profile`), oldest first.
-    pub const KNOWN: [Release; 5] =
-        [Release::V1_30, Release::V1_31, Release::V1_32, Release::V1_33, Release::V1_34];
+    /// read from (`oracle::profile`) and whose binaries the suite was run against
+    /// (docs/src/proxies.md), oldest first.
+    pub const KNOWN: [Release; 7] = [
+        Release::V1_30,
+        Release::V1_31,
+        Release::V1_32,
+        Release::V1_33,
+        Release::V1_34,
+        Release::V1_35,
+        Release::V1_36,
+    ];
 
     fn known_names() -> String {
         Release::KNOWN.iter().map(Release::to_string).collect::<Vec<_>>().join(", ")
@@ -161,9 +171,9 @@ mod tests {
     #[test]
     fn unknown_names_and_releases_are_refused_with_the_known_ones() {
         let refusal = |s: &str| s.parse::<Profile>().unwrap_err();
-        let known_releases = "known: v1.30, v1.31, v1.32, v1.33, v1.34";
+        let known_releases = "known: v1.30, v1.31, v1.32, v1.33, v1.34, v1.35, v1.36";
         for hostile in
-            ["kube-proxy-nftables@v1.29", "kube-proxy-nftables@1.30", "kube-proxy-iptables@v1.30.3"]
+            ["kube-proxy-nftables@v1.29", "kube-proxy-nftables@1.30", "kube-proxy-iptables@v1.30.3", "kube-proxy-iptables@v1.37"]
         {
             let e = refusal(hostile);
             assert!(e.contains("unknown release") && e.contains(known_releases), "{e}");

@@ -73,7 +73,7 @@ impl Choices {
         affinity_outlives_connections: true,
     };
 
-    /// The departures of `profile`; no release changed them (v1.30 to v1.34).
+    /// The departures of `profile`; no release changed them (v1.30 to v1.36).
     pub(super) fn of(profile: Profile) -> Choices {
         match profile.implementation {
             Implementation::Kubernetes

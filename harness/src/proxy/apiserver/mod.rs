@@ -375,10 +375,19 @@ impl Proxy for ApiServerProxy {
             };
             running.spawn(node, &self.template.expand(&vars)?)?;
         }
-        let judges = running.nodes.iter().map(|_| SyncJudge::at_start(started)).collect();
+        let judges = running
+            .nodes
+            .iter()
+            .map(|n| SyncJudge::at_start(started).with_topology_labels(zoned(state.cluster, &n.node.name)))
+            .collect();
         running.wait_synced(judges, &baselines, None)?;
         Ok(Box::new(running))
     }
+}
+
+/// Whether `node` carries a zone label, which reaches kube-proxy by an event of its own.
+fn zoned(cluster: &Cluster, node: &str) -> bool {
+    cluster.node(node).is_some_and(|n| n.zone.is_some())
 }
 
 /// A listening socket on `addr`, which may still be tentative (an IPv6 address on a link
@@ -487,6 +496,7 @@ impl ApiRunning<'_> {
         unchanged_after: Option<Duration>,
     ) -> Result<()> {
         let deadline = Instant::now() + self.proxy.sync_timeout;
+        let store = std::sync::Arc::clone(self.server.as_ref().expect("the server runs until stop").store());
         // Every node's wait at once (`sync::wait_all`): each node's grace overlaps the others'.
         let waited = {
             let mut waits: Vec<Box<dyn sync::NodeWait + '_>> = Vec::new();
@@ -494,7 +504,11 @@ impl ApiRunning<'_> {
                 let NodeProxy { node, child, log, metrics, .. } = n;
                 let (node, log) = (&*node, &*log);
                 let netns = &node.netns;
+                let store = std::sync::Arc::clone(&store);
                 let alive = move || -> Result<()> {
+                    // A proxy refused what it asks for will not sync: the refusal is the cause
+                    // (the server's gap, or the proxy's request, for the user to see: exit 2).
+                    refused(&store)?;
                     let Some(c) = child.as_mut() else {
                         bail!("the proxy on node {} was stopped", node.name)
                     };
@@ -563,6 +577,31 @@ impl ApiRunning<'_> {
         let _ = std::fs::remove_dir_all(&self.dir);
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// An error naming every request the embedded server refused, if it refused any. Whatever a
+/// proxy asks for is served or this says so: a proxy kept from its objects never syncs, and
+/// "no sync" would blame it for the server's gap.
+fn refused(store: &crate::apiserver::Store) -> Result<()> {
+    let refusals = store.refusals();
+    let Some(first) = refusals.first() else { return Ok(()) };
+    let mut distinct: Vec<String> = Vec::new();
+    for r in &refusals {
+        let line = r.to_string();
+        if !distinct.contains(&line) {
+            distinct.push(line);
+        }
+    }
+    let shown = distinct.iter().take(5).map(|l| format!("\n  {l}")).collect::<String>();
+    let more = distinct.len().saturating_sub(5);
+    let more = if more > 0 { format!("\n  … and {more} more (apiserver-requests.log)") } else { String::new() };
+    bail!(
+        "the embedded API server refused {} request(s) of the proxy, first {} {}: a proxy kept from \
+         the objects it watches cannot be judged:{shown}{more}",
+        refusals.len(),
+        first.request.split(' ').next().unwrap_or(""),
+        first.request.split(' ').nth(1).map_or("", |p| p.split('?').next().unwrap_or(p)),
+    )
 }
 
 /// SIGTERM, up to [`STOP_GRACE`] to exit, then SIGKILL.
@@ -668,7 +707,11 @@ impl Running for ApiRunning<'_> {
         for (node, argv) in &commands {
             self.spawn(node, argv)?;
         }
-        let judges = self.nodes.iter().map(|_| SyncJudge::at_start(restarted)).collect();
+        let judges = self
+            .nodes
+            .iter()
+            .map(|n| SyncJudge::at_start(restarted).with_topology_labels(zoned(state.cluster, &n.node.name)))
+            .collect();
         self.wait_synced(judges, &baselines, Some(UNCHANGED_AFTER))?;
         Ok(true)
     }

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::apiserver::selector::{Selector, selects};
+use crate::apiserver::selector::Selector;
 use crate::apiserver::{Kind, Store};
 use crate::model::{Cluster, Node};
 use crate::proxy::State;
@@ -137,7 +137,6 @@ fn as_written(slice: &Value) -> Value {
 /// passes kube-proxy's label selector; otherwise 0.
 pub(crate) fn programming_expected(store: &Store, resource_version: u64) -> Result<usize> {
     let labels = Selector::parse(PROXY_LABEL_SELECTOR)?;
-    let fields = Selector::parse("")?;
     let others = [Kind::Service, Kind::Node, Kind::ServiceCidr]
         .into_iter()
         .any(|kind| !store.events_after(kind, resource_version).1.is_empty());
@@ -145,8 +144,8 @@ pub(crate) fn programming_expected(store: &Store, resource_version: u64) -> Resu
     let countable = |e: &crate::apiserver::store::Event| {
         e.change != "DELETED"
             && e.object["metadata"]["annotations"][TRIGGER_TIME].is_string()
-            && selects(&labels, &fields, &e.object)
-            && e.previous.as_ref().is_none_or(|p| selects(&labels, &fields, p))
+            && labels.matches_labels(&e.object)
+            && e.previous.as_ref().is_none_or(|p| labels.matches_labels(p))
     };
     Ok(if others || !slices.iter().all(countable) { 0 } else { slices.len() })
 }
@@ -157,7 +156,6 @@ pub(crate) fn programming_expected(store: &Store, resource_version: u64) -> Resu
 /// Objects kube-proxy's label selector leaves out reach none.
 pub(crate) fn families_reached(store: &Store, resource_version: u64) -> Result<Families> {
     let labels = Selector::parse(PROXY_LABEL_SELECTOR)?;
-    let fields = Selector::parse("")?;
     let mut families = Families::default();
     let mut add = |address: &str| match address.parse::<std::net::IpAddr>() {
         Ok(std::net::IpAddr::V4(_)) => families.ipv4 = true,
@@ -167,7 +165,7 @@ pub(crate) fn families_reached(store: &Store, resource_version: u64) -> Result<F
     for kind in [Kind::Service, Kind::EndpointSlice, Kind::Node] {
         for event in store.events_after(kind, resource_version).1 {
             let object = &event.object;
-            if kind != Kind::Node && !selects(&labels, &fields, object) {
+            if kind != Kind::Node && !labels.matches_labels(object) {
                 continue;
             }
             match kind {

@@ -166,6 +166,11 @@ pub struct SyncJudge {
     starting: bool,
     /// How many slice changes with a trigger time the push made, when it made no other.
     programming: Option<f64>,
+    /// At start-up, the node's topology labels reach the proxier by an event of their own
+    /// (v1.31-v1.33 `OnNodeAdd`, v1.34+ `NodeTopologyConfig.OnTopologyChange`, both a
+    /// full resync), which can come after the first sync: its certain-looking series must stand
+    /// still for [`START_SETTLE`] too, as v1.30's shared ones do.
+    labels_follow: bool,
 }
 
 impl SyncJudge {
@@ -187,7 +192,14 @@ impl SyncJudge {
             undecided_since: None,
             starting: false,
             programming: None,
+            labels_follow: false,
         }
+    }
+
+    /// At start-up on a node with a zone label: the label's resync may follow the first sync
+    /// (see the field), so a certain answer must stand still for [`START_SETTLE`].
+    pub(crate) fn with_topology_labels(self, labelled: bool) -> SyncJudge {
+        SyncJudge { labels_follow: labelled && self.starting, ..self }
     }
 
     /// The push made `changes` EndpointSlice changes (added or modified, none deleted, no
@@ -234,7 +246,8 @@ impl SyncJudge {
         // At start-up a family's first counted sync holds the whole state (a proxier syncs
         // only once it has listed Services and EndpointSlices), so a series per family is
         // certain at once, once every family kube-proxy runs has one.
-        if certain && (!self.starting || (now.per_family() && self.families.all_labelled(now))) {
+        let per_family_certain = now.per_family() && self.families.all_labelled(now) && !self.labels_follow;
+        if certain && (!self.starting || per_family_certain) {
             return true;
         }
         // With v1.30's shared series the count cannot be trusted alone at start-up: one
