@@ -1,11 +1,13 @@
 //! Topology-aware routing: which endpoints a node's Cluster-policy set keeps, given the
 //! EndpointSlice zone hints, the node's zone and the Service's hints annotation.
 //!
-//! The rules are kube-proxy v1.30's (pkg/proxy/topology.go `canUseTopology` and
-//! `availableForTopology`, with the `TopologyAwareHints` gate on, its v1.30 default):
-//! - with the `ServiceTrafficDistribution` gate off (v1.30's default) hints count only when the
+//! The rules are kube-proxy's (pkg/proxy/topology.go: v1.30-v1.32 `canUseTopology` and
+//! `availableForTopology`, v1.33+ `topologyModeFromHints`, the same for zones):
+//! - the hints annotation matters only to v1.30 ([`Context::annotation_needed`]): there, with
+//!   the `ServiceTrafficDistribution` gate off (its v1.30 default), hints count only when the
 //!   Service's hints annotation is set to something other than `""`, `disabled`, `Disabled`;
-//!   with it on (v1.31+'s default) the annotation is ignored;
+//!   the gate is on by default from v1.31 and GA (locked on) from v1.33, and then the
+//!   annotation is ignored;
 //! - the node must have a non-empty zone;
 //! - every ready endpoint must carry a zone hint, and at least one ready endpoint must be
 //!   hinted for the node's zone.
@@ -41,8 +43,12 @@ pub struct Context<'a> {
     pub annotation: Option<&'a str>,
     /// The node's `topology.kubernetes.io/zone`.
     pub zone: Option<&'a str>,
-    /// The `ServiceTrafficDistribution` feature gate.
+    /// The `ServiceTrafficDistribution` feature gate, as the scenario sets it.
     pub traffic_distribution_gate: bool,
+    /// The gate is off unless set (kube-proxy v1.30): hints then need the annotation. From
+    /// v1.31 the gate is on by default, so newer releases (and the built-in proxies, which
+    /// write what the newest does) never need it.
+    pub annotation_needed: bool,
 }
 
 impl<'a> Context<'a> {
@@ -52,7 +58,13 @@ impl<'a> Context<'a> {
             annotation: svc.hints_annotation.as_deref(),
             zone: cluster.node(node).and_then(|n| n.zone.as_deref()),
             traffic_distribution_gate: cluster.proxy.service_traffic_distribution,
+            annotation_needed: false,
         }
+    }
+
+    /// As kube-proxy v1.30 sees it: the gate off unless the scenario sets it.
+    pub fn annotation_needed(self, needed: bool) -> Context<'a> {
+        Context { annotation_needed: needed, ..self }
     }
 }
 
@@ -62,7 +74,7 @@ pub(crate) fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: H
     if hints == Hints::Ignored {
         return None;
     }
-    if !cx.traffic_distribution_gate && !annotation_enabled(cx.annotation) {
+    if cx.annotation_needed && !cx.traffic_distribution_gate && !annotation_enabled(cx.annotation) {
         return None;
     }
     let zone = cx.zone.filter(|z| !z.is_empty())?;
@@ -158,9 +170,17 @@ mod tests {
         for (name, annotation, gate, zone, endpoints, want) in cases {
             let eps = endpoints();
             let refs: Vec<&Endpoint> = eps.iter().collect();
-            let cx = Context { annotation, zone, traffic_distribution_gate: gate };
+            let cx = Context { annotation, zone, traffic_distribution_gate: gate, annotation_needed: true };
             assert_eq!(zone_filter(&refs, cx, Hints::Honoured), want, "{name}");
             assert_eq!(zone_filter(&refs, cx, Hints::Ignored), None, "{name} (hints ignored)");
+            // v1.31+: the gate on by default (GA from v1.33), the annotation never matters.
+            let newer = Context { annotation_needed: false, ..cx };
+            let gate_on = Context { traffic_distribution_gate: true, ..cx };
+            assert_eq!(
+                zone_filter(&refs, newer, Hints::Honoured),
+                zone_filter(&refs, gate_on, Hints::Honoured),
+                "{name} (v1.31+)"
+            );
         }
     }
 
@@ -168,7 +188,12 @@ mod tests {
     fn the_incomplete_hints_mutant_filters_anyway() {
         let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", true, &[])];
         let refs: Vec<&Endpoint> = eps.iter().collect();
-        let cx = Context { annotation: Some("Auto"), zone: Some("zone-a"), traffic_distribution_gate: false };
+        let cx = Context {
+            annotation: Some("Auto"),
+            zone: Some("zone-a"),
+            traffic_distribution_gate: false,
+            annotation_needed: true,
+        };
         assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
         assert_eq!(zone_filter(&refs, cx, Hints::UsedWhenIncomplete), Some("zone-a"));
     }
@@ -178,7 +203,12 @@ mod tests {
         // zone-a's only hinted endpoint is unready: kube-proxy ignores the hints there.
         let eps = [hinted("10.1.2.3", false, &["zone-a"]), hinted("10.1.2.4", true, &["zone-b"])];
         let refs: Vec<&Endpoint> = eps.iter().collect();
-        let cx = Context { annotation: Some("Auto"), zone: Some("zone-a"), traffic_distribution_gate: false };
+        let cx = Context {
+            annotation: Some("Auto"),
+            zone: Some("zone-a"),
+            traffic_distribution_gate: false,
+            annotation_needed: true,
+        };
         assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
         assert_eq!(zone_filter(&refs, cx, Hints::CountsUnready), Some("zone-a"));
         // An unready endpoint without hints makes them incomplete when unready ones count.

@@ -17,14 +17,16 @@ pub(super) fn cluster_wide(port: &ServicePort) -> Vec<&Endpoint> {
 
 /// The Cluster-policy endpoints as the proxy on `node` chooses them: topology hints, where
 /// they apply (`kubernetes::topology`, kube-proxy's `canUseTopology`), keep the ready
-/// endpoints hinted for the node's zone; otherwise [`cluster_wide`].
+/// endpoints hinted for the node's zone; otherwise [`cluster_wide`]. `annotation_needed`:
+/// as kube-proxy v1.30 (`Choices::hints_need_annotation`).
 pub(super) fn cluster_wide_on<'a>(
     cluster: &Cluster,
     svc: &Service,
     port: &'a ServicePort,
     node: &str,
+    annotation_needed: bool,
 ) -> Vec<&'a Endpoint> {
-    match hints_zone(cluster, svc, port, node) {
+    match hints_zone(cluster, svc, port, node, annotation_needed) {
         Some(zone) => port.endpoints.iter().filter(|e| e.ready && topology::available(e, zone)).collect(),
         None => cluster_wide(port),
     }
@@ -36,9 +38,11 @@ pub(super) fn hints_zone<'a>(
     svc: &'a Service,
     port: &ServicePort,
     node: &str,
+    annotation_needed: bool,
 ) -> Option<&'a str> {
     let all: Vec<&Endpoint> = port.endpoints.iter().collect();
-    topology::zone_filter(&all, topology::Context::of(cluster, svc, node), Hints::Honoured)
+    let cx = topology::Context::of(cluster, svc, node).annotation_needed(annotation_needed);
+    topology::zone_filter(&all, cx, Hints::Honoured)
 }
 
 /// The usable endpoints among those on `node` (the fallback applies to this set on its own).

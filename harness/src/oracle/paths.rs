@@ -118,10 +118,10 @@ fn cluster_ip(
     if all.is_empty() {
         return expected(rejected(format!("{name} has no endpoints")));
     }
-    let zone_note = hints_note(cluster, svc, port, &client_node.name);
+    let zone_note = hints_note(cluster, svc, port, &client_node.name, choices);
     let (chosen, policy) = match svc.internal_traffic_policy {
         TrafficPolicy::Cluster => {
-            (cluster_wide_on(cluster, svc, port, &client_node.name), zone_note.as_str())
+            (cluster_wide_on(cluster, svc, port, &client_node.name, choices.hints_need_annotation), zone_note.as_str())
         }
         TrafficPolicy::Local => (local_to(port, &client_node.name), ", internalTrafficPolicy Local"),
     };
@@ -140,7 +140,7 @@ fn cluster_ip(
             )));
         }
         true => {
-            let fallback = cluster_wide_on(cluster, svc, port, &client_node.name);
+            let fallback = cluster_wide_on(cluster, svc, port, &client_node.name, choices.hints_need_annotation);
             let because = format!(
                 "{no_local}: IPVS mode falls back to the {} Cluster endpoints (syncEndpoint, kubernetes#97081)",
                 fallback.len()
@@ -222,7 +222,7 @@ fn external(
     if svc.external_traffic_policy == TrafficPolicy::Local && choices.external_local_for_every_sender {
         return local_for_every_sender(cluster, probe, svc, port, kind, node, dst, choices, name);
     }
-    external_by_contract(cluster, probe, svc, port, kind, node, name).map(Prediction::Expected)
+    external_by_contract(cluster, probe, svc, port, kind, node, name, choices).map(Prediction::Expected)
 }
 
 /// externalTrafficPolicy Local where every sender is held to the node's endpoints and none is
@@ -251,7 +251,7 @@ fn local_for_every_sender(
         }
         true => {
             // Externally accessible, so the Cluster set exists (`UsesClusterEndpoints`).
-            let all = cluster_wide_on(cluster, svc, port, &node.name);
+            let all = cluster_wide_on(cluster, svc, port, &node.name, choices.hints_need_annotation);
             let which = format!(
                 "no endpoint on {}: IPVS mode falls back to the {} Cluster endpoints (syncEndpoint, kubernetes#97081)",
                 node.name,
@@ -302,7 +302,8 @@ fn answered_where_replies_return(
 }
 
 /// External destinations as the contract has them, once the source ranges admitted the
-/// client and the Service has endpoints.
+/// client and the Service has endpoints (topology hints as `choices` read them).
+#[allow(clippy::too_many_arguments)]
 fn external_by_contract(
     cluster: &Cluster,
     probe: &Probe,
@@ -311,9 +312,10 @@ fn external_by_contract(
     kind: ExternalKind,
     node: &Node,
     name: String,
+    choices: Choices,
 ) -> Result<Expectation, String> {
     // Traffic not kept local goes to the Cluster set the receiving node chooses.
-    let all = cluster_wide_on(cluster, svc, port, &node.name);
+    let all = cluster_wide_on(cluster, svc, port, &node.name, choices.hints_need_annotation);
     // With policy Local, only traffic from outside is kept local: what the receiving node's
     // local-traffic detector counts as pod traffic (by default: pods anywhere), and the
     // node's own processes, are short-circuited to every endpoint.
@@ -350,7 +352,7 @@ fn external_by_contract(
             masqueraded_toward(cluster, &probe.from, node, e)
         }
     };
-    let zone_note = hints_note(cluster, svc, port, &node.name);
+    let zone_note = hints_note(cluster, svc, port, &node.name, choices);
     answered(probe, svc, &all, seen, node, format!("{name}, {} usable endpoints{zone_note}", all.len()))
 }
 
@@ -366,8 +368,8 @@ fn detection_note(cluster: &Cluster, probe: &Probe) -> String {
 }
 
 /// `, topology hints for zone Z` when hints narrow the Cluster set on `node`.
-fn hints_note(cluster: &Cluster, svc: &Service, port: &ServicePort, node: &str) -> String {
-    hints_zone(cluster, svc, port, node).map(|z| format!(", topology hints for zone {z}")).unwrap_or_default()
+fn hints_note(cluster: &Cluster, svc: &Service, port: &ServicePort, node: &str, choices: Choices) -> String {
+    hints_zone(cluster, svc, port, node, choices.hints_need_annotation).map(|z| format!(", topology hints for zone {z}")).unwrap_or_default()
 }
 
 /// A pod reaching another node's node port of a Local-policy Service is short-circuited there

@@ -54,6 +54,10 @@ pub(super) struct Choices {
     /// do (`ip_vs_conn_expire` re-arms a template that still controls connections), so it
     /// outlives `timeoutSeconds` while the last connection lingers.
     pub affinity_outlives_connections: bool,
+    /// Topology hints count only for a Service with the hints annotation, unless the scenario
+    /// turns the gate `ServiceTrafficDistribution` on (kube-proxy v1.30:
+    /// [`HINTS_WITHOUT_ANNOTATION`]).
+    pub hints_need_annotation: bool,
 }
 
 impl Choices {
@@ -63,6 +67,7 @@ impl Choices {
         external_local_for_every_sender: false,
         external_ips_on_every_node: false,
         affinity_outlives_connections: false,
+        hints_need_annotation: false,
     };
 
     /// kube-proxy's IPVS mode.
@@ -71,15 +76,22 @@ impl Choices {
         external_local_for_every_sender: true,
         external_ips_on_every_node: true,
         affinity_outlives_connections: true,
+        hints_need_annotation: false,
     };
 
-    /// The departures of `profile`; no release changed them (v1.30 to v1.36).
+    /// The departures of `profile`: its implementation's, and the releases' before a
+    /// [`ReleaseChange`] that moved toward the contract.
     pub(super) fn of(profile: Profile) -> Choices {
-        match profile.implementation {
+        let implementation = match profile.implementation {
             Implementation::Kubernetes
             | Implementation::KubeProxyIptables
             | Implementation::KubeProxyNftables => Choices::CONTRACT,
             Implementation::KubeProxyIpvs => Choices::KUBE_PROXY_IPVS,
+        };
+        let kube_proxy = profile.implementation != Implementation::Kubernetes;
+        Choices {
+            hints_need_annotation: kube_proxy && !HINTS_WITHOUT_ANNOTATION.made_by(profile),
+            ..implementation
         }
     }
 }
@@ -90,7 +102,7 @@ impl Choices {
 /// it judges by, and says why with the source.
 #[derive(Debug)]
 pub(super) struct ReleaseChange {
-    pub implementation: Implementation,
+    pub implementations: &'static [Implementation],
     pub since: Release,
     /// What the releases from `since` on do.
     pub made: &'static str,
@@ -110,7 +122,7 @@ impl ReleaseChange {
 
     /// Whether `profile` states this choice: its implementation, at `since` or later.
     pub(super) fn made_by(&self, profile: Profile) -> bool {
-        profile.implementation == self.implementation && profile.release.is_none_or(|r| r >= self.since)
+        self.implementations.contains(&profile.implementation) && profile.release.is_none_or(|r| r >= self.since)
     }
 }
 
@@ -124,7 +136,7 @@ impl ReleaseChange {
 /// v1.31 and v1.32 (v1beta1), GA and on in v1.33 (v1). Read in v1.30.3's source and in the
 /// later releases' `server.go`; with the gate on, v1.30 drops them too (docs/src/proxies.md).
 pub(super) const UNALLOCATED_SERVICE_IPS_DROPPED: ReleaseChange = ReleaseChange {
-    implementation: Implementation::KubeProxyNftables,
+    implementations: &[Implementation::KubeProxyNftables],
     since: Release::V1_33,
     made: "nftables mode drops traffic to service-CIDR addresses no Service has",
     before: "nftables mode before v1.33 has no rule for a service-CIDR address no Service has (it drops \
@@ -134,9 +146,28 @@ pub(super) const UNALLOCATED_SERVICE_IPS_DROPPED: ReleaseChange = ReleaseChange 
     source: "kube-proxy's cmd/kube-proxy/app/server.go and pkg/proxy/nftables/proxier.go",
 };
 
+/// Topology hints without the Service's hints annotation (`topology-hints`'s
+/// `unannotated-from-zone-a`): v1.30 reads the annotation unless the gate
+/// `ServiceTrafficDistribution` (alpha, off by default) is on; the gate is beta and on by
+/// default in v1.31 and v1.32, GA and locked on from v1.33, whose `topologyModeFromHints`
+/// no longer reads the annotation. Every mode shares pkg/proxy/topology.go. Seen in the
+/// v1.34.9 and v1.36.3 binaries (docs/src/proxies.md).
+pub(super) const HINTS_WITHOUT_ANNOTATION: ReleaseChange = ReleaseChange {
+    implementations: &[
+        Implementation::KubeProxyIptables,
+        Implementation::KubeProxyNftables,
+        Implementation::KubeProxyIpvs,
+    ],
+    since: Release::V1_31,
+    made: "kube-proxy uses topology hints whether or not the Service has the hints annotation",
+    before: "kube-proxy v1.30 uses topology hints only for a Service with the hints annotation, unless the \
+             gate ServiceTrafficDistribution (off by default in v1.30) is on",
+    source: "kube-proxy's pkg/proxy/topology.go and pkg/features/kube_features.go",
+};
+
 /// Every choice a release changed.
 #[cfg(test)]
-const RELEASE_CHANGES: &[&ReleaseChange] = &[&UNALLOCATED_SERVICE_IPS_DROPPED];
+const RELEASE_CHANGES: &[&ReleaseChange] = &[&UNALLOCATED_SERVICE_IPS_DROPPED, &HINTS_WITHOUT_ANNOTATION];
 
 #[cfg(test)]
 mod tests {
@@ -154,6 +185,8 @@ mod tests {
             (Release::V1_32, false),
             (Release::V1_33, true),
             (Release::V1_34, true),
+            (Release::V1_35, true),
+            (Release::V1_36, true),
         ] {
             assert_eq!(change.made_by(at(nftables, Some(release))), made, "{release}");
             assert!(!change.made_by(at(Implementation::KubeProxyIptables, Some(release))));
@@ -166,9 +199,9 @@ mod tests {
         for change in RELEASE_CHANGES {
             // A change at the first known release would change nothing a profile can name.
             assert!(Release::KNOWN[1..].contains(&change.since), "{change:?}");
-            assert!(change.implementation != Implementation::Kubernetes, "{change:?}");
+            assert!(!change.implementations.contains(&Implementation::Kubernetes), "{change:?}");
             assert!(change.source.contains(".go"), "{change:?}");
-            let before = Profile { implementation: change.implementation, release: Some(Release::KNOWN[0]) };
+            let before = Profile { implementation: change.implementations[0], release: Some(Release::KNOWN[0]) };
             assert!(
                 change.why(before).starts_with(change.before) && change.why(before).contains(change.source)
             );
