@@ -717,9 +717,22 @@ fn topology_hints_narrow_only_the_cluster_set_of_the_translating_node() {
             &["web-b"],
         ),
     ];
+    // The cases of the annotation are kube-proxy v1.30's (`HINTS_WITHOUT_ANNOTATION`).
+    let v1_30 = Profile { implementation: crate::model::Implementation::KubeProxyIptables, release: Some(Release::V1_30) };
+    let under_v1_30 = |c: &Cluster, p: &Probe| match predict(c, p, v1_30) {
+        Ok(Prediction::Expected(e)) => Ok(e),
+        Ok(other) => Err(format!("{other:?}")),
+        Err(e) => Err(e),
+    };
     for (case, c, from, to, want) in flows {
-        let e = expect(&c, &probe(from, to)).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let e = under_v1_30(&c, &probe(from, to)).unwrap_or_else(|e| panic!("{case}: {e}"));
         assert_eq!(backends(&e).keys().collect::<Vec<_>>(), want.to_vec(), "{case}");
+    }
+    // From v1.31 (and for the newest profile) hints count without the annotation.
+    for annotation in [None, Some("Disabled")] {
+        let c = zoned(crossed(), cluster_p, cluster_p, annotation);
+        let e = expect(&c, &probe(client(), to_cluster_ip())).unwrap();
+        assert_eq!(backends(&e).keys().collect::<Vec<_>>(), ["web-b"], "{annotation:?}, newest");
     }
     // An unhinted endpoint, or a zone no hint names, turns hints off.
     let mut partial = crossed();
@@ -733,7 +746,7 @@ fn topology_hints_narrow_only_the_cluster_set_of_the_translating_node() {
     let mut c = zoned(crossed(), cluster_p, cluster_p, None);
     c.proxy.service_traffic_distribution = true;
     assert_eq!(
-        backends(&expect(&c, &probe(client(), to_cluster_ip())).unwrap()).keys().collect::<Vec<_>>(),
+        backends(&under_v1_30(&c, &probe(client(), to_cluster_ip())).unwrap()).keys().collect::<Vec<_>>(),
         ["web-b"]
     );
 }

@@ -176,10 +176,16 @@ pub enum Mutant {
     /// The health check servers ignore `--nodeport-addresses` and listen on every address
     /// (<https://github.com/kubernetes/kubernetes/issues/82163>).
     HealthCheckOnAllAddresses,
+    /// nftables mode only: hairpin traffic is masqueraded only for endpoints on the node that
+    /// translates (kube-proxy v1.36's `hairpin-connections` set holds local endpoints only,
+    /// pkg/proxy/nftables/proxier.go, after kubernetes#135800 and #136499), so a pod reaching
+    /// itself through another node's node port comes back from its own address and its reply
+    /// never returns. Seen in v1.36.3; no upstream report known.
+    RemoteHairpinNotMasqueraded,
 }
 
 impl Mutant {
-    pub(crate) const ALL: [Mutant; 45] = [
+    pub(crate) const ALL: [Mutant; 46] = [
         Mutant::NoHairpinMasq,
         Mutant::NoNodePortMasq,
         Mutant::NoOffClusterMasq,
@@ -225,6 +231,7 @@ impl Mutant {
         Mutant::HintsCountUnreadyEndpoints,
         Mutant::EtpLocalAffinityIgnored,
         Mutant::HealthCheckOnAllAddresses,
+        Mutant::RemoteHairpinNotMasqueraded,
     ];
 
     /// The name the command line selects it by, e.g. `no-hairpin-masq`.
@@ -275,6 +282,7 @@ impl Mutant {
             Mutant::HintsCountUnreadyEndpoints => "hints-count-unready-endpoints",
             Mutant::EtpLocalAffinityIgnored => "etp-local-affinity-ignored",
             Mutant::HealthCheckOnAllAddresses => "health-check-on-all-addresses",
+            Mutant::RemoteHairpinNotMasqueraded => "remote-hairpin-not-masqueraded",
         }
     }
 
@@ -412,6 +420,9 @@ impl Mutant {
             Mutant::EtpLocalAffinityIgnored => {
                 "the Local-policy chains (KUBE-SVL, local-) lack the ClientIP affinity checks: outside clients of an externalTrafficPolicy Local Service with sessionAffinity ClientIP are balanced anew on every connection"
             }
+            Mutant::RemoteHairpinNotMasqueraded => {
+                "(nftables mode) hairpin traffic is masqueraded only for endpoints on the translating node: a pod reaching itself through another node's node port sees its own address as the source, and its reply never returns"
+            }
             Mutant::HealthCheckOnAllAddresses => {
                 "--nodeport-addresses is ignored by the health check servers: a health check node port answers on every local address, not only on the node addresses the setting selects"
             }
@@ -482,6 +493,7 @@ impl Mutant {
             Mutant::EtpLocalFilteredBeforeDnat
                 | Mutant::InterfacePrefixMatchedByIndex
                 | Mutant::SourceRangesCheckedAfterDnat
+                | Mutant::RemoteHairpinNotMasqueraded
         )
     }
 

@@ -406,17 +406,17 @@ pub static CATALOG: &[KnownBug] = &[
     KnownBug {
         name: "stale-udp-kept-when-scaled-to-zero",
         upstream: &["kubernetes/kubernetes#139628", "kubernetes/kubernetes#139629"],
-        shipped: "kube-proxy v1.32 on (the conntrack reconciler; a regression from v1.31)",
+        shipped: "kube-proxy v1.32 on (the conntrack reconciler; a regression from v1.31): seen in v1.32.13 to \
+                  v1.36.3, both modes; v1.31.14 passes",
         fixed: "by #139629, release unknown",
-        signature: &[
-            mark("live-udp-scaled-to-zero", "scaled-back: reaches-the-new-replica", WrongBackend),
-            mark("live-udp-scaled-to-zero", "scaled-to-zero: rejected", Answered),
-        ],
+        // The real releases move the stream once the Service has a replica again (the reconciler
+        // then finds the entry stale): only the step to zero shows the bug.
+        signature: &[mark("live-udp-scaled-to-zero", "scaled-to-zero: rejected", Answered)],
     },
     KnownBug {
         name: "stale-udp-kept-when-deleted",
         upstream: &["kubernetes/kubernetes#141371"],
-        shipped: "unknown",
+        shipped: "kube-proxy v1.32 on: seen in v1.32.13 to v1.36.3, both modes; v1.31.14 passes",
         fixed: "by #141371, release unknown",
         signature: &[mark("live-udp-service-deleted", "service-deleted: no-longer-answered", Answered)],
     },
@@ -470,8 +470,9 @@ pub static CATALOG: &[KnownBug] = &[
     KnownBug {
         name: "udp-conntrack-flushed-on-restart",
         upstream: &["kubernetes/kubernetes#122740"],
-        shipped: "kube-proxy iptables and nftables modes, seen in v1.30.3",
-        fixed: "unknown (the issue is open; #122741 was closed unmerged)",
+        shipped: "kube-proxy iptables and nftables modes: seen in v1.30.3 and v1.31.14",
+        fixed: "by v1.32 (v1.32.13 to v1.36.3 pass in both modes; the issue is open and #122741 was closed \
+                unmerged, so the change that fixed it is not known here)",
         signature: &[mark(
             "live-udp-kept-across-restart",
             "restart-while-draining: stream-stays",
@@ -512,8 +513,8 @@ pub static CATALOG: &[KnownBug] = &[
     KnownBug {
         name: "etp-local-filtered-before-dnat",
         upstream: &["kubernetes/kubernetes#131765", "kubernetes/kubernetes#132456"],
-        shipped: "kube-proxy nftables mode up to v1.33.4 (seen in v1.30.3)",
-        fixed: "v1.33.5 and v1.34 (#132456; release-1.33: #133969)",
+        shipped: "kube-proxy nftables mode up to v1.33.4 (seen in v1.30.3, v1.31.14, v1.32.13)",
+        fixed: "v1.33.5 and v1.34 (#132456; release-1.33: #133969; v1.33.13 and later pass)",
         signature: &[
             mark("all-flows", "flow: node node-b -> api:https loadBalancer 198.51.100.50", Silent),
             mark("external-ips-local", "node-b-host", Silent),
@@ -522,8 +523,10 @@ pub static CATALOG: &[KnownBug] = &[
     KnownBug {
         name: "interface-prefix-matched-by-index",
         upstream: &["kubernetes/kubernetes#134024"],
-        shipped: "kube-proxy nftables mode with detectLocalMode InterfaceNamePrefix (seen in v1.30.3)",
-        fixed: "#134024, backported to release-1.33 (#134099, #134117) and release-1.34 (#134118); releases unknown",
+        shipped: "kube-proxy nftables mode with detectLocalMode InterfaceNamePrefix (seen in v1.30.3, v1.31.14, \
+                  v1.32.13)",
+        fixed: "#134024, backported to release-1.33 (#134099, #134117) and release-1.34 (#134118); v1.33.13 \
+                and later pass",
         signature: &[mark("detect-local-interface-prefix", PROXY, ProxyFailed)],
     },
     KnownBug {
@@ -593,6 +596,14 @@ pub static CATALOG: &[KnownBug] = &[
             mark("node-port-addresses", "node-b-host-asks-node-a-secondary", Broken),
         ],
     },
+    KnownBug {
+        name: "remote-hairpin-not-masqueraded",
+        upstream: &[],
+        shipped: "kube-proxy nftables mode v1.36 (seen in v1.36.3: its hairpin-connections set holds only the \
+                  node's own endpoints; v1.35.6 passes)",
+        fixed: "unknown",
+        signature: &[mark("all-flows", "flow: pod api-0 -> api:https nodePort@node-b", Silent)],
+    },
 ];
 
 #[cfg(test)]
@@ -618,11 +629,13 @@ mod tests {
         assert_eq!(
             headline("etp-local-filtered-before-dnat"),
             "matches kubernetes/kubernetes#131765, mutant etp-local-filtered-before-dnat (in kube-proxy nftables \
-             mode up to v1.33.4 (seen in v1.30.3); fixed in v1.33.5 and v1.34 (#132456; release-1.33: #133969))"
+             mode up to v1.33.4 (seen in v1.30.3, v1.31.14, v1.32.13); fixed in v1.33.5 and v1.34 (#132456; \
+             release-1.33: #133969; v1.33.13 and later pass))"
         );
         assert_eq!(
             headline("stale-udp-kept-when-deleted"),
-            "matches kubernetes/kubernetes#141371, mutant stale-udp-kept-when-deleted (fixed by #141371, release unknown)"
+            "matches kubernetes/kubernetes#141371, mutant stale-udp-kept-when-deleted (in kube-proxy v1.32 on: seen \
+             in v1.32.13 to v1.36.3, both modes; v1.31.14 passes; fixed by #141371, release unknown)"
         );
         assert_eq!(headline("no-affinity"), "matches mutant no-affinity");
     }

@@ -64,7 +64,8 @@ impl Mutant {
             // nftables mode's own bugs (`Mutant::only_in_nftables`).
             Mutant::EtpLocalFilteredBeforeDnat
             | Mutant::InterfacePrefixMatchedByIndex
-            | Mutant::SourceRangesCheckedAfterDnat => {}
+            | Mutant::SourceRangesCheckedAfterDnat
+            | Mutant::RemoteHairpinNotMasqueraded => {}
         }
     }
 }

@@ -86,7 +86,7 @@ pub(crate) fn family_ruleset(view: &Cluster, node: &str, mutant: Option<Mutant>,
     let deviations = mutant.map(Mutant::deviations).unwrap_or_default();
     let mut rules = generate::node_rules_with(view, node, deviations, layout);
     if let Some(m) = mutant {
-        mutants::apply(m, view, &mut rules);
+        mutants::apply(m, view, node, &mut rules);
     }
     rules
 }

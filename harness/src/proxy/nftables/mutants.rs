@@ -35,7 +35,7 @@ use crate::proxy::mutant::outside_the_rules;
 
 /// Breaks `rules` (one family's table, generated with [`Mutant::deviations`]) the way
 /// `mutant` says; mutants that live in the generator or the health server change nothing.
-pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
+pub fn apply(mutant: Mutant, cluster: &Cluster, node: &str, rules: &mut RuleSet) {
     let masq_in = |prefixes: &'static [&'static str]| {
         move |r: &Rule| prefixes.iter().any(|p| r.chain.starts_with(p)) && r.ends_with(JUMP_MASQ)
     };
@@ -89,6 +89,21 @@ pub fn apply(mutant: Mutant, cluster: &Cluster, rules: &mut RuleSet) {
             }
         }
         Mutant::SourceRangesCheckedAfterDnat => firewall_check_after_dnat(rules),
+        Mutant::RemoteHairpinNotMasqueraded => {
+            // v1.36's `hairpin-connections` set holds only this node's endpoints.
+            let local: BTreeSet<String> = cluster
+                .services
+                .iter()
+                .flat_map(|s| s.ports.iter())
+                .flat_map(|p| p.endpoints.iter())
+                .filter(|e| crate::kubernetes::endpoints::is_local(e, node))
+                .map(|e| e.ip.to_string())
+                .collect();
+            rules.rules.retain(|r| {
+                let hairpin = masq_in(&["endpoint-"])(r);
+                !hairpin || local.iter().any(|ip| r.text.contains(&format!(" saddr {ip} ")))
+            });
+        }
         Mutant::EtpLocalPodsNotShortCircuited => rules.rules.retain(|r| {
             !(r.chain.starts_with("external-") && r.comment.as_deref() == Some("short-circuit pod traffic"))
         }),

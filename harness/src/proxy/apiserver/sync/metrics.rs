@@ -27,6 +27,9 @@ const SYNC_SECONDS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_sum";
 /// still observes its duration and, in v1.30, shares its series with the other family's
 /// successful one, so only this counter tells it.
 const RESTORE_FAILURES: &str = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
+/// From v1.31 nftables mode counts its failed transactions here instead (labelled by family,
+/// pkg/proxy/metrics/metrics.go `NFTablesSyncFailuresTotal`); both are summed.
+const NFTABLES_SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
 const PROGRAMMED: &str = "kubeproxy_network_programming_duration_seconds_count";
 
 /// When the signals cannot decide (a change queued while a sync was running, or a family the
@@ -79,7 +82,7 @@ impl SyncMetrics {
                 LAST_QUEUED => g.last_queued = value,
                 SYNCS => g.syncs = value,
                 SYNC_SECONDS => g.sync_seconds = value,
-                RESTORE_FAILURES => g.restore_failures = value,
+                RESTORE_FAILURES | NFTABLES_SYNC_FAILURES => g.restore_failures += value,
                 PROGRAMMED => g.programmed = value,
                 _ => {}
             }
@@ -355,6 +358,11 @@ mod tests {
         after.0.get_mut(&None).unwrap().restore_failures = 1.0;
         assert_eq!(judge.failed_syncs(&after), 1.0);
         let text = format!("{RESTORE_FAILURES} 2\n{SYNCS} 1\n");
+        let nftables = format!(
+            "{NFTABLES_SYNC_FAILURES}{{ip_family=\"IPv4\"}} 1\n{SYNCS}{{ip_family=\"IPv4\"}} 1\n"
+        );
+        let parsed = SyncMetrics::parse(&nftables);
+        assert_eq!(parsed.0[&Some("IPv4".to_string())].restore_failures, 1.0, "v1.31+ nftables mode's counter");
         assert_eq!(SyncMetrics::parse(&text).0[&None].restore_failures, 2.0);
     }
 
