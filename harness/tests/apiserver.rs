@@ -572,3 +572,77 @@ fn a_proxy_that_cannot_apply_its_rules_fails_the_scenario_with_its_log() {
     let _ = std::fs::remove_dir_all(&artifacts);
     assert!(!logs.is_empty(), "no proxy log in {}", dir.display());
 }
+
+/// What kube-proxy v1.31-v1.36 ask for (cmd/kube-proxy/app/server.go of each release): v1.32+
+/// leaves out headless Services with a field selector, v1.31-v1.32 read ServiceCIDRs as
+/// v1beta1 and v1.33+ as v1, v1.35+ stream their lists (client-go's `WatchListClient`); what
+/// the server does not serve is recorded as a refusal, with the reason.
+#[test]
+fn current_kube_proxies_requests_are_served_and_the_rest_refused_with_the_reason() {
+    in_namespace(|| async {
+        let (server, client) = serve();
+        let store = server.store().clone();
+        let mut headless = service("headless", json!({}));
+        headless["spec"]["clusterIP"] = "None".into();
+        store.replace(Kind::Service, vec![service("a", json!({})), headless]).unwrap();
+        let cidr = json!({"metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/12"]}});
+        store.replace(Kind::ServiceCidr, vec![cidr]).unwrap();
+        let api: Api<Service> = Api::all(client.clone());
+
+        let not_headless = api.list(&ListParams::default().fields("spec.clusterIP!=None")).await.unwrap();
+        assert_eq!(names(&not_headless.items), ["a"]);
+
+        for version in ["v1alpha1", "v1beta1", "v1"] {
+            let request = axum::http::Request::get(format!("/apis/networking.k8s.io/{version}/servicecidrs"))
+                .body(Vec::new())
+                .unwrap();
+            let list: Value = serde_json::from_str(&client.request_text(request).await.unwrap()).unwrap();
+            assert_eq!(list["apiVersion"], format!("networking.k8s.io/{version}"));
+            assert_eq!(list["items"][0]["apiVersion"], format!("networking.k8s.io/{version}"));
+            assert_eq!(list["items"][0]["spec"]["cidrs"][0], "10.96.0.0/12");
+        }
+
+        // A streamed list: the current objects, the bookmark that ends them, then changes.
+        let mut params = WatchParams::default().timeout(20);
+        params.send_initial_events = true;
+        params.bookmarks = true;
+        let mut stream = api.watch(&params, "").await.unwrap().boxed();
+        let mut initial = Vec::new();
+        loop {
+            match stream.try_next().await.unwrap() {
+                Some(WatchEvent::Added(s)) => initial.push(s.name_any()),
+                Some(WatchEvent::Bookmark(b)) => {
+                    assert_eq!(
+                        b.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str),
+                        Some("true")
+                    );
+                    break;
+                }
+                other => panic!("expected the initial events, got {other:?}"),
+            }
+        }
+        assert_eq!(initial, ["a", "headless"]);
+        store.apply(Kind::Service, service("c", json!({}))).unwrap();
+        match stream.try_next().await.unwrap() {
+            Some(WatchEvent::Added(s)) => assert_eq!(s.name_any(), "c"),
+            other => panic!("expected ADDED c, got {other:?}"),
+        }
+        assert!(store.refusals().is_empty(), "{:?}", store.refusals());
+
+        // What the real server refuses too, and what this one does not serve.
+        assert!(api.list(&ListParams::default().fields("spec.nodeName=x")).await.is_err());
+        let unserved =
+            axum::http::Request::get("/apis/networking.k8s.io/v1/ipaddresses").body(Vec::new()).unwrap();
+        assert!(client.request_text(unserved).await.is_err());
+        let refusals = store.refusals();
+        assert_eq!(refusals.len(), 2, "{refusals:?}");
+        assert_eq!(refusals[0].code, 400);
+        assert!(refusals[0].reason.contains("field label not supported: spec.nodeName"), "{refusals:?}");
+        assert_eq!(
+            (refusals[1].code, refusals[1].request.as_str()),
+            (404, "GET /apis/networking.k8s.io/v1/ipaddresses")
+        );
+        assert!(refusals[1].reason.contains("does not serve this path"), "{refusals:?}");
+        assert!(refusals.iter().all(|r| r.client.is_some_and(|ip| ip.is_loopback())), "{refusals:?}");
+    });
+}

@@ -109,6 +109,9 @@ fn an_unknown_release_is_refused_with_the_known_ones() {
             .expect("running packetproof");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains(says) && stderr.contains("v1.30, v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"), "{stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains("v1.30, v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"),
+            "{stderr}"
+        );
     }
 }

@@ -168,7 +168,9 @@ mod tests {
         assert!(not_headless.matches(&service("10.96.0.10")));
         assert!(!not_headless.matches(&service("None")));
         assert!(fields(Kind::Service, "spec.clusterIP==None").matches(&service("None")));
-        assert!(fields(Kind::Service, "spec.type=ClusterIP,metadata.namespace=default").matches(&service("None")));
+        assert!(
+            fields(Kind::Service, "spec.type=ClusterIP,metadata.namespace=default").matches(&service("None"))
+        );
         assert!(!fields(Kind::Service, "spec.type=NodePort").matches(&service("None")));
 
         let node = json!({"metadata": {"name": "node-a"}, "spec": {}});
@@ -181,7 +183,10 @@ mod tests {
     #[test]
     fn fields_a_kind_is_not_selected_by_are_refused_in_the_server_s_words() {
         let refusal = |kind, t: &str| FieldSelector::parse(kind, t).unwrap_err().to_string();
-        assert!(refusal(Kind::EndpointSlice, "spec.clusterIP!=None").starts_with("field label not supported: spec.clusterIP"));
+        assert!(
+            refusal(Kind::EndpointSlice, "spec.clusterIP!=None")
+                .starts_with("field label not supported: spec.clusterIP")
+        );
         assert!(refusal(Kind::Node, "metadata.namespace=x").contains("metadata.name, spec.unschedulable"));
         assert!(refusal(Kind::Service, "spec.clusterIP").starts_with("invalid selector"));
         assert!(refusal(Kind::Service, r"metadata.name=a\,b").contains("escaped"));

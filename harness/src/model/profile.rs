@@ -172,9 +172,12 @@ mod tests {
     fn unknown_names_and_releases_are_refused_with_the_known_ones() {
         let refusal = |s: &str| s.parse::<Profile>().unwrap_err();
         let known_releases = "known: v1.30, v1.31, v1.32, v1.33, v1.34, v1.35, v1.36";
-        for hostile in
-            ["kube-proxy-nftables@v1.29", "kube-proxy-nftables@1.30", "kube-proxy-iptables@v1.30.3", "kube-proxy-iptables@v1.37"]
-        {
+        for hostile in [
+            "kube-proxy-nftables@v1.29",
+            "kube-proxy-nftables@1.30",
+            "kube-proxy-iptables@v1.30.3",
+            "kube-proxy-iptables@v1.37",
+        ] {
             let e = refusal(hostile);
             assert!(e.contains("unknown release") && e.contains(known_releases), "{e}");
         }

@@ -120,9 +120,10 @@ fn cluster_ip(
     }
     let zone_note = hints_note(cluster, svc, port, &client_node.name, choices);
     let (chosen, policy) = match svc.internal_traffic_policy {
-        TrafficPolicy::Cluster => {
-            (cluster_wide_on(cluster, svc, port, &client_node.name, choices.hints_need_annotation), zone_note.as_str())
-        }
+        TrafficPolicy::Cluster => (
+            cluster_wide_on(cluster, svc, port, &client_node.name, choices.hints_need_annotation),
+            zone_note.as_str(),
+        ),
         TrafficPolicy::Local => (local_to(port, &client_node.name), ", internalTrafficPolicy Local"),
     };
     let no_local = format!("{name}{policy}, no endpoint on {}", client_node.name);
@@ -140,7 +141,8 @@ fn cluster_ip(
             )));
         }
         true => {
-            let fallback = cluster_wide_on(cluster, svc, port, &client_node.name, choices.hints_need_annotation);
+            let fallback =
+                cluster_wide_on(cluster, svc, port, &client_node.name, choices.hints_need_annotation);
             let because = format!(
                 "{no_local}: IPVS mode falls back to the {} Cluster endpoints (syncEndpoint, kubernetes#97081)",
                 fallback.len()
@@ -369,7 +371,9 @@ fn detection_note(cluster: &Cluster, probe: &Probe) -> String {
 
 /// `, topology hints for zone Z` when hints narrow the Cluster set on `node`.
 fn hints_note(cluster: &Cluster, svc: &Service, port: &ServicePort, node: &str, choices: Choices) -> String {
-    hints_zone(cluster, svc, port, node, choices.hints_need_annotation).map(|z| format!(", topology hints for zone {z}")).unwrap_or_default()
+    hints_zone(cluster, svc, port, node, choices.hints_need_annotation)
+        .map(|z| format!(", topology hints for zone {z}"))
+        .unwrap_or_default()
 }
 
 /// A pod reaching another node's node port of a Local-policy Service is short-circuited there

@@ -122,7 +122,8 @@ impl ReleaseChange {
 
     /// Whether `profile` states this choice: its implementation, at `since` or later.
     pub(super) fn made_by(&self, profile: Profile) -> bool {
-        self.implementations.contains(&profile.implementation) && profile.release.is_none_or(|r| r >= self.since)
+        self.implementations.contains(&profile.implementation)
+            && profile.release.is_none_or(|r| r >= self.since)
     }
 }
 
@@ -201,7 +202,8 @@ mod tests {
             assert!(Release::KNOWN[1..].contains(&change.since), "{change:?}");
             assert!(!change.implementations.contains(&Implementation::Kubernetes), "{change:?}");
             assert!(change.source.contains(".go"), "{change:?}");
-            let before = Profile { implementation: change.implementations[0], release: Some(Release::KNOWN[0]) };
+            let before =
+                Profile { implementation: change.implementations[0], release: Some(Release::KNOWN[0]) };
             assert!(
                 change.why(before).starts_with(change.before) && change.why(before).contains(change.source)
             );

@@ -718,7 +718,10 @@ fn topology_hints_narrow_only_the_cluster_set_of_the_translating_node() {
         ),
     ];
     // The cases of the annotation are kube-proxy v1.30's (`HINTS_WITHOUT_ANNOTATION`).
-    let v1_30 = Profile { implementation: crate::model::Implementation::KubeProxyIptables, release: Some(Release::V1_30) };
+    let v1_30 = Profile {
+        implementation: crate::model::Implementation::KubeProxyIptables,
+        release: Some(Release::V1_30),
+    };
     let under_v1_30 = |c: &Cluster, p: &Probe| match predict(c, p, v1_30) {
         Ok(Prediction::Expected(e)) => Ok(e),
         Ok(other) => Err(format!("{other:?}")),

@@ -594,7 +594,8 @@ fn refused(store: &crate::apiserver::Store) -> Result<()> {
     }
     let shown = distinct.iter().take(5).map(|l| format!("\n  {l}")).collect::<String>();
     let more = distinct.len().saturating_sub(5);
-    let more = if more > 0 { format!("\n  … and {more} more (apiserver-requests.log)") } else { String::new() };
+    let more =
+        if more > 0 { format!("\n  … and {more} more (apiserver-requests.log)") } else { String::new() };
     bail!(
         "the embedded API server refused {} request(s) of the proxy, first {} {}: a proxy kept from \
          the objects it watches cannot be judged:{shown}{more}",

@@ -128,7 +128,8 @@ impl<A: FnMut() -> Result<()>> NodeWait for MetricsWait<'_, A> {
                     // period): judging probes now would judge a ruleset it did not mean.
                     let message = format!(
                         "the proxy failed to apply the change: its metrics at {addr} count {failed} failed \
-                         sync(s) since (kubeproxy_sync_proxy_rules_iptables_restore_failures_total or, from v1.31, _nftables_sync_failures_total; its log says why)"
+                         sync(s) since (kubeproxy_sync_proxy_rules_iptables_restore_failures_total, or from \
+                         v1.31 in nftables mode _nftables_sync_failures_total; its log says why)"
                     );
                     return Err(crate::proxy::ProxyFailed { message, log: Vec::new() }.into());
                 }

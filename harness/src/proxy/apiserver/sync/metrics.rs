@@ -358,11 +358,14 @@ mod tests {
         after.0.get_mut(&None).unwrap().restore_failures = 1.0;
         assert_eq!(judge.failed_syncs(&after), 1.0);
         let text = format!("{RESTORE_FAILURES} 2\n{SYNCS} 1\n");
-        let nftables = format!(
-            "{NFTABLES_SYNC_FAILURES}{{ip_family=\"IPv4\"}} 1\n{SYNCS}{{ip_family=\"IPv4\"}} 1\n"
-        );
+        let nftables =
+            format!("{NFTABLES_SYNC_FAILURES}{{ip_family=\"IPv4\"}} 1\n{SYNCS}{{ip_family=\"IPv4\"}} 1\n");
         let parsed = SyncMetrics::parse(&nftables);
-        assert_eq!(parsed.0[&Some("IPv4".to_string())].restore_failures, 1.0, "v1.31+ nftables mode's counter");
+        assert_eq!(
+            parsed.0[&Some("IPv4".to_string())].restore_failures,
+            1.0,
+            "v1.31+ nftables mode's counter"
+        );
         assert_eq!(SyncMetrics::parse(&text).0[&None].restore_failures, 2.0);
     }
 
