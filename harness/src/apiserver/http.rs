@@ -52,8 +52,6 @@ pub(crate) fn router(store: Arc<Store>) -> Router {
             "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
             get(|s, Path(ns): Path<String>, q| collection(s, q, Kind::EndpointSlice, Some(ns))),
         )
-        // Events are written by proxies (often as protobuf) and never read back: accept them
-        // without decoding.
         // v1.30 reads ServiceCIDRs as v1alpha1 behind its gate, v1.31-v1.32 as v1beta1, v1.33+
         // as v1 (cmd/kube-proxy/app/server.go `NewServiceCIDRConfig` of each release).
         .route(
@@ -68,6 +66,8 @@ pub(crate) fn router(store: Arc<Store>) -> Router {
             "/apis/networking.k8s.io/v1/servicecidrs",
             get(|s, q| served_as(s, q, Kind::ServiceCidr, "networking.k8s.io/v1")),
         )
+        // Events are written by proxies (often as protobuf) and never read back: accept them
+        // without decoding.
         .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", any(event_written))
         .route("/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}", any(event_written))
         .route("/api/v1/namespaces/{ns}/events", any(event_written))

@@ -14,8 +14,9 @@ pub enum Kind {
     Node,
     Service,
     EndpointSlice,
-    /// networking.k8s.io/v1alpha1, served as a v1.30 kube-apiserver with the
-    /// MultiCIDRServiceAllocator gate serves it; kube-proxy reads it behind the same gate.
+    /// Stored as networking.k8s.io/v1alpha1 and served in v1beta1 and v1 too (`http`), the
+    /// versions kube-proxy reads it in behind the MultiCIDRServiceAllocator gate: v1alpha1 in
+    /// v1.30, v1beta1 in v1.31-v1.32, v1 from v1.33 (where the gate is on).
     ServiceCidr,
 }
 

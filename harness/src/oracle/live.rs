@@ -113,20 +113,44 @@ fn answered_to_own_node(
     })
 }
 
+/// A UDP stream's expectation in one phase, and which of its backends served then.
+#[derive(Debug, Clone)]
+pub(crate) struct StreamPhase {
+    expected: Expectation,
+    serving: Vec<String>,
+}
+
+impl StreamPhase {
+    /// `expected` of `probe` in the phase whose state is `cluster`.
+    pub(crate) fn of(expected: &Expectation, cluster: &Cluster, probe: &Probe) -> StreamPhase {
+        let serving = match &expected.outcome {
+            Outcome::Answered { backends, .. } => {
+                backends.keys().filter(|pod| still_serving(cluster, &probe.to, pod)).cloned().collect()
+            }
+            _ => Vec::new(),
+        };
+        StreamPhase { expected: expected.clone(), serving }
+    }
+}
+
 /// What `profile` expects of a UDP stream (a probe keeping its source port) in a later phase,
 /// given what the same stream was expected to do in the phase before and what a fresh flow
-/// would do now. Its conntrack entry outlives the change when every backend it may be on
-/// still serves: kube-proxy deletes only the entries of endpoints that stopped serving
-/// (pkg/proxy/conntrack/cleanup.go), also across a restart, so the stream stays where it was.
-/// Kubernetes says nothing of it.
+/// would do now. Its conntrack entry outlives the change unless a backend it may be on
+/// stopped serving: kube-proxy deletes only the entries of endpoints that served and no longer
+/// do (pkg/proxy/endpoints.go `detectStaleConntrackEntries`: "If the old endpoint wasn't
+/// Serving, then there can't be stale conntrack entries"), also across a restart, so the
+/// stream stays where it was. An endpoint published ready while its pod is not
+/// (`publishNotReadyAddresses`) never served, so its entries are never deleted (found by
+/// `packetproof explore --seed 36`: kube-proxy v1.31.14 to v1.36.3 and the built-in proxies
+/// alike). Kubernetes says nothing of it.
 pub(crate) fn predict_stream(
-    previous: &Expectation,
+    previous: &StreamPhase,
     now: &Cluster,
     probe: &Probe,
     fresh: Prediction,
     profile: Profile,
 ) -> Prediction {
-    let Outcome::Answered { backends: before, translated_by, .. } = &previous.outcome else {
+    let Outcome::Answered { backends: before, translated_by, .. } = &previous.expected.outcome else {
         return fresh;
     };
     // A fresh flow now dropped or refused (a traffic policy or source range that leaves this
@@ -140,7 +164,8 @@ pub(crate) fn predict_stream(
         _ => None,
     };
     let unchanged = fresh_backends.is_some_and(|fresh| before.keys().eq(fresh.keys()));
-    if unchanged || !before.keys().all(|pod| still_serving(now, &probe.to, pod)) {
+    let stopped_serving = previous.serving.iter().any(|pod| !still_serving(now, &probe.to, pod));
+    if unchanged || stopped_serving {
         return fresh;
     }
     let names: Vec<&str> = before.keys().map(String::as_str).collect();
@@ -160,7 +185,8 @@ pub(crate) fn predict_stream(
                 translated_by: translated_by.clone(),
             },
             because: format!(
-                "a UDP flow from a kept source port: its conntrack entry stays while {} still serves",
+                "a UDP flow from a kept source port: its conntrack entry stays while {} serves, or if it never \
+                 served",
                 names.join("|")
             ),
             basis: Basis::Choice(profile),
@@ -323,5 +349,23 @@ mod tests {
     fn a_check_of_a_connection_that_was_never_answered_is_an_error() {
         let refused = Expectation::required(Outcome::Rejected, "no endpoints");
         assert!(predict_held(&refused, &cluster(&[]), &check(false), Profile::KUBERNETES).is_err());
+    }
+
+    /// kube-proxy deletes a UDP flow's entry only when its endpoint served and stopped:
+    /// an endpoint that never served (published ready by `publishNotReadyAddresses`) keeps its
+    /// flows, one that stopped loses them to what a fresh flow gets.
+    #[test]
+    fn a_udp_stream_is_moved_only_off_an_endpoint_that_stopped_serving() {
+        let stream = Probe { source_port: Some(15000), ..check(false) };
+        let iptables = Profile::KUBE_PROXY_IPTABLES;
+        let gone = cluster(&[("web-0", false)]);
+        let fresh = || Prediction::Expected(Expectation::required(Outcome::Rejected, "no endpoints"));
+        let kept = |p: Prediction| {
+            matches!(p, Prediction::Expected(Expectation { outcome: Outcome::Answered { .. }, .. }))
+        };
+        let served = StreamPhase::of(&opened(), &cluster(&[("web-0", true)]), &stream);
+        assert!(!kept(predict_stream(&served, &gone, &stream, fresh(), iptables)), "stopped serving: moved");
+        let never_served = StreamPhase::of(&opened(), &cluster(&[("web-0", false)]), &stream);
+        assert!(kept(predict_stream(&never_served, &gone, &stream, fresh(), iptables)), "never served: kept");
     }
 }

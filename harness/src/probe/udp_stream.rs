@@ -12,11 +12,12 @@ use crate::model::{Cluster, Probe, Profile, Protocol, Source};
 use crate::oracle::{self, Expectation, Prediction};
 use crate::traffic::Speech;
 
-/// Each stream's expectation in the phase last predicted, by its source and port.
+/// Each stream's expectation in the phase last predicted, and which of its backends served
+/// then, by its source and port.
 #[derive(Default)]
 pub(super) struct UdpStream {
-    last_phase: BTreeMap<(Source, u16), Expectation>,
-    this_phase: BTreeMap<(Source, u16), Expectation>,
+    last_phase: BTreeMap<(Source, u16), oracle::live::StreamPhase>,
+    this_phase: BTreeMap<(Source, u16), oracle::live::StreamPhase>,
 }
 
 impl Kind for UdpStream {
@@ -33,7 +34,7 @@ impl Kind for UdpStream {
             None => fresh,
         });
         if let Prediction::Expected(e) = &prediction {
-            self.this_phase.insert(key, e.clone());
+            self.this_phase.insert(key, oracle::live::StreamPhase::of(e, cluster, probe));
         }
         Ok(prediction)
     }

@@ -585,13 +585,9 @@ impl ApiRunning<'_> {
 fn refused(store: &crate::apiserver::Store) -> Result<()> {
     let refusals = store.refusals();
     let Some(first) = refusals.first() else { return Ok(()) };
-    let mut distinct: Vec<String> = Vec::new();
-    for r in &refusals {
-        let line = r.to_string();
-        if !distinct.contains(&line) {
-            distinct.push(line);
-        }
-    }
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<String> =
+        refusals.iter().map(|r| r.to_string()).filter(|l| seen.insert(l.clone())).collect();
     let shown = distinct.iter().take(5).map(|l| format!("\n  {l}")).collect::<String>();
     let more = distinct.len().saturating_sub(5);
     let more =
