@@ -145,7 +145,10 @@ fn list_selects_pages_and_reports_its_resource_version() {
         }
         let picked = nodes.list(&ListParams::default().fields("metadata.name=node-b")).await.unwrap();
         assert_eq!(names(&picked.items), ["node-b"]);
-        assert!(nodes.list(&ListParams::default().fields("spec.unschedulable=true")).await.is_err());
+        // Nodes are selected by what kube-apiserver selects them by, and by nothing else.
+        let cordoned = nodes.list(&ListParams::default().fields("spec.unschedulable=true")).await.unwrap();
+        assert!(cordoned.items.is_empty());
+        assert!(nodes.list(&ListParams::default().fields("spec.podCIDR=10.244.1.0/24")).await.is_err());
 
         // Events are accepted unread, whatever their encoding.
         let post = |path: &str| {
