@@ -53,7 +53,8 @@ pub struct Gauges {
     pub last_queued: f64,
     pub syncs: f64,
     pub sync_seconds: f64,
-    pub restore_failures: f64,
+    /// Syncs whose ruleset the kernel refused: `RESTORE_FAILURES` and `NFTABLES_SYNC_FAILURES`, summed.
+    pub failed_syncs: f64,
     /// Slice changes programmed (`network_programming_duration_seconds_count`).
     pub programmed: f64,
 }
@@ -82,7 +83,7 @@ impl SyncMetrics {
                 LAST_QUEUED => g.last_queued = value,
                 SYNCS => g.syncs = value,
                 SYNC_SECONDS => g.sync_seconds = value,
-                RESTORE_FAILURES | NFTABLES_SYNC_FAILURES => g.restore_failures += value,
+                RESTORE_FAILURES | NFTABLES_SYNC_FAILURES => g.failed_syncs += value,
                 PROGRAMMED => g.programmed = value,
                 _ => {}
             }
@@ -219,7 +220,7 @@ impl SyncJudge {
 
     /// How many syncs failed since the push (at start-up: since the proxy started).
     pub(crate) fn failed_syncs(&self, now: &SyncMetrics) -> f64 {
-        now.0.iter().map(|(family, g)| g.restore_failures - self.before.get(family).restore_failures).sum()
+        now.0.iter().map(|(family, g)| g.failed_syncs - self.before.get(family).failed_syncs).sum()
     }
 
     pub fn synced(&mut self, now: &SyncMetrics, at: Instant) -> bool {
@@ -355,18 +356,14 @@ mod tests {
         let judge = SyncJudge::after_push(200.0, before, Families::BOTH);
         let mut after = metrics(201.0, 200.0, 6.0, 0.6);
         assert_eq!(judge.failed_syncs(&after), 0.0);
-        after.0.get_mut(&None).unwrap().restore_failures = 1.0;
+        after.0.get_mut(&None).unwrap().failed_syncs = 1.0;
         assert_eq!(judge.failed_syncs(&after), 1.0);
         let text = format!("{RESTORE_FAILURES} 2\n{SYNCS} 1\n");
         let nftables =
             format!("{NFTABLES_SYNC_FAILURES}{{ip_family=\"IPv4\"}} 1\n{SYNCS}{{ip_family=\"IPv4\"}} 1\n");
         let parsed = SyncMetrics::parse(&nftables);
-        assert_eq!(
-            parsed.0[&Some("IPv4".to_string())].restore_failures,
-            1.0,
-            "v1.31+ nftables mode's counter"
-        );
-        assert_eq!(SyncMetrics::parse(&text).0[&None].restore_failures, 2.0);
+        assert_eq!(parsed.0[&Some("IPv4".to_string())].failed_syncs, 1.0, "v1.31+ nftables mode's counter");
+        assert_eq!(SyncMetrics::parse(&text).0[&None].failed_syncs, 2.0);
     }
 
     #[test]
@@ -379,7 +376,7 @@ mod tests {
                 last_queued: 1.6e9,
                 syncs: 3.0,
                 sync_seconds: 0.25,
-                restore_failures: 0.0,
+                failed_syncs: 0.0,
                 programmed: 0.0,
             }
         );
