@@ -21,13 +21,15 @@
 //! traffic · observe · topology · privileges      the kernel side
 //! oracle | scenario   expected outcomes, from Kubernetes semantics alone | files → model, checked
 //! kubernetes          Kubernetes and kube-proxy semantics shared by oracle and proxies
-//! model · yaml · kernel · signals                plain data; the process's signal handling
+//! model · yaml · kernel · signals · containment   plain data; the process's signal handling;
+//!                     nothing a run starts outlives it
 //! ```
 
 pub mod admission;
 pub mod apiserver;
 pub mod cli;
 pub mod commands;
+pub mod containment;
 pub mod coverage;
 pub mod engine;
 pub mod explore;

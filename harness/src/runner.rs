@@ -227,9 +227,10 @@ fn node_states<'a>(
     topology.nodes.iter().map(state).collect()
 }
 
-/// The conntrack table of every node that translated some probe's traffic, and of every node
-/// when some probe must be dropped or forwarded: a node that let a flow through holds a
-/// confirmed entry for it, one that dropped it does not.
+/// The conntrack table of every node that translated some probe's traffic or answered it
+/// (a host-network endpoint: its own NAT may remap the source port the flow arrived with), and
+/// of every node when some probe must be dropped or forwarded: a node that let a flow through
+/// holds a confirmed entry for it, one that dropped it does not.
 fn dump_conntrack(topology: &Topology, expectations: &[oracle::Expectation]) -> Result<ConntrackTables> {
     let mut tables = BTreeMap::new();
     let everywhere = expectations
@@ -237,9 +238,12 @@ fn dump_conntrack(topology: &Topology, expectations: &[oracle::Expectation]) -> 
         .any(|e| matches!(e.outcome, oracle::Outcome::Dropped | oracle::Outcome::Forwarded));
     let all_nodes: Vec<String> =
         if everywhere { topology.nodes.iter().map(|n| n.name.clone()).collect() } else { Vec::new() };
-    let translating = expectations.iter().filter_map(|e| match &e.outcome {
-        oracle::Outcome::Answered { translated_by: Some(node), .. } => Some(node),
-        _ => None,
+    let translating = expectations.iter().flat_map(|e| match &e.outcome {
+        oracle::Outcome::Answered { translated_by, backends, .. } => {
+            let answering = backends.keys().filter(|b| topology.node(b).is_ok());
+            translated_by.iter().chain(answering).collect()
+        }
+        _ => Vec::new(),
     });
     for node in translating.chain(&all_nodes) {
         if !tables.contains_key(node) {

@@ -39,7 +39,7 @@ const LAYERS: &[&[&str]] = &[
     &["oracle", "scenario"],
     &["kubernetes"],
     &["model", "yaml"],
-    &["kernel", "signals"],
+    &["kernel", "signals", "containment"],
 ];
 
 /// The proxy backends: each may use `proxy`'s shared modules and its own files, and another

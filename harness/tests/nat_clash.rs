@@ -248,3 +248,123 @@ fn cluster() -> Cluster {
         second_family: None,
     }
 }
+
+/// The same resolution on the node that is itself the endpoint (host network) and translates
+/// its own node port: the DNAT to its own address finds the reply tuple taken, so the node
+/// gives the flow another source port after its interface's capture saw it arrive. The frame
+/// on the wire carries the client's port, the backend sees another; the node's entry pairs
+/// them. Found by `packetproof explore --seed 11` (case 101) as "no packet … reached node-b's
+/// interface": another flow's masquerade had picked the port a node's client used next.
+#[test]
+fn a_port_remapped_by_the_host_network_endpoints_own_node_is_the_same_flow() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    const NODE_A: &str = "192.168.50.11";
+    const NODE_B: &str = "192.168.50.12";
+    const PORT: u16 = 24681;
+    let mut made = Vec::new();
+    for side in ["a", "b"] {
+        made.push(
+            Netns::create(&format!("{}clash-own-{side}", netns::process_prefix())).expect("a namespace"),
+        );
+    }
+    let chain = Chain(made);
+    let [node_a, node_b] = [&chain.0[0], &chain.0[1]];
+    let ip = |ns: &Netns, args: &str| {
+        ns.exec("ip", &args.split(' ').collect::<Vec<_>>(), None).unwrap_or_else(|e| panic!("{e:#}"));
+    };
+    ip(node_a, &format!("link add eth0 type veth peer name eth0 netns {}", node_b.name()));
+    ip(node_a, &format!("addr add {NODE_A}/24 dev eth0"));
+    ip(node_b, &format!("addr add {NODE_B}/24 dev eth0"));
+    ip(node_a, "link set eth0 up");
+    ip(node_b, "link set eth0 up");
+    // node-a's node port 30443 is its own host-network endpoint, 6443.
+    let rules = format!(
+        "table ip pp-clash {{\n chain pre {{\n type nat hook prerouting priority -100;\n \
+         ip daddr {NODE_A} tcp dport 30443 dnat to {NODE_A}:6443\n }}\n}}\n"
+    );
+    node_a.exec("nft", &["-f", "-"], Some(rules.as_bytes())).unwrap_or_else(|e| panic!("{e:#}"));
+    // The clash: a flow from node-b's very port straight to the endpoint (another flow's
+    // masquerade picked it) still holds the reply tuple the node port's flow needs.
+    let port = PORT.to_string();
+    let insert = [
+        "-I",
+        "-p",
+        "tcp",
+        "-s",
+        NODE_B,
+        "-d",
+        NODE_A,
+        "--sport",
+        &port,
+        "--dport",
+        "6443",
+        "-r",
+        NODE_A,
+        "-q",
+        NODE_B,
+        "--reply-port-src",
+        "6443",
+        "--reply-port-dst",
+        &port,
+        "--state",
+        "TIME_WAIT",
+        "-t",
+        "120",
+    ];
+    node_a.exec("conntrack", &insert, None).expect("inserting the clashing entry on node-a");
+
+    let listen: SocketAddr = format!("{NODE_A}:6443").parse().unwrap();
+    let listener = node_a.run(move || TcpListener::bind(listen)).unwrap().expect("the endpoint listens");
+    let capture = Capture::start(node_a, "eth0").expect("capturing at node-a");
+    let node_port: SocketAddr = format!("{NODE_A}:30443").parse().unwrap();
+    let connected = node_b
+        .run(move || {
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            socket.bind(&SocketAddr::new(NODE_B.parse().unwrap(), PORT).into())?;
+            socket.connect_timeout(&node_port.into(), Duration::from_secs(5))?;
+            Ok::<TcpStream, std::io::Error>(socket.into())
+        })
+        .unwrap()
+        .expect("connecting to node-a's node port");
+    let (_accepted, seen) = listener.accept().expect("the endpoint accepts");
+    assert_eq!(seen.ip(), NODE_B.parse::<IpAddr>().unwrap(), "not masqueraded: delivered to node-a itself");
+    assert_ne!(seen.port(), PORT, "node-a remapped the port: the clash did not happen");
+    drop(connected);
+    let table = conntrack::dump(node_a).expect("reading node-a's conntrack");
+    let frames = capture.stop().expect("node-a's capture");
+
+    let text = include_str!("../../scenarios/host-network-endpoint-on-the-translating-node.yaml");
+    let scenario = packetproof::admission::load_str(text, std::path::Path::new("own-node.yaml")).unwrap();
+    let cluster = scenario.cluster;
+    let probe = Probe {
+        name: "own-node".into(),
+        from: Source::Node("node-b".into()),
+        to: Target::NodePort {
+            service: "api".into(),
+            port: "https".into(),
+            node: "node-a".into(),
+            address: None,
+        },
+        protocol: Protocol::Tcp,
+        count: 1,
+        interval: None,
+        family: None,
+        source_port: Some(PORT),
+        expect: None,
+        life: Life::OneShot,
+        clients: None,
+    };
+    let expected = packetproof::oracle::expect(&cluster, &probe).expect("the oracle judges it");
+    let sent = [Sent {
+        source_port: PORT,
+        request: None,
+        attempt: Attempt::Answered { pod: "node-a".into(), seen },
+    }];
+    let e = Evidence {
+        frames: [("node/node-a".to_string(), frames)].into(),
+        conntrack: [("node-a".to_string(), table)].into(),
+    };
+    assert_eq!(evidence::check(&cluster, &probe, node_port, &expected.outcome, &sent, &e), []);
+}

@@ -35,6 +35,7 @@ pub use netns::Netns;
 pub fn install_interrupt_handler() {
     crate::signals::on_termination(|| {
         eprintln!("\npacketproof: interrupted, removing this run's namespaces");
+        crate::containment::stop_everything(&netns::live_paths());
         existing::undo_all();
         netns::remove_all_live_and_stop();
     });
@@ -259,6 +260,15 @@ impl Topology {
 
     fn remove_all(&mut self) -> Result<()> {
         let mut first_error = None;
+        // A process still inside would hold its namespace alive once unmounted.
+        let paths: Vec<_> = self.created.iter().map(Netns::path).collect();
+        let killed = crate::containment::kill_namespace_holders(&paths);
+        if !killed.is_empty() {
+            eprintln!(
+                "packetproof: killed what was still running in the cluster's namespaces: {}",
+                killed.join(", ")
+            );
+        }
         for ns in self.created.drain(..).rev() {
             if let Err(e) = ns.remove() {
                 first_error.get_or_insert(e);

@@ -243,6 +243,15 @@ pub(super) fn remove_all_live_and_stop() {
     std::mem::forget(live);
 }
 
+/// The files of every namespace this process holds, for a signal's sweep of their processes.
+pub(super) fn live_paths() -> Vec<PathBuf> {
+    LIVE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|name| Path::new(NETNS_DIR).join(name))
+        .collect()
+}
+
 /// Removes every namespace this process still holds; for Ctrl-C and fatal paths.
 pub fn remove_all_live() {
     let names: Vec<String> = LIVE.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
@@ -277,6 +286,9 @@ pub fn leftover_namespaces(include_live: bool) -> Result<Vec<String>> {
 /// Removes namespaces left by runs that no longer exist (all of ours with `include_live`).
 pub fn cleanup(include_live: bool) -> Result<Vec<String>> {
     let names = leftover_namespaces(include_live)?;
+    // A killed run's proxies may still run inside them.
+    let paths: Vec<PathBuf> = names.iter().map(|name| Path::new(NETNS_DIR).join(name)).collect();
+    crate::containment::kill_namespace_holders(&paths);
     for name in &names {
         remove_by_name(name)?;
     }

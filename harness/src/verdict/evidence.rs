@@ -482,13 +482,33 @@ fn answered(
     if points.iter().all(|p| !evidence.frames.contains_key(p)) {
         return Some(wrong_path(format!("on the wire: nothing was captured at {pod}")));
     }
-    let opened =
-        |to: SocketAddr| frames.iter().filter_map(|f| f.packet.as_ref()).any(|p| opens_flow(p, seen, to));
+    let host_network = cluster.node(pod).is_some();
+    // A host-network endpoint's own node may give the flow another source port after every
+    // capture point (NAT clash resolution: its null binding, or the DNAT of a node port it
+    // translates itself, finds the reply tuple taken): the frame then carries the port the flow
+    // arrived with, which that node's entry pairs with the one the backend saw.
+    let arrived: Vec<SocketAddr> = match evidence.conntrack.get(pod).filter(|_| host_network) {
+        Some(flows) => std::iter::once(seen)
+            .chain(
+                flows
+                    .iter()
+                    .filter(|g| g.reply.src == backend && g.reply.dst == seen)
+                    .map(|g| g.original.src),
+            )
+            .collect(),
+        None => vec![seen],
+    };
+    let opened = |to: SocketAddr| {
+        frames
+            .iter()
+            .filter_map(|f| f.packet.as_ref())
+            .any(|p| arrived.iter().any(|&from| opens_flow(p, from, to)))
+    };
     // A host-network endpoint on the very node that translates: IPVS rewrites the destination
     // in LOCAL_IN, after every capture point, and hands the packet to the node's own stack, so
     // the translated packet crosses no interface. The flow entering that node for the frontend
     // is the wire's witness there; the conntrack entry below names the backend.
-    let own_node_backend = cluster.node(pod).is_some() && translated_by == Some(pod);
+    let own_node_backend = host_network && translated_by == Some(pod);
     if !opened(backend) && (!own_node_backend || !opened(dst)) {
         return Some(wrong_path(format!(
             "on the wire: no packet {seen} > {backend} reached {pod}'s interface"

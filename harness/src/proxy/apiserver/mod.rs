@@ -39,6 +39,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Map, Value};
 
+use crate::containment::ScratchDir;
 use crate::proxy::kube_proxy_config::{self as config, Mode, NodeSettings};
 pub use command::{PLACEHOLDERS, Template, Vars};
 use sync::{SyncJudge, SyncMetrics};
@@ -325,7 +326,7 @@ impl Proxy for ApiServerProxy {
             .with_context(|| format!("binding the API server to {bind}"))?;
         let server = ApiServer::serve(listener, &env.runtime)?;
         let dir = std::env::temp_dir().join(format!("packetproof-{}", control_plane.netns.name()));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = ScratchDir::create(dir.clone()).with_context(|| format!("creating {}", dir.display()))?;
         let mut running = ApiRunning {
             proxy: self,
             nodes: Vec::new(),
@@ -345,7 +346,7 @@ impl Proxy for ApiServerProxy {
                 .cluster
                 .node(&node.name)
                 .with_context(|| format!("node {} is not in the model", node.name))?;
-            let kubeconfig_path = running.dir.join(format!("kubeconfig-{}", node.name));
+            let kubeconfig_path = running.dir.path().join(format!("kubeconfig-{}", node.name));
             std::fs::write(&kubeconfig_path, kubeconfig(bind))
                 .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
             let kubeconfig_path = kubeconfig_path.to_string_lossy().into_owned();
@@ -358,7 +359,7 @@ impl Proxy for ApiServerProxy {
             };
             let config =
                 config::kube_proxy_configuration(state.cluster, self.mode, &self.feature_gates, &settings);
-            let config_path = running.dir.join(format!("config-{}.yaml", node.name));
+            let config_path = running.dir.path().join(format!("config-{}.yaml", node.name));
             std::fs::write(&config_path, serde_json::to_string_pretty(&config)?)
                 .with_context(|| format!("writing {}", config_path.display()))?;
             let vars = Vars {
@@ -423,7 +424,7 @@ struct ApiRunning<'a> {
     control_plane: Option<ControlPlane>,
     runtime: tokio::runtime::Handle,
     /// Kubeconfigs and logs.
-    dir: PathBuf,
+    dir: ScratchDir,
 }
 
 impl ApiRunning<'_> {
@@ -432,7 +433,7 @@ impl ApiRunning<'_> {
     }
 
     fn spawn(&mut self, node: &NodeHandle, argv: &[String]) -> Result<()> {
-        let log = self.dir.join(format!("{}.log", node.name));
+        let log = self.dir.path().join(format!("{}.log", node.name));
         // Appended to: a restarted proxy's log follows its first run's.
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -451,8 +452,8 @@ impl ApiRunning<'_> {
                 Ok(())
             });
         }
-        let child =
-            cmd.spawn().with_context(|| format!("starting `{}` on node {}", argv.join(" "), node.name))?;
+        let child = crate::containment::spawn(&mut cmd)
+            .with_context(|| format!("starting `{}` on node {}", argv.join(" "), node.name))?;
         let metrics = self.proxy.metrics_port.map(|p| SocketAddr::new(IpAddr::from([127, 0, 0, 1]), p));
         self.nodes.push(NodeProxy {
             node: node.clone(),
@@ -574,7 +575,7 @@ impl ApiRunning<'_> {
         }
         // Removes the control-plane namespace.
         self.control_plane.take();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(self.dir.path());
         first_error.map_or(Ok(()), Err)
     }
 }

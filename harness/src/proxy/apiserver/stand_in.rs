@@ -25,6 +25,7 @@ use super::objects::node_object;
 use super::sync::{self, SyncJudge, SyncMetrics};
 use super::{DEFAULT_HEALTHZ_PORT, DEFAULT_METRICS_PORT, kubeconfig};
 use crate::apiserver::{ApiServer, Kind, Store};
+use crate::containment::ScratchDir;
 use crate::model::{Cluster, NODE_NETWORK_BRIDGE, NODE_UPLINK, POD_INTERFACE};
 use crate::proxy::kube_proxy_config::{Mode, NodeSettings, cidrs, kube_proxy_configuration};
 use crate::topology::existing::{NodeMap, NodeRef};
@@ -72,7 +73,7 @@ pub struct StandIns {
     made: Vec<Netns>,
     servers: Vec<ApiServer>,
     proxies: Vec<(String, Child, PathBuf)>,
-    dir: PathBuf,
+    dir: ScratchDir,
     runtime: tokio::runtime::Handle,
 }
 
@@ -86,10 +87,10 @@ impl StandIns {
     ) -> Result<StandIns> {
         let prefix = format!("{}si{}-", process_prefix(), NEXT.fetch_add(1, Ordering::Relaxed));
         let dir = std::env::temp_dir().join(format!("packetproof-{prefix}stand-in"));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = ScratchDir::create(dir.clone()).with_context(|| format!("creating {}", dir.display()))?;
         let mut s = StandIns {
             nodes: NodeMap::new(),
-            kubeconfig: dir.join("kubeconfig"),
+            kubeconfig: dir.path().join("kubeconfig"),
             store: Arc::new(Store::default()),
             node_netns: Vec::new(),
             containers: Vec::new(),
@@ -154,7 +155,7 @@ impl StandIns {
         let outside_addr = outside.local_addr()?;
         s.servers.push(ApiServer::serve_store(outside, runtime, Arc::clone(&s.store))?);
         std::fs::write(&s.kubeconfig, kubeconfig(outside_addr)).context("writing the kubeconfig")?;
-        let node_kubeconfig = s.dir.join("node-kubeconfig");
+        let node_kubeconfig = s.dir.path().join("node-kubeconfig");
         std::fs::write(&node_kubeconfig, kubeconfig(inside)).context("writing the nodes' kubeconfig")?;
 
         let started = sync::unix_now();
@@ -200,10 +201,10 @@ impl StandIns {
                 metrics: Some(metrics_addr()),
             };
             let config = kube_proxy_configuration(cluster, proxy.mode, &gates, &settings);
-            let path = self.dir.join(format!("config-{node}.json"));
+            let path = self.dir.path().join(format!("config-{node}.json"));
             std::fs::write(&path, serde_json::to_string_pretty(&config)?)
                 .with_context(|| format!("writing {}", path.display()))?;
-            let log = self.dir.join(format!("proxy-{node}.log"));
+            let log = self.dir.path().join(format!("proxy-{node}.log"));
             let out = std::fs::File::create(&log)?;
             let mut cmd = ns.command(&proxy.bin.to_string_lossy());
             cmd.args(["reference-proxy", "--config"])
@@ -222,7 +223,8 @@ impl StandIns {
                     Ok(())
                 });
             }
-            let child = cmd.spawn().with_context(|| format!("starting the stand-in proxy on {node}"))?;
+            let child = crate::containment::spawn(&mut cmd)
+                .with_context(|| format!("starting the stand-in proxy on {node}"))?;
             self.proxies.push((node.clone(), child, log));
         }
         Ok(())
@@ -322,7 +324,7 @@ impl StandIns {
                 first_error.get_or_insert(e);
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(self.dir.path());
         first_error.map_or(Ok(()), Err)
     }
 

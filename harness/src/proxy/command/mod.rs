@@ -56,6 +56,7 @@ use anyhow::{Context, Result, bail};
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 
+use crate::containment::ScratchDir;
 use crate::model::Cluster;
 use crate::proxy::{Env, Proxy, Running, State};
 use crate::topology::NodeHandle;
@@ -185,7 +186,7 @@ impl Proxy for CommandProxy {
         // From here, dropping `launched` (on any error) stops what started and removes `dir`.
         let mut launched = Launched { config, dir, nodes: Vec::new(), generation: 1, stopped: false };
         for node in &env.topology.nodes {
-            let dir = launched.dir.join(&node.name);
+            let dir = launched.dir.path().join(&node.name);
             std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
             launched.nodes.push(NodeRun { node: node.clone(), dir, daemon: None });
         }
@@ -222,15 +223,11 @@ fn refuse_unknown_settings(config: &Config, cluster: &Cluster) -> Result<()> {
 }
 
 /// A fresh directory for the state files and logs of one start.
-fn work_dir() -> Result<PathBuf> {
+fn work_dir() -> Result<ScratchDir> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let name = format!("packetproof-command-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
     let dir = std::env::temp_dir().join(name);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("removing the stale {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+    ScratchDir::create(dir.clone()).with_context(|| format!("creating {}", dir.display()))
 }
 
 /// One node's files and, in daemon mode, its process.
@@ -255,7 +252,8 @@ impl NodeRun {
 
 struct Launched {
     config: Config,
-    dir: PathBuf,
+    /// Every node's directory; removed when the proxy stops.
+    dir: ScratchDir,
     nodes: Vec<NodeRun>,
     generation: u64,
     stopped: bool,
@@ -404,8 +402,8 @@ impl Launched {
                 errors.push(format!("node {}: {e:#}", run.node.name));
             }
         }
-        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
-            errors.push(format!("removing {}: {e}", self.dir.display()));
+        if let Err(e) = std::fs::remove_dir_all(self.dir.path()) {
+            errors.push(format!("removing {}: {e}", self.dir.path().display()));
         }
         if !errors.is_empty() {
             bail!("stopping the command proxy: {}", errors.join("; "));

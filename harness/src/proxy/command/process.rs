@@ -43,18 +43,17 @@ impl Process {
                 .open(p)
                 .with_context(|| format!("opening {}", p.display()))
         };
-        let child = netns
-            .command(&argv[0])
+        let mut command = netns.command(&argv[0]);
+        command
             .args(&argv[1..])
             .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(open(stdout)?)
             .stderr(open(stderr)?)
-            .process_group(0)
-            .spawn()
-            .with_context(|| {
-                format!("starting `{shown}` in namespace {} (in {})", netns.name(), cwd.display())
-            })?;
+            .process_group(0);
+        let child = crate::containment::spawn(&mut command).with_context(|| {
+            format!("starting `{shown}` in namespace {} (in {})", netns.name(), cwd.display())
+        })?;
         Ok(Process { child, shown, stderr: stderr.to_path_buf() })
     }
 
