@@ -62,12 +62,21 @@ impl ScenarioReport {
         matches!(&self.outcome, Outcome::Judged(v) if v.iter().all(ProbeVerdict::passed))
     }
 
-    /// Whether the scenario failed: a probe failed, or the proxy did.
+    /// Whether the scenario failed: a probe failed (on witnesses that agree), or the proxy did.
     pub fn failed(&self) -> bool {
         match &self.outcome {
-            Outcome::Judged(v) => !v.iter().all(ProbeVerdict::passed),
+            Outcome::Judged(v) => v.iter().any(ProbeVerdict::failed),
             Outcome::ProxyFailed(_) => true,
             Outcome::Skipped(_) => false,
+        }
+    }
+
+    /// Whether the harness failed to observe it: no probe failed, but some probe's witnesses
+    /// disagree. Neither passed nor failed: the machine is at fault (exit 2).
+    pub fn faulted(&self) -> bool {
+        match &self.outcome {
+            Outcome::Judged(v) => !self.failed() && v.iter().any(ProbeVerdict::faulted),
+            Outcome::ProxyFailed(_) | Outcome::Skipped(_) => false,
         }
     }
 

@@ -358,6 +358,7 @@ mod tests {
             expected: crate::oracle::Expectation::required(outcome, "test"),
             observed,
             failures: vec![],
+            harness_faults: vec![],
         }
     }
 

@@ -112,7 +112,11 @@ pub fn main(args: Args) -> Result<i32> {
     print!("{}", report(&summary, seed));
     Ok(if !summary.findings.is_empty() {
         EXIT_FAIL
-    } else if !summary.errors.is_empty() || !summary.rejected.is_empty() || summary.passed == 0 {
+    } else if !summary.errors.is_empty()
+        || !summary.rejected.is_empty()
+        || !summary.harness_faults.is_empty()
+        || summary.passed == 0
+    {
         EXIT_ERROR
     } else {
         EXIT_PASS
@@ -138,15 +142,19 @@ pub fn report(s: &Summary, seed: u64) -> String {
     for name in &s.flaky {
         out.push_str(&format!("not confirmed (failed once, passed on re-runs): {name}\n"));
     }
+    for fault in &s.harness_faults {
+        out.push_str(&format!("harness fault (its witnesses disagree; not a finding): {fault}\n"));
+    }
     // Flow kinds read `pod -> clusterIP (TCP) answered (…)`; field combinations have no arrow.
     let flows: usize = s.covered.iter().filter(|f| f.contains(" -> ")).count();
     let fields = s.covered.len() - flows;
     out.push_str(&format!(
-        "seed {seed}: {} cases, {} passed, {} confirmed failures, {} not confirmed, {} skipped, {} setup errors, {} refused by the reader\n",
+        "seed {seed}: {} cases, {} passed, {} confirmed failures, {} not confirmed, {} harness faults, {} skipped, {} setup errors, {} refused by the reader\n",
         s.cases,
         s.passed,
         s.findings.len(),
         s.flaky.len(),
+        s.harness_faults.len(),
         s.skipped,
         s.errors.len(),
         s.rejected.len()

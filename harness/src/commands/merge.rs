@@ -43,14 +43,22 @@ pub fn main(files: &[PathBuf], outputs: &MergeOutputs, paint: Paint) -> Result<i
     let junit = outputs.junit.as_ref().map(|_| junit(&parts)).transpose()?;
     let described = parts.iter().map(|p| p.label.clone()).collect();
     let merged = JsonRun::merged(parts.into_iter().map(|p| p.run).collect(), described);
-    for s in merged.scenarios.iter().filter(|s| s.status == "failed" || s.status == "error") {
+    for s in merged.scenarios.iter().filter(|s| s.status != "passed" && s.status != "skipped") {
         let failed: Vec<&str> = s.probes.iter().filter(|p| !p.passed).map(|p| p.name.as_str()).collect();
         let what = if failed.is_empty() { s.reason.clone().unwrap_or_default() } else { failed.join(", ") };
-        let status = if s.status == "error" { "ERROR" } else { "FAIL" };
+        let status = match s.status.as_str() {
+            "error" => "ERROR",
+            "harness-fault" => "FAULT",
+            _ => "FAIL",
+        };
         println!("{} {} ({}): {what}", paint.status(status), s.name, s.proxy.as_deref().unwrap_or("-"));
     }
+    let faults = match merged.harness_faults {
+        0 => String::new(),
+        n => format!(", {n} harness faults"),
+    };
     let line = format!(
-        "{} passed, {} failed, {} skipped, {} errors (merged from {} reports)",
+        "{} passed, {} failed, {} skipped, {} errors{faults} (merged from {} reports)",
         merged.passed,
         merged.failed,
         merged.skipped,
@@ -76,9 +84,10 @@ pub fn main(files: &[PathBuf], outputs: &MergeOutputs, paint: Paint) -> Result<i
     Ok(code)
 }
 
-/// As `run`'s: an error outweighs a failure; a merge in which nothing was judged fails too.
+/// As `run`'s: an error or a harness fault outweighs a failure; a merge in which nothing was
+/// judged fails too.
 fn exit_code(merged: &JsonRun) -> i32 {
-    if merged.errors > 0 {
+    if merged.errors > 0 || merged.harness_faults > 0 {
         super::EXIT_ERROR
     } else if merged.failed > 0 {
         super::EXIT_FAIL

@@ -231,7 +231,7 @@ fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<St
                     format!("no probe failed as {}", m.symptom)
                 }
                 None => "not judged".to_string(),
-                Some(v) if v.passed() => "passed".to_string(),
+                Some(v) if !v.failed() => "passed".to_string(),
                 Some(v) if v.symptoms().contains(&m.symptom) => return None,
                 Some(v) => {
                     let kinds: Vec<String> = v.symptoms().iter().map(|k| k.to_string()).collect();
@@ -299,7 +299,7 @@ fn failing_probes(report: &ScenarioReport) -> impl Iterator<Item = String> + '_ 
         Outcome::ProxyFailed(_) => (&[][..], Some(PROXY.to_string())),
         Outcome::Skipped(_) => (&[][..], None),
     };
-    verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.clone()).chain(proxy_failed)
+    verdicts.iter().filter(|v| v.failed()).map(|v| v.probe.name.clone()).chain(proxy_failed)
 }
 
 /// Runs every scenario against `proxy`, `jobs` at a time, handing each result to

@@ -25,6 +25,8 @@ pub struct TerminalReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
     pub errors: usize,
+    /// Scenarios the harness failed to observe (their witnesses disagree): the machine's fault.
+    pub harness_faults: usize,
     /// Some scenario failed (errors aside).
     pub failed: bool,
     /// Some scenario was judged (not every one skipped).
@@ -64,13 +66,15 @@ impl Reporter for TerminalReport {
                     results.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
                 let summary = Summary {
                     errors,
-                    failed: !reports.iter().all(|r| r.passed() || matches!(r.outcome, Outcome::Skipped(_))),
+                    harness_faults: reports.iter().filter(|r| r.faulted()).count(),
+                    failed: reports.iter().any(|r| r.failed()),
                     judged_something: reports
                         .iter()
                         .any(|r| matches!(r.outcome, Outcome::Judged(_) | Outcome::ProxyFailed(_))),
                 };
                 let line = report::summary_line(&reports, errors);
-                let clean = errors == 0 && !summary.failed && summary.judged_something;
+                let clean =
+                    errors == 0 && summary.harness_faults == 0 && !summary.failed && summary.judged_something;
                 let line = if clean { self.paint.pass(&line) } else { self.paint.fail(&line) };
                 println!("\n{line} in {:.2}s", elapsed.as_secs_f64());
                 print!("{}", report::known_bug_lines(&report::known_bug_matches(reports.iter().copied())));

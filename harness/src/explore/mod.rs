@@ -66,6 +66,9 @@ pub struct Summary {
     pub skipped: usize,
     /// Cases that failed once but not again: never findings.
     pub flaky: Vec<String>,
+    /// Cases the harness failed to observe (witnesses that disagree), with the first fault:
+    /// never findings, never re-run to be dismissed; each a harness bug to diagnose.
+    pub harness_faults: Vec<String>,
     /// Cases that could not be set up (the machine), with why.
     pub errors: Vec<String>,
     /// Generated cases the reader refused (a bug of the generator), with its errors.
@@ -218,6 +221,17 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
                             judged_cases.push((r.case.name.clone(), r.text.clone(), f));
                         }
                     }
+                    Outcome::Judged(verdicts) if report.faulted() => {
+                        let fault = verdicts.iter().flat_map(|v| &v.harness_faults).next();
+                        let fault = fault.map(|f| f.message.clone()).unwrap_or_default();
+                        let file = keep_case(settings, &r, &report, "harness-faults", "The harness failed to observe it")?;
+                        eprintln!(
+                            "packetproof explore: {}: harness fault, not a finding: {fault} (kept as {})",
+                            r.case.name,
+                            file.display()
+                        );
+                        summary.harness_faults.push(format!("{}: {fault}", r.case.name));
+                    }
                     _ => {
                         if let Some(finding) = investigate(settings, &engine, r, &report, &summary.findings)?
                         {
@@ -292,7 +306,7 @@ fn investigate(
         first.iter().map(|(s, k)| format!("{s} on {k}")).collect::<Vec<_>>().join(", ")
     );
     if !fails_again(engine, &settings.proxy, &ready, &first, 2)? {
-        let file = keep_flaky(settings, &ready, report)?;
+        let file = keep_case(settings, &ready, report, "flaky", "Failed once, then passed twice")?;
         eprintln!(
             "packetproof explore: {} did not fail again the same way: flaky, not a finding (kept with its \
              failure as {})",
@@ -372,7 +386,7 @@ fn failing_probes(case: &Case, report: &ScenarioReport) -> Vec<ProbeText> {
     let stream = |name: &str| case.streams.iter().any(|s| s.name == name);
     verdicts
         .iter()
-        .filter(|v| !v.passed() && !in_step(&v.probe.name) && !stream(&v.probe.name))
+        .filter(|v| v.failed() && !in_step(&v.probe.name) && !stream(&v.probe.name))
         .filter_map(|v| match &case.probes {
             Some(listed) => listed.iter().find(|p| p.name == v.probe.name).cloned(),
             None => {
@@ -572,6 +586,7 @@ fn what_failed(report: &ScenarioReport) -> String {
     match &report.outcome {
         Outcome::Judged(verdicts) => {
             for v in verdicts.iter().filter(|v| !v.passed()) {
+                // The proxy's failures, then where the harness failed to observe.
                 let _ = writeln!(h, "- {}", v.probe.name);
                 let _ = writeln!(
                     h,
@@ -582,6 +597,9 @@ fn what_failed(report: &ScenarioReport) -> String {
                 let _ = writeln!(h, "    observed: {}", v.observed_summary());
                 for f in &v.failures {
                     let _ = writeln!(h, "    {f}");
+                }
+                for f in &v.harness_faults {
+                    let _ = writeln!(h, "    harness fault: {f}");
                 }
             }
         }
@@ -609,16 +627,22 @@ fn reproduce(settings: &Settings) -> String {
     command
 }
 
-/// Writes a case that failed once and passed on its re-runs to `flaky/` under `--out`, with
-/// what failed: never a finding, but a flaky result is a bug (of the proxy, the oracle or the
-/// harness) to be diagnosed from it.
-fn keep_flaky(settings: &Settings, ready: &Ready, report: &ScenarioReport) -> Result<PathBuf> {
-    let dir = settings.out.join("flaky");
+/// Writes a case that is never a finding but a bug to diagnose to `folder` under `--out`, with
+/// what failed: one that failed once and passed on its re-runs (`flaky/`: the proxy's, the
+/// oracle's or the harness's), or one the harness failed to observe (`harness-faults/`).
+fn keep_case(
+    settings: &Settings,
+    ready: &Ready,
+    report: &ScenarioReport,
+    folder: &str,
+    what: &str,
+) -> Result<PathBuf> {
+    let dir = settings.out.join(folder);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut h = String::new();
     let _ = writeln!(
         h,
-        "Failed once under `packetproof explore --seed {}` (packetproof {}) against {}, then passed twice.",
+        "{what} under `packetproof explore --seed {}` (packetproof {}) against {}.",
         settings.seed,
         env!("CARGO_PKG_VERSION"),
         settings.proxy.label()

@@ -19,7 +19,7 @@ pub fn signature(report: &ScenarioReport) -> Signature {
     match &report.outcome {
         Outcome::Judged(verdicts) => verdicts
             .iter()
-            .filter(|v| !v.passed())
+            .filter(|v| v.failed())
             .flat_map(|v| {
                 let kind = super::features::flow_kind(
                     &v.probe.from,

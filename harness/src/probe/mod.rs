@@ -135,6 +135,10 @@ impl Witnesses for NewFlow {
         let view = cluster.probe_view(probe);
         crate::verdict::evidence::check(&view, probe, dst, outcome, sent, during)
     }
+
+    fn never_left(&self, probe: &Probe, sent: &[Sent], during: &Evidence) -> Vec<usize> {
+        crate::verdict::evidence::never_left(probe, sent, during)
+    }
 }
 
 /// The route an external host's probe takes to its destination: the host, the destination's

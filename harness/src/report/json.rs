@@ -28,6 +28,9 @@ pub(crate) struct Run {
     pub failed: usize,
     pub skipped: usize,
     pub errors: usize,
+    /// Scenarios the harness failed to observe (status `harness-fault`): the machine's fault.
+    #[serde(default)]
+    pub harness_faults: usize,
     /// The known bugs the failures match.
     #[serde(default)]
     pub(crate) known_bugs: Vec<KnownBug>,
@@ -87,7 +90,8 @@ pub(crate) struct KnownBug {
 pub(crate) struct Scenario {
     pub name: String,
     pub file: String,
-    /// `passed`, `failed`, `skipped` or `error`.
+    /// `passed`, `failed`, `harness-fault` (no probe failed, some could not be observed),
+    /// `skipped` or `error`.
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) proxy: Option<String>,
@@ -144,6 +148,9 @@ pub(crate) struct Probe {
     pub observed: String,
     pub passed: bool,
     pub failures: Vec<String>,
+    /// Where the harness failed to observe (its witnesses disagree): never the proxy's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub harness_faults: Vec<String>,
     /// The kinds of the failures (`verdict::Symptom`), for a failed probe.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub symptoms: Vec<String>,
@@ -215,6 +222,7 @@ impl Run {
             failed: count("failed"),
             skipped: count("skipped"),
             errors: count("error"),
+            harness_faults: count("harness-fault"),
             known_bugs,
             scenarios,
             coverage: Vec::new(),
@@ -335,11 +343,17 @@ fn scenario(finished: &Finished<'_>, matches: &[known_bugs::Match]) -> Scenario 
                     observed: v.observed_summary(),
                     passed: v.passed(),
                     failures: v.failures.iter().map(|f| f.message.clone()).collect(),
+                    harness_faults: v.harness_faults.iter().map(|f| f.message.clone()).collect(),
                     symptoms: v.symptoms().iter().map(|k| k.to_string()).collect(),
                     known_bugs: headlines_for(matches, &s.name, &v.probe.name),
                 })
                 .collect();
-            (if report.passed() { "passed" } else { "failed" }, None, probes)
+            let status = match (report.failed(), report.faulted()) {
+                (true, _) => "failed",
+                (false, true) => "harness-fault",
+                (false, false) => "passed",
+            };
+            (status, None, probes)
         }
     };
     Scenario {

@@ -101,8 +101,13 @@ pub(crate) fn suite(origin: Origin<'_>, scenario: &Scenario) -> TestSuite {
         }
         _ => {
             for probe in &scenario.probes {
-                let status =
-                    if probe.passed { TestCaseStatus::success() } else { failure(origin, scenario, probe) };
+                let status = if !probe.harness_faults.is_empty() && probe.failures.is_empty() {
+                    harness_fault(probe)
+                } else if probe.passed {
+                    TestCaseStatus::success()
+                } else {
+                    failure(origin, scenario, probe)
+                };
                 add(&probe.name, status);
             }
             for flow in &scenario.not_judged {
@@ -129,6 +134,15 @@ fn coverage_suite(tables: &[crate::coverage::Table]) -> TestSuite {
         suite.add_test_case(case);
     }
     suite
+}
+
+/// A probe the harness failed to observe: an error (the machine's), never a failure (the proxy's).
+fn harness_fault(probe: &Probe) -> TestCaseStatus {
+    let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+    status.set_type("harness-fault").set_message(probe.harness_faults[0].clone()).set_description(
+        probe.harness_faults.iter().map(|f| format!("? {f}\n")).collect::<String>(),
+    );
+    status
 }
 
 fn failure(origin: Origin<'_>, scenario: &Scenario, probe: &Probe) -> TestCaseStatus {

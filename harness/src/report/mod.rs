@@ -41,14 +41,19 @@ pub(crate) fn scenario_line_painted(report: &ScenarioReport, paint: Paint) -> St
         Outcome::ProxyFailed(reason) => ("FAIL", format!("the proxy failed: {reason}")),
         Outcome::Judged(verdicts) => {
             let attempts: usize = verdicts.iter().map(|v| v.observed.len()).sum();
-            let failed = verdicts.iter().filter(|v| !v.passed()).count();
-            let status = if failed == 0 { "PASS" } else { "FAIL" };
+            let failed = verdicts.iter().filter(|v| v.failed()).count();
+            let faulted = verdicts.iter().filter(|v| v.faulted()).count();
+            let status = match (failed, faulted) {
+                (0, 0) => "PASS",
+                (0, _) => "FAULT",
+                _ => "FAIL",
+            };
             let mut detail = format!("{} probes, {attempts} attempts", verdicts.len());
             if failed > 0 {
                 let _ = write!(detail, ", {failed} failed");
                 let chosen = verdicts
                     .iter()
-                    .filter(|v| !v.passed() && v.expected.basis != oracle::Basis::Contract)
+                    .filter(|v| v.failed() && v.expected.basis != oracle::Basis::Contract)
                     .count();
                 if let (true, Some(profile)) = (chosen > 0, report.profile) {
                     let contract = failed - chosen;
@@ -57,6 +62,9 @@ pub(crate) fn scenario_line_painted(report: &ScenarioReport, paint: Paint) -> St
                         " ({contract} against the Kubernetes contract, {chosen} only against {profile}'s choices)"
                     );
                 }
+            }
+            if faulted > 0 {
+                let _ = write!(detail, ", {faulted} unobserved (harness fault)");
             }
             if !report.unjudged.is_empty() {
                 let _ = write!(detail, ", {} not judged", report.unjudged.len());
@@ -92,7 +100,11 @@ pub(crate) fn flow_table_painted(cluster: &Cluster, verdicts: &[ProbeVerdict], p
         .iter()
         .map(|v| {
             [
-                if v.passed() { "ok".into() } else { "FAIL".into() },
+                match (v.failed(), v.faulted()) {
+                    (true, _) => "FAIL".into(),
+                    (false, true) => "FAULT".into(),
+                    (false, false) => "ok".into(),
+                },
                 v.probe.name.clone(),
                 v.probe.from.to_string(),
                 destination(cluster, &v.probe.to, v),
@@ -126,6 +138,10 @@ pub(crate) fn flow_table_painted(cluster: &Cluster, verdicts: &[ProbeVerdict], p
         line(&mut out, &row.each_ref().map(String::as_str), paint);
         for failure in &verdict.failures {
             let _ = writeln!(out, "        {}", paint.failure_detail(&format!("✗ {failure}")));
+        }
+        // The harness's own failures to observe, apart from the proxy's.
+        for fault in &verdict.harness_faults {
+            let _ = writeln!(out, "        {}", paint.failure_detail(&format!("? harness fault: {fault}")));
         }
         if !verdict.passed() {
             let e = &verdict.expected;
@@ -188,7 +204,12 @@ pub(crate) fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String
     let passed = reports.iter().filter(|r| r.passed()).count();
     let skipped = reports.iter().filter(|r| matches!(r.outcome, Outcome::Skipped(_))).count();
     let failed = reports.iter().filter(|r| r.failed()).count();
-    format!("{passed} passed, {failed} failed, {skipped} skipped, {errors} errors")
+    let line = format!("{passed} passed, {failed} failed, {skipped} skipped, {errors} errors");
+    // Only when there are some, so that a clean run's line stays the one CI systems read.
+    match reports.iter().filter(|r| r.faulted()).count() {
+        0 => line,
+        faults => format!("{line}, {faults} harness faults"),
+    }
 }
 
 /// The known bugs whose signature the judged scenarios' failures match
@@ -355,6 +376,7 @@ mod tests {
                 expected: crate::oracle::Expectation::required(Expected::Rejected, "test"),
                 observed: Vec::new(),
                 failures: vec![Failure::new(mark.symptom, "worded in a way no parser has ever seen")],
+                harness_faults: vec![],
             });
         }
         let reports: Vec<ScenarioReport> = by_scenario

@@ -58,7 +58,7 @@ impl Paint {
     pub fn status(self, word: &str) -> String {
         match word {
             "PASS" | "ok" => self.pass(word),
-            "SKIP" => self.skip(word),
+            "SKIP" | "FAULT" => self.skip(word),
             _ => self.fail(word),
         }
     }

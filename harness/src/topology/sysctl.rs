@@ -31,6 +31,23 @@ pub(crate) const EVERY_NAMESPACE: &[(&str, &str)] = &[
     ("net/ipv6/conf/default/accept_dad", "0"),
 ];
 
+/// Pods and external hosts follow no redirect. A node that forwards a flow back out of the
+/// interface it came in on tells the sender (an ICMPv6 redirect, sent in `ip6_forward` before
+/// the FORWARD hook, so even for a flow the proxy then drops) that the destination is on the
+/// link: a host that believes it sends the attempts after it to the destination's own link
+/// address, asks for it, gets no answer and drops them, and its next connections fail with "No
+/// route to host". Found by `packetproof explore --seed 12` (case 20): an external host's
+/// attempts to a load-balancer IP its node must drop never left it. The external host stands
+/// for the outside network routing a destination through a node, as a router does, and a
+/// router ignores redirects (RFC 4861, 8.1). IPv4 honours a redirect if `all` or the link says
+/// so: both are off, before any link exists.
+pub(crate) const HOST_SETTINGS: &[(&str, &str)] = &[
+    ("net/ipv4/conf/all/accept_redirects", "0"),
+    ("net/ipv4/conf/default/accept_redirects", "0"),
+    ("net/ipv6/conf/all/accept_redirects", "0"),
+    ("net/ipv6/conf/default/accept_redirects", "0"),
+];
+
 /// Nor the limit on all ICMP errors a namespace sends (`icmp_msgs_per_sec` 1000 with a burst of
 /// 50, IPv6's errors counted too): a node rejecting every flow of a generated cluster
 /// (`explore`, `flows: all`) sent more than 50 at once, and one reject in a few went silent.
@@ -47,9 +64,10 @@ pub(crate) fn node_defaults(ns: &Netns) -> Result<()> {
     namespaced_limits(ns)
 }
 
-/// Pods, external hosts and the node network: the settings of every namespace.
+/// Pods, external hosts and the node network: the settings of every namespace, and no
+/// redirects followed.
 pub(crate) fn host_defaults(ns: &Netns) -> Result<()> {
-    for (key, value) in EVERY_NAMESPACE {
+    for (key, value) in EVERY_NAMESPACE.iter().chain(HOST_SETTINGS) {
         write(ns, key, value)?;
     }
     namespaced_limits(ns)

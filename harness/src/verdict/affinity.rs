@@ -290,6 +290,7 @@ mod tests {
                 .map(|&pod| Attempt::Answered { pod: pod.into(), seen: "10.244.1.9:20000".parse().unwrap() })
                 .collect(),
             failures: vec![],
+            harness_faults: vec![],
         }
     }
 
@@ -331,6 +332,7 @@ mod tests {
                 seen: "10.244.1.9:20000".parse().unwrap(),
             }],
             failures: vec![],
+            harness_faults: vec![],
         }
     }
 

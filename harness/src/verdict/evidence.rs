@@ -127,6 +127,41 @@ pub fn check(
     faults.counted(sent.len())
 }
 
+/// The attempts (positions in `sent`) whose request never left the client, by the client's
+/// own capture: no packet of their flow went out of its interface. A pod's or an external
+/// host's packet leaves it before any node, whatever a proxy does, so such an attempt proves
+/// nothing about the proxy: its socket and its capture disagree about what was sent. (A
+/// node's own traffic may be dropped in OUTPUT, before any interface: it is never set apart.)
+pub fn never_left(probe: &Probe, sent: &[Sent], evidence: &Evidence) -> Vec<usize> {
+    if matches!(probe.from, crate::model::Source::Node(_)) {
+        return Vec::new();
+    }
+    let points = client_capture_points(probe);
+    if points.iter().any(|k| !evidence.frames.contains_key(k)) {
+        return Vec::new();
+    }
+    let left: std::collections::BTreeSet<u16> = points
+        .iter()
+        .filter_map(|k| evidence.frames.get(k))
+        .flatten()
+        .filter(|f| f.outgoing)
+        .filter_map(|f| f.packet.as_ref())
+        .filter(|p| same_protocol(p, probe.protocol))
+        .filter_map(|p| p.l4.ports().map(|(sp, _)| sp))
+        .collect();
+    sent.iter().enumerate().filter(|(_, s)| !left.contains(&s.source_port)).map(|(i, _)| i).collect()
+}
+
+/// Whether `p` is of `protocol` (TCP, UDP, SCTP; never an ICMP error about one).
+fn same_protocol(p: &Packet, protocol: crate::model::Protocol) -> bool {
+    matches!(
+        (&p.l4, protocol),
+        (L4::Tcp { .. }, crate::model::Protocol::Tcp)
+            | (L4::Udp { .. }, crate::model::Protocol::Udp)
+            | (L4::Sctp { .. }, crate::model::Protocol::Sctp)
+    )
+}
+
 /// A witness contradicting the client: the packets took another path than the outcome's.
 fn wrong_path(message: String) -> Failure {
     Failure::new(Symptom::WrongPath, message)
@@ -149,13 +184,7 @@ struct FlowOf<'a> {
 impl FlowOf<'_> {
     /// A packet of the flow going forward (not a reply, not an ICMP error about it).
     fn is_forward(&self, p: &Packet) -> bool {
-        let protocol = matches!(
-            (&p.l4, self.probe.protocol),
-            (L4::Tcp { .. }, crate::model::Protocol::Tcp)
-                | (L4::Udp { .. }, crate::model::Protocol::Udp)
-                | (L4::Sctp { .. }, crate::model::Protocol::Sctp)
-        );
-        protocol && p.l4.ports().is_some_and(|(sp, _)| sp == self.source_port)
+        same_protocol(p, self.probe.protocol) && p.l4.ports().is_some_and(|(sp, _)| sp == self.source_port)
     }
 
     /// A conntrack entry of the flow: its source port and destination before NAT.
@@ -376,9 +405,11 @@ fn dropped(
         .filter_map(|f| f.packet.as_ref())
         .any(|p| flow.is_forward(p));
     // A node's own traffic is dropped in OUTPUT, before any interface sees it.
+    // (`never_left` sets such attempts apart before they are judged; this stays for callers
+    // that judge attempts directly.)
     (!from_node && !left_client).then(|| {
-        wrong_path(format!(
-            "on the wire: the client's capture shows no packet {} leaving it: nothing to drop",
+        Failure::witnesses_disagree(format!(
+            "the client's capture shows no packet {} leaving it: nothing to drop",
             flow.describe()
         ))
     })
@@ -510,8 +541,10 @@ fn answered(
     // is the wire's witness there; the conntrack entry below names the backend.
     let own_node_backend = host_network && translated_by == Some(pod);
     if !opened(backend) && (!own_node_backend || !opened(dst)) {
-        return Some(wrong_path(format!(
-            "on the wire: no packet {seen} > {backend} reached {pod}'s interface"
+        // Every way into a pod or a node crosses a captured interface: an answer whose request
+        // none of them saw is the capture's failure, whatever the proxy did.
+        return Some(Failure::witnesses_disagree(format!(
+            "{pod} answered {seen}, yet no packet {seen} > {backend} reached {pod}'s interface"
         )));
     }
     // Traffic sent straight to a pod is translated nowhere.
@@ -701,16 +734,34 @@ mod tests {
     }
 
     #[test]
-    fn a_packet_that_never_reached_the_backend_fails() {
-        // Reached the backend still addressed to the VIP: not translated.
+    fn an_answer_whose_request_no_capture_saw_arrive_is_a_harness_fault() {
+        // The backend answered, yet its capture holds the packet still addressed to the VIP:
+        // a pod cannot answer what never reached it, so the capture, not the proxy, failed.
         let e = evidence(vec![frame(udp(CLIENT, VIP))], vec![flow(BACKEND)]);
-        let failures = run(&e, &answered_outcome(), &answered_sent());
+        let failures = check(&cluster(), &probe(), addr(VIP), &answered_outcome(), &answered_sent(), &e);
         assert_eq!(
             failures,
             [
-                "on the wire: no packet 10.244.1.20:20000 > 10.244.2.7:53 reached coredns-b's interface (1 of 1 attempts)"
+                "witnesses disagree: coredns-b answered 10.244.1.20:20000, yet no packet 10.244.1.20:20000 > \
+                 10.244.2.7:53 reached coredns-b's interface (1 of 1 attempts)"
             ]
         );
+        assert!(failures[0].is_harness_fault());
+    }
+
+    #[test]
+    fn attempts_that_never_left_the_client_are_told_apart() {
+        let sent: Vec<Sent> = [20000, 20001, 20002]
+            .map(|port| Sent { source_port: port, request: None, attempt: Attempt::Silent })
+            .into();
+        let left = |port: u16| outgoing(udp(&format!("10.244.1.20:{port}"), VIP));
+        let e = at(vec![("pod/client", vec![left(20001)])]);
+        assert_eq!(never_left(&probe(), &sent, &e), [0, 2]);
+        // Without the client's capture nothing can be told; a node's own traffic never is.
+        assert!(never_left(&probe(), &sent, &at(vec![])).is_empty());
+        let mut from_node = probe();
+        from_node.from = Source::Node("node-a".into());
+        assert!(never_left(&from_node, &sent, &at(vec![("node/node-a", vec![])])).is_empty());
     }
 
     #[test]

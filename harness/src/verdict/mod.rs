@@ -27,13 +27,35 @@ pub struct ProbeVerdict {
     pub destination: SocketAddr,
     pub expected: Expectation,
     pub observed: Vec<Attempt>,
-    /// Empty when the probe passed.
+    /// The proxy's failures, each proven by witnesses that agree; empty when it passed.
     pub failures: Vec<Failure>,
+    /// Where the harness failed to observe: attempts whose witnesses contradict one another
+    /// (see [`Symptom::WitnessesDisagree`]). They prove nothing about the proxy; a probe with
+    /// some and no failure is neither passed nor failed, and its run is the machine's fault.
+    pub harness_faults: Vec<Failure>,
 }
 
 impl ProbeVerdict {
+    /// Judged, and every witness agrees that it met its expectation.
     pub fn passed(&self) -> bool {
-        self.failures.is_empty()
+        self.failures.is_empty() && self.harness_faults.is_empty()
+    }
+
+    /// The proxy failed it, on the evidence of attempts whose witnesses agree.
+    pub fn failed(&self) -> bool {
+        !self.failures.is_empty()
+    }
+
+    /// Not judged: no failure, but the harness failed to observe some attempt.
+    pub fn faulted(&self) -> bool {
+        self.failures.is_empty() && !self.harness_faults.is_empty()
+    }
+
+    /// Moves the failures that are the harness's (its witnesses disagree) to `harness_faults`.
+    pub fn set_apart_harness_faults(&mut self) {
+        let (faults, failures) = std::mem::take(&mut self.failures).into_iter().partition(Failure::is_harness_fault);
+        self.failures = failures;
+        self.harness_faults.extend::<Vec<Failure>>(faults);
     }
 
     /// One line summarising the attempts, e.g. `40/40 answered: coredns-a 19, coredns-b 21; saw 10.244.1.20`.
@@ -76,7 +98,27 @@ pub fn judge(
             matches!(a, Attempt::Silent | Attempt::Refused { .. })
         }),
     };
-    ProbeVerdict { probe: probe.clone(), destination, expected: expected.clone(), observed, failures }
+    ProbeVerdict {
+        probe: probe.clone(),
+        destination,
+        expected: expected.clone(),
+        observed,
+        failures,
+        harness_faults: Vec::new(),
+    }
+}
+
+/// A probe none of whose attempts can be judged (the harness saw none of them leave): no
+/// failure, no observation; its harness faults say why.
+pub(crate) fn unjudged(probe: &Probe, destination: SocketAddr, expected: &Expectation) -> ProbeVerdict {
+    ProbeVerdict {
+        probe: probe.clone(),
+        destination,
+        expected: expected.clone(),
+        observed: Vec::new(),
+        failures: Vec::new(),
+        harness_faults: Vec::new(),
+    }
 }
 
 fn check_all(observed: &[Attempt], wanted: &str, ok: impl Fn(&Attempt) -> bool) -> Vec<Failure> {

@@ -26,6 +26,13 @@ pub trait Witnesses {
         sent: &[Sent],
         during: &Evidence,
     ) -> Vec<Failure>;
+
+    /// The attempts (positions in `sent`) whose request, by the witnesses, never left the
+    /// client: they prove nothing about the proxy, and are set apart before the probe is
+    /// judged. None, for a kind that cannot tell.
+    fn never_left(&self, _probe: &Probe, _sent: &[Sent], _during: &Evidence) -> Vec<usize> {
+        Vec::new()
+    }
 }
 
 /// A probe as sent: its destination, its attempts, the frames it is judged on, faults found
@@ -83,9 +90,35 @@ fn judge_phase(
             let during = evidence.during(&window);
             // An answer that came after the client's wait is an answer, not a drop.
             let sent = late::reconcile(phase.cluster, probe, dst, sent, evidence, &window);
-            let mut v = super::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect());
+            // Before anything is judged: attempts that never left the client prove nothing.
+            let never_left = witnesses.never_left(probe, &sent, &during);
+            let (sent, unsent): (Vec<_>, Vec<_>) =
+                sent.into_iter().enumerate().partition(|(i, _)| !never_left.contains(i));
+            let sent: Vec<Sent> = sent.into_iter().map(|(_, s)| s).collect();
+            let mut v = if sent.is_empty() {
+                super::unjudged(probe, dst, expected)
+            } else {
+                super::judge(probe, dst, expected, sent.iter().map(|s| s.attempt.clone()).collect())
+            };
             v.failures.extend(faults);
-            v.failures.extend(witnesses.check(phase.cluster, probe, dst, &expected.outcome, &sent, &during));
+            if !sent.is_empty() {
+                v.failures.extend(witnesses.check(phase.cluster, probe, dst, &expected.outcome, &sent, &during));
+            }
+            v.set_apart_harness_faults();
+            if !unsent.is_empty() {
+                let ports: Vec<String> = unsent.iter().map(|(_, s)| s.source_port.to_string()).collect();
+                v.harness_faults.insert(
+                    0,
+                    Failure::witnesses_disagree(format!(
+                        "{} of {} attempts never left the client: its socket sent them, its capture shows no \
+                         packet of theirs leaving it (source ports {} > {dst}); they prove nothing about the \
+                         proxy and were not judged",
+                        unsent.len(),
+                        unsent.len() + sent.len(),
+                        ports.join(", ")
+                    )),
+                );
+            }
             v
         })
         .collect()

@@ -47,10 +47,15 @@ pub enum Symptom {
     ProxyFailed,
     /// A failure the verdict gives no kind.
     Other,
+    /// Not the proxy's: the harness's own witnesses of an attempt contradict one another (the
+    /// client holds an answer whose request no capture saw arrive, or the client's request
+    /// never left it), so the harness failed to observe the attempt. Such a failure is a
+    /// harness fault ([`ProbeVerdict::harness_faults`]), never a proxy verdict.
+    WitnessesDisagree,
 }
 
 impl Symptom {
-    pub const ALL: [Symptom; 15] = [
+    pub const ALL: [Symptom; 16] = [
         Symptom::WrongBackend,
         Symptom::WrongSource,
         Symptom::Answered,
@@ -66,6 +71,7 @@ impl Symptom {
         Symptom::WrongPath,
         Symptom::ProxyFailed,
         Symptom::Other,
+        Symptom::WitnessesDisagree,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +91,7 @@ impl Symptom {
             Symptom::WrongPath => "wrong-path",
             Symptom::ProxyFailed => "proxy-failed",
             Symptom::Other => "other",
+            Symptom::WitnessesDisagree => "witnesses-disagree",
         }
     }
 }
@@ -158,6 +165,17 @@ impl Symptom {
             Attempt::Refused { .. } => Symptom::Refused,
             Attempt::Broken { .. } => Symptom::Broken,
         }
+    }
+}
+
+impl Failure {
+    /// The harness failed to observe, not the proxy to forward (see [`Symptom::WitnessesDisagree`]).
+    pub fn witnesses_disagree(message: impl Into<String>) -> Failure {
+        Failure::new(Symptom::WitnessesDisagree, format!("witnesses disagree: {}", message.into()))
+    }
+
+    pub fn is_harness_fault(&self) -> bool {
+        self.symptoms.contains(&Symptom::WitnessesDisagree)
     }
 }
 
