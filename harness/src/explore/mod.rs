@@ -224,7 +224,13 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
                     Outcome::Judged(verdicts) if report.faulted() => {
                         let fault = verdicts.iter().flat_map(|v| &v.harness_faults).next();
                         let fault = fault.map(|f| f.message.clone()).unwrap_or_default();
-                        let file = keep_case(settings, &r, &report, "harness-faults", "The harness failed to observe it")?;
+                        let file = keep_case(
+                            settings,
+                            &r,
+                            &report,
+                            "harness-faults",
+                            "The harness failed to observe it",
+                        )?;
                         eprintln!(
                             "packetproof explore: {}: harness fault, not a finding: {fault} (kept as {})",
                             r.case.name,

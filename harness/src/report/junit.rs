@@ -139,9 +139,10 @@ fn coverage_suite(tables: &[crate::coverage::Table]) -> TestSuite {
 /// A probe the harness failed to observe: an error (the machine's), never a failure (the proxy's).
 fn harness_fault(probe: &Probe) -> TestCaseStatus {
     let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
-    status.set_type("harness-fault").set_message(probe.harness_faults[0].clone()).set_description(
-        probe.harness_faults.iter().map(|f| format!("? {f}\n")).collect::<String>(),
-    );
+    status
+        .set_type("harness-fault")
+        .set_message(probe.harness_faults[0].clone())
+        .set_description(probe.harness_faults.iter().map(|f| format!("? {f}\n")).collect::<String>());
     status
 }
 

@@ -741,10 +741,8 @@ mod tests {
         let failures = check(&cluster(), &probe(), addr(VIP), &answered_outcome(), &answered_sent(), &e);
         assert_eq!(
             failures,
-            [
-                "witnesses disagree: coredns-b answered 10.244.1.20:20000, yet no packet 10.244.1.20:20000 > \
-                 10.244.2.7:53 reached coredns-b's interface (1 of 1 attempts)"
-            ]
+            ["witnesses disagree: coredns-b answered 10.244.1.20:20000, yet no packet 10.244.1.20:20000 > \
+                 10.244.2.7:53 reached coredns-b's interface (1 of 1 attempts)"]
         );
         assert!(failures[0].is_harness_fault());
     }

@@ -53,7 +53,8 @@ impl ProbeVerdict {
 
     /// Moves the failures that are the harness's (its witnesses disagree) to `harness_faults`.
     pub fn set_apart_harness_faults(&mut self) {
-        let (faults, failures) = std::mem::take(&mut self.failures).into_iter().partition(Failure::is_harness_fault);
+        let (faults, failures) =
+            std::mem::take(&mut self.failures).into_iter().partition(Failure::is_harness_fault);
         self.failures = failures;
         self.harness_faults.extend::<Vec<Failure>>(faults);
     }

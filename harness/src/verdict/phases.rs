@@ -102,7 +102,14 @@ fn judge_phase(
             };
             v.failures.extend(faults);
             if !sent.is_empty() {
-                v.failures.extend(witnesses.check(phase.cluster, probe, dst, &expected.outcome, &sent, &during));
+                v.failures.extend(witnesses.check(
+                    phase.cluster,
+                    probe,
+                    dst,
+                    &expected.outcome,
+                    &sent,
+                    &during,
+                ));
             }
             v.set_apart_harness_faults();
             if !unsent.is_empty() {
