@@ -87,6 +87,29 @@ impl Drop for ScratchDir {
     }
 }
 
+/// Removes the scratch directories (`packetproof-…<pid>…` in the temporary directory) of
+/// runs no longer alive, which a SIGKILL left behind; returns what it removed.
+pub fn remove_stale_scratch() -> Vec<PathBuf> {
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else { return Vec::new() };
+    let stale: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_str().and_then(owner_of_scratch).is_some_and(|pid| !alive(pid)))
+        .map(|e| e.path())
+        .collect();
+    stale.into_iter().filter(|dir| std::fs::remove_dir_all(dir).is_ok()).collect()
+}
+
+/// The pid in a scratch directory's name: the first number after `packetproof-`
+/// (`packetproof-command-4242-0`, `packetproof-pp-4242-3-cp`, `packetproof-4242-node-image`).
+fn owner_of_scratch(name: &str) -> Option<u32> {
+    name.strip_prefix("packetproof-")?.split('-').find_map(|part| part.parse().ok())
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
 /// Kills (SIGKILL) every process, but this one, whose network namespace is one of
 /// `namespaces` (paths of namespace files, `/run/netns/NAME`), and waits until none is left.
 /// Returns what it killed, as `pid (command)`, for a warning.
@@ -205,6 +228,16 @@ mod tests {
         let line = "4242 (python3 (x) y) S 17 4242 4242 0 -1 4194560 0 0";
         assert_eq!(parse_stat(line), Some(("python3 (x) y".to_string(), 'S', 17)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_scratch_directory_names_its_run() {
+        assert_eq!(owner_of_scratch("packetproof-command-4242-0"), Some(4242));
+        assert_eq!(owner_of_scratch("packetproof-pp-4242-3-cp"), Some(4242));
+        assert_eq!(owner_of_scratch("packetproof-4242-node-image"), Some(4242));
+        assert_eq!(owner_of_scratch("packetproof-bench-rounds-4242"), Some(4242));
+        assert_eq!(owner_of_scratch("packetproof-notes"), None);
+        assert_eq!(owner_of_scratch("pp-4242-0"), None);
     }
 
     #[test]

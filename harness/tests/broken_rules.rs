@@ -31,6 +31,13 @@ fn failure_table(scenario_name: &str, mutant: Mutant) -> Option<String> {
     let report = runner::run(&s, &proxy, &options).expect("the broken proxy still loads");
     let Outcome::Judged(verdicts) = &report.outcome else { panic!("{scenario_name} did not run") };
     assert!(!report.passed(), "mutant {mutant} survived scenario {scenario_name}");
+    // A kill is the proxy's failure on witnesses that agree, never the harness's fault: a
+    // mutant whose effect is a missing frame (a drop, a REJECT gone silent) still fails.
+    assert!(
+        report.failed() && !report.faulted(),
+        "mutant {mutant} on {scenario_name}: a harness fault, not a failure"
+    );
+    assert!(verdicts.iter().all(|v| v.harness_faults.is_empty()), "mutant {mutant}: the witnesses disagreed");
     let table = report::flow_table(&s.cluster, verdicts);
     println!("{}\n{table}", report::scenario_line(&report));
     Some(table)

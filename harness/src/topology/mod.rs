@@ -42,12 +42,15 @@ pub fn install_interrupt_handler() {
 }
 
 /// Removes what runs no longer alive left behind (every run's with `include_live`): their
-/// namespaces, and their additions to existing nodes. Returns what was removed, for the user.
+/// namespaces, their additions to existing nodes, and their scratch directories. Returns what
+/// was removed, for the user.
 pub(crate) fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {
     let namespaces = netns::cleanup(include_live)?.into_iter().map(|name| format!("namespace {name}"));
     let additions =
         existing::undo_orphans(include_live, delete)?.into_iter().map(|j| format!("the additions of {j}"));
-    Ok(namespaces.chain(additions).collect())
+    let scratch =
+        crate::containment::remove_stale_scratch().into_iter().map(|d| format!("directory {}", d.display()));
+    Ok(namespaces.chain(additions).chain(scratch).collect())
 }
 
 /// A node namespace, as handed to a proxy to program.
