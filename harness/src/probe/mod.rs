@@ -136,8 +136,15 @@ impl Witnesses for NewFlow {
         crate::verdict::evidence::check(&view, probe, dst, outcome, sent, during)
     }
 
-    fn never_left(&self, probe: &Probe, sent: &[Sent], during: &Evidence) -> Vec<usize> {
-        crate::verdict::evidence::never_left(probe, sent, during)
+    fn never_left(
+        &self,
+        cluster: &Cluster,
+        probe: &Probe,
+        dst: SocketAddr,
+        sent: &[Sent],
+        during: &Evidence,
+    ) -> Vec<usize> {
+        crate::verdict::evidence::never_left(&cluster.probe_view(probe), probe, dst, sent, during)
     }
 }
 

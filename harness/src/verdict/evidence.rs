@@ -127,13 +127,27 @@ pub fn check(
     faults.counted(sent.len())
 }
 
-/// The attempts (positions in `sent`) whose request never left the client, by the client's
-/// own capture: no packet of their flow went out of its interface. A pod's or an external
-/// host's packet leaves it before any node, whatever a proxy does, so such an attempt proves
-/// nothing about the proxy: its socket and its capture disagree about what was sent. (A
-/// node's own traffic may be dropped in OUTPUT, before any interface: it is never set apart.)
-pub fn never_left(probe: &Probe, sent: &[Sent], evidence: &Evidence) -> Vec<usize> {
-    if matches!(probe.from, crate::model::Source::Node(_)) {
+/// The attempts (positions in `sent`, in order) whose request never left the client, by the
+/// client's own capture: no packet of their flow went out of its interface. A pod's or an
+/// external host's packet leaves it before any node, whatever a proxy does, so such an attempt
+/// proves nothing about the proxy: its socket and its capture disagree about what was sent. (A
+/// node's own traffic may be dropped in OUTPUT, before any interface, and a host's traffic to
+/// its own address stays on its loopback: neither is ever set apart.)
+pub fn never_left(
+    cluster: &Cluster,
+    probe: &Probe,
+    dst: SocketAddr,
+    sent: &[Sent],
+    evidence: &Evidence,
+) -> Vec<usize> {
+    let to_itself = match &probe.from {
+        crate::model::Source::Node(_) => return Vec::new(),
+        crate::model::Source::Pod(p) => cluster.pod(p).is_some_and(|p| p.ips.contains(&dst.ip())),
+        crate::model::Source::External(h) => {
+            cluster.external_hosts.iter().any(|x| x.name == *h && x.ips.contains(&dst.ip()))
+        }
+    };
+    if to_itself || dst.ip().is_loopback() {
         return Vec::new();
     }
     let points = client_capture_points(probe);
@@ -754,12 +768,13 @@ mod tests {
             .into();
         let left = |port: u16| outgoing(udp(&format!("10.244.1.20:{port}"), VIP));
         let e = at(vec![("pod/client", vec![left(20001)])]);
-        assert_eq!(never_left(&probe(), &sent, &e), [0, 2]);
+        assert_eq!(never_left(&cluster(), &probe(), addr(VIP), &sent, &e), [0, 2]);
         // Without the client's capture nothing can be told; a node's own traffic never is.
-        assert!(never_left(&probe(), &sent, &at(vec![])).is_empty());
+        assert!(never_left(&cluster(), &probe(), addr(VIP), &sent, &at(vec![])).is_empty());
         let mut from_node = probe();
         from_node.from = Source::Node("node-a".into());
-        assert!(never_left(&from_node, &sent, &at(vec![("node/node-a", vec![])])).is_empty());
+        let on_node = at(vec![("node/node-a", vec![])]);
+        assert!(never_left(&cluster(), &from_node, addr(VIP), &sent, &on_node).is_empty());
     }
 
     #[test]

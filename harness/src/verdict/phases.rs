@@ -30,7 +30,14 @@ pub trait Witnesses {
     /// The attempts (positions in `sent`) whose request, by the witnesses, never left the
     /// client: they prove nothing about the proxy, and are set apart before the probe is
     /// judged. None, for a kind that cannot tell.
-    fn never_left(&self, _probe: &Probe, _sent: &[Sent], _during: &Evidence) -> Vec<usize> {
+    fn never_left(
+        &self,
+        _cluster: &Cluster,
+        _probe: &Probe,
+        _dst: SocketAddr,
+        _sent: &[Sent],
+        _during: &Evidence,
+    ) -> Vec<usize> {
         Vec::new()
     }
 }
@@ -91,9 +98,9 @@ fn judge_phase(
             // An answer that came after the client's wait is an answer, not a drop.
             let sent = late::reconcile(phase.cluster, probe, dst, sent, evidence, &window);
             // Before anything is judged: attempts that never left the client prove nothing.
-            let never_left = witnesses.never_left(probe, &sent, &during);
+            let never_left = witnesses.never_left(phase.cluster, probe, dst, &sent, &during);
             let (sent, unsent): (Vec<_>, Vec<_>) =
-                sent.into_iter().enumerate().partition(|(i, _)| !never_left.contains(i));
+                sent.into_iter().enumerate().partition(|(i, _)| never_left.binary_search(i).is_err());
             let sent: Vec<Sent> = sent.into_iter().map(|(_, s)| s).collect();
             let mut v = if sent.is_empty() {
                 super::unjudged(probe, dst, expected)
