@@ -275,6 +275,13 @@ enum Command {
     /// Generate clusters nobody wrote, probe every flow the oracle defines, judge them as `run`
     /// does; shrink each confirmed failure to a scenario file. Exit 1 if any case failed.
     Explore(commands::explore::Args),
+    /// Run scenarios N times and list every verdict that changed between runs, and every
+    /// harness fault: a correct proxy gets the same verdict every run.
+    ///
+    /// Each flip comes with its odd runs' failures and evidence (`--artifacts`/run-<i>). Exit 1
+    /// if a verdict flipped or a probe failed in every run; 2 on a harness fault, a setup error,
+    /// or nothing judged.
+    Soak(commands::soak::Args),
     /// Remove namespaces that killed runs left behind (`--all`: also those of live runs).
     Cleanup {
         /// Also remove what runs still alive made.
@@ -451,6 +458,7 @@ pub fn main() -> i32 {
         Command::Cleanup { all } => cleanup(all),
         Command::Matrix(args) => commands::matrix::main(args),
         Command::Explore(args) => commands::explore::main(args),
+        Command::Soak(args) => commands::soak::main(args),
         Command::ReferenceProxy(args) => crate::proxy::reference::main(args).map(|()| EXIT_PASS),
     };
     result.unwrap_or_else(|e| {

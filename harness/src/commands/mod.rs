@@ -10,6 +10,7 @@ pub mod matrix;
 pub mod merge;
 pub mod mutants;
 pub mod partition;
+pub mod soak;
 
 use std::path::{Path, PathBuf};
 
@@ -234,7 +235,7 @@ pub fn run(
     };
     let summary = terminal.summary.context("the suite never finished")?;
     let below_minimum = coverage.is_some_and(|c| !c.below_minimum.is_empty());
-    let code = if summary.errors > 0 {
+    let code = if summary.errors > 0 || summary.harness_faults > 0 {
         EXIT_ERROR
     } else if summary.failed || below_minimum {
         EXIT_FAIL
