@@ -63,7 +63,7 @@ fn a_signal_at_each_phase_of_a_command_proxys_start_leaves_nothing() {
         let namespaces = std::fs::read_to_string(dir.join("namespaces")).unwrap_or_default();
         let namespaces: BTreeSet<&str> = namespaces.lines().collect();
         assert!(!namespaces.is_empty(), "{name}: the proxy's commands never ran: {stderr}");
-        let holders = holders_of(&namespaces);
+        let holders = holders_of(&namespaces, &dir);
         assert!(holders.is_empty(), "{name}: processes still in the run's namespaces: {holders:?}");
         let sleepers = processes_running(&["sleep", "6047"]);
         assert!(sleepers.is_empty(), "{name}: the proxy's processes still run: {sleepers:?}");
@@ -77,12 +77,18 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Every process whose network namespace (`net:[inode]`) is one of `namespaces`.
-fn holders_of(namespaces: &BTreeSet<&str>) -> Vec<String> {
+/// Every process of this test's proxy (its commands mention `6047` or the test's folder)
+/// whose network namespace (`net:[inode]`) is one of `namespaces`. (The kernel reuses a freed
+/// namespace's number: another test's process may hold a namespace numbered as one of ours.)
+fn holders_of(namespaces: &BTreeSet<&str>, dir: &Path) -> Vec<String> {
+    let ours = |pid: u32| {
+        let line = cmdline(pid);
+        line.contains("6047") || line.contains(dir.to_string_lossy().as_ref())
+    };
     pids()
         .filter(|pid| {
             let ns = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap_or_default();
-            namespaces.contains(ns.to_string_lossy().as_ref())
+            namespaces.contains(ns.to_string_lossy().as_ref()) && ours(*pid)
         })
         .map(|pid| format!("{pid} {}", cmdline(pid)))
         .collect()
