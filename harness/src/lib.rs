@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cli                 clap only
-//! commands            run · check · rules · diff · mutants · bench · matrix · coverage · explore · merge · cleanup
+//! commands            run · check · rules · diff · mutants · bench · matrix · coverage · explore · soak · merge · cleanup
 //! explore             generated cases, run by the engine; shrinking; the corpus
 //! engine              schedules runs, emits events to reporters
 //! runner              one scenario: build, program, probe, observe, judge
