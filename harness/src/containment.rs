@@ -114,8 +114,7 @@ fn alive(pid: u32) -> bool {
 /// `namespaces` (paths of namespace files, `/run/netns/NAME`), and waits until none is left.
 /// Returns what it killed, as `pid (command)`, for a warning.
 pub fn kill_namespace_holders(namespaces: &[PathBuf]) -> Vec<String> {
-    let wanted: BTreeSet<(u64, u64)> =
-        namespaces.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| (m.dev(), m.ino())).collect();
+    let wanted = namespace_ids(namespaces);
     if wanted.is_empty() {
         return Vec::new();
     }
@@ -129,8 +128,7 @@ pub fn stop_everything(namespaces: &[PathBuf]) {
     *STOPPING.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current().id());
     std::mem::forget(SPAWNING.write().unwrap_or_else(|e| e.into_inner()));
     let me = std::process::id();
-    let wanted: BTreeSet<(u64, u64)> =
-        namespaces.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| (m.dev(), m.ino())).collect();
+    let wanted = namespace_ids(namespaces);
     sweep(|| {
         let all = processes();
         let descendants = descendants_of(me, &all);
@@ -141,6 +139,12 @@ pub fn stop_everything(namespaces: &[PathBuf]) {
     for dir in std::mem::take(&mut *SCRATCH.lock().unwrap_or_else(|e| e.into_inner())) {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The (device, inode) of each namespace file that still exists: what `/proc/PID/ns/net` of a
+/// process inside it resolves to.
+fn namespace_ids(namespaces: &[PathBuf]) -> BTreeSet<(u64, u64)> {
+    namespaces.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| (m.dev(), m.ino())).collect()
 }
 
 /// Kills what `find` lists until it lists nothing (a killed process's children may appear

@@ -113,47 +113,16 @@ fn a_port_remapped_by_a_clash_on_another_node_is_the_same_flow() {
     let [client, x, y, backend_ns] = [&chain.0[0], &chain.0[1], &chain.0[2], &chain.0[3]];
     // The clash: an entry on Y already answers from the backend to X's masqueraded address
     // and port, for a flow from elsewhere.
-    let port = SOURCE_PORT.to_string();
-    let insert = [
-        "-I",
-        "-p",
-        "tcp",
-        "-s",
-        "10.81.9.9",
-        "-d",
-        BACKEND,
-        "--sport",
-        &port,
-        "--dport",
-        "8080",
-        "-r",
-        BACKEND,
-        "-q",
-        X_TO_Y,
-        "--reply-port-src",
-        "8080",
-        "--reply-port-dst",
-        &port,
-        "--state",
-        "ESTABLISHED",
-        "-t",
-        "120",
-    ];
-    y.exec("conntrack", &insert, None).expect("inserting the clashing entry on Y");
+    let elsewhere: SocketAddr = format!("10.81.9.9:{SOURCE_PORT}").parse().unwrap();
+    let backend: SocketAddr = format!("{BACKEND}:8080").parse().unwrap();
+    let masqueraded: SocketAddr = format!("{X_TO_Y}:{SOURCE_PORT}").parse().unwrap();
+    insert_entry(y, (elsewhere, backend), (backend, masqueraded), "ESTABLISHED");
 
     let listen: SocketAddr = format!("{BACKEND}:8080").parse().unwrap();
     let listener = backend_ns.run(move || TcpListener::bind(listen)).unwrap().expect("the backend listens");
     let capture = Capture::start(backend_ns, "eth-y").expect("capturing at the backend");
     let vip: SocketAddr = format!("{VIP}:80").parse().unwrap();
-    let connected = client
-        .run(move || {
-            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-            socket.bind(&SocketAddr::new(CLIENT.parse().unwrap(), SOURCE_PORT).into())?;
-            socket.connect_timeout(&vip.into(), Duration::from_secs(5))?;
-            Ok::<TcpStream, std::io::Error>(socket.into())
-        })
-        .unwrap()
-        .expect("connecting through X and Y");
+    let connected = connect(client, SocketAddr::new(CLIENT.parse().unwrap(), SOURCE_PORT), vip);
     let (_accepted, seen) = listener.accept().expect("the backend accepts");
     assert_eq!(seen.ip(), X_TO_Y.parse::<IpAddr>().unwrap(), "masqueraded by X");
     assert_ne!(seen.port(), SOURCE_PORT, "Y remapped the port: the clash did not happen");
@@ -204,6 +173,59 @@ fn a_port_remapped_by_a_clash_on_another_node_is_the_same_flow() {
         "X's entry alone cannot vouch for the port the backend saw: {only_x:?}"
     );
     assert_eq!(judge(tables), [], "with Y's entry, the remap is proven");
+}
+
+/// Inserts into `ns`'s conntrack table a TCP entry with the `original` and `reply` tuples
+/// (source, destination): the clash is made, not waited for.
+fn insert_entry(
+    ns: &Netns,
+    original: (SocketAddr, SocketAddr),
+    reply: (SocketAddr, SocketAddr),
+    state: &str,
+) {
+    let [src, dst, rsrc, rdst] = [original.0, original.1, reply.0, reply.1];
+    let (sport, dport, rsport, rdport) =
+        (src.port().to_string(), dst.port().to_string(), rsrc.port().to_string(), rdst.port().to_string());
+    let (src, dst, rsrc, rdst) =
+        (src.ip().to_string(), dst.ip().to_string(), rsrc.ip().to_string(), rdst.ip().to_string());
+    let args = [
+        "-I",
+        "-p",
+        "tcp",
+        "-s",
+        &src,
+        "-d",
+        &dst,
+        "--sport",
+        &sport,
+        "--dport",
+        &dport,
+        "-r",
+        &rsrc,
+        "-q",
+        &rdst,
+        "--reply-port-src",
+        &rsport,
+        "--reply-port-dst",
+        &rdport,
+        "--state",
+        state,
+        "-t",
+        "120",
+    ];
+    ns.exec("conntrack", &args, None).unwrap_or_else(|e| panic!("inserting the clashing entry: {e:#}"));
+}
+
+/// A TCP connection from `from` (bound to its port) to `to`, made inside `ns`.
+fn connect(ns: &Netns, from: SocketAddr, to: SocketAddr) -> TcpStream {
+    ns.run(move || {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        socket.bind(&from.into())?;
+        socket.connect_timeout(&to.into(), Duration::from_secs(5))?;
+        Ok::<TcpStream, std::io::Error>(socket.into())
+    })
+    .unwrap()
+    .unwrap_or_else(|e| panic!("connecting from {from} to {to}: {e}"))
 }
 
 /// The cluster the verdict reads: Service `web` whose one endpoint is the backend pod.
@@ -287,47 +309,15 @@ fn a_port_remapped_by_the_host_network_endpoints_own_node_is_the_same_flow() {
     node_a.exec("nft", &["-f", "-"], Some(rules.as_bytes())).unwrap_or_else(|e| panic!("{e:#}"));
     // The clash: a flow from node-b's very port straight to the endpoint (another flow's
     // masquerade picked it) still holds the reply tuple the node port's flow needs.
-    let port = PORT.to_string();
-    let insert = [
-        "-I",
-        "-p",
-        "tcp",
-        "-s",
-        NODE_B,
-        "-d",
-        NODE_A,
-        "--sport",
-        &port,
-        "--dport",
-        "6443",
-        "-r",
-        NODE_A,
-        "-q",
-        NODE_B,
-        "--reply-port-src",
-        "6443",
-        "--reply-port-dst",
-        &port,
-        "--state",
-        "TIME_WAIT",
-        "-t",
-        "120",
-    ];
-    node_a.exec("conntrack", &insert, None).expect("inserting the clashing entry on node-a");
+    let client: SocketAddr = format!("{NODE_B}:{PORT}").parse().unwrap();
+    let endpoint: SocketAddr = format!("{NODE_A}:6443").parse().unwrap();
+    insert_entry(node_a, (client, endpoint), (endpoint, client), "TIME_WAIT");
 
     let listen: SocketAddr = format!("{NODE_A}:6443").parse().unwrap();
     let listener = node_a.run(move || TcpListener::bind(listen)).unwrap().expect("the endpoint listens");
     let capture = Capture::start(node_a, "eth0").expect("capturing at node-a");
     let node_port: SocketAddr = format!("{NODE_A}:30443").parse().unwrap();
-    let connected = node_b
-        .run(move || {
-            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-            socket.bind(&SocketAddr::new(NODE_B.parse().unwrap(), PORT).into())?;
-            socket.connect_timeout(&node_port.into(), Duration::from_secs(5))?;
-            Ok::<TcpStream, std::io::Error>(socket.into())
-        })
-        .unwrap()
-        .expect("connecting to node-a's node port");
+    let connected = connect(node_b, client, node_port);
     let (_accepted, seen) = listener.accept().expect("the endpoint accepts");
     assert_eq!(seen.ip(), NODE_B.parse::<IpAddr>().unwrap(), "not masqueraded: delivered to node-a itself");
     assert_ne!(seen.port(), PORT, "node-a remapped the port: the clash did not happen");

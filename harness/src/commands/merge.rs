@@ -53,10 +53,7 @@ pub fn main(files: &[PathBuf], outputs: &MergeOutputs, paint: Paint) -> Result<i
         };
         println!("{} {} ({}): {what}", paint.status(status), s.name, s.proxy.as_deref().unwrap_or("-"));
     }
-    let faults = match merged.harness_faults {
-        0 => String::new(),
-        n => format!(", {n} harness faults"),
-    };
+    let faults = crate::report::harness_faults_count(merged.harness_faults);
     let line = format!(
         "{} passed, {} failed, {} skipped, {} errors{faults} (merged from {} reports)",
         merged.passed,

@@ -204,11 +204,16 @@ pub(crate) fn summary_line(reports: &[&ScenarioReport], errors: usize) -> String
     let passed = reports.iter().filter(|r| r.passed()).count();
     let skipped = reports.iter().filter(|r| matches!(r.outcome, Outcome::Skipped(_))).count();
     let failed = reports.iter().filter(|r| r.failed()).count();
-    let line = format!("{passed} passed, {failed} failed, {skipped} skipped, {errors} errors");
-    // Only when there are some, so that a clean run's line stays the one CI systems read.
-    match reports.iter().filter(|r| r.faulted()).count() {
-        0 => line,
-        faults => format!("{line}, {faults} harness faults"),
+    let faults = harness_faults_count(reports.iter().filter(|r| r.faulted()).count());
+    format!("{passed} passed, {failed} failed, {skipped} skipped, {errors} errors{faults}")
+}
+
+/// `, N harness faults` for a closing line, only when there are some, so that a clean run's
+/// line stays the one CI systems read.
+pub(crate) fn harness_faults_count(faults: usize) -> String {
+    match faults {
+        0 => String::new(),
+        n => format!(", {n} harness faults"),
     }
 }
 

@@ -203,12 +203,9 @@ impl FlowOf<'_> {
 
     /// A conntrack entry of the flow: its source port and destination before NAT.
     fn is_entry(&self, f: &Flow) -> bool {
-        let protocol = match self.probe.protocol {
-            crate::model::Protocol::Tcp => 6,
-            crate::model::Protocol::Udp => 17,
-            crate::model::Protocol::Sctp => 132,
-        };
-        f.ip_protocol == protocol && f.original.src.port() == self.source_port && f.original.dst == self.dst
+        f.ip_protocol == ip_protocol(self.probe.protocol)
+            && f.original.src.port() == self.source_port
+            && f.original.dst == self.dst
     }
 
     fn describe(&self) -> String {
@@ -537,7 +534,7 @@ fn answered(
             .chain(
                 flows
                     .iter()
-                    .filter(|g| g.reply.src == backend && g.reply.dst == seen)
+                    .filter(|g| remapped(g, ip_protocol(probe.protocol), backend, seen))
                     .map(|g| g.original.src),
             )
             .collect(),
@@ -597,13 +594,30 @@ fn reaches_seen(evidence: &Evidence, node: &str, f: &Flow, seen: SocketAddr) -> 
     f.reply.dst.ip() == seen.ip()
         && evidence.conntrack.iter().filter(|(other, _)| other.as_str() != node).any(|(_, flows)| {
             flows.iter().any(|g| {
-                g.ip_protocol == f.ip_protocol
+                remapped(g, f.ip_protocol, backend, seen)
                     && g.original.src == f.reply.dst
                     && g.original.dst == backend
-                    && g.reply.src == backend
-                    && g.reply.dst == seen
             })
         })
+}
+
+/// Whether `g` is the entry of a node that remapped a flow's source port (NAT clash
+/// resolution, which keeps the address): its reply goes from `backend` to `seen`, the source
+/// the backend saw, from the address the flow came from.
+fn remapped(g: &Flow, protocol: u8, backend: SocketAddr, seen: SocketAddr) -> bool {
+    g.ip_protocol == protocol
+        && g.reply.src == backend
+        && g.reply.dst == seen
+        && g.original.src.ip() == seen.ip()
+}
+
+/// The IP protocol number conntrack records for `protocol`.
+fn ip_protocol(protocol: crate::model::Protocol) -> u8 {
+    match protocol {
+        crate::model::Protocol::Tcp => 6,
+        crate::model::Protocol::Udp => 17,
+        crate::model::Protocol::Sctp => 132,
+    }
 }
 
 /// The address a backend pod is reached at for this probe: its endpoint address for the
