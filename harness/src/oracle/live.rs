@@ -16,6 +16,8 @@
 //!   its nftables mode (v1.30) has no such rule (kubernetes/kubernetes#122663), and Kubernetes
 //!   leaves it open.
 
+use std::collections::BTreeMap;
+
 use crate::model::{Cluster, Implementation, Life, Probe, Source, Target};
 
 use super::{Basis, Expectation, Outcome, Prediction, Profile, SeenSource, Spread};
@@ -139,8 +141,8 @@ impl StreamPhase {
 /// stopped serving: kube-proxy deletes only the entries of endpoints that served and no longer
 /// do (pkg/proxy/endpoints.go `detectStaleConntrackEntries`: "If the old endpoint wasn't
 /// Serving, then there can't be stale conntrack entries"), also across a restart, so the
-/// stream stays where it was. An endpoint published ready while its pod is not
-/// (`publishNotReadyAddresses`) never served, so its entries are never deleted (found by
+/// stream stays where it was; a stream that may be on either kind is allowed both. An endpoint
+/// published ready while its pod is not (`publishNotReadyAddresses`) never served, so its entries are never deleted (found by
 /// `packetproof explore --seed 36`: kube-proxy v1.31.14 to v1.36.3 and the built-in proxies
 /// alike). Kubernetes says nothing of it.
 pub(crate) fn predict_stream(
@@ -164,34 +166,94 @@ pub(crate) fn predict_stream(
         _ => None,
     };
     let unchanged = fresh_backends.is_some_and(|fresh| before.keys().eq(fresh.keys()));
-    let stopped_serving = previous.serving.iter().any(|pod| !still_serving(now, &probe.to, pod));
-    if unchanged || stopped_serving {
+    if unchanged {
         return fresh;
     }
-    let names: Vec<&str> = before.keys().map(String::as_str).collect();
+    // The stream is on one of `before`, whichever its first attempt drew: one that stopped
+    // serving loses its entry (the stream then goes where a fresh flow goes), one that still
+    // serves, or never served, keeps it (found by `packetproof explore --seed 13`: a stream on
+    // an endpoint turned terminating stayed, with kube-proxy and the built-in proxies alike).
+    let stopped: Vec<&String> =
+        previous.serving.iter().filter(|pod| !still_serving(now, &probe.to, pod)).collect();
+    let kept: BTreeMap<String, SeenSource> = before
+        .iter()
+        .filter(|(pod, _)| !stopped.contains(pod))
+        .map(|(p, s)| (p.clone(), s.clone()))
+        .collect();
+    if kept.is_empty() {
+        return fresh;
+    }
+    let names = kept.keys().map(String::as_str).collect::<Vec<_>>().join("|");
     match profile.implementation {
         Implementation::Kubernetes => Prediction::Open(format!(
-            "Kubernetes does not say whether a UDP flow keeps its endpoint ({}) once new flows go elsewhere",
-            names.join("|")
+            "Kubernetes does not say whether a UDP flow keeps its endpoint ({names}) once new flows go elsewhere"
         )),
         // IPVS mode deletes a UDP real server as soon as new flows no longer go to it
         // (`deleteRsFunc`, pkg/proxy/ipvs/graceful_termination.go), and with
         // `expire_nodest_conn` the flow's next packet is scheduled afresh.
         Implementation::KubeProxyIpvs => fresh,
-        _ => Prediction::Expected(Expectation {
+        _ if stopped.is_empty() => Prediction::Expected(Expectation {
             outcome: Outcome::Answered {
-                backends: before.clone(),
+                backends: kept,
                 spread: Spread::Sticky,
                 translated_by: translated_by.clone(),
             },
             because: format!(
-                "a UDP flow from a kept source port: its conntrack entry stays while {} serves, or if it never \
-                 served",
-                names.join("|")
+                "a UDP flow from a kept source port: its conntrack entry stays while {names} serves, or if it \
+                 never served"
             ),
             basis: Basis::Choice(profile),
         }),
+        _ => kept_or_moved(kept, translated_by, &stopped, fresh, profile),
     }
+}
+
+/// A stream on one of `kept` (still serving, or never served) stays there; one on a backend
+/// of `stopped` goes where `fresh` says. Which it is, its first attempt drew at random, so the
+/// expectation allows both: any of `kept` as before, or any backend of a fresh flow. When a
+/// fresh flow is not answered, or a backend would be seen differently either way, nothing is
+/// judged.
+fn kept_or_moved(
+    kept: BTreeMap<String, SeenSource>,
+    translated_by: &Option<String>,
+    stopped: &[&String],
+    fresh: Prediction,
+    profile: Profile,
+) -> Prediction {
+    let names =
+        |pods: &mut dyn Iterator<Item = &String>| pods.map(String::as_str).collect::<Vec<_>>().join("|");
+    let (kept_names, stopped_names) = (names(&mut kept.keys()), names(&mut stopped.iter().copied()));
+    let open = |why: &str| {
+        Prediction::Open(format!(
+            "a UDP flow from a kept source port stays on {kept_names} but follows new flows off {stopped_names}, \
+             and {why}"
+        ))
+    };
+    let Prediction::Expected(Expectation {
+        outcome: Outcome::Answered { backends: moved, translated_by: moved_by, .. },
+        ..
+    }) = &fresh
+    else {
+        return open("a new flow is not answered now");
+    };
+    if moved_by != translated_by {
+        return open("a new flow is translated by another node");
+    }
+    let mut backends = kept;
+    for (pod, seen) in moved {
+        if backends.get(pod).is_some_and(|was| was != seen) {
+            return open(&format!("{pod} would see another source either way"));
+        }
+        backends.insert(pod.clone(), seen.clone());
+    }
+    Prediction::Expected(Expectation {
+        outcome: Outcome::Answered { backends, spread: Spread::Sticky, translated_by: translated_by.clone() },
+        because: format!(
+            "a UDP flow from a kept source port: its conntrack entry stays on {kept_names}, which still serves or \
+             never served, but not on {stopped_names}, which stopped serving: then it goes where a new flow goes"
+        ),
+        basis: Basis::Choice(profile),
+    })
 }
 
 /// A UDP stream's attempts all leave from one source port, so they are one conntrack flow
@@ -367,5 +429,32 @@ mod tests {
         assert!(!kept(predict_stream(&served, &gone, &stream, fresh(), iptables)), "stopped serving: moved");
         let never_served = StreamPhase::of(&opened(), &cluster(&[("web-0", false)]), &stream);
         assert!(kept(predict_stream(&never_served, &gone, &stream, fresh(), iptables)), "never served: kept");
+    }
+
+    /// A stream that may be on either of two endpoints, one of which stops serving: it stays
+    /// if it drew the other, so both that one and where a new flow goes are allowed; when a
+    /// new flow is refused, nothing can be said.
+    #[test]
+    fn a_udp_stream_that_may_be_on_an_endpoint_that_still_serves_may_stay_there() {
+        let stream = Probe { source_port: Some(15000), ..check(false) };
+        let iptables = Profile::KUBE_PROXY_IPTABLES;
+        let seen = SeenSource::Client { addrs: vec!["10.244.1.20".parse().unwrap()] };
+        let answered = |pods: &[&str]| Outcome::Answered {
+            backends: pods.iter().map(|p| (p.to_string(), seen.clone())).collect(),
+            spread: Spread::Uniform,
+            translated_by: Some("node-a".into()),
+        };
+        let before = Expectation::required(answered(&["web-0", "web-1"]), "opened");
+        let served = StreamPhase::of(&before, &cluster(&[("web-0", true), ("web-1", true)]), &stream);
+        let now = cluster(&[("web-0", false), ("web-1", true), ("web-2", true)]);
+        let fresh = Prediction::Expected(Expectation::required(answered(&["web-2"]), "new flows"));
+        let Prediction::Expected(e) = predict_stream(&served, &now, &stream, fresh, iptables) else {
+            panic!("kept or moved: judged")
+        };
+        let Outcome::Answered { backends, spread, .. } = e.outcome else { panic!("answered") };
+        assert_eq!(backends.keys().map(String::as_str).collect::<Vec<_>>(), ["web-1", "web-2"]);
+        assert_eq!(spread, Spread::Sticky);
+        let refused = Prediction::Expected(Expectation::required(Outcome::Rejected, "no endpoints"));
+        assert!(matches!(predict_stream(&served, &now, &stream, refused, iptables), Prediction::Open(_)));
     }
 }
