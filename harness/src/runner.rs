@@ -270,6 +270,9 @@ fn predict_phase(
     unjudged: &mut Vec<(String, String)>,
 ) -> Result<(Vec<Probe>, Vec<oracle::Expectation>)> {
     let mut judged = (Vec::new(), Vec::new());
+    if phase.restart_proxy {
+        kinds.proxy_restarts();
+    }
     for probe in phase.probes {
         let prediction = kinds.of(probe).predict(probe, phase.cluster, profile);
         match prediction.map_err(|e| anyhow::anyhow!("probe {}: {e}", probe.name))? {

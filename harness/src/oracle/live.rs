@@ -115,6 +115,15 @@ fn answered_to_own_node(
     })
 }
 
+/// What came between a stream's previous phase and this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The proxy synced the new state, knowing the one before.
+    Sync,
+    /// The proxy was stopped and started again: it knows nothing of the state before.
+    Restart,
+}
+
 /// A UDP stream's expectation in one phase, and which of its backends served then.
 #[derive(Debug, Clone)]
 pub(crate) struct StreamPhase {
@@ -150,6 +159,7 @@ pub(crate) fn predict_stream(
     now: &Cluster,
     probe: &Probe,
     fresh: Prediction,
+    change: Change,
     profile: Profile,
 ) -> Prediction {
     let Outcome::Answered { backends: before, translated_by, .. } = &previous.expected.outcome else {
@@ -173,8 +183,13 @@ pub(crate) fn predict_stream(
     // serving loses its entry (the stream then goes where a fresh flow goes), one that still
     // serves, or never served, keeps it (found by `packetproof explore --seed 13`: a stream on
     // an endpoint turned terminating stayed, with kube-proxy and the built-in proxies alike).
+    // A restarted proxy knows nothing of what served before, and deletes no entry of a port
+    // with no serving endpoint: kube-proxy v1.31 deletes nothing at its first sync, and the
+    // reconciler of v1.32 on skips such a port (`CleanStaleEntries`,
+    // pkg/proxy/conntrack/cleanup.go; found by `packetproof explore --seed 13`).
+    let unknowable = change == Change::Restart && !port_serves(now, &probe.to);
     let stopped: Vec<&String> =
-        previous.serving.iter().filter(|pod| !still_serving(now, &probe.to, pod)).collect();
+        previous.serving.iter().filter(|pod| !unknowable && !still_serving(now, &probe.to, pod)).collect();
     let kept: BTreeMap<String, SeenSource> = before
         .iter()
         .filter(|(pod, _)| !stopped.contains(pod))
@@ -275,6 +290,22 @@ pub(crate) fn one_flow(prediction: Prediction) -> Prediction {
         ),
         _ => Prediction::Expected(e),
     }
+}
+
+/// Whether the Service port `target` names has a serving endpoint in `cluster` (a target that
+/// names no Service port: whether it is served is not the proxy's to forget).
+fn port_serves(cluster: &Cluster, target: &Target) -> bool {
+    let (service, port) = match target {
+        Target::ClusterIp { service, port }
+        | Target::NodePort { service, port, .. }
+        | Target::ExternalIp { service, port, .. }
+        | Target::LoadBalancer { service, port, .. } => (service, port),
+        _ => return true,
+    };
+    cluster
+        .service(service)
+        .and_then(|s| s.ports.iter().find(|p| p.name == *port))
+        .is_some_and(|p| p.endpoints.iter().any(|e| e.serving))
 }
 
 /// Whether `pod` still serves the Service port `target` names in `cluster`.
@@ -426,9 +457,15 @@ mod tests {
             matches!(p, Prediction::Expected(Expectation { outcome: Outcome::Answered { .. }, .. }))
         };
         let served = StreamPhase::of(&opened(), &cluster(&[("web-0", true)]), &stream);
-        assert!(!kept(predict_stream(&served, &gone, &stream, fresh(), iptables)), "stopped serving: moved");
+        assert!(
+            !kept(predict_stream(&served, &gone, &stream, fresh(), Change::Sync, iptables)),
+            "stopped serving: moved"
+        );
         let never_served = StreamPhase::of(&opened(), &cluster(&[("web-0", false)]), &stream);
-        assert!(kept(predict_stream(&never_served, &gone, &stream, fresh(), iptables)), "never served: kept");
+        assert!(
+            kept(predict_stream(&never_served, &gone, &stream, fresh(), Change::Sync, iptables)),
+            "never served: kept"
+        );
     }
 
     /// A stream that may be on either of two endpoints, one of which stops serving: it stays
@@ -448,13 +485,33 @@ mod tests {
         let served = StreamPhase::of(&before, &cluster(&[("web-0", true), ("web-1", true)]), &stream);
         let now = cluster(&[("web-0", false), ("web-1", true), ("web-2", true)]);
         let fresh = Prediction::Expected(Expectation::required(answered(&["web-2"]), "new flows"));
-        let Prediction::Expected(e) = predict_stream(&served, &now, &stream, fresh, iptables) else {
+        let Prediction::Expected(e) = predict_stream(&served, &now, &stream, fresh, Change::Sync, iptables)
+        else {
             panic!("kept or moved: judged")
         };
         let Outcome::Answered { backends, spread, .. } = e.outcome else { panic!("answered") };
         assert_eq!(backends.keys().map(String::as_str).collect::<Vec<_>>(), ["web-1", "web-2"]);
         assert_eq!(spread, Spread::Sticky);
         let refused = Prediction::Expected(Expectation::required(Outcome::Rejected, "no endpoints"));
-        assert!(matches!(predict_stream(&served, &now, &stream, refused, iptables), Prediction::Open(_)));
+        assert!(matches!(
+            predict_stream(&served, &now, &stream, refused.clone(), Change::Sync, iptables),
+            Prediction::Open(_)
+        ));
+    }
+
+    /// A proxy restarted onto a port with no serving endpoint deletes none of its entries, so
+    /// a stream stays even on an endpoint that stopped serving; after a sync it is moved.
+    #[test]
+    fn a_restart_onto_a_port_with_no_serving_endpoint_keeps_every_stream() {
+        let stream = Probe { source_port: Some(15000), ..check(false) };
+        let iptables = Profile::KUBE_PROXY_IPTABLES;
+        let served = StreamPhase::of(&opened(), &cluster(&[("web-0", true)]), &stream);
+        let gone = cluster(&[("web-0", false)]);
+        let refused = || Prediction::Expected(Expectation::required(Outcome::Rejected, "no endpoints"));
+        let kept = |p: Prediction| {
+            matches!(p, Prediction::Expected(Expectation { outcome: Outcome::Answered { .. }, .. }))
+        };
+        assert!(kept(predict_stream(&served, &gone, &stream, refused(), Change::Restart, iptables)));
+        assert!(!kept(predict_stream(&served, &gone, &stream, refused(), Change::Sync, iptables)));
     }
 }

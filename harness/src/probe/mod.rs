@@ -44,6 +44,9 @@ pub trait Kind {
     /// Every probe of a phase has been predicted.
     fn phase_predicted(&mut self) {}
 
+    /// The phase about to be predicted starts with the proxy stopped and started again.
+    fn proxy_restarts(&mut self) {}
+
     /// The listener on a node's 127.0.0.1 the probe's traffic is aimed at, if it needs one
     /// (a node's own servers listen on its pods' addresses only): the node and the port.
     fn localhost_listener(&self, _probe: &Probe) -> Option<(String, u16)> {
@@ -105,6 +108,11 @@ impl Kinds {
     /// Every probe of a phase has been predicted.
     pub fn phase_predicted(&mut self) {
         self.all.iter_mut().for_each(|k| k.phase_predicted());
+    }
+
+    /// The phase about to be predicted starts with the proxy stopped and started again.
+    pub fn proxy_restarts(&mut self) {
+        self.all.iter_mut().for_each(|k| k.proxy_restarts());
     }
 }
 

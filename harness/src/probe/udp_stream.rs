@@ -9,6 +9,7 @@ use anyhow::Result;
 
 use super::{Kind, Shipment, Wire, request};
 use crate::model::{Cluster, Probe, Profile, Protocol, Source};
+use crate::oracle::live::Change;
 use crate::oracle::{self, Expectation, Prediction};
 use crate::traffic::Speech;
 
@@ -18,6 +19,8 @@ use crate::traffic::Speech;
 pub(super) struct UdpStream {
     last_phase: BTreeMap<(Source, u16), oracle::live::StreamPhase>,
     this_phase: BTreeMap<(Source, u16), oracle::live::StreamPhase>,
+    /// Whether the phase being predicted starts with a restarted proxy.
+    restarted: bool,
 }
 
 impl Kind for UdpStream {
@@ -30,7 +33,10 @@ impl Kind for UdpStream {
         let Some(port) = probe.source_port else { return Ok(fresh) };
         let key = (probe.from.clone(), port);
         let prediction = oracle::live::one_flow(match self.last_phase.get(&key) {
-            Some(previous) => oracle::live::predict_stream(previous, cluster, probe, fresh, profile),
+            Some(previous) => {
+                let change = if self.restarted { Change::Restart } else { Change::Sync };
+                oracle::live::predict_stream(previous, cluster, probe, fresh, change, profile)
+            }
             None => fresh,
         });
         if let Prediction::Expected(e) = &prediction {
@@ -43,6 +49,11 @@ impl Kind for UdpStream {
     /// afresh in the one after.
     fn phase_predicted(&mut self) {
         self.last_phase = std::mem::take(&mut self.this_phase);
+        self.restarted = false;
+    }
+
+    fn proxy_restarts(&mut self) {
+        self.restarted = true;
     }
 
     fn send(&mut self, probe: &Probe, expected: &Expectation, wire: &mut Wire<'_>) -> Result<Shipment> {

@@ -205,15 +205,17 @@ fn still_serving(endpoint: &Endpoint, now: &[Endpoint]) -> bool {
 /// when it had none). kube-proxy v1.32's conntrack reconciler does this on every sync
 /// (`CleanStaleEntries`, pkg/proxy/conntrack/cleanup.go); a diff of states misses what changed
 /// while the proxy was down (found by `packetproof explore`: an endpoint replaced during a
-/// restart kept its UDP stream).
-/// With `lapse` [`Lapse::ScaledToZero`], a port with no serving endpoint keeps its entries,
-/// as v1.32's reconciler did (kubernetes/kubernetes#139628).
-pub(crate) fn reconciled(after: &Cluster, listing: &str, lapse: Option<Lapse>) -> Vec<Deletion> {
+/// restart kept its UDP stream). A port with no serving endpoint keeps its entries, as the
+/// reconciler's does ("a Service without endpoints does not require to clean the conntrack
+/// entries", v1.32 to v1.36) and as v1.31's first sync, which deletes nothing, does: whether
+/// they are stale, a started proxy cannot tell (found by `packetproof explore --seed 13`: a
+/// stream on an endpoint that never served).
+pub(crate) fn reconciled(after: &Cluster, listing: &str) -> Vec<Deletion> {
     let ports = udp_ports(after);
     let mut out = Vec::new();
     for entry in listing.lines().filter_map(UdpEntry::parse) {
         for (service, port) in ports.values() {
-            if lapse == Some(Lapse::ScaledToZero) && !port.endpoints.iter().any(|e| e.serving) {
+            if !port.endpoints.iter().any(|e| e.serving) {
                 continue;
             }
             let serving = |ip: IpAddr| port.endpoints.iter().any(|e| e.serving && e.ip == ip);
@@ -222,12 +224,9 @@ pub(crate) fn reconciled(after: &Cluster, listing: &str, lapse: Option<Lapse>) -
             if !to_frontend && !to_node_port {
                 continue;
             }
+            // Un-translated: a reject of when the port had no serving endpoint.
             let untranslated = entry.reply_src == entry.dst;
-            let stale = if untranslated {
-                port.endpoints.iter().any(|e| e.serving)
-            } else {
-                !serving(entry.reply_src)
-            };
+            let stale = untranslated || !serving(entry.reply_src);
             if !stale {
                 continue;
             }
@@ -412,7 +411,7 @@ udp      17 20 src=10.244.1.23 dst=10.96.0.99 sport=15003 dport=53 [UNREPLIED] s
 ";
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(
-            reconciled(&after, listing, None),
+            reconciled(&after, listing),
             [
                 Deletion::ToIp(ip("10.96.0.53")),
                 Deletion::Nat { frontend: ip("10.96.0.53"), endpoint: ip("10.244.1.10") }
@@ -420,7 +419,10 @@ udp      17 20 src=10.244.1.23 dst=10.96.0.99 sport=15003 dport=53 [UNREPLIED] s
         );
         // A TCP Service's entries are not a UDP proxy's to clear.
         let tcp = cluster(Protocol::Tcp, None, vec![endpoint("10.244.1.11", true)]);
-        assert!(reconciled(&tcp, listing, None).is_empty());
+        assert!(reconciled(&tcp, listing).is_empty());
+        // Nor those of a port with no serving endpoint: which are stale, a start cannot tell.
+        let none_serving = cluster(Protocol::Udp, Some(30053), vec![endpoint("10.244.1.11", false)]);
+        assert!(reconciled(&none_serving, listing).is_empty());
     }
 
     #[test]

@@ -109,7 +109,7 @@ impl Running for Programmed<'_> {
             for node in self.nodes.iter().filter(|_| udp) {
                 let in_node = || format!("on node {}", node.name);
                 let listing = conntrack_cleanup::list_udp(&node.netns).with_context(in_node)?;
-                let deletions = conntrack_cleanup::reconciled(state.cluster, &listing, lapse);
+                let deletions = conntrack_cleanup::reconciled(state.cluster, &listing);
                 conntrack_cleanup::delete(&node.netns, &deletions).with_context(in_node)?;
             }
         }
