@@ -144,7 +144,10 @@ impl Shared {
         self.drain()?;
         let drops = self.socket.drops()?;
         if drops > 0 {
-            return Err(io::Error::other(format!("the kernel dropped {drops} frames (receive queue full)")));
+            return Err(io::Error::other(format!(
+                "overloaded: the kernel dropped {drops} frames this capture could not read in time (receive \
+                 queue full), and an incomplete capture proves nothing"
+            )));
         }
         Ok(std::mem::take(&mut self.lock().frames))
     }

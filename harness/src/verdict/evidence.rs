@@ -19,7 +19,7 @@
 //! Every check reads the frames of its own flow only (by source port), so probes whose
 //! windows overlap (a phase's silent probes, sent together) cannot vouch for one another.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use super::{Failure, Faults, Symptom};
@@ -164,6 +164,22 @@ pub fn never_left(
         .filter_map(|p| p.l4.ports().map(|(sp, _)| sp))
         .collect();
     sent.iter().enumerate().filter(|(_, s)| !left.contains(&s.source_port)).map(|(i, _)| i).collect()
+}
+
+/// Of the attempts at `ports`, those whose request left the client only after the probe's
+/// `window` had closed, by the client's own capture (`evidence`: the whole run's): the client
+/// was kept from sending in time, so they say nothing of the proxy either.
+pub fn left_late(probe: &Probe, ports: &[u16], evidence: &Evidence, window: &Window) -> BTreeSet<u16> {
+    client_capture_points(probe)
+        .iter()
+        .filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?.end)))
+        .flat_map(|(frames, end)| frames.get(end..).unwrap_or_default())
+        .filter(|f| f.outgoing)
+        .filter_map(|f| f.packet.as_ref())
+        .filter(|p| same_protocol(p, probe.protocol))
+        .filter_map(|p| p.l4.ports().map(|(sp, _)| sp))
+        .filter(|sp| ports.contains(sp))
+        .collect()
 }
 
 /// Whether `p` is of `protocol` (TCP, UDP, SCTP; never an ICMP error about one).
@@ -789,6 +805,15 @@ mod tests {
         from_node.from = Source::Node("node-a".into());
         let on_node = at(vec![("node/node-a", vec![])]);
         assert!(never_left(&cluster(), &from_node, addr(VIP), &sent, &on_node).is_empty());
+    }
+
+    #[test]
+    fn attempts_whose_request_left_after_the_window_are_told_apart_as_late() {
+        let left = |port: u16| outgoing(udp(&format!("10.244.1.20:{port}"), VIP));
+        let e = at(vec![("pod/client", vec![left(20001), left(20002)])]);
+        let window = Window { frames: [("pod/client".to_string(), 0..1)].into() };
+        let late = left_late(&probe(), &[20000, 20002], &e, &window);
+        assert_eq!(late.into_iter().collect::<Vec<_>>(), [20002]);
     }
 
     #[test]

@@ -120,18 +120,35 @@ fn judge_phase(
             }
             v.set_apart_harness_faults();
             if !unsent.is_empty() {
-                let ports: Vec<String> = unsent.iter().map(|(_, s)| s.source_port.to_string()).collect();
-                v.harness_faults.insert(
-                    0,
-                    Failure::witnesses_disagree(format!(
-                        "{} of {} attempts never left the client: its socket sent them, its capture shows no \
-                         packet of theirs leaving it (source ports {} > {dst}); they prove nothing about the \
-                         proxy and were not judged",
-                        unsent.len(),
-                        unsent.len() + sent.len(),
-                        ports.join(", ")
-                    )),
-                );
+                let total = unsent.len() + sent.len();
+                let ports: Vec<u16> = unsent.iter().map(|(_, s)| s.source_port).collect();
+                let late = super::evidence::left_late(probe, &ports, evidence, &window);
+                let (late, never): (Vec<u16>, Vec<u16>) = ports.iter().partition(|p| late.contains(p));
+                let list = |ports: &[u16]| ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
+                if !never.is_empty() {
+                    v.harness_faults.insert(
+                        0,
+                        Failure::witnesses_disagree(format!(
+                            "{} of {total} attempts never left the client: its socket sent them, its capture \
+                             shows no packet of theirs leaving it (source ports {} > {dst}); they prove nothing \
+                             about the proxy and were not judged",
+                            never.len(),
+                            list(&never)
+                        )),
+                    );
+                }
+                if !late.is_empty() {
+                    v.harness_faults.insert(
+                        0,
+                        Failure::overloaded(format!(
+                            "{} of {total} attempts left the client only after the probe's window had closed, \
+                             by its capture (source ports {} > {dst}): the machine could not keep the \
+                             harness's deadlines, so they prove nothing about the proxy and were not judged",
+                            late.len(),
+                            list(&late)
+                        )),
+                    );
+                }
             }
             v
         })

@@ -52,10 +52,14 @@ pub enum Symptom {
     /// never left it), so the harness failed to observe the attempt. Such a failure is a
     /// harness fault ([`ProbeVerdict::harness_faults`]), never a proxy verdict.
     WitnessesDisagree,
+    /// Not the proxy's: the machine could not keep the harness's own deadlines (a request left
+    /// the client only after its probe's window had closed), so the attempt was not judged.
+    /// A harness fault, as [`Symptom::WitnessesDisagree`] is.
+    Overloaded,
 }
 
 impl Symptom {
-    pub const ALL: [Symptom; 16] = [
+    pub const ALL: [Symptom; 17] = [
         Symptom::WrongBackend,
         Symptom::WrongSource,
         Symptom::Answered,
@@ -72,6 +76,7 @@ impl Symptom {
         Symptom::ProxyFailed,
         Symptom::Other,
         Symptom::WitnessesDisagree,
+        Symptom::Overloaded,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +97,7 @@ impl Symptom {
             Symptom::ProxyFailed => "proxy-failed",
             Symptom::Other => "other",
             Symptom::WitnessesDisagree => "witnesses-disagree",
+            Symptom::Overloaded => "overloaded",
         }
     }
 }
@@ -174,8 +180,13 @@ impl Failure {
         Failure::new(Symptom::WitnessesDisagree, format!("witnesses disagree: {}", message.into()))
     }
 
+    /// The machine could not keep the harness's deadlines (see [`Symptom::Overloaded`]).
+    pub fn overloaded(message: impl Into<String>) -> Failure {
+        Failure::new(Symptom::Overloaded, format!("overloaded: {}", message.into()))
+    }
+
     pub fn is_harness_fault(&self) -> bool {
-        self.symptoms.contains(&Symptom::WitnessesDisagree)
+        self.symptoms.iter().any(|s| matches!(s, Symptom::WitnessesDisagree | Symptom::Overloaded))
     }
 }
 
