@@ -39,8 +39,10 @@ pub(crate) const EVERY_NAMESPACE: &[(&str, &str)] = &[
 /// route to host". Found by `packetproof explore --seed 12` (case 20): an external host's
 /// attempts to a load-balancer IP its node must drop never left it. The external host stands
 /// for the outside network routing a destination through a node, as a router does, and a
-/// router ignores redirects (RFC 4861, 8.1). IPv4 honours a redirect if `all` or the link says
-/// so: both are off, before any link exists.
+/// router ignores redirects (RFC 4861, 8.1). IPv6 reads only the link's own value, which a new
+/// link takes from `default` (`rt6_do_redirect`); IPv4 honours a redirect if `all` or the link
+/// says so: all are off, before any link exists. tests/redirects.rs makes a node's redirect on
+/// purpose and shows a host of the harness ignore it.
 pub(crate) const HOST_SETTINGS: &[(&str, &str)] = &[
     ("net/ipv4/conf/all/accept_redirects", "0"),
     ("net/ipv4/conf/default/accept_redirects", "0"),
