@@ -151,9 +151,9 @@ impl StreamPhase {
 /// do (pkg/proxy/endpoints.go `detectStaleConntrackEntries`: "If the old endpoint wasn't
 /// Serving, then there can't be stale conntrack entries"), also across a restart, so the
 /// stream stays where it was; a stream that may be on either kind is allowed both. An endpoint
-/// published ready while its pod is not (`publishNotReadyAddresses`) never served, so its entries are never deleted (found by
-/// `packetproof explore --seed 36`: kube-proxy v1.31.14 to v1.36.3 and the built-in proxies
-/// alike). Kubernetes says nothing of it.
+/// published ready while its pod is not (`publishNotReadyAddresses`) never served, so its
+/// entries are never deleted (found by `packetproof explore --seed 36`: kube-proxy v1.31.14 to
+/// v1.36.3 and the built-in proxies alike). Kubernetes says nothing of it.
 pub(crate) fn predict_stream(
     previous: &StreamPhase,
     now: &Cluster,
@@ -213,10 +213,17 @@ pub(crate) fn predict_stream(
                 spread: Spread::Sticky,
                 translated_by: translated_by.clone(),
             },
-            because: format!(
-                "a UDP flow from a kept source port: its conntrack entry stays while {names} serves, or if it \
-                 never served"
-            ),
+            because: if unknowable {
+                format!(
+                    "a UDP flow from a kept source port: a proxy restarted onto a port with no serving endpoint \
+                     deletes none of its entries, so it stays on {names}"
+                )
+            } else {
+                format!(
+                    "a UDP flow from a kept source port: its conntrack entry stays while {names} serves, or if \
+                     it never served"
+                )
+            },
             basis: Basis::Choice(profile),
         }),
         _ => kept_or_moved(kept, translated_by, &stopped, fresh, profile),
