@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, proxy_choice, remove_leftovers};
+use crate::explore::features::Feature;
 use crate::explore::{self, Settings, Stop, Summary};
 use crate::runner::RunOptions;
 
@@ -145,8 +146,7 @@ pub fn report(s: &Summary, seed: u64) -> String {
     for fault in &s.harness_faults {
         out.push_str(&format!("harness fault (its witnesses disagree; not a finding): {fault}\n"));
     }
-    // Flow kinds read `pod -> clusterIP (TCP) answered (…)`; field combinations have no arrow.
-    let flows: usize = s.covered.iter().filter(|f| f.contains(" -> ")).count();
+    let flows: usize = s.covered.iter().filter(|f| matches!(f, Feature::Flow(_))).count();
     let fields = s.covered.len() - flows;
     out.push_str(&format!(
         "seed {seed}: {} cases, {} passed, {} confirmed failures, {} not confirmed, {} harness faults, {} skipped, {} setup errors, {} refused by the reader\n",

@@ -16,38 +16,50 @@ use crate::model::{Source, Target};
 use crate::oracle::Outcome;
 use crate::verdict::ProbeVerdict;
 
+/// One thing a case exercises: a field combination it writes, or a kind of flow × outcome the
+/// oracle judged once it ran.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Feature {
+    Field(String),
+    Flow(String),
+}
+
 /// Steers generation: how much a candidate case would add, and what a run covered.
 pub trait Guide {
     /// How much `case` (with `features`, its field combinations) would add to what was covered.
-    fn novelty(&self, case: &Case, features: &BTreeSet<String>) -> usize;
+    fn novelty(&self, case: &Case, features: &BTreeSet<Feature>) -> usize;
     /// A case was chosen: its field combinations now count as generated.
-    fn chosen(&mut self, features: &BTreeSet<String>);
+    fn chosen(&mut self, features: &BTreeSet<Feature>);
     /// A chosen case ran and was judged: what it reached.
-    fn judged(&mut self, reached: &BTreeSet<String>);
+    fn judged(&mut self, reached: &BTreeSet<Feature>);
 }
 
 /// The default guide: field combinations not yet generated.
 #[derive(Default)]
 pub struct FieldCombinations {
-    pub seen: HashSet<String>,
+    pub seen: HashSet<Feature>,
 }
 
 impl Guide for FieldCombinations {
-    fn novelty(&self, _: &Case, features: &BTreeSet<String>) -> usize {
+    fn novelty(&self, _: &Case, features: &BTreeSet<Feature>) -> usize {
         features.iter().filter(|f| !self.seen.contains(*f)).count()
     }
 
-    fn chosen(&mut self, features: &BTreeSet<String>) {
+    fn chosen(&mut self, features: &BTreeSet<Feature>) {
         self.seen.extend(features.iter().cloned());
     }
 
-    fn judged(&mut self, reached: &BTreeSet<String>) {
+    fn judged(&mut self, reached: &BTreeSet<Feature>) {
         self.seen.extend(reached.iter().cloned());
     }
 }
 
 /// The field combinations `case` writes.
-pub fn of_case(case: &Case) -> BTreeSet<String> {
+pub fn of_case(case: &Case) -> BTreeSet<Feature> {
+    fields(case).into_iter().map(Feature::Field).collect()
+}
+
+fn fields(case: &Case) -> BTreeSet<String> {
     let mut f = BTreeSet::new();
     let p = &case.proxy;
     f.insert(format!("family {:?}, {} nodes", case.family, case.nodes.len()));
@@ -192,7 +204,7 @@ fn policy(local: bool) -> &'static str {
 }
 
 /// What a judged probe reached: its kind of flow and the outcome the oracle expected.
-pub fn of_verdict(v: &ProbeVerdict) -> String {
+pub fn of_verdict(v: &ProbeVerdict) -> Feature {
     let outcome = match &v.expected.outcome {
         Outcome::Answered { backends, .. } => {
             let masq = backends.values().any(|s| matches!(s, crate::oracle::SeenSource::Masqueraded { .. }));
@@ -200,10 +212,10 @@ pub fn of_verdict(v: &ProbeVerdict) -> String {
         }
         other => outcome_kind(other).to_string(),
     };
-    format!(
+    Feature::Flow(format!(
         "{} {outcome}",
         flow_kind(&v.probe.from, &v.probe.to, v.probe.protocol == crate::model::Protocol::Udp)
-    )
+    ))
 }
 
 fn outcome_kind(o: &Outcome) -> &'static str {

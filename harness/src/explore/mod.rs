@@ -29,7 +29,7 @@ use crate::model::{ProxyChoice, Scenario};
 use crate::results::{Outcome, ScenarioReport};
 use crate::runner::RunOptions;
 use case::{Case, ProbeText};
-use features::{FieldCombinations, Guide};
+use features::{Feature, FieldCombinations, Guide};
 use shrink::Signature;
 
 /// Candidates drawn per case; the one bringing the most new field combinations is kept.
@@ -76,7 +76,7 @@ pub struct Summary {
     pub flows_judged: usize,
     pub flows_unjudged: usize,
     /// Field combinations generated and flow outcomes judged.
-    pub covered: BTreeSet<String>,
+    pub covered: BTreeSet<Feature>,
     pub findings: Vec<Finding>,
     pub corpus: Option<(PathBuf, usize)>,
 }
@@ -102,7 +102,7 @@ pub struct Finding {
 pub fn generate(seed: u64, n: u64, guide: &mut dyn Guide) -> Case {
     let mut rng = rng::Rng::for_case(seed, n);
     let name = format!("explore-{seed}-{n}");
-    let mut best: Option<(usize, Case, BTreeSet<String>)> = None;
+    let mut best: Option<(usize, Case, BTreeSet<Feature>)> = None;
     for _ in 0..CANDIDATES {
         let c = grammar::case(&mut rng, &name);
         let f = features::of_case(&c);
@@ -165,7 +165,7 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
     let engine = Engine { options: settings.options.clone(), jobs: settings.jobs };
     let mut guide = FieldCombinations::default();
     let mut summary = Summary::default();
-    let mut judged_cases: Vec<(String, String, BTreeSet<String>)> = Vec::new();
+    let mut judged_cases: Vec<(String, String, BTreeSet<Feature>)> = Vec::new();
     let mut n = 0u64;
     let batch = 2 * settings.jobs.max(1);
     let mut last_progress = Instant::now();
@@ -663,9 +663,9 @@ fn keep_case(
 /// Writes the fewest judged cases that together reach every field combination and flow outcome
 /// the exploration reached (greedy set cover: each pick the case adding most), as scenario
 /// files; returns how many.
-fn save_corpus(dir: &Path, judged: &[(String, String, BTreeSet<String>)]) -> Result<usize> {
+fn save_corpus(dir: &Path, judged: &[(String, String, BTreeSet<Feature>)]) -> Result<usize> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut uncovered: BTreeSet<&String> = judged.iter().flat_map(|(_, _, f)| f).collect();
+    let mut uncovered: BTreeSet<&Feature> = judged.iter().flat_map(|(_, _, f)| f).collect();
     let mut kept = 0;
     while !uncovered.is_empty() {
         let Some((name, text, f)) = judged.iter().max_by_key(|(_, _, f)| {

@@ -216,8 +216,7 @@ pub fn known_gap(cluster: &crate::model::Cluster, probe: &Probe) -> Option<&'sta
              with EPERM, which the client reads as refused (and ip6tables mode let one out)",
         );
     }
-    let ranges =
-        expected.outcome == Outcome::Dropped && expected.because.contains("loadBalancerSourceRanges");
+    let ranges = expected.outcome == Outcome::Dropped && outside_source_ranges(cluster, probe);
     let no_endpoints = target_service(&probe.to)
         .and_then(|s| cluster.service(s))
         .is_some_and(|s| s.ports.iter().all(|p| p.endpoints.iter().all(|e| !e.ready && !e.serving)));
@@ -228,4 +227,21 @@ pub fn known_gap(cluster: &crate::model::Cluster, probe: &Probe) -> Option<&'sta
         );
     }
     None
+}
+
+/// Whether a load balancer's source ranges leave `probe`'s client out: the Kubernetes
+/// contract's test, on the node that receives the flow, as the oracle applies it.
+fn outside_source_ranges(cluster: &crate::model::Cluster, probe: &Probe) -> bool {
+    let Target::LoadBalancer { service, .. } = &probe.to else { return false };
+    let (Some(svc), Some(dst)) = (cluster.service(service), cluster.target_address(&probe.to)) else {
+        return false;
+    };
+    let node = match &probe.from {
+        Source::External(_) => cluster.entry_node(&probe.to),
+        from => cluster.source_node(from),
+    };
+    let (Some(node), Some(source)) = (node, cluster.source_ip_to(&probe.from, dst.ip())) else {
+        return false;
+    };
+    !crate::kubernetes::source_ranges_admit(svc, source, node.ip())
 }
