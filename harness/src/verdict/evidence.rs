@@ -169,7 +169,11 @@ pub fn never_left(
 /// Of the attempts at `ports`, those whose request left the client only after the probe's
 /// `window` had closed, by the client's own capture (`evidence`: the whole run's): the client
 /// was kept from sending in time, so they say nothing of the proxy either.
+/// A probe with a fixed source port has none: its later phases' attempts share the port.
 pub fn left_late(probe: &Probe, ports: &[u16], evidence: &Evidence, window: &Window) -> BTreeSet<u16> {
+    if probe.source_port.is_some() {
+        return BTreeSet::new();
+    }
     client_capture_points(probe)
         .iter()
         .filter_map(|k| Some((evidence.frames.get(k)?, window.frames.get(k)?.end)))
