@@ -140,8 +140,14 @@ pub fn report(s: &Summary, seed: u64) -> String {
     for e in &s.errors {
         out.push_str(&format!("setup error: {e}\n"));
     }
-    for name in &s.flaky {
-        out.push_str(&format!("not confirmed (failed once, passed on re-runs): {name}\n"));
+    for u in &s.unconfirmed {
+        out.push_str(&format!(
+            "not confirmed (failed once, passed on re-runs; suspect: {}): {}: {} ({})\n",
+            u.suspect.name(),
+            u.case,
+            u.why,
+            u.file.display()
+        ));
     }
     for fault in &s.harness_faults {
         out.push_str(&format!("harness fault (its witnesses disagree; not a finding): {fault}\n"));
@@ -153,7 +159,7 @@ pub fn report(s: &Summary, seed: u64) -> String {
         s.cases,
         s.passed,
         s.findings.len(),
-        s.flaky.len(),
+        s.unconfirmed.len(),
         s.harness_faults.len(),
         s.skipped,
         s.errors.len(),

@@ -4,13 +4,15 @@
 //! the normal reader and run by the engine as `run` runs a file: the runner and the verdict
 //! judge them, nothing here does. A failing case is confirmed by running it again, cut down
 //! while it fails the same way (`shrink`), confirmed again and written out as a commented
-//! scenario file that `packetproof run` reproduces.
+//! scenario file that `packetproof run` reproduces; one that does not fail again is classified
+//! (`classify`) and never a finding.
 //!
 //! The same seed gives the same cases: each case is drawn from its own seeded stream
 //! (`rng`), and the choice among candidates depends only on what was generated before it
 //! (`features`), never on timing or on `--jobs`.
 
 pub mod case;
+pub mod classify;
 pub mod features;
 pub mod grammar;
 pub mod probes;
@@ -29,6 +31,7 @@ use crate::model::{ProxyChoice, Scenario};
 use crate::results::{Outcome, ScenarioReport};
 use crate::runner::RunOptions;
 use case::{Case, ProbeText};
+pub use classify::Suspect;
 use features::{Feature, FieldCombinations, Guide};
 use shrink::Signature;
 
@@ -64,8 +67,8 @@ pub struct Summary {
     pub cases: usize,
     pub passed: usize,
     pub skipped: usize,
-    /// Cases that failed once but not again: never findings.
-    pub flaky: Vec<String>,
+    /// Cases that failed once but not again: never findings, each with its suspect.
+    pub unconfirmed: Vec<Unconfirmed>,
     /// Cases the harness failed to observe (witnesses that disagree), with the first fault:
     /// never findings, never re-run to be dismissed; each a harness bug to diagnose.
     pub harness_faults: Vec<String>,
@@ -79,6 +82,17 @@ pub struct Summary {
     pub covered: BTreeSet<Feature>,
     pub findings: Vec<Finding>,
     pub corpus: Option<(PathBuf, usize)>,
+}
+
+/// A case that failed once and passed on its re-runs, with whose bug it most likely is.
+#[derive(Debug)]
+pub struct Unconfirmed {
+    pub case: String,
+    pub suspect: Suspect,
+    /// The evidence for the suspect, in words.
+    pub why: String,
+    /// Where it was written unshrunk, with its first failure.
+    pub file: PathBuf,
 }
 
 /// A confirmed failure, shrunk and written out.
@@ -238,14 +252,10 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
                         );
                         summary.harness_faults.push(format!("{}: {fault}", r.case.name));
                     }
-                    _ => {
-                        if let Some(finding) = investigate(settings, &engine, r, &report, &summary.findings)?
-                        {
-                            summary.findings.push(finding);
-                        } else {
-                            summary.flaky.push(report.scenario.clone());
-                        }
-                    }
+                    _ => match investigate(settings, &engine, r, &report, &summary.findings)? {
+                        Investigated::Confirmed(finding) => summary.findings.push(finding),
+                        Investigated::Unconfirmed(case) => summary.unconfirmed.push(case),
+                    },
                 },
             }
         }
@@ -296,15 +306,59 @@ fn fails_again(
         .all(|r| r.as_ref().is_ok_and(|report| shrink::same_way(first, &shrink::signature(report)))))
 }
 
-/// A failing case: confirmed by running it again, shrunk, confirmed once more, written out.
-/// `None` when it did not fail again (flaky: never a finding).
+/// [`classify::RERUNS`] more runs of a once-failing case on the proxy and as many on a second
+/// implementation ([`crate::proxy::second_opinion`]), all at once: what they showed.
+fn rerun_beside_another(
+    settings: &Settings,
+    engine: &Engine,
+    ready: &Ready,
+    first: &Signature,
+) -> Result<classify::Reruns> {
+    let other = crate::proxy::second_opinion(&settings.proxy);
+    let copies: Vec<Scenario> = (0..2 * classify::RERUNS)
+        .map(|i| {
+            let mut s = ready.scenario.clone();
+            s.name = format!("{}-classify-{i}", s.name);
+            s
+        })
+        .collect();
+    let runs: Vec<Run> = copies
+        .iter()
+        .enumerate()
+        .map(|(i, scenario)| {
+            let proxy = if i < classify::RERUNS { &settings.proxy } else { &other };
+            Run { scenario, proxy: RunProxy::Choice(proxy) }
+        })
+        .collect();
+    let results: Vec<Option<ScenarioReport>> =
+        engine.execute(&runs, &mut [])?.into_iter().map(|(_, r)| r.ok()).collect();
+    let again = |reports: &[Option<ScenarioReport>]| {
+        reports.iter().flatten().filter(|r| shrink::same_way(first, &shrink::signature(r))).count()
+    };
+    let faulted = results
+        .iter()
+        .flatten()
+        .filter(|r| matches!(&r.outcome, Outcome::Judged(v) if v.iter().any(|v| v.faulted())))
+        .count();
+    let (mine, theirs) = results.split_at(classify::RERUNS);
+    Ok(classify::Reruns { other: other.label(), again: again(mine), again_on_other: again(theirs), faulted })
+}
+
+/// What investigating a failing case came to.
+enum Investigated {
+    Confirmed(Finding),
+    Unconfirmed(Unconfirmed),
+}
+
+/// A failing case: confirmed by running it again, shrunk, confirmed once more, written out; or,
+/// when it did not fail again, classified (never a finding).
 fn investigate(
     settings: &Settings,
     engine: &Engine,
     ready: Ready,
     report: &ScenarioReport,
     earlier: &[Finding],
-) -> Result<Option<Finding>> {
+) -> Result<Investigated> {
     let first = shrink::signature(report);
     eprintln!(
         "packetproof explore: {} failed ({}); confirming",
@@ -312,14 +366,22 @@ fn investigate(
         first.iter().map(|(s, k)| format!("{s} on {k}")).collect::<Vec<_>>().join(", ")
     );
     if !fails_again(engine, &settings.proxy, &ready, &first, 2)? {
-        let file = keep_case(settings, &ready, report, "flaky", "Failed once, then passed twice")?;
+        let (suspect, why) = classify::classify(&rerun_beside_another(settings, engine, &ready, &first)?);
+        let what = format!("Failed once, then passed twice; the suspect is {}: {why}. Found", suspect.name());
+        let file = keep_case(settings, &ready, report, "flaky", &what)?;
         eprintln!(
-            "packetproof explore: {} did not fail again the same way: flaky, not a finding (kept with its \
-             failure as {})",
+            "packetproof explore: {} did not fail again the same way: not a finding; the suspect is \
+             {}: {why} (kept with its failure as {})",
             ready.case.name,
+            suspect.name(),
             file.display()
         );
-        return Ok(None);
+        return Ok(Investigated::Unconfirmed(Unconfirmed {
+            case: ready.case.name.clone(),
+            suspect,
+            why,
+            file,
+        }));
     }
     let original_size = size(&ready.case);
     let seen: Signature = earlier.iter().flat_map(|f| f.signature.iter().cloned()).collect();
@@ -339,7 +401,7 @@ fn investigate(
         );
         std::fs::write(&file, ready.case.render(&header))
             .with_context(|| format!("writing {}", file.display()))?;
-        return Ok(Some(Finding {
+        return Ok(Investigated::Confirmed(Finding {
             case: ready.case.name.clone(),
             file,
             signature: first,
@@ -370,7 +432,7 @@ fn investigate(
         header(settings, &shrunk.case, original_size, runs, &signature, &last_report, known_bug.as_deref());
     let text = shrunk.case.render(&header);
     std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
-    Ok(Some(Finding {
+    Ok(Investigated::Confirmed(Finding {
         case: shrunk.case.name.clone(),
         file,
         signature,

@@ -172,6 +172,32 @@ pub fn catalog(name: &str) -> Vec<Mutant> {
         .collect()
 }
 
+/// A second implementation of what `choice` implements, to tell a rare failure of this proxy
+/// from one of the expectation: the proxy without its mutant, the other built-in mode for a
+/// built-in, the built-in of its mode for an adapter (`builtin-iptables` where it has none).
+pub fn second_opinion(choice: &ProxyChoice) -> ProxyChoice {
+    if choice.options.contains_key("mutant") && breakable(&choice.name).is_some() {
+        return ProxyChoice::named(&choice.name);
+    }
+    let mode = choice
+        .options
+        .get("mode")
+        .and_then(|m| m.as_str())
+        .and_then(|m| kube_proxy_config::Mode::parse(m).ok());
+    let name = match choice.name.as_str() {
+        iptables::NAME => nftables::NAME,
+        nftables::NAME | nftables::NAME_V1_31 | ipvs::NAME => iptables::NAME,
+        apiserver::REFERENCE_NFTABLES => nftables::NAME,
+        apiserver::NAME => match mode {
+            Some(kube_proxy_config::Mode::Nftables) => nftables::NAME,
+            Some(kube_proxy_config::Mode::Ipvs) => ipvs::NAME,
+            Some(kube_proxy_config::Mode::Iptables) | None => iptables::NAME,
+        },
+        _ => iptables::NAME,
+    };
+    ProxyChoice::named(name)
+}
+
 /// A built-in proxy from its one option, `mutant: NAME` (a deliberately broken build of it,
 /// e.g. for `diff` against the original).
 fn built_in(choice: &ProxyChoice, breakable: Breakable) -> Result<Box<dyn Proxy>> {
@@ -222,5 +248,32 @@ pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>
         }
         cluster::NAME => Ok(Box::new(cluster::ClusterProxy::from_options(&options)?)),
         other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choice(name: &str, options: serde_json::Value) -> ProxyChoice {
+        ProxyChoice { name: name.into(), options: options.as_object().cloned().unwrap_or_default() }
+    }
+
+    #[test]
+    fn a_second_opinion_implements_the_same_mode_elsewhere() {
+        let named = |c: &ProxyChoice| second_opinion(c).name;
+        assert_eq!(named(&choice(iptables::NAME, serde_json::json!({}))), nftables::NAME);
+        assert_eq!(named(&choice(nftables::NAME, serde_json::json!({}))), iptables::NAME);
+        assert_eq!(
+            second_opinion(&choice(nftables::NAME, serde_json::json!({"mutant": "drop-instead-of-reject"}))),
+            ProxyChoice::named(nftables::NAME),
+            "a mutant is judged against the proxy it breaks"
+        );
+        let kube_proxy =
+            |mode: &str| choice(apiserver::NAME, serde_json::json!({"command": "kp", "mode": mode}));
+        assert_eq!(named(&kube_proxy("nftables")), nftables::NAME);
+        assert_eq!(named(&kube_proxy("iptables")), iptables::NAME);
+        assert_eq!(named(&kube_proxy("ipvs")), ipvs::NAME);
+        assert_eq!(named(&choice(command::NAME, serde_json::json!({}))), iptables::NAME);
     }
 }
