@@ -108,7 +108,7 @@ enum Command {
         node: Option<String>,
         /// Built-in proxy whose rules to print: builtin-iptables, builtin-nftables,
         /// builtin-nftables-v1.31, builtin-ipvs.
-        #[arg(long, default_value = proxy::iptables::NAME)]
+        #[arg(long, default_value = crate::model::DEFAULT_PROXY)]
         proxy: String,
     },
     /// Measure topology build and teardown, probe round trips and the whole suite.
@@ -203,7 +203,7 @@ enum Command {
         first_kill: bool,
         /// Built-in proxy to break: builtin-iptables, builtin-nftables, builtin-nftables-v1.31,
         /// builtin-ipvs.
-        #[arg(long, default_value = proxy::iptables::NAME)]
+        #[arg(long, default_value = crate::model::DEFAULT_PROXY)]
         proxy: String,
         /// Write every mutant's verdict as JSON here (what `matrix --mutants` reads back).
         #[arg(long)]

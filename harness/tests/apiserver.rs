@@ -19,6 +19,7 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use packetproof::apiserver::{ApiServer, Kind};
 use packetproof::proxy::apiserver::{ApiServerProxy, objects::node_object};
+use packetproof::proxy::kube_proxy_config::Mode;
 use packetproof::proxy::reference::PROXY_LABEL_SELECTOR;
 use packetproof::proxy::{Env, Proxy, State};
 use packetproof::results::Outcome;
@@ -284,12 +285,12 @@ fn privileged() -> bool {
 }
 
 /// The reference proxy from the binary cargo built for these tests, with `flags`.
-fn reference(mode: &str, flags: &[&str]) -> ApiServerProxy {
+fn reference(mode: Mode, flags: &[&str]) -> ApiServerProxy {
     ApiServerProxy::reference_at(Path::new(env!("CARGO_BIN_EXE_packetproof")), mode, flags).unwrap()
 }
 
 fn reference_proxy() -> ApiServerProxy {
-    reference("iptables", &[])
+    reference(Mode::Iptables, &[])
 }
 
 fn scenario(name: &str) -> packetproof::model::Scenario {
@@ -311,7 +312,7 @@ fn stale_udp_conntrack_entries_are_cleared_after_a_step() {
     let live = scenario("live-stale-udp-conntrack.yaml");
     let report = runner::run(&live, &reference_proxy(), &RunOptions::default()).unwrap();
     assert!(report.passed(), "{report:#?}");
-    let broken = reference("iptables", &["--no-conntrack-cleanup"]);
+    let broken = reference(Mode::Iptables, &["--no-conntrack-cleanup"]);
     let report = runner::run(&live, &broken, &RunOptions::default()).unwrap();
     let Outcome::Judged(verdicts) = &report.outcome else { panic!("not judged: {report:#?}") };
     let failed: Vec<&str> = verdicts.iter().filter(|v| !v.passed()).map(|v| v.probe.name.as_str()).collect();

@@ -129,14 +129,14 @@ fn proxies_in_help(command: &str) -> Vec<String> {
 /// proxy this build knows is refused as having no rules or no mutants.
 #[test]
 fn rules_and_mutants_help_name_exactly_the_proxies_they_accept() {
-    let known = packetproof::proxy::KNOWN_PROXIES;
+    let known = packetproof::proxy::registry::names();
     let rules = proxies_in_help("rules");
     let mutants = proxies_in_help("mutants");
     for name in rules.iter().chain(&mutants) {
         assert!(known.contains(&name.as_str()), "the help names {name:?}, which is no proxy of this build");
     }
 
-    for name in known {
+    for name in &known {
         let out = packetproof(&["rules", "scenarios/hairpin.yaml", "--proxy", name]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         if rules.iter().any(|n| n == name) {
@@ -156,7 +156,7 @@ fn rules_and_mutants_help_name_exactly_the_proxies_they_accept() {
 
     // The mutant name is unknown, so nothing runs: the proxy is looked up first, then the
     // mutant (or, without root, the hunt is refused before that).
-    for name in known {
+    for name in &known {
         let out =
             packetproof(&["mutants", "scenarios/hairpin.yaml", "--only", "no-such-mutant", "--proxy", name]);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long)]
     pub cases: Option<usize>,
     /// Proxy to program the nodes with.
-    #[arg(long, default_value = crate::proxy::iptables::NAME)]
+    #[arg(long, default_value = crate::model::DEFAULT_PROXY)]
     pub proxy: String,
     /// An option for the `--proxy` adapter, `KEY=VALUE` (as `run --proxy-option`); repeatable.
     #[arg(long = "proxy-option", value_name = "KEY=VALUE")]

@@ -272,15 +272,10 @@ pub fn rules(file: &std::path::Path, node: Option<&str>, proxy_name: &str) -> Re
         None => s.cluster.nodes.first().context("the scenario has no nodes")?.name.clone(),
     };
     anyhow::ensure!(s.cluster.node(&node).is_some(), "no node {node:?} in {}", file.display());
-    let text = match proxy_name {
-        proxy::iptables::NAME => proxy::iptables::render_node(&s.cluster, &node, None),
-        proxy::nftables::NAME => proxy::nftables::render_node(&s.cluster, &node, None),
-        proxy::ipvs::NAME => proxy::ipvs::render_node(&s.cluster, &node, None),
-        proxy::nftables::NAME_V1_31 => {
-            proxy::nftables::render_node_in(&s.cluster, &node, None, proxy::nftables::Layout::V1_31)
-        }
-        other => anyhow::bail!("no rules to print for proxy {other:?} (built-in proxies only)"),
+    let Some(built_in) = proxy::registry::built_in(proxy_name) else {
+        anyhow::bail!("no rules to print for proxy {proxy_name:?} (built-in proxies only)")
     };
+    let text = (built_in.render)(&s.cluster, &node, None);
     print!("{text}");
     Ok(EXIT_PASS)
 }

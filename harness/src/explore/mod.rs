@@ -545,14 +545,15 @@ fn reproducing_mutants(
         return Ok(None);
     }
     use crate::proxy::kube_proxy_config::Mode;
-    let built_in: Vec<&str> = match settings.proxy.options.get("mode").and_then(|m| m.as_str()) {
+    use crate::proxy::registry::{built_in_of_mode, mode_of};
+    let built_in: Vec<&str> = match settings.proxy.options.get("mode") {
         // IPVS runs in the kernel matrix's VMs only.
-        Some(mode) => match Mode::parse(mode) {
-            Ok(mode @ (Mode::Iptables | Mode::Nftables)) => vec![mode.built_in()],
-            _ => Vec::new(),
+        Some(_) => match mode_of(&settings.proxy.name, &settings.proxy.options) {
+            mode @ (Mode::Iptables | Mode::Nftables) => vec![built_in_of_mode(mode)],
+            Mode::Ipvs => Vec::new(),
         },
         // A proxy of no mode may be either.
-        None => vec![Mode::Iptables.built_in(), Mode::Nftables.built_in()],
+        None => vec![built_in_of_mode(Mode::Iptables), built_in_of_mode(Mode::Nftables)],
     };
     // Only a built-in proxy that passes the case unbroken can tell a bug by its mutants.
     let unbroken: Vec<ProxyChoice> = built_in.iter().map(|name| ProxyChoice::named(name)).collect();

@@ -123,9 +123,18 @@ pub struct ProxyChoice {
     pub options: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The proxy of a scenario file that names none, and of commands not told one: the built-in
+/// proxy of kube-proxy's default mode (`proxy::registry` declares it).
+pub const DEFAULT_PROXY: &str = "builtin-iptables";
+
 impl ProxyChoice {
     pub fn named(name: &str) -> ProxyChoice {
         ProxyChoice { name: name.to_string(), options: serde_json::Map::new() }
+    }
+
+    /// [`DEFAULT_PROXY`], without options.
+    pub fn default_proxy() -> ProxyChoice {
+        ProxyChoice::named(DEFAULT_PROXY)
     }
 
     /// The choice as reports name it: its name and options, a command by its program's file

@@ -11,7 +11,7 @@ use kube::Client;
 use kube::api::Api;
 use serde_json::Value;
 
-use super::kube_proxy_config::{changed_settings, scenario_settings};
+use super::kube_proxy_config::{Mode, changed_settings, scenario_settings};
 use crate::model::Cluster;
 
 const NAMESPACE: &str = "kube-system";
@@ -58,8 +58,10 @@ fn read_yaml(text: &str) -> Result<Value> {
 /// Fields kube-proxy leaves empty read as their defaults; a feature gate the cluster does not
 /// set is its version's default, which only the scenario's own value (v1.30's: off) can match.
 fn differences(ours: &Value, theirs: &Value) -> Vec<String> {
-    let mode = theirs["mode"].as_str().filter(|m| !m.is_empty()).unwrap_or("iptables");
-    let masquerade_table = if mode == "nftables" { "nftables" } else { "iptables" };
+    // Blank is iptables (`platformApplyDefaults`); a mode packetproof does not run is the
+    // proxy's own to refuse.
+    let mode = theirs["mode"].as_str().filter(|m| !m.is_empty()).map_or(Ok(Mode::Iptables), Mode::parse);
+    let masquerade_table = if mode == Ok(Mode::Nftables) { "nftables" } else { "iptables" };
     let or = |v: &Value, default: Value| if v.is_null() { default } else { v.clone() };
     let addresses = |v: &Value| {
         let mut list: Vec<String> =
@@ -92,7 +94,7 @@ fn differences(ours: &Value, theirs: &Value) -> Vec<String> {
         ),
     ];
     // Only iptables mode has localhost node ports (`route_localnet`).
-    if mode == "iptables" {
+    if mode == Ok(Mode::Iptables) {
         compared.push((
             "localhostNodePorts",
             ours["iptables"]["localhostNodePorts"].clone(),

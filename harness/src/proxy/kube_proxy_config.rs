@@ -38,14 +38,6 @@ impl Mode {
             Mode::Ipvs => "ipvs",
         }
     }
-    /// The built-in proxy that programs a node as this mode does.
-    pub fn built_in(self) -> &'static str {
-        match self {
-            Mode::Iptables => super::iptables::NAME,
-            Mode::Nftables => super::nftables::NAME,
-            Mode::Ipvs => super::ipvs::NAME,
-        }
-    }
 }
 
 /// What the configuration of one node's proxy holds beyond the cluster's settings.

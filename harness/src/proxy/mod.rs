@@ -24,6 +24,7 @@ pub(crate) mod node_ports;
 mod options;
 mod programmed;
 pub mod reference;
+pub mod registry;
 pub mod ruleset;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -120,80 +121,42 @@ pub struct Env<'a> {
     pub source: &'a Path,
 }
 
-/// The proxies this build knows, by name.
-pub const KNOWN_PROXIES: &[&str] = &[
-    iptables::NAME,
-    nftables::NAME,
-    nftables::NAME_V1_31,
-    ipvs::NAME,
-    ruleset::NAME,
-    command::NAME,
-    apiserver::NAME,
-    apiserver::REFERENCE_IPTABLES,
-    apiserver::REFERENCE_NFTABLES,
-    cluster::NAME,
-];
-
 /// Builds a built-in proxy, broken by a mutant or (`None`) as it should be.
 pub type Breakable = fn(Option<Mutant>) -> Box<dyn Proxy>;
 
 /// The built-in proxy named `name`, to be broken by a mutant (or not).
 pub fn breakable(name: &str) -> Option<Breakable> {
-    match name {
-        iptables::NAME => Some(|mutant| Box::new(iptables::BuiltinIptables { mutant })),
-        nftables::NAME => Some(|mutant| Box::new(nftables::BuiltinNftables { mutant, ..Default::default() })),
-        nftables::NAME_V1_31 => {
-            Some(|mutant| Box::new(nftables::BuiltinNftables { mutant, layout: nftables::Layout::V1_31 }))
-        }
-        ipvs::NAME => Some(|mutant| Box::new(ipvs::BuiltinIpvs { mutant })),
-        _ => None,
-    }
+    registry::built_in(name).map(|b| b.make)
 }
 
 /// Bugs the built-in proxy `name` can have that no scenario can show, with why (IPVS mode's
 /// own connection table hides conntrack bugs): named as not hunted.
 pub fn not_observable(name: &str) -> &'static [(Mutant, &'static str)] {
-    if name == ipvs::NAME { &ipvs::mutants::NOT_OBSERVABLE } else { &[] }
+    registry::built_in(name).map_or(&[], |b| b.not_observable)
 }
 
 /// The catalogued bugs the built-in proxy `name` can have.
 pub fn catalog(name: &str) -> Vec<Mutant> {
-    if name == ipvs::NAME {
-        return ipvs::mutants::CATALOG.to_vec();
-    }
-    let nftables = name.starts_with(nftables::NAME);
-    Mutant::ALL
-        .into_iter()
-        .filter(|m| {
-            !m.only_in_ipvs() && if nftables { m.exists_in_nftables() } else { !m.only_in_nftables() }
-        })
-        // v1.31's layout has this bug by design: the mutant would change nothing.
-        .filter(|m| !(name == nftables::NAME_V1_31 && *m == Mutant::EtpLocalFilteredBeforeDnat))
-        .collect()
+    registry::built_in(name).map_or_else(Vec::new, |b| (b.catalog)())
 }
 
 /// A second implementation of what `choice` implements, to tell a rare failure of this proxy
 /// from one of the expectation: the proxy without its mutant, the other built-in mode for a
-/// built-in, the built-in of its mode for an adapter (`builtin-iptables` where it has none).
+/// built-in (iptables for IPVS), the built-in of its mode for an adapter.
 pub fn second_opinion(choice: &ProxyChoice) -> ProxyChoice {
+    use kube_proxy_config::Mode;
     if choice.options.contains_key("mutant") && breakable(&choice.name).is_some() {
         return ProxyChoice::named(&choice.name);
     }
-    let mode = choice
-        .options
-        .get("mode")
-        .and_then(|m| m.as_str())
-        .and_then(|m| kube_proxy_config::Mode::parse(m).ok());
-    let name = match choice.name.as_str() {
-        iptables::NAME => nftables::NAME,
-        nftables::NAME | nftables::NAME_V1_31 | ipvs::NAME => iptables::NAME,
-        apiserver::REFERENCE_NFTABLES => nftables::NAME,
-        apiserver::NAME => match mode {
-            Some(kube_proxy_config::Mode::Nftables) => nftables::NAME,
-            Some(kube_proxy_config::Mode::Ipvs) => ipvs::NAME,
-            Some(kube_proxy_config::Mode::Iptables) | None => iptables::NAME,
-        },
-        _ => iptables::NAME,
+    let name = match (
+        registry::find(&choice.name).map(|e| &e.kind),
+        registry::mode_of(&choice.name, &choice.options),
+    ) {
+        (Some(registry::Kind::BuiltIn(_)), Mode::Iptables) => registry::built_in_of_mode(Mode::Nftables),
+        (Some(registry::Kind::BuiltIn(_)), Mode::Nftables | Mode::Ipvs) => {
+            registry::built_in_of_mode(Mode::Iptables)
+        }
+        (_, mode) => registry::built_in_of_mode(mode),
     };
     ProxyChoice::named(name)
 }
@@ -229,25 +192,12 @@ fn built_in(choice: &ProxyChoice, breakable: Breakable) -> Result<Box<dyn Proxy>
 /// relative to `scenario_dir`; without options, `ruleset` and `command` find their inputs
 /// beside the scenario file (their module docs).
 pub fn build(choice: &ProxyChoice, scenario_dir: &Path) -> Result<Box<dyn Proxy>> {
-    if let Some(breakable) = breakable(&choice.name) {
-        return built_in(choice, breakable);
-    }
-    let options = serde_json::Value::Object(choice.options.clone());
-    let by_convention = choice.options.is_empty();
-    match choice.name.as_str() {
-        ruleset::NAME if by_convention => Ok(Box::new(ruleset::Ruleset::default())),
-        ruleset::NAME => Ok(Box::new(ruleset::Ruleset::from_options(&options, scenario_dir)?)),
-        command::NAME if by_convention => Ok(Box::new(command::CommandProxy::default())),
-        command::NAME => Ok(Box::new(command::CommandProxy::from_options(&options, scenario_dir)?)),
-        apiserver::NAME => Ok(Box::new(apiserver::ApiServerProxy::from_options(&options)?)),
-        apiserver::REFERENCE_IPTABLES => {
-            Ok(Box::new(apiserver::ApiServerProxy::reference_from_options("iptables", &options)?))
+    match registry::find(&choice.name).map(|e| &e.kind) {
+        Some(registry::Kind::BuiltIn(b)) => built_in(choice, b.make),
+        Some(registry::Kind::Adapter(a)) => {
+            (a.build)(&serde_json::Value::Object(choice.options.clone()), scenario_dir)
         }
-        apiserver::REFERENCE_NFTABLES => {
-            Ok(Box::new(apiserver::ApiServerProxy::reference_from_options("nftables", &options)?))
-        }
-        cluster::NAME => Ok(Box::new(cluster::ClusterProxy::from_options(&options)?)),
-        other => anyhow::bail!("unknown proxy {other:?} (known: {})", KNOWN_PROXIES.join(", ")),
+        None => anyhow::bail!("unknown proxy {:?} (known: {})", choice.name, registry::names().join(", ")),
     }
 }
 

@@ -24,8 +24,6 @@ use super::spec::{
 };
 use super::yaml::{Document, FieldPath};
 
-pub(crate) const DEFAULT_PROXY: &str = "builtin-iptables";
-
 pub(crate) struct ScenarioDoc<'a> {
     pub site: Option<Site<'a>>,
     pub name: Option<String>,
@@ -54,7 +52,7 @@ impl ScenarioDoc<'_> {
             site,
             name: None,
             description: None,
-            proxy: ProxyChoice::named(DEFAULT_PROXY),
+            proxy: ProxyChoice::default_proxy(),
             proxy_config: ProxyConfig::default(),
             networks: Networks::default(),
             nodes,
@@ -142,13 +140,13 @@ pub(crate) fn read<'a>(
 fn read_proxy(site: &Site<'_>, spec: Option<ProxySpec>, diag: &mut Diagnostics) -> ProxyChoice {
     let path = FieldPath::parse("spec.proxy");
     match spec {
-        None => ProxyChoice::named(DEFAULT_PROXY),
+        None => ProxyChoice::default_proxy(),
         Some(ProxySpec::Name(name)) => ProxyChoice::named(&name),
         Some(ProxySpec::WithOptions(mut options)) => match options.remove("name") {
             Some(serde_json::Value::String(name)) => ProxyChoice { name, options },
             _ => {
                 diag.value(site, &path, "a proxy with options needs `name:` (e.g. `name: command`)");
-                ProxyChoice::named(DEFAULT_PROXY)
+                ProxyChoice::default_proxy()
             }
         },
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::model::{ProxyChoice, Scenario};
-use crate::proxy::kube_proxy_config::Mode;
+use crate::proxy::registry;
 use crate::report::CpuSeconds;
 
 /// One timed run of the suite.
@@ -62,8 +62,7 @@ pub fn against_builtin(suite: &Path, proxy: &ProxyChoice, rounds: usize) -> Resu
 
 /// The built-in proxy of `proxy`'s mode (its `mode` option; iptables unless told).
 fn builtin_of(proxy: &ProxyChoice) -> &'static str {
-    let mode = proxy.options.get("mode").and_then(|m| m.as_str()).and_then(|m| Mode::parse(m).ok());
-    mode.unwrap_or(Mode::Iptables).built_in()
+    registry::built_in_of_mode(registry::mode_of(&proxy.name, &proxy.options))
 }
 
 fn timed(scenarios: &[Scenario], proxy: &ProxyChoice) -> Result<Timed> {

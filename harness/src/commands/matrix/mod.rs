@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', required = true)]
     kernels: Vec<String>,
     /// Proxies to run on every kernel, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "builtin-iptables,builtin-nftables")]
+    #[arg(long, value_delimiter = ',', default_values = [crate::proxy::iptables::NAME, crate::proxy::nftables::NAME])]
     proxy: Vec<String>,
     /// An option for every proxy, `KEY=VALUE` (as `run --proxy-option`); repeatable.
     #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
@@ -134,15 +134,21 @@ fn guest_file(text: &str) -> Result<vm::GuestProgram, String> {
 /// also runs `ipvsadm`; `conntrack` and `iptables-restore` are required of every guest.
 fn missing_for(args: &Args) -> Vec<String> {
     let missing = vm::missing_tools();
-    let ipvs_option = args.proxy_options.iter().chain(&args.against_options).any(|o| o == "mode=ipvs");
+    use crate::proxy::kube_proxy_config::Mode;
+    use crate::proxy::registry;
     let mut wanted: Vec<(&str, String)> = Vec::new();
-    for proxy in args.proxy.iter().chain(&args.against) {
-        if proxy == crate::proxy::ipvs::NAME {
-            wanted.extend(["ipset", "ipvsadm"].map(|t| (t, format!("{proxy} runs it"))));
+    let sides = args.proxy.iter().map(|p| (p, &args.proxy_options));
+    for (proxy, options) in sides.chain(args.against.iter().map(|p| (p, &args.against_options))) {
+        // An option that does not parse is refused where the proxy is built.
+        let Ok(choice) = super::proxy_choice(proxy, options) else { continue };
+        if registry::mode_of(&choice.name, &choice.options) != Mode::Ipvs {
+            continue;
         }
-    }
-    if ipvs_option {
-        wanted.push(("ipset", "kube-proxy's IPVS mode (mode=ipvs) runs it".into()));
+        if registry::built_in(proxy).is_some() {
+            wanted.extend(["ipset", "ipvsadm"].map(|t| (t, format!("{proxy} runs it"))));
+        } else {
+            wanted.push(("ipset", "kube-proxy's IPVS mode (mode=ipvs) runs it".into()));
+        }
     }
     let mut out: Vec<String> = Vec::new();
     for (tool, why) in wanted {

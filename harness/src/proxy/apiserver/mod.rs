@@ -162,7 +162,7 @@ impl ApiServerProxy {
 
     /// `packetproof reference-proxy` in `mode` (`iptables` or `nftables`), found as env
     /// `PACKETPROOF_BIN` or else this very executable.
-    pub fn reference(mode: &str) -> Result<Self> {
+    pub fn reference(mode: Mode) -> Result<Self> {
         Self::reference_with_flags(mode, &[])
     }
 
@@ -170,7 +170,7 @@ impl ApiServerProxy {
     /// `reference-proxy` flags (e.g. `["--no-conntrack-cleanup"]`, a broken build for
     /// `packetproof diff` or mutant tests), and `syncTimeoutSeconds` (a first sync of 10,000
     /// Services takes longer than the default).
-    pub(crate) fn reference_from_options(mode: &str, options: &Value) -> Result<Self> {
+    pub(crate) fn reference_from_options(mode: Mode, options: &Value) -> Result<Self> {
         let mut flags = Vec::new();
         for (key, value) in options.as_object().into_iter().flatten() {
             match (key.as_str(), value) {
@@ -182,7 +182,8 @@ impl ApiServerProxy {
                 ("flags", _) => bail!("option `flags` must be a list of strings"),
                 ("syncTimeoutSeconds", _) => {}
                 (other, _) => bail!(
-                    "reference-proxy-{mode} takes only the options `flags` and `syncTimeoutSeconds`, not {other:?}"
+                    "{} takes only the options `flags` and `syncTimeoutSeconds`, not {other:?}",
+                    reference_name(mode)?
                 ),
             }
         }
@@ -193,7 +194,7 @@ impl ApiServerProxy {
 
     /// [`ApiServerProxy::reference`] with further flags, e.g. `--no-conntrack-cleanup` (a
     /// deliberately broken proxy for mutant tests); the name says which.
-    pub(crate) fn reference_with_flags(mode: &str, flags: &[&str]) -> Result<Self> {
+    pub(crate) fn reference_with_flags(mode: Mode, flags: &[&str]) -> Result<Self> {
         let bin = match std::env::var_os("PACKETPROOF_BIN") {
             Some(b) => PathBuf::from(b),
             None => std::env::current_exe().context("finding this executable for reference-proxy")?,
@@ -203,7 +204,7 @@ impl ApiServerProxy {
 
     /// The reference proxy run from the `packetproof` binary at `bin` (tests name the one
     /// cargo built: `env!("CARGO_BIN_EXE_packetproof")`).
-    pub fn reference_at(bin: &std::path::Path, mode: &str, flags: &[&str]) -> Result<Self> {
+    pub fn reference_at(bin: &std::path::Path, mode: Mode, flags: &[&str]) -> Result<Self> {
         let mut words = vec![bin.to_string_lossy().into_owned(), "reference-proxy".into()];
         words.extend(
             "--config {config} --netns {netns} --service-cidr {serviceCIDR}"
@@ -211,11 +212,10 @@ impl ApiServerProxy {
                 .map(str::to_string),
         );
         words.extend(flags.iter().map(|f| f.to_string()));
-        let mut name = format!("reference-proxy-{mode}");
+        let mut name = reference_name(mode)?.to_string();
         if !flags.is_empty() {
             name = format!("{name} ({})", flags.join(" "));
         }
-        let mode = Mode::parse(mode).map_err(anyhow::Error::msg)?;
         Ok(ApiServerProxy {
             name,
             template: Template::from_words(words)?,
@@ -231,6 +231,15 @@ impl ApiServerProxy {
             // Built on the built-in generators, which write what kube-proxy writes.
             profile: mode_profile(mode),
         })
+    }
+}
+
+/// The reference proxy's name in `mode`.
+fn reference_name(mode: Mode) -> Result<&'static str> {
+    match mode {
+        Mode::Iptables => Ok(REFERENCE_IPTABLES),
+        Mode::Nftables => Ok(REFERENCE_NFTABLES),
+        Mode::Ipvs => bail!("the reference proxy has no IPVS mode"),
     }
 }
 
@@ -760,25 +769,27 @@ mod tests {
 
     #[test]
     fn reference_proxies_take_a_sync_timeout() {
-        let p =
-            ApiServerProxy::reference_from_options("nftables", &json!({"syncTimeoutSeconds": 900})).unwrap();
+        let p = ApiServerProxy::reference_from_options(Mode::Nftables, &json!({"syncTimeoutSeconds": 900}))
+            .unwrap();
         assert_eq!(p.sync_timeout, Duration::from_secs(900));
         assert_eq!(p.name(), REFERENCE_NFTABLES);
         for bad in [json!({"syncTimeoutSeconds": 0}), json!({"syncTimeoutSeconds": "900"})] {
-            assert!(ApiServerProxy::reference_from_options("nftables", &bad).is_err(), "{bad}");
+            assert!(ApiServerProxy::reference_from_options(Mode::Nftables, &bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn reference_proxies_take_no_other_option() {
-        let p =
-            ApiServerProxy::reference_from_options("iptables", &json!({"flags": ["--no-conntrack-cleanup"]}))
-                .unwrap();
+        let p = ApiServerProxy::reference_from_options(
+            Mode::Iptables,
+            &json!({"flags": ["--no-conntrack-cleanup"]}),
+        )
+        .unwrap();
         assert_eq!(p.name(), "reference-proxy-iptables (--no-conntrack-cleanup)");
-        assert!(ApiServerProxy::reference_from_options("iptables", &json!({"command": "x"})).is_err());
-        assert!(ApiServerProxy::reference_from_options("iptables", &json!({"flags": "x"})).is_err());
+        assert!(ApiServerProxy::reference_from_options(Mode::Iptables, &json!({"command": "x"})).is_err());
+        assert!(ApiServerProxy::reference_from_options(Mode::Iptables, &json!({"flags": "x"})).is_err());
         assert_eq!(
-            ApiServerProxy::reference_from_options("iptables", &json!({})).unwrap().name(),
+            ApiServerProxy::reference_from_options(Mode::Iptables, &json!({})).unwrap().name(),
             REFERENCE_IPTABLES
         );
     }

@@ -32,7 +32,8 @@ use crate::proxy::{
 use crate::proxy::{Mutant, changes};
 use crate::topology::NodeHandle;
 
-pub const NAME: &str = "builtin-iptables";
+/// The default proxy ([`crate::model::DEFAULT_PROXY`]).
+pub const NAME: &str = crate::model::DEFAULT_PROXY;
 
 /// kube-proxy's iptables mode, optionally broken by a [`Mutant`].
 #[derive(Debug, Default)]

@@ -16,6 +16,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::model::{DetectLocal, IpFamily};
+use crate::proxy::kube_proxy_config::Mode;
 use crate::yaml::{self, Document, FieldPath};
 
 pub(crate) const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
@@ -35,22 +36,6 @@ const GATES: &[(&str, bool)] = &[
     ("KubeProxyDrainingTerminatingNodes", true),
     ("ServiceTrafficDistribution", false),
 ];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Iptables,
-    Nftables,
-}
-
-impl Mode {
-    /// As the file spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Iptables => "iptables",
-            Mode::Nftables => "nftables",
-        }
-    }
-}
 
 /// The configuration, defaulted and checked: what the reference proxy runs with.
 #[derive(Debug, Clone, PartialEq)]
@@ -220,7 +205,7 @@ pub fn parse(text: &str, hostname_override: Option<&str>) -> Result<Config> {
                     .into(),
             ));
         }
-        "ipvs" => return Err(fail("mode", "ipvs mode is not modelled by the reference proxy".into())),
+        "ipvs" => Mode::Ipvs,
         other => {
             return Err(fail(
                 "mode",
@@ -286,6 +271,7 @@ pub fn parse(text: &str, hostname_override: Option<&str>) -> Result<Config> {
     let (masquerade_all, (sync_period, min_sync_period)) = match mode {
         Mode::Iptables => (iptables.masquerade_all.unwrap_or(false), ipt_periods),
         Mode::Nftables => (nftables.masquerade_all.unwrap_or(false), nft_periods?),
+        Mode::Ipvs => return Err(fail("mode", "ipvs mode is not modelled by the reference proxy".into())),
     };
 
     // `setupConntrack` (server_linux.go) sets the table size from maxPerCore (default

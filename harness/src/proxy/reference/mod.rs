@@ -31,11 +31,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::mpsc::UnboundedSender;
 
-use self::config::{Config, Mode};
+use self::config::Config;
 use self::informer::{Change, Informer};
 use self::proxier::{Event, Proxier, Settings};
 use crate::model::{IpFamily, ProxyConfig};
 use crate::proxy::NodeProgrammer;
+use crate::proxy::kube_proxy_config::Mode;
 use crate::topology::{Netns, NodeHandle};
 
 /// kube-proxy's selector: Services (and their slices) that another proxy owns, or that are
@@ -93,6 +94,7 @@ fn programmer(mode: Mode, mutant: Option<crate::proxy::Mutant>) -> Box<dyn NodeP
     match mode {
         Mode::Iptables => Box::new(crate::proxy::iptables::BuiltinIptables { mutant }),
         Mode::Nftables => Box::new(crate::proxy::nftables::BuiltinNftables { mutant, ..Default::default() }),
+        Mode::Ipvs => Box::new(crate::proxy::ipvs::BuiltinIpvs { mutant }),
     }
 }
 
@@ -138,7 +140,8 @@ async fn run(args: Args, config: Config) -> Result<()> {
         min_sync_period: config.min_sync_period,
         max_interval: match config.mode {
             Mode::Iptables => IPTABLES_MAX_INTERVAL,
-            Mode::Nftables => config.sync_period,
+            // The IPVS proxier's runner, too, runs at least every syncPeriod.
+            Mode::Nftables | Mode::Ipvs => config.sync_period,
         },
         sync_period: config.sync_period,
         node_state: Mutex::new(crate::proxy::NodeState::default()),
