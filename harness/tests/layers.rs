@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top to bottom. A module may use only modules of layers below its own.
+/// Top to bottom. A module may use only modules of layers below its own. The bottom row
+/// (model, yaml, kernel, signals, containment) is the crate `packetproof-model`, re-exported
+/// under the same names: cargo itself refuses an import from it of anything above.
 const LAYERS: &[&[&str]] = &[
     &["cli"],
     &["commands"],

@@ -6,7 +6,6 @@
 //! from `detectLocalMode`; its matches are those of pkg/proxy/util/iptables/traffic.go. The
 //! built-in generators render it and the oracle asks it what a packet counts as.
 
-use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -45,18 +44,6 @@ pub(crate) fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
         DetectLocal::NodeCidr => cluster.node(node).and_then(|n| of_family(n.pod_cidr())),
         DetectLocal::BridgeInterface(name) => Some(LocalDetector::ByBridge(name.clone())),
         DetectLocal::InterfaceNamePrefix(prefix) => Some(LocalDetector::ByPrefix(prefix.clone())),
-    }
-}
-
-impl fmt::Display for DetectLocal {
-    /// As a KubeProxyConfiguration writes it: `NodeCIDR`, `BridgeInterface cni0`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DetectLocal::ClusterCidr => f.write_str("ClusterCIDR"),
-            DetectLocal::NodeCidr => f.write_str("NodeCIDR"),
-            DetectLocal::BridgeInterface(name) => write!(f, "BridgeInterface {name}"),
-            DetectLocal::InterfaceNamePrefix(prefix) => write!(f, "InterfaceNamePrefix {prefix}"),
-        }
     }
 }
 

@@ -40,7 +40,7 @@ impl<T> PerFamily<T> {
     }
 
     /// The primary family's value.
-    pub(crate) fn primary(&self) -> &T {
+    pub fn primary(&self) -> &T {
         &self.primary
     }
 

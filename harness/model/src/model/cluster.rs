@@ -27,11 +27,11 @@ pub struct Cluster {
     pub second_family: Option<SecondFamily>,
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 impl Cluster {
     /// The unit tests' cluster: two IPv4 nodes (node-a 192.168.50.2, node-b 192.168.50.3)
     /// with kind's default networks, no pods, and `services`.
-    pub(crate) fn example(services: Vec<Service>) -> Cluster {
+    pub fn example(services: Vec<Service>) -> Cluster {
         Cluster {
             second_family: None,
             pod_cidr: "10.244.0.0/16".parse().unwrap(),
@@ -51,7 +51,7 @@ impl Cluster {
 
     /// The cluster with `nodes` (name, IP, pod CIDR; no secondary IPs, one family) in place of
     /// its own.
-    pub(crate) fn with_nodes(mut self, nodes: &[(&str, &str, &str)]) -> Cluster {
+    pub fn with_nodes(mut self, nodes: &[(&str, &str, &str)]) -> Cluster {
         self.nodes = nodes.iter().map(|&(name, ip, pod_cidr)| Node::example(name, ip, pod_cidr)).collect();
         self
     }
@@ -69,7 +69,7 @@ pub struct SecondFamily {
 impl Cluster {
     /// The cluster's (primary) address family: every address of a single-stack cluster, and of
     /// a [`Cluster::family_view`], is of it.
-    pub(crate) fn ip_family(&self) -> IpFamily {
+    pub fn ip_family(&self) -> IpFamily {
         IpFamily::of_net(&self.service_cidr)
     }
 
@@ -84,7 +84,7 @@ impl Cluster {
     /// [`PerFamily`] values keep only that family's ([`PerFamily::only`]), and nodes, pods,
     /// hosts and Services without an address of it are dropped. A family the cluster lacks
     /// gives the cluster unchanged.
-    pub(crate) fn family_view(&self, family: IpFamily) -> Cluster {
+    pub fn family_view(&self, family: IpFamily) -> Cluster {
         let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
         let (pod_cidr, service_cidr, node_network) = match &self.second_family {
             Some(s) if family != self.ip_family() => (s.pod_cidr, s.service_cidr, s.node_network),
@@ -140,7 +140,7 @@ impl Cluster {
 
     /// The family a probe travels over: as it says, else the family of an address its target
     /// names, else the primary.
-    pub(crate) fn probe_family(&self, probe: &Probe) -> IpFamily {
+    pub fn probe_family(&self, probe: &Probe) -> IpFamily {
         let named = match &probe.to {
             Target::Address(addr) => Some(addr.ip()),
             Target::ExternalIp { ip, .. } | Target::LoadBalancer { ip, .. } => Some(*ip),
@@ -151,7 +151,7 @@ impl Cluster {
     }
 
     /// The single-family view a probe is judged and sent in (see [`Cluster::family_view`]).
-    pub(crate) fn probe_view(&self, probe: &Probe) -> Cluster {
+    pub fn probe_view(&self, probe: &Probe) -> Cluster {
         self.family_view(self.probe_family(probe))
     }
 
@@ -163,7 +163,7 @@ impl Cluster {
         self.pods.iter().find(|p| p.name == name)
     }
 
-    pub(crate) fn external_host(&self, name: &str) -> Option<&ExternalHost> {
+    pub fn external_host(&self, name: &str) -> Option<&ExternalHost> {
         self.external_hosts.iter().find(|h| h.name == name)
     }
 
@@ -171,14 +171,14 @@ impl Cluster {
         self.services.iter().find(|s| s.name == name)
     }
 
-    pub(crate) fn pod_by_ip(&self, ip: IpAddr) -> Option<&Pod> {
+    pub fn pod_by_ip(&self, ip: IpAddr) -> Option<&Pod> {
         self.pods.iter().find(|p| p.ip() == ip)
     }
 
     /// The address a probe source sends from to `dst`: as [`Cluster::source_ip`], except that a
     /// node sending to one of its own addresses (a VIP bound on it, as kube-vip or keepalived
     /// do) sends from that address, as the kernel's source selection does for a local route.
-    pub(crate) fn source_ip_to(&self, source: &Source, dst: IpAddr) -> Option<IpAddr> {
+    pub fn source_ip_to(&self, source: &Source, dst: IpAddr) -> Option<IpAddr> {
         match source {
             Source::Node(n) if self.node(n)?.all_ips().any(|ip| ip == dst) => Some(dst),
             other => self.source_ip(other),
@@ -186,7 +186,7 @@ impl Cluster {
     }
 
     /// The address a probe source sends from.
-    pub(crate) fn source_ip(&self, source: &Source) -> Option<IpAddr> {
+    pub fn source_ip(&self, source: &Source) -> Option<IpAddr> {
         match source {
             Source::Pod(n) => self.pod(n).map(Pod::ip),
             Source::Node(n) => self.node(n).map(Node::ip),
@@ -195,7 +195,7 @@ impl Cluster {
     }
 
     /// The node a source lives on (external hosts live on none).
-    pub(crate) fn source_node(&self, source: &Source) -> Option<&Node> {
+    pub fn source_node(&self, source: &Source) -> Option<&Node> {
         match source {
             Source::Pod(n) => self.pod(n).and_then(|p| self.node(&p.node)),
             Source::Node(n) => self.node(n),
@@ -205,7 +205,7 @@ impl Cluster {
 
     /// The node an external host's traffic to `ip` enters the cluster through, when one of
     /// its routes sends it there.
-    pub(crate) fn routed_through(&self, source: &Source, ip: IpAddr) -> Option<&Node> {
+    pub fn routed_through(&self, source: &Source, ip: IpAddr) -> Option<&Node> {
         match source {
             Source::External(h) => self.node(&self.external_host(h)?.route_to(ip)?.via),
             _ => None,
@@ -214,11 +214,7 @@ impl Cluster {
 
     /// The service port a `ClusterIp`/`NodePort` target names: by port name, or by number
     /// when the name is numeric, or the only port when `port` is empty.
-    pub(crate) fn service_port<'a>(
-        &'a self,
-        service: &str,
-        port: &str,
-    ) -> Option<(&'a Service, &'a ServicePort)> {
+    pub fn service_port<'a>(&'a self, service: &str, port: &str) -> Option<(&'a Service, &'a ServicePort)> {
         let svc = self.service(service)?;
         let found = if port.is_empty() && svc.ports.len() == 1 {
             svc.ports.first()
@@ -229,7 +225,7 @@ impl Cluster {
     }
 
     /// The node an external host's traffic to `target` is routed through, if it names one.
-    pub(crate) fn entry_node(&self, target: &Target) -> Option<&Node> {
+    pub fn entry_node(&self, target: &Target) -> Option<&Node> {
         match target {
             Target::ExternalIp { via: Some(n), .. } | Target::LoadBalancer { via: Some(n), .. } => {
                 self.node(n)
@@ -239,7 +235,7 @@ impl Cluster {
     }
 
     /// The concrete address:port a target sends to.
-    pub(crate) fn target_address(&self, target: &Target) -> Option<SocketAddr> {
+    pub fn target_address(&self, target: &Target) -> Option<SocketAddr> {
         match target {
             Target::ClusterIp { service, port } => {
                 let (svc, sp) = self.service_port(service, port)?;
@@ -266,7 +262,7 @@ impl Cluster {
 /// The gateway address of a node's pod bridge: the first host address of its pod CIDR
 /// (`.1`, or `::1` of an IPv6 prefix, whose network address is the subnet-router anycast
 /// address and no host's).
-pub(crate) fn bridge_address(pod_cidr: &IpNet) -> IpAddr {
+pub fn bridge_address(pod_cidr: &IpNet) -> IpAddr {
     match pod_cidr {
         IpNet::V4(net) => IpAddr::V4(net.hosts().next().unwrap_or(net.addr())),
         IpNet::V6(net) if net.prefix_len() < 127 => IpAddr::V6(Ipv6Addr::from(u128::from(net.network()) + 1)),

@@ -16,7 +16,7 @@ pub enum Protocol {
 
 impl Protocol {
     /// Kubernetes spelling: `TCP`, `UDP`, `SCTP`.
-    pub(crate) fn as_k8s(self) -> &'static str {
+    pub fn as_k8s(self) -> &'static str {
         match self {
             Protocol::Tcp => "TCP",
             Protocol::Udp => "UDP",
@@ -25,7 +25,7 @@ impl Protocol {
     }
 
     /// iptables / kube-proxy chain-hash spelling: `tcp`, `udp`, `sctp`.
-    pub(crate) fn as_lower(self) -> &'static str {
+    pub fn as_lower(self) -> &'static str {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
@@ -33,7 +33,7 @@ impl Protocol {
         }
     }
 
-    pub(crate) fn parse_k8s(s: &str) -> Option<Protocol> {
+    pub fn parse_k8s(s: &str) -> Option<Protocol> {
         match s {
             "TCP" => Some(Protocol::Tcp),
             "UDP" => Some(Protocol::Udp),
@@ -106,7 +106,7 @@ impl Service {
     /// that family's endpoints, external and load-balancer IPs and source ranges; `None` when
     /// it has no cluster IP of `family` (kube-proxy skips it, pkg/proxy/servicechangetracker.go
     /// `serviceToServiceMap`).
-    pub(crate) fn family_view(&self, family: IpFamily) -> Option<Service> {
+    pub fn family_view(&self, family: IpFamily) -> Option<Service> {
         let of = |ip: &IpAddr| IpFamily::of(*ip) == family;
         let cluster_ips = self.cluster_ips.only(family)?;
         let ports = self
@@ -161,7 +161,7 @@ impl Service {
     }
 
     /// `namespace/name`, as kube-proxy prints it in rule comments.
-    pub(crate) fn namespaced_name(&self) -> String {
+    pub fn namespaced_name(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 }

@@ -17,19 +17,19 @@ impl IpFamily {
         if ip.is_ipv4() { IpFamily::V4 } else { IpFamily::V6 }
     }
 
-    pub(crate) fn of_net(net: &IpNet) -> IpFamily {
+    pub fn of_net(net: &IpNet) -> IpFamily {
         IpFamily::of(net.addr())
     }
 
     /// Kubernetes spelling (`ipFamilies`, EndpointSlice `addressType`): `IPv4`, `IPv6`.
-    pub(crate) fn as_k8s(self) -> &'static str {
+    pub fn as_k8s(self) -> &'static str {
         match self {
             IpFamily::V4 => "IPv4",
             IpFamily::V6 => "IPv6",
         }
     }
 
-    pub(crate) fn parse_k8s(s: &str) -> Option<IpFamily> {
+    pub fn parse_k8s(s: &str) -> Option<IpFamily> {
         match s {
             "IPv4" => Some(IpFamily::V4),
             "IPv6" => Some(IpFamily::V6),
@@ -38,7 +38,7 @@ impl IpFamily {
     }
 
     /// `0.0.0.0` or `::`.
-    pub(crate) fn unspecified(self) -> IpAddr {
+    pub fn unspecified(self) -> IpAddr {
         match self {
             IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -46,7 +46,7 @@ impl IpFamily {
     }
 
     /// The prefix length of one host: 32 or 128.
-    pub(crate) fn host_prefix(self) -> u8 {
+    pub fn host_prefix(self) -> u8 {
         match self {
             IpFamily::V4 => 32,
             IpFamily::V6 => 128,

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use super::{IpFamily, Profile, Protocol};
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 impl Probe {
     /// The unit tests' probe: one TCP attempt named `p`, no pacing, no stated expectation.
-    pub(crate) fn example(from: Source, to: Target) -> Probe {
+    pub fn example(from: Source, to: Target) -> Probe {
         Probe {
             name: "p".into(),
             from,

@@ -340,7 +340,7 @@ fn mutated(rng: &mut Rng, text: &str) -> String {
 
 #[test]
 fn shipped_scenarios_and_mutations_of_them() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("scenarios/")
         .map(|e| e.expect("listing").path())

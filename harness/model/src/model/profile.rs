@@ -23,7 +23,7 @@ pub enum Implementation {
 }
 
 impl Implementation {
-    pub(crate) const ALL: [Implementation; 4] = [
+    pub const ALL: [Implementation; 4] = [
         Implementation::Kubernetes,
         Implementation::KubeProxyIptables,
         Implementation::KubeProxyNftables,

@@ -32,7 +32,7 @@ impl KernelVersion {
 
     /// The leading numbers of a kernel release as `uname -r` prints it: `5.10.0-32-amd64` →
     /// 5.10.0, `7.3.4+deb13-amd64` → 7.3.4, `6.12` → 6.12.0.
-    pub(crate) fn of_release(release: &str) -> Option<KernelVersion> {
+    pub fn of_release(release: &str) -> Option<KernelVersion> {
         let numeric: String = release.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
         let mut parts = numeric.split('.').filter(|p| !p.is_empty()).map(|p| p.parse::<u32>().ok());
         let (major, minor) = (parts.next()??, parts.next()??);
@@ -59,7 +59,7 @@ impl fmt::Display for KernelVersion {
 }
 
 /// Why a scenario needing `min` cannot run on the kernel `release` (its version `running`).
-pub(crate) fn too_old(min: KernelVersion, release: &str, running: KernelVersion) -> Option<String> {
+pub fn too_old(min: KernelVersion, release: &str, running: KernelVersion) -> Option<String> {
     (running < min).then(|| format!("needs kernel {min} or newer (minKernel); this kernel is {release}"))
 }
 

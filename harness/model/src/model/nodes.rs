@@ -7,10 +7,10 @@ use ipnet::IpNet;
 
 use super::{PerFamily, Protocol};
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 impl Node {
     /// A node of the unit tests: one address, no secondary IPs, one family.
-    pub(crate) fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
+    pub fn example(name: &str, ip: &str, pod_cidr: &str) -> Node {
         Node {
             zone: None,
             name: name.to_string(),
@@ -50,13 +50,13 @@ impl Node {
 
     /// Every address on the node's node-network interface: the primary family's InternalIP,
     /// then the secondary addresses (of either family).
-    pub(crate) fn node_network_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+    pub fn node_network_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         std::iter::once(self.ip()).chain(self.secondary_ips.iter().copied())
     }
 
     /// Every address of the node of every family: its InternalIPs, primary first, then the
     /// secondary addresses.
-    pub(crate) fn all_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+    pub fn all_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.ips.copied().chain(self.secondary_ips.iter().copied())
     }
 }
@@ -85,7 +85,7 @@ impl ExternalHost {
     }
 
     /// The node this host's traffic to `ip` goes through, by the longest matching route.
-    pub(crate) fn route_to(&self, ip: IpAddr) -> Option<&HostRoute> {
+    pub fn route_to(&self, ip: IpAddr) -> Option<&HostRoute> {
         self.routes.iter().filter(|r| r.to.contains(&ip)).max_by_key(|r| r.to.prefix_len())
     }
 }

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 /// Names of the links a node is made of, fixed so dumps and captures read the same everywhere:
 /// the node's uplink to the node network, the bridge its pods hang off, the node network's
 /// bridge, and a pod's own interface. Local-traffic detection by interface matches on them.
-pub(crate) const NODE_UPLINK: &str = "eth0";
-pub(crate) const POD_BRIDGE: &str = "cni0";
-pub(crate) const NODE_NETWORK_BRIDGE: &str = "br0";
-pub(crate) const POD_INTERFACE: &str = "eth0";
+pub const NODE_UPLINK: &str = "eth0";
+pub const POD_BRIDGE: &str = "cni0";
+pub const NODE_NETWORK_BRIDGE: &str = "br0";
+pub const POD_INTERFACE: &str = "eth0";
 
 // One file per subject, all behind `model::…` as before.
 mod cluster;
@@ -23,7 +23,7 @@ mod probe;
 mod profile;
 mod proxy_config;
 mod service;
-pub(crate) use cluster::bridge_address;
+pub use cluster::bridge_address;
 pub use cluster::{Cluster, SecondFamily};
 pub use family::IpFamily;
 pub use nodes::{ContainerPort, ExternalHost, HostRoute, Node, Pod};
@@ -35,7 +35,7 @@ pub use service::{Endpoint, Protocol, Service, ServicePort, ServiceType, Session
 
 /// The folder a file sits in, which relative paths in it start from: `.` for a bare file
 /// name (whose `parent()` is the empty path, which cannot be made absolute).
-pub(crate) fn folder_of(file: &std::path::Path) -> &std::path::Path {
+pub fn folder_of(file: &std::path::Path) -> &std::path::Path {
     match file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => std::path::Path::new("."),
@@ -70,7 +70,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// The first state and each step's, in order, with the probes of each.
-    pub(crate) fn phases(&self) -> Vec<Phase<'_>> {
+    pub fn phases(&self) -> Vec<Phase<'_>> {
         let first = Phase {
             name: "",
             cluster: &self.cluster,

@@ -54,3 +54,15 @@ impl Default for ProxyConfig {
         }
     }
 }
+
+impl std::fmt::Display for DetectLocal {
+    /// As a KubeProxyConfiguration writes it: `NodeCIDR`, `BridgeInterface cni0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DetectLocal::ClusterCidr => f.write_str("ClusterCIDR"),
+            DetectLocal::NodeCidr => f.write_str("NodeCIDR"),
+            DetectLocal::BridgeInterface(name) => write!(f, "BridgeInterface {name}"),
+            DetectLocal::InterfaceNamePrefix(prefix) => write!(f, "InterfaceNamePrefix {prefix}"),
+        }
+    }
+}

@@ -14,7 +14,7 @@ mod events;
 
 /// A 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Pos {
+pub struct Pos {
     pub line: usize,
     pub column: usize,
 }
@@ -27,14 +27,14 @@ impl Pos {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Segment {
+pub enum Segment {
     Key(String),
     Index(usize),
 }
 
 /// A path to a field inside one document, printed as `spec.probes[2].to.service`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub(crate) struct FieldPath(Vec<Segment>);
+pub struct FieldPath(Vec<Segment>);
 
 impl FieldPath {
     pub fn root() -> Self {
@@ -64,14 +64,14 @@ impl FieldPath {
         p
     }
 
-    pub(crate) fn index(&self, index: usize) -> Self {
+    pub fn index(&self, index: usize) -> Self {
         let mut p = self.clone();
         p.0.push(Segment::Index(index));
         p
     }
 
     /// `self` followed by the path serde_path_to_error reports inside a value at `self`.
-    pub(crate) fn join_serde(&self, inner: &serde_path_to_error::Path) -> Self {
+    pub fn join_serde(&self, inner: &serde_path_to_error::Path) -> Self {
         let mut p = self.clone();
         for seg in inner.iter() {
             match seg {
@@ -205,7 +205,7 @@ impl Spots {
 
 /// One YAML document, as JSON, with the position of every field.
 #[derive(Debug, Clone)]
-pub(crate) struct Document {
+pub struct Document {
     pub value: Value,
     pub start: Pos,
     spots: Spots,
@@ -214,12 +214,12 @@ pub(crate) struct Document {
 impl Document {
     /// Where the value at `path` starts; for a missing value, where its nearest existing
     /// ancestor starts (the mapping the field should have been in).
-    pub(crate) fn value_pos(&self, path: &FieldPath) -> Pos {
+    pub fn value_pos(&self, path: &FieldPath) -> Pos {
         self.spots.find(&self.value, path).1.value.pos()
     }
 
     /// Where the key of `path` starts (for unknown fields), else as [`Document::value_pos`].
-    pub(crate) fn key_pos(&self, path: &FieldPath) -> Pos {
+    pub fn key_pos(&self, path: &FieldPath) -> Pos {
         match self.spots.find(&self.value, path) {
             (Some(key), _, depth) if depth == path.0.len() => key.pos(),
             (_, spots, _) => spots.value.pos(),
@@ -257,7 +257,7 @@ impl Document {
 
     /// Sets a missing top-level string field (e.g. the `kind` a typed list's items leave out);
     /// messages about it point at the document's start.
-    pub(crate) fn default_field(&mut self, key: &str, value: &str) {
+    pub fn default_field(&mut self, key: &str, value: &str) {
         let Value::Object(map) = &mut self.value else { return };
         match map.get(key) {
             Some(Value::Null) => {}
@@ -279,14 +279,14 @@ impl Document {
 
 /// A problem with the YAML itself, which stops everything else.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct YamlError {
+pub struct YamlError {
     pub pos: Pos,
     pub field: FieldPath,
     pub message: String,
 }
 
 /// Parses every document of `text`; empty documents (a trailing `---`) are left out.
-pub(crate) fn parse(text: &str) -> Result<Vec<Document>, YamlError> {
+pub fn parse(text: &str) -> Result<Vec<Document>, YamlError> {
     // saphyr rejects duplicate keys, as YAML requires.
     events::read(text)
 }
