@@ -21,14 +21,16 @@
 //! traffic · observe · topology · privileges      the kernel side
 //! oracle | scenario   expected outcomes, from Kubernetes semantics alone | files → model, checked
 //! kubernetes          Kubernetes and kube-proxy semantics shared by oracle and proxies
+//!                     (with oracle: the crate `packetproof-oracle`)
 //! model · yaml · kernel · signals · containment   plain data; the process's signal handling;
 //!                     nothing a run starts outlives it (the crate `packetproof-model`)
 //! ```
 
-// The bottom layer is its own crate (`harness/model`), so that cargo refuses an upward import
-// from it; re-exported under the same names.
+// The bottom layer (`harness/model`) and the judge (`harness/oracle`) are crates of their own,
+// so that cargo refuses an upward import from them; re-exported under the same names.
 pub(crate) use packetproof_model::yaml;
 pub use packetproof_model::{containment, kernel, model, signals};
+pub use packetproof_oracle::{kubernetes, oracle};
 
 pub mod admission;
 pub mod apiserver;
@@ -37,9 +39,7 @@ pub mod commands;
 pub mod coverage;
 pub mod engine;
 pub mod explore;
-pub mod kubernetes;
 pub mod observe;
-pub mod oracle;
 pub mod privileges;
 pub mod probe;
 pub mod proxy;

@@ -166,13 +166,24 @@ fn layer_of(module: &str) -> Option<usize> {
 }
 
 /// (file, its top-level module, the module path under `src/`, the code)
+/// The library's sources and those of the crates below it (the bottom layer, the judge), whose
+/// modules it re-exports under the same names: inside each, the layers are checked here too.
+fn source_roots() -> Vec<PathBuf> {
+    let harness = Path::new(env!("CARGO_MANIFEST_DIR"));
+    vec![src(), harness.join("model/src"), harness.join("oracle/src")]
+}
+
 fn library() -> Library {
     let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    for root in source_roots() {
+        let mut found = Vec::new();
+        rust_files(&root, &mut found);
+        files.extend(found.into_iter().map(|f| (root.clone(), f)));
+    }
     files.sort();
     let mut out = Vec::new();
-    for file in files {
-        let relative = file.strip_prefix(src()).unwrap().to_path_buf();
+    for (root, file) in files {
+        let relative = file.strip_prefix(&root).unwrap().to_path_buf();
         if test_only(&relative) || relative == Path::new("lib.rs") || relative == Path::new("main.rs") {
             continue;
         }

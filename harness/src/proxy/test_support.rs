@@ -9,16 +9,7 @@ use crate::topology::{Netns, netns};
 
 /// A ready endpoint of pod `pod-<ip>` on `node` (`None`: no `nodeName`, never local).
 pub(crate) fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
-    Endpoint {
-        ip: ip.parse().unwrap(),
-        port,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node: node.map(String::from),
-        pod: format!("pod-{ip}"),
-        zone_hints: Vec::new(),
-    }
+    Endpoint::example(ip, port, node)
 }
 
 pub fn port(

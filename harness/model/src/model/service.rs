@@ -198,6 +198,24 @@ pub struct Endpoint {
     pub zone_hints: Vec<String>,
 }
 
+#[cfg(any(test, feature = "test-support"))]
+impl Endpoint {
+    /// The unit tests' endpoint: ready, of pod `pod-<ip>` on `node` (`None`: no `nodeName`,
+    /// never local).
+    pub fn example(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
+        Endpoint {
+            ip: ip.parse().unwrap(),
+            port,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node: node.map(String::from),
+            pod: format!("pod-{ip}"),
+            zone_hints: Vec::new(),
+        }
+    }
+}
+
 impl Endpoint {
     /// `ip:port`, as kube-proxy writes it in chain hashes and DNAT targets.
     pub fn address(&self) -> SocketAddr {

@@ -24,7 +24,7 @@ use super::{Basis, Expectation, Outcome, Prediction, Profile, SeenSource, Spread
 
 /// What `profile` expects of `check` (a `held` check), given the opener's expectation (made
 /// for the state the connection was opened in) and the state at the check.
-pub(crate) fn predict_held(
+pub fn predict_held(
     opened: &Expectation,
     now: &Cluster,
     check: &Probe,
@@ -126,14 +126,14 @@ pub enum Change {
 
 /// A UDP stream's expectation in one phase, and which of its backends served then.
 #[derive(Debug, Clone)]
-pub(crate) struct StreamPhase {
+pub struct StreamPhase {
     expected: Expectation,
     serving: Vec<String>,
 }
 
 impl StreamPhase {
     /// `expected` of `probe` in the phase whose state is `cluster`.
-    pub(crate) fn of(expected: &Expectation, cluster: &Cluster, probe: &Probe) -> StreamPhase {
+    pub fn of(expected: &Expectation, cluster: &Cluster, probe: &Probe) -> StreamPhase {
         let serving = match &expected.outcome {
             Outcome::Answered { backends, .. } => {
                 backends.keys().filter(|pod| still_serving(cluster, &probe.to, pod)).cloned().collect()
@@ -154,7 +154,7 @@ impl StreamPhase {
 /// published ready while its pod is not (`publishNotReadyAddresses`) never served, so its
 /// entries are never deleted (found by `packetproof explore --seed 36`: kube-proxy v1.31.14 to
 /// v1.36.3 and the built-in proxies alike). Kubernetes says nothing of it.
-pub(crate) fn predict_stream(
+pub fn predict_stream(
     previous: &StreamPhase,
     now: &Cluster,
     probe: &Probe,
@@ -291,7 +291,7 @@ fn kept_or_moved(
 /// (and one IPVS connection): once a backend is chosen, every attempt goes to it while the
 /// entry lives. So attempts a fresh flow would spread are all on one backend, and attempts
 /// spaced past an affinity timeout say nothing of the affinity.
-pub(crate) fn one_flow(prediction: Prediction) -> Prediction {
+pub fn one_flow(prediction: Prediction) -> Prediction {
     let Prediction::Expected(e) = prediction else { return prediction };
     match e.outcome {
         Outcome::Answered { backends, spread: Spread::Uniform, translated_by } => Prediction::Expected(Expectation {

@@ -30,7 +30,7 @@ pub enum LocalDetector {
 /// family's view), or `None` for kube-proxy's no-op detector (no CIDR of the family, in the
 /// cluster CIDRs or the node's pod CIDRs as the mode reads: then it writes neither the
 /// off-cluster masquerade nor the pod short-circuit).
-pub(crate) fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
+pub fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
     let family = IpFamily::of_net(&cluster.pod_cidr);
     let of_family =
         |net: IpNet| (IpFamily::of_net(&net) == family).then(|| LocalDetector::ByCidr(net.trunc()));
@@ -49,7 +49,7 @@ pub(crate) fn detector(cluster: &Cluster, node: &str) -> Option<LocalDetector> {
 
 impl LocalDetector {
     /// `IfLocal()`: iptables arguments matching local traffic.
-    pub(crate) fn iptables_if_local(&self) -> Vec<String> {
+    pub fn iptables_if_local(&self) -> Vec<String> {
         match self {
             LocalDetector::ByCidr(net) => vec!["-s".into(), net.to_string()],
             LocalDetector::ByBridge(name) => vec!["-i".into(), name.clone()],
@@ -58,7 +58,7 @@ impl LocalDetector {
     }
 
     /// `IfNotLocal()`: iptables arguments matching the rest.
-    pub(crate) fn iptables_if_not_local(&self) -> Vec<String> {
+    pub fn iptables_if_not_local(&self) -> Vec<String> {
         let mut args = vec!["!".to_string()];
         args.extend(self.iptables_if_local());
         args
@@ -68,12 +68,12 @@ impl LocalDetector {
     /// matched by name (`iifname`), as kube-proxy does since kubernetes/kubernetes#134024
     /// (release-1.34: #134118): v1.30's `iif` resolves the name when the rule loads, so a prefix
     /// (`iif veth*`) fails the whole sync with "Interface does not exist".
-    pub(crate) fn nft_if_local(&self, ip: &str) -> String {
+    pub fn nft_if_local(&self, ip: &str) -> String {
         self.nft(ip, "")
     }
 
     /// `IfNotLocalNFT()`.
-    pub(crate) fn nft_if_not_local(&self, ip: &str) -> String {
+    pub fn nft_if_not_local(&self, ip: &str) -> String {
         self.nft(ip, "!= ")
     }
 

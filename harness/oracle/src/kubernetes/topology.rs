@@ -70,7 +70,7 @@ impl<'a> Context<'a> {
 
 /// The zone whose hints filter the Cluster set on this node, or `None` when every ready
 /// endpoint is used (`canUseTopology` is false).
-pub(crate) fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: Hints) -> Option<&'a str> {
+pub fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: Hints) -> Option<&'a str> {
     if hints == Hints::Ignored {
         return None;
     }
@@ -86,19 +86,21 @@ pub(crate) fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: H
 }
 
 /// `availableForTopology`: the endpoint is hinted for `zone`.
-pub(crate) fn available(endpoint: &Endpoint, zone: &str) -> bool {
+pub fn available(endpoint: &Endpoint, zone: &str) -> bool {
     endpoint.zone_hints.iter().any(|z| z == zone)
 }
 
 /// The annotation asks for topology-aware routing (`Auto`, or any value but the disabled ones).
-pub(crate) fn annotation_enabled(annotation: Option<&str>) -> bool {
+pub fn annotation_enabled(annotation: Option<&str>) -> bool {
     !matches!(annotation, None | Some("" | "disabled" | "Disabled"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::test_support::ep;
+    fn ep(ip: &str, port: u16, node: Option<&str>) -> Endpoint {
+        Endpoint::example(ip, port, node)
+    }
 
     fn hinted(ip: &str, ready: bool, zones: &[&str]) -> Endpoint {
         Endpoint { ready, zone_hints: zones.iter().map(|z| z.to_string()).collect(), ..ep(ip, 80, Some("n")) }

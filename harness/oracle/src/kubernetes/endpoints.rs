@@ -54,11 +54,11 @@ impl PortPolicy {
 
     /// Cluster endpoints are needed for internal Cluster policy, and for any external traffic
     /// (even with external Local policy, to short-circuit traffic from this node).
-    pub(crate) fn uses_cluster_endpoints(self) -> bool {
+    pub fn uses_cluster_endpoints(self) -> bool {
         !self.internal_local || self.externally_accessible
     }
 
-    pub(crate) fn uses_local_endpoints(self) -> bool {
+    pub fn uses_local_endpoints(self) -> bool {
         self.internal_local || (self.external_local && self.externally_accessible)
     }
 }
@@ -91,21 +91,21 @@ pub struct Choice<'a> {
 
 impl Choice<'_> {
     /// External traffic is kept on this node's endpoints.
-    pub(crate) fn external_local(&self) -> bool {
+    pub fn external_local(&self) -> bool {
         self.policy.external_local && !self.etp_local_uses_cluster
     }
 
-    pub(crate) fn has_internal_endpoints(&self) -> bool {
+    pub fn has_internal_endpoints(&self) -> bool {
         self.eps.has_any && (!self.policy.internal_local || !self.eps.local.is_empty())
     }
 
-    pub(crate) fn has_external_endpoints(&self) -> bool {
+    pub fn has_external_endpoints(&self) -> bool {
         self.eps.has_any && (!self.external_local() || !self.eps.local.is_empty())
     }
 
     /// The external chain exists even without external endpoints (its short-circuit rules
     /// still serve traffic from this node and its pods).
-    pub(crate) fn uses_external_chain(&self) -> bool {
+    pub fn uses_external_chain(&self) -> bool {
         self.eps.has_any && self.policy.externally_accessible
     }
 }
@@ -138,7 +138,7 @@ fn usable<'a>(
 /// kube-proxy's choice within one set of endpoints (KEP-1669, since v1.26): the ready ones,
 /// or, when none is ready, the serving-and-terminating ones. The backends and the oracle both
 /// choose by it.
-pub(crate) fn ready_else_terminating<'a>(set: impl IntoIterator<Item = &'a Endpoint>) -> Vec<&'a Endpoint> {
+pub fn ready_else_terminating<'a>(set: impl IntoIterator<Item = &'a Endpoint>) -> Vec<&'a Endpoint> {
     let set: Vec<&Endpoint> = set.into_iter().collect();
     let chosen: Vec<&Endpoint> = set.iter().copied().filter(|ep| ready(ep)).collect();
     if chosen.is_empty() { set.into_iter().filter(|ep| serving_terminating(ep)).collect() } else { chosen }
@@ -146,7 +146,7 @@ pub(crate) fn ready_else_terminating<'a>(set: impl IntoIterator<Item = &'a Endpo
 
 /// Whether kube-proxy on `node` counts `ep` as local: by its `nodeName` alone
 /// (pkg/proxy/endpointslicecache.go, `isLocal`), wherever the address really is.
-pub(crate) fn is_local(ep: &Endpoint, node: &str) -> bool {
+pub fn is_local(ep: &Endpoint, node: &str) -> bool {
     ep.node.as_deref() == Some(node)
 }
 
@@ -158,7 +158,7 @@ pub fn select<'a>(port: &'a ServicePort, policy: PortPolicy, node: &str) -> Sele
 /// [`select`], with terminating endpoints used as `terminating` says, and the Cluster set
 /// narrowed by topology hints as `hints` says (`topo`: the node's zone and the Service's
 /// hints annotation).
-pub(crate) fn select_with<'a>(
+pub fn select_with<'a>(
     port: &'a ServicePort,
     policy: PortPolicy,
     node: &str,
@@ -221,7 +221,7 @@ pub struct Deviations {
 impl Deviations {
     /// The policy and endpoints of `port` on `node` (either mode's generator), with the
     /// endpoint-choice bugs these deviations switch on.
-    pub(crate) fn choose<'a>(
+    pub fn choose<'a>(
         self,
         cluster: &Cluster,
         svc: &Service,

@@ -2,7 +2,7 @@
 //! what kube-proxy decides before any rule is written.
 
 pub mod endpoints;
-pub(crate) mod local_detect;
+pub mod local_detect;
 pub mod topology;
 
 use std::net::IpAddr;
@@ -23,7 +23,7 @@ pub fn service_port_name(svc: &Service, port: &ServicePort) -> String {
 /// themselves as sources when a range holds the node's address (`allowFromNode`, in
 /// pkg/proxy/iptables, nftables and ipvs proxier.go): a VIP bound on the node (kube-vip,
 /// keepalived) makes the node's own requests to it leave from the VIP.
-pub(crate) fn source_ranges_admit(svc: &Service, source: IpAddr, node_ip: IpAddr) -> bool {
+pub fn source_ranges_admit(svc: &Service, source: IpAddr, node_ip: IpAddr) -> bool {
     let ranges = &svc.load_balancer_source_ranges;
     let allow_from_node = ranges.iter().any(|r| r.contains(&node_ip));
     ranges.is_empty()

@@ -107,7 +107,7 @@ pub enum Outcome {
 
 /// The chance that a correct proxy fails one probe's statistical check: the oracle sizes the
 /// attempts that must see an affinity expire by it, the verdict sets its binomial bounds by it.
-pub(crate) const FALSE_FAILURE_RATE: f64 = 1e-6;
+pub const FALSE_FAILURE_RATE: f64 = 1e-6;
 
 /// How the attempts of one probe spread over the backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +131,7 @@ pub enum SeenSource {
 }
 
 impl SeenSource {
-    pub(crate) fn allows(&self, ip: IpAddr) -> bool {
+    pub fn allows(&self, ip: IpAddr) -> bool {
         match self {
             SeenSource::Client { addrs } | SeenSource::Masqueraded { addrs, .. } => addrs.contains(&ip),
         }
@@ -180,7 +180,7 @@ pub fn expect(cluster: &Cluster, probe: &Probe) -> Result<Expectation, String> {
 }
 
 /// What `profile` expects of a probe, or why nothing can be (a scenario error).
-pub(crate) fn predict(cluster: &Cluster, probe: &Probe, profile: Profile) -> Result<Prediction, String> {
+pub fn predict(cluster: &Cluster, probe: &Probe, profile: Profile) -> Result<Prediction, String> {
     // A dual-stack cluster is two single-stack ones, as kube-proxy runs a proxier per family.
     let view;
     let cluster = if cluster.second_family.is_some() {
@@ -229,7 +229,7 @@ fn family_problem(cluster: &Cluster, view: &Cluster, probe: &Probe) -> Option<St
 }
 
 /// Compares what a scenario author wrote under `expect:` with the oracle's expectation.
-pub(crate) fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Result<(), String> {
+pub fn check_stated(expectation: &Expectation, stated: &StatedExpectation) -> Result<(), String> {
     let says = match expectation.basis {
         Basis::Contract => "Kubernetes semantics say".to_string(),
         Basis::Choice(by) => format!("{by} chooses"),
@@ -279,7 +279,7 @@ pub(crate) fn check_stated(expectation: &Expectation, stated: &StatedExpectation
 /// Problems with a scenario that only the oracle sees: probes it cannot predict, and stated
 /// expectations that disagree with Kubernetes semantics or with the profile they name.
 /// `(probe index, field, message)`.
-pub(crate) fn scenario_problems(cluster: &Cluster, probes: &[Probe]) -> Vec<(usize, &'static str, String)> {
+pub fn scenario_problems(cluster: &Cluster, probes: &[Probe]) -> Vec<(usize, &'static str, String)> {
     let mut problems = Vec::new();
     for (i, probe) in probes.iter().enumerate() {
         if let Err(message) = expect(cluster, probe) {
