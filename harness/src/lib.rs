@@ -26,10 +26,12 @@
 //!                     nothing a run starts outlives it (the crate `packetproof-model`)
 //! ```
 
-// The bottom layer (`harness/model`) and the judge (`harness/oracle`) are crates of their own,
-// so that cargo refuses an upward import from them; re-exported under the same names.
+// The bottom layer (`harness/model`), the kernel side (`harness/network`) and the judge
+// (`harness/oracle`) are crates of their own, so that cargo refuses an upward import from
+// them; re-exported under the same names.
 pub(crate) use packetproof_model::yaml;
 pub use packetproof_model::{containment, kernel, model, signals};
+pub use packetproof_network::{observe, privileges, topology, traffic};
 pub use packetproof_oracle::{kubernetes, oracle};
 
 pub mod admission;
@@ -39,8 +41,6 @@ pub mod commands;
 pub mod coverage;
 pub mod engine;
 pub mod explore;
-pub mod observe;
-pub mod privileges;
 pub mod probe;
 pub mod proxy;
 pub mod report;
@@ -48,6 +48,4 @@ pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod stage;
-pub mod topology;
-pub mod traffic;
 pub mod verdict;

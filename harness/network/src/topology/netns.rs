@@ -19,9 +19,9 @@ use anyhow::{Context, Result, bail};
 use nix::sched::{CloneFlags, setns};
 
 /// Every namespace this harness creates starts with this.
-pub(crate) const NAME_PREFIX: &str = "pp-";
+pub const NAME_PREFIX: &str = "pp-";
 /// Where named namespaces are bind-mounted (the `ip netns` convention).
-pub(crate) const NETNS_DIR: &str = "/run/netns";
+pub const NETNS_DIR: &str = "/run/netns";
 
 /// Names of the namespaces this process created and has not yet removed.
 static LIVE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
@@ -72,7 +72,7 @@ impl Netns {
 
     /// A namespace this harness did not make, by path (`/proc/PID/ns/net`, a bind mount):
     /// an existing node. Never registered, never removed: its name is its path.
-    pub(crate) fn open_path(path: &Path) -> Result<Netns> {
+    pub fn open_path(path: &Path) -> Result<Netns> {
         let file =
             File::open(path).with_context(|| format!("opening network namespace {}", path.display()))?;
         Ok(Netns { name: path.to_string_lossy().into_owned(), file: Arc::new(file) })
@@ -306,7 +306,7 @@ fn owner_pid(name: &str) -> Option<u32> {
 
 /// Raw fd of a namespace file, for netlink messages that move links (`IFLA_NET_NS_FD`).
 impl Netns {
-    pub(crate) fn raw_fd(&self) -> i32 {
+    pub fn raw_fd(&self) -> i32 {
         self.file.as_raw_fd()
     }
 }

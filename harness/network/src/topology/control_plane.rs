@@ -61,7 +61,7 @@ impl Drop for ControlPlane {
 
 /// The highest host address of the node network that no node (primary or secondary address)
 /// and no external host has.
-pub(crate) fn unused_address(cluster: &Cluster) -> Option<IpAddr> {
+pub fn unused_address(cluster: &Cluster) -> Option<IpAddr> {
     let used: Vec<IpAddr> = cluster
         .nodes
         .iter()
@@ -95,16 +95,14 @@ mod tests {
 
     #[test]
     fn the_control_plane_takes_the_highest_free_address() {
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/external-ips.yaml"))
-                .unwrap();
-        let scenario = crate::admission::load_str(&text, std::path::Path::new("external-ips.yaml")).unwrap();
-        let mut cluster = scenario.cluster.clone();
+        use crate::model::{ExternalHost, PerFamily};
+        let mut cluster = Cluster::example(Vec::new());
         let ip = unused_address(&cluster).unwrap();
         assert!(cluster.node_network.contains(&ip));
         assert!(cluster.nodes.iter().all(|n| n.ip() != ip));
         // Taken by a host: the next one down.
-        cluster.external_hosts[0].ips = crate::model::PerFamily::single(ip);
+        let host = ExternalHost { name: "client".into(), ips: PerFamily::single(ip), routes: Vec::new() };
+        cluster.external_hosts.push(host);
         let next = unused_address(&cluster).unwrap();
         assert_ne!(next, ip);
         assert!(cluster.node_network.contains(&next));

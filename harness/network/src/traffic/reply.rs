@@ -56,7 +56,7 @@ pub fn parse(text: &str) -> Option<Answer> {
 }
 
 /// The pod name and the source it saw, or `None` for anything else.
-pub(crate) fn decode(text: &str) -> Option<(String, SocketAddr)> {
+pub fn decode(text: &str) -> Option<(String, SocketAddr)> {
     parse(text).map(|a| (a.pod, a.seen))
 }
 

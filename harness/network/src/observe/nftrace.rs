@@ -217,7 +217,7 @@ impl Shared {
 }
 
 /// The trace messages in one datagram (anything else is skipped).
-pub(crate) fn decode(mut data: &[u8], out: &mut Vec<TraceEvent>) {
+pub fn decode(mut data: &[u8], out: &mut Vec<TraceEvent>) {
     while data.len() >= 16 {
         let len = u32::from_ne_bytes(data[0..4].try_into().expect("4 bytes")) as usize;
         let kind = u16::from_ne_bytes(data[4..6].try_into().expect("2 bytes"));

@@ -126,7 +126,7 @@ impl Servers {
     /// A TCP listener on 127.0.0.1:`port` in a node's own namespace, as node-local services
     /// (a kubelet's healthz) listen, that accepts and closes: what martian traffic from outside
     /// the node must never reach.
-    pub(crate) fn listen_on_localhost(&mut self, node: &Netns, port: u16) -> Result<()> {
+    pub fn listen_on_localhost(&mut self, node: &Netns, port: u16) -> Result<()> {
         let bind = SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), port);
         let what = || format!("listening on {bind} in {}", node.name());
         let listener = node.run(move || socket(bind, Type::STREAM))?.with_context(what)?;

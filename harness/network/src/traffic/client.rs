@@ -32,7 +32,7 @@ impl Default for SourcePorts {
 const FIRST_SOURCE_PORT: u16 = 20000;
 
 impl SourcePorts {
-    pub(crate) fn next(&self) -> u16 {
+    pub fn next(&self) -> u16 {
         // Wraps within [20000, 65535) after ~45k attempts; far more than any scenario sends.
         let port = self.0.fetch_add(1, Ordering::Relaxed);
         if port == u16::MAX {
@@ -76,7 +76,7 @@ pub enum Pace {
 /// fate once the kernel has handled it, during the send itself; the wait only gives an answer
 /// that should not come time to show. tests/timeout_invariance.rs proves the verdicts the same
 /// at 90 ms as at 1.2 s.
-pub(crate) fn silent_wait(timeout: Duration) -> Duration {
+pub fn silent_wait(timeout: Duration) -> Duration {
     timeout * 3 / 10
 }
 
@@ -107,7 +107,7 @@ impl Prober {
 
     /// Runs `f` on the thread inside the source namespace, with the next free source port
     /// and the timeout (held connections open their sockets there).
-    pub(crate) fn run_inside<R: Send + 'static>(
+    pub fn run_inside<R: Send + 'static>(
         &self,
         f: impl FnOnce(&SourcePorts, Duration) -> R + Send + 'static,
     ) -> Result<R> {
@@ -152,7 +152,7 @@ impl Prober {
     }
 
     /// A bare connect-and-read with no classification, for benchmarks.
-    pub(crate) fn raw_tcp_round_trip(&self, dst: SocketAddr) -> Result<std::io::Result<usize>> {
+    pub fn raw_tcp_round_trip(&self, dst: SocketAddr) -> Result<std::io::Result<usize>> {
         let timeout = self.timeout;
         self.thread.run(move || {
             let mut stream = std::net::TcpStream::connect_timeout(&dst, timeout)?;

@@ -246,7 +246,7 @@ impl NodeRecorders {
 /// entry confirmed during the phase that is no longer in it, as last announced (a destroyed
 /// entry as it was when destroyed). An entry confirmed in an earlier phase (a held
 /// connection's) and destroyed in this one stays gone: its absence is the evidence.
-pub(crate) fn with_gone(table: Vec<Flow>, announced: &[(Change, Flow)]) -> Vec<Flow> {
+pub fn with_gone(table: Vec<Flow>, announced: &[(Change, Flow)]) -> Vec<Flow> {
     let key = |f: &Flow| (f.ip_protocol, f.original);
     let present: HashSet<_> = table.iter().map(key).collect();
     // In the order they were confirmed.
@@ -272,7 +272,7 @@ pub(crate) fn with_gone(table: Vec<Flow>, announced: &[(Change, Flow)]) -> Vec<F
 }
 
 /// `new tcp SYN_SENT src=… [UNREPLIED] src=…`, one line per announcement, for the evidence.
-pub(crate) fn log_lines(announced: &[(Change, Flow)]) -> String {
+pub fn log_lines(announced: &[(Change, Flow)]) -> String {
     announced
         .iter()
         .map(|(change, flow)| {

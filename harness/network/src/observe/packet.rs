@@ -51,14 +51,14 @@ pub enum L4 {
 impl Packet {
     /// Parses an Ethernet frame; `None` for ARP, IPv6 neighbour discovery and multicast
     /// listener chatter, and anything that is not IP.
-    pub(crate) fn from_ethernet(frame: &[u8]) -> Option<Packet> {
+    pub fn from_ethernet(frame: &[u8]) -> Option<Packet> {
         // Lax: a GSO super-frame or a cut-off frame still yields its headers.
         let sliced = LaxSlicedPacket::from_ethernet(frame).ok()?;
         from_sliced(&sliced, true)
     }
 
     /// Parses a bare IP packet (as quoted inside an ICMP error, possibly cut short).
-    pub(crate) fn from_ip(packet: &[u8]) -> Option<Packet> {
+    pub fn from_ip(packet: &[u8]) -> Option<Packet> {
         from_sliced(&LaxSlicedPacket::from_ip(packet).ok()?, false)
     }
 
@@ -70,7 +70,7 @@ impl Packet {
 
     /// Whether this packet goes between `a` and `b` (either way), or is an ICMP error about
     /// a packet that did.
-    pub(crate) fn is_between(&self, a: SocketAddr, b: SocketAddr) -> bool {
+    pub fn is_between(&self, a: SocketAddr, b: SocketAddr) -> bool {
         if let L4::IcmpError { original: Some(original), .. } = &self.l4 {
             return original.is_between(a, b);
         }
@@ -93,7 +93,7 @@ pub struct NeighbourRequest {
 impl NeighbourRequest {
     /// Reads an Ethernet frame carrying an ARP request (IPv4 over Ethernet) or an ICMPv6
     /// neighbour solicitation (directly after the IPv6 header, as Linux sends it).
-    pub(crate) fn from_ethernet(frame: &[u8]) -> Option<NeighbourRequest> {
+    pub fn from_ethernet(frame: &[u8]) -> Option<NeighbourRequest> {
         let body = frame.get(14..)?;
         match be16(frame.get(12..14)?, 0) {
             0x0806 => {

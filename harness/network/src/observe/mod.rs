@@ -8,8 +8,8 @@ mod nfnetlink;
 pub mod nftables;
 pub mod nftrace;
 pub mod packet;
-pub(crate) mod packet_socket;
-pub(crate) mod pcap;
+pub mod packet_socket;
+pub mod pcap;
 
 pub use capture::{Capture, Frame, flow_frames};
 pub use conntrack::{Flow, Tuple};

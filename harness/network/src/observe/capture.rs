@@ -33,7 +33,7 @@ pub struct Frame {
 impl Frame {
     /// The address this frame asks the link address of, if it is an ARP request or an IPv6
     /// neighbour solicitation: the sender is about to send to it (or forward toward it).
-    pub(crate) fn neighbour_request(&self) -> Option<super::packet::NeighbourRequest> {
+    pub fn neighbour_request(&self) -> Option<super::packet::NeighbourRequest> {
         super::packet::NeighbourRequest::from_ethernet(&self.data)
     }
 }

@@ -12,14 +12,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const RECEIVE_BUFFER: libc::c_int = 4 << 20;
 
 /// One frame taken from the queue.
-pub(crate) struct Received {
+pub struct Received {
     pub len: usize,
     pub timestamp: SystemTime,
     /// Sent by this namespace out of the interface (`PACKET_OUTGOING`), not received on it.
     pub outgoing: bool,
 }
 
-pub(crate) struct PacketSocket {
+pub struct PacketSocket {
     fd: OwnedFd,
 }
 
@@ -27,7 +27,7 @@ impl PacketSocket {
     /// Opens a socket that receives every frame in and out of `interface`. Call it on a thread
     /// inside the namespace: both the interface name and the socket belong to the calling
     /// thread's namespace.
-    pub(crate) fn open(interface: &str) -> io::Result<PacketSocket> {
+    pub fn open(interface: &str) -> io::Result<PacketSocket> {
         let name = CString::new(interface).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: a valid NUL-terminated string.
         let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
@@ -71,7 +71,7 @@ impl PacketSocket {
     /// Moves one queued frame into `buf` without blocking: its length (cut to `buf`), the
     /// kernel's receive time and whether this host sent it (`PACKET_OUTGOING`) rather than
     /// received it. `None` when the queue is empty.
-    pub(crate) fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Received>> {
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<Received>> {
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         // u64 elements keep the control buffer aligned for cmsghdr.
         let mut control = [0u64; 8];
@@ -128,14 +128,14 @@ impl PacketSocket {
     }
 
     /// Sends one whole frame (from the Ethernet header on) out of the bound interface.
-    pub(crate) fn send(&self, frame: &[u8]) -> io::Result<()> {
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
         // SAFETY: `frame` is valid for `frame.len()` bytes.
         let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
         if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
     }
 
     /// Blocks until a frame is queued (`true`) or `timeout` passes (`false`).
-    pub(crate) fn wait_for(&self, timeout: Duration) -> io::Result<bool> {
+    pub fn wait_for(&self, timeout: Duration) -> io::Result<bool> {
         let mut fds = [libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
         // SAFETY: `fds` is a valid array of one pollfd.

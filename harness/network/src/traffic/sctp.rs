@@ -30,7 +30,7 @@ fn socket(addr: SocketAddr) -> std::io::Result<Socket> {
 }
 
 /// A listening SCTP socket on `addr` (IPv6-only on an IPv6 address, as the TCP servers).
-pub(crate) fn listen(addr: SocketAddr) -> std::io::Result<Socket> {
+pub fn listen(addr: SocketAddr) -> std::io::Result<Socket> {
     let socket = socket(addr)?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
@@ -42,7 +42,7 @@ pub(crate) fn listen(addr: SocketAddr) -> std::io::Result<Socket> {
 }
 
 /// The listener as tokio's TCP listener type (see the module's note), ready to serve.
-pub(crate) fn into_tokio(listener: Socket) -> std::io::Result<tokio::net::TcpListener> {
+pub fn into_tokio(listener: Socket) -> std::io::Result<tokio::net::TcpListener> {
     let listener = std::net::TcpListener::from(listener);
     listener.set_nonblocking(true)?;
     tokio::net::TcpListener::from_std(listener)

@@ -56,7 +56,7 @@ pub(super) fn bind_error(e: std::io::Error, src: SocketAddr) -> Unsent {
     }
 }
 
-pub(crate) fn answer(text: &str) -> Attempt {
+pub fn answer(text: &str) -> Attempt {
     match reply::decode(text) {
         Some((pod, seen)) => Attempt::Answered { pod, seen },
         None if text.is_empty() => Attempt::Broken { reason: "connection closed without an answer".into() },
@@ -64,7 +64,7 @@ pub(crate) fn answer(text: &str) -> Attempt {
     }
 }
 
-pub(crate) fn classify_error(e: std::io::Error) -> Attempt {
+pub fn classify_error(e: std::io::Error) -> Attempt {
     match e.kind() {
         ErrorKind::TimedOut | ErrorKind::WouldBlock => Attempt::Silent,
         ErrorKind::ConnectionRefused => {

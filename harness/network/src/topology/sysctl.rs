@@ -8,7 +8,7 @@ use super::netns::Netns;
 /// What a real node has on: forwarding (both families), and bridged pod traffic passing
 /// through iptables and ip6tables (so replies between pods on one bridge are un-NATed by
 /// conntrack).
-pub(crate) const NODE_SETTINGS: &[(&str, &str)] = &[
+pub const NODE_SETTINGS: &[(&str, &str)] = &[
     ("net/ipv4/ip_forward", "1"),
     ("net/ipv6/conf/all/forwarding", "1"),
     ("net/bridge/bridge-nf-call-iptables", "1"),
@@ -24,7 +24,7 @@ pub(crate) const NODE_SETTINGS: &[(&str, &str)] = &[
 /// fail. Every address here is assigned by the scenario, which validation keeps unique. A link
 /// takes `default` when it is made (or moved into the namespace) and DAD runs unless both
 /// `all` and the link's own value are 0: written before any link exists in the namespace.
-pub(crate) const EVERY_NAMESPACE: &[(&str, &str)] = &[
+pub const EVERY_NAMESPACE: &[(&str, &str)] = &[
     ("net/ipv4/icmp_ratelimit", "0"),
     ("net/ipv6/icmp/ratelimit", "0"),
     ("net/ipv6/conf/all/accept_dad", "0"),
@@ -43,7 +43,7 @@ pub(crate) const EVERY_NAMESPACE: &[(&str, &str)] = &[
 /// link takes from `default` (`rt6_do_redirect`); IPv4 honours a redirect if `all` or the link
 /// says so: all are off, before any link exists. tests/redirects.rs makes a node's redirect on
 /// purpose and shows a host of the harness ignore it.
-pub(crate) const HOST_SETTINGS: &[(&str, &str)] = &[
+pub const HOST_SETTINGS: &[(&str, &str)] = &[
     ("net/ipv4/conf/all/accept_redirects", "0"),
     ("net/ipv4/conf/default/accept_redirects", "0"),
     ("net/ipv6/conf/all/accept_redirects", "0"),
@@ -59,7 +59,7 @@ const WHERE_NAMESPACED: &[(&str, &str)] =
     &[("net/ipv4/icmp_msgs_per_sec", "1000000"), ("net/ipv4/icmp_msgs_burst", "1000000")];
 
 /// Before any link but loopback exists in the node's namespace.
-pub(crate) fn node_defaults(ns: &Netns) -> Result<()> {
+pub fn node_defaults(ns: &Netns) -> Result<()> {
     for (key, value) in NODE_SETTINGS.iter().chain(EVERY_NAMESPACE) {
         write(ns, key, value)?;
     }
@@ -68,7 +68,7 @@ pub(crate) fn node_defaults(ns: &Netns) -> Result<()> {
 
 /// Pods, external hosts and the node network: the settings of every namespace, and no
 /// redirects followed.
-pub(crate) fn host_defaults(ns: &Netns) -> Result<()> {
+pub fn host_defaults(ns: &Netns) -> Result<()> {
     for (key, value) in EVERY_NAMESPACE.iter().chain(HOST_SETTINGS) {
         write(ns, key, value)?;
     }

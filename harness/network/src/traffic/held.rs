@@ -17,7 +17,7 @@ use super::reply;
 
 /// The server's side: the reply line, then the line again for every line received, until
 /// the client closes its side (a one-shot client does so at once).
-pub(crate) async fn answer_and_echo(stream: tokio::net::TcpStream, peer: SocketAddr, pod: String) {
+pub async fn answer_and_echo(stream: tokio::net::TcpStream, peer: SocketAddr, pod: String) {
     let line = reply::encode(&pod, peer);
     let (read, mut write) = stream.into_split();
     if write.write_all(line.as_bytes()).await.is_err() {

@@ -69,7 +69,7 @@ impl Journal {
     }
 
     /// Everything was undone: the journal goes.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         let _ = fs::remove_file(&self.path);
     }
 }
@@ -82,7 +82,7 @@ pub struct Orphan {
 }
 
 /// The journals of runs no longer alive (all of them but this process's with `include_live`).
-pub(crate) fn orphans(include_live: bool) -> Result<Vec<Orphan>> {
+pub fn orphans(include_live: bool) -> Result<Vec<Orphan>> {
     orphans_in(Path::new(DIR), include_live)
 }
 

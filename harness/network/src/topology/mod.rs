@@ -9,13 +9,13 @@
 //! Links are created inside harness namespaces only (a veth is made in one namespace with its
 //! peer placed straight into the other), so the machine's own namespace never changes.
 
-pub(crate) mod control_plane;
+pub mod control_plane;
 pub mod existing;
-pub(crate) mod journal;
-pub(crate) mod links;
+pub mod journal;
+pub mod links;
 pub mod netns;
 mod ready;
-pub(crate) mod sysctl;
+pub mod sysctl;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -44,7 +44,7 @@ pub fn install_interrupt_handler() {
 /// Removes what runs no longer alive left behind (every run's with `include_live`): their
 /// namespaces, their additions to existing nodes, and their scratch directories. Returns what
 /// was removed, for the user.
-pub(crate) fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {
+pub fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {
     let namespaces = netns::cleanup(include_live)?.into_iter().map(|name| format!("namespace {name}"));
     let additions =
         existing::undo_orphans(include_live, delete)?.into_iter().map(|j| format!("the additions of {j}"));
@@ -240,7 +240,7 @@ impl Topology {
     }
 
     /// The namespace a probe source sends from.
-    pub(crate) fn source_netns(&self, source: &Source) -> Result<&Netns> {
+    pub fn source_netns(&self, source: &Source) -> Result<&Netns> {
         match source {
             Source::Pod(name) => self.pods.get(name).with_context(|| format!("no namespace for pod {name}")),
             Source::Node(name) => Ok(&self.node(name)?.netns),
@@ -350,6 +350,6 @@ fn external_destinations(cluster: &Cluster) -> Vec<IpAddr> {
 /// The prefix an address of the node network gets on a node: the network's for the node IP; a
 /// host prefix for a secondary address, as VIP managers (kube-vip, keepalived) add a VIP, so
 /// that the kernel sends the node's own traffic to it from the VIP, not from the node IP.
-pub(crate) fn node_network_prefix(node: &crate::model::Node, ip: std::net::IpAddr, net: ipnet::IpNet) -> u8 {
+pub fn node_network_prefix(node: &crate::model::Node, ip: std::net::IpAddr, net: ipnet::IpNet) -> u8 {
     if ip == node.ip() { net.prefix_len() } else { crate::model::IpFamily::of(ip).host_prefix() }
 }

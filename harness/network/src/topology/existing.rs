@@ -63,7 +63,7 @@ impl std::str::FromStr for NodeRef {
 pub type NodeMap = BTreeMap<String, NodeRef>;
 
 /// `NAME=REF`, as `--node` takes it.
-pub(crate) fn parse_assignment(text: &str) -> Result<(String, NodeRef)> {
+pub fn parse_assignment(text: &str) -> Result<(String, NodeRef)> {
     let (name, reference) = text
         .split_once('=')
         .with_context(|| format!("{text:?}: expected NODE=REF, e.g. kind-worker=docker:kind-worker"))?;
@@ -261,19 +261,19 @@ impl Additions {
     }
 
     /// Writes down, for a run killed outright, an addition a [`Undo::Hook`] takes back.
-    pub(crate) fn write_down(&self, entry: &journal::Entry) {
+    pub fn write_down(&self, entry: &journal::Entry) {
         if let Err(e) = Journal::new(self.id).append(entry) {
             eprintln!("packetproof: {e:#} (a run killed outright could not take this addition back)");
         }
     }
 
     /// Undoes everything recorded, newest first; reports the first failure but tries all.
-    pub(crate) fn undo(self) -> Result<()> {
+    pub fn undo(self) -> Result<()> {
         self.undo_now()
     }
 
     /// Drops the record without undoing it (its owner took everything back itself).
-    pub(crate) fn forget(self) {
+    pub fn forget(self) {
         pending().remove(&self.id);
         Journal::new(self.id).close();
     }
@@ -309,7 +309,7 @@ fn run_all(undos: Vec<Undo>) -> Result<()> {
 pub type DeleteApiObject = fn(&std::path::Path, &str, &str, &str) -> Result<()>;
 
 /// Undoes every live record; for Ctrl-C and fatal paths.
-pub(crate) fn undo_all() {
+pub fn undo_all() {
     let all: Vec<(u64, Vec<Undo>)> = std::mem::take(&mut *pending()).into_iter().collect();
     for (id, undos) in all {
         match run_all(undos) {
@@ -321,7 +321,7 @@ pub(crate) fn undo_all() {
 
 /// Takes back what runs killed outright added to existing nodes (all runs' but this one's with
 /// `include_live`), newest first; returns each journal undone, with how many additions it held.
-pub(crate) fn undo_orphans(include_live: bool, delete: DeleteApiObject) -> Result<Vec<String>> {
+pub fn undo_orphans(include_live: bool, delete: DeleteApiObject) -> Result<Vec<String>> {
     let mut undone = Vec::new();
     for orphan in journal::orphans(include_live)? {
         let count = orphan.entries.len();
