@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{
-    self, EXIT_ERROR, EXIT_PASS, check, cleanup, default_paths, diff, mutants, proxy_choice, rules, run,
-};
+use crate::commands::{self, EXIT_ERROR, EXIT_PASS, default_paths, proxy_choice};
 use crate::engine::MachineReports;
 use crate::proxy;
 use crate::report::Paint;
@@ -358,11 +356,20 @@ pub fn main() -> i32 {
                 let paint = Paint::for_stdout(color);
                 let paths = default_paths(paths);
                 let chosen = commands::Chosen { paths: &paths, partition };
-                run(&chosen, proxy.as_ref(), &options, jobs, outputs, paint, show_passing, coverage)
+                commands::run::main(
+                    &chosen,
+                    proxy.as_ref(),
+                    &options,
+                    jobs,
+                    outputs,
+                    paint,
+                    show_passing,
+                    coverage,
+                )
             })
         }
-        Command::Check { paths, show } => check(&default_paths(paths), show),
-        Command::Rules { file, node, proxy } => rules(&file, node.as_deref(), &proxy),
+        Command::Check { paths, show } => commands::check::main(&default_paths(paths), show),
+        Command::Rules { file, node, proxy } => commands::rules::main(&file, node.as_deref(), &proxy),
         Command::Bench { scale, proxy, proxy_options, connects, scale_round: Some(out), .. } => {
             let side = commands::bench::Side {
                 proxy: proxy.unwrap_or_else(|| proxy::iptables::NAME.into()),
@@ -430,7 +437,7 @@ pub fn main() -> i32 {
         }
         Command::Mutants { suite, only, first_kill, proxy, json, jobs, partition } => {
             let json = json.as_deref();
-            mutants(&commands::HuntArgs {
+            commands::mutants::main(&commands::HuntArgs {
                 suite: &suite,
                 only: &only,
                 first_kill,
@@ -444,7 +451,7 @@ pub fn main() -> i32 {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
             proxy_choice(&left, &left_options).and_then(|left| {
                 let right = proxy_choice(&right, &right_options)?;
-                diff(&default_paths(paths), &left, &right, &options, jobs)
+                commands::diff::main(&default_paths(paths), &left, &right, &options, jobs)
             })
         }
         Command::Merge { reports, json, junit, color } => commands::merge::main(
@@ -455,7 +462,7 @@ pub fn main() -> i32 {
         Command::Coverage(CoverageCommand::Merge { files, json, min_coverage, show_covering }) => {
             commands::coverage::merge(&files, json.as_deref(), min_coverage, show_covering)
         }
-        Command::Cleanup { all } => cleanup(all),
+        Command::Cleanup { all } => commands::cleanup::main(all),
         Command::Matrix(args) => commands::matrix::main(args),
         Command::Explore(args) => commands::explore::main(args),
         Command::Soak(args) => commands::soak::main(args),

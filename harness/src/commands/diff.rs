@@ -12,9 +12,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::engine::{Engine, Reporter, Run, RunProxy};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, load_all, remove_leftovers};
+use crate::engine::{Engine, Reporter, Run, RunProgress, RunProxy};
 use crate::model::Profile;
 use crate::model::{Cluster, ProxyChoice, Scenario, Source, bridge_address};
+use crate::proxy;
+use crate::report::Paint;
 use crate::results::{Outcome, ScenarioReport};
 use crate::runner::RunOptions;
 use crate::traffic::Attempt;
@@ -329,9 +336,69 @@ fn flow_table(left: &str, right: &str, diffs: &[FlowDiff]) -> String {
     out
 }
 
+/// `packetproof diff`: the flows whose behaviour differs between two proxies.
+pub fn main(
+    paths: &[PathBuf],
+    left: &ProxyChoice,
+    right: &ProxyChoice,
+    options: &RunOptions,
+    jobs: usize,
+) -> Result<i32> {
+    let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
+    for choice in [left, right] {
+        proxy::build(choice, Path::new("."))?;
+    }
+    for stale in remove_leftovers(false)? {
+        eprintln!("packetproof: removed {stale}, left by an earlier run");
+    }
+    let engine = Engine { options: options.clone(), jobs };
+    let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
+    let found = diff(&scenarios, left, right, &engine, &mut [&mut progress])?;
+    print!("{}", table(&left.label(), &right.label(), &found));
+    Ok(diff_exit_code(&found))
+}
+
+/// As `run`'s: 2 when a side could not be set up or nothing was compared (input or machine at
+/// fault), 1 when some flow differs, 0 otherwise.
+fn diff_exit_code(found: &Differences) -> i32 {
+    if found.setup_failed() || found.compared == 0 {
+        EXIT_ERROR
+    } else if found.flows.is_empty() {
+        EXIT_PASS
+    } else {
+        EXIT_FAIL
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_diff_that_could_not_compare_is_an_error_and_a_skip_beside_a_comparison_is_not() {
+        let not = |error| NotCompared { scenario: "s".into(), why: "left: …".into(), error };
+        let found = |flows: usize, not_compared, compared| Differences {
+            flows: (0..flows)
+                .map(|_| FlowDiff {
+                    scenario: "s".into(),
+                    probe: "p".into(),
+                    left: "a".into(),
+                    right: "b".into(),
+                })
+                .collect(),
+            not_compared,
+            compared,
+        };
+        assert_eq!(diff_exit_code(&found(0, vec![not(false)], 1)), EXIT_PASS);
+        assert_eq!(diff_exit_code(&found(1, vec![], 1)), EXIT_FAIL);
+        assert_eq!(
+            diff_exit_code(&found(1, vec![not(true)], 1)),
+            EXIT_ERROR,
+            "an error outweighs a difference"
+        );
+        assert_eq!(diff_exit_code(&found(0, vec![not(false)], 0)), EXIT_ERROR, "nothing compared");
+    }
+
     use crate::model::PerFamily;
 
     fn answered(pod: &str, seen: &str) -> Attempt {

@@ -6,11 +6,19 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, load_all, partition};
 use crate::engine::{Control, Engine, Event, Reporter, Run, RunProxy};
 use crate::model::Scenario;
+use crate::privileges;
 use crate::proxy::Mutant;
 use crate::proxy::Proxy;
+use crate::report::Paint;
 use crate::report::known_bugs::{ANY, PROXY};
+use crate::report::terminal::Progress;
 use crate::results::{Outcome, ScenarioReport};
 use crate::runner::RunOptions;
 use crate::verdict::Symptom;
@@ -398,4 +406,73 @@ pub fn table(hunts: &[Hunt]) -> String {
         ));
     }
     out
+}
+
+/// What `mutants` hunts: which mutants of which proxy, and how.
+pub struct HuntArgs<'a> {
+    pub suite: &'a [PathBuf],
+    pub only: &'a [String],
+    pub first_kill: bool,
+    pub proxy: &'a str,
+    pub json: Option<&'a Path>,
+    /// Runs at once, over all mutants (default: [`Engine::default_jobs`]).
+    pub jobs: Option<usize>,
+    /// Hunt only this slice of the chosen mutants (by each mutant's name).
+    pub partition: Option<partition::Partition>,
+}
+
+/// `packetproof mutants`: every catalogued mutant of a built-in proxy hunted with a suite.
+pub fn main(args: &HuntArgs<'_>) -> Result<i32> {
+    let proxy_name = args.proxy;
+    let breakable = breakable(proxy_name)
+        .with_context(|| format!("no mutants of proxy {proxy_name:?} (built-in proxies only)"))?;
+    let Some(scenarios) = load_all(args.suite)? else { return Ok(EXIT_ERROR) };
+    if let Some(reason) = privileges::preflight() {
+        anyhow::bail!("cannot hunt mutants here: {reason}");
+    }
+    let mut chosen: Vec<_> = if args.only.is_empty() {
+        catalog(proxy_name)
+    } else {
+        args.only
+            .iter()
+            .map(|name| name.parse().map_err(|_| anyhow::anyhow!("no mutant {name:?}")))
+            .collect::<Result<_>>()?
+    };
+    if let Some(slice) = args.partition {
+        chosen = slice.keep(chosen, |m| m.name().to_string());
+        println!("slice {slice}: {} mutants", chosen.len());
+    }
+    let jobs = args.jobs.unwrap_or_else(Engine::default_jobs);
+    let total = chosen.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    // A probe that fails unbroken (a behaviour of this proxy the oracle does not expect)
+    // kills nothing.
+    let baseline = baseline(&scenarios, breakable, jobs)?;
+    for (scenario, probe) in &baseline {
+        println!("baseline: {scenario}/{probe} fails unbroken; its failures kill no mutant");
+    }
+    let paint = Paint::for_stdout(clap::ColorChoice::Auto);
+    // Several mutants are hunted at once: each line comes when its verdict is known.
+    let progress = Progress::new(total, paint);
+    let hunts = hunt(&scenarios, &chosen, args.first_kill, breakable, &baseline, jobs, |h| {
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let verdict = if h.killed() { paint.pass("killed") } else { paint.fail("SURVIVED") };
+        let mut text = format!("[{n}/{total}] {verdict} {} by {}\n", h.mutant.name(), h.killed_by.join(", "));
+        for e in &h.errors {
+            text.push_str(&format!("        setup error: {e}\n"));
+        }
+        progress.finished(h.mutant.name(), &text);
+    })?;
+    progress.finish();
+    println!("\n{}", table(&hunts));
+    for (mutant, why) in not_observable(proxy_name) {
+        println!("not hunted: {}: {why}", mutant.name());
+    }
+    if let Some(path) = args.json {
+        std::fs::write(path, json(proxy_name, &hunts, &baseline)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let survivors = hunts.iter().filter(|h| !h.killed()).count();
+    println!("{} killed, {survivors} survived", hunts.len() - survivors);
+    Ok(if survivors == 0 { EXIT_PASS } else { EXIT_FAIL })
 }
