@@ -11,6 +11,7 @@ pub mod cluster;
 mod cluster_settings;
 pub mod command;
 pub(crate) mod conntrack_cleanup;
+pub(crate) mod endpoint_choice;
 pub(crate) mod healthcheck;
 pub mod iptables;
 pub mod iptables_rules;

@@ -8,9 +8,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::kubernetes::endpoints::{Deviations, Terminating};
 use crate::kubernetes::topology::Hints;
 use crate::model::Cluster;
+use crate::proxy::endpoint_choice::{Deviations, Terminating};
 
 /// The mutants whose bug is not in the finished rules, as a pattern for the `apply` of
 /// either mode: the generator makes the endpoint-choice bugs ([`Mutant::deviations`]), the

@@ -8,20 +8,12 @@
 use std::net::IpAddr;
 
 use crate::kubernetes::topology::{self, Hints};
-use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
+use crate::model::{Endpoint, IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
 
-/// When serving-and-terminating endpoints are used. kube-proxy falls back to them; the other
-/// two are bugs that mutants switch on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Terminating {
-    /// Only when no endpoint of the set is ready (KEP-1669, kube-proxy since v1.26).
-    #[default]
-    FallBack,
-    /// Alongside ready ones, as if terminating endpoints were ready.
-    AlwaysUsed,
-    /// Never: a set with only terminating endpoints has none.
-    NeverUsed,
-}
+/// How one set of endpoints (the Cluster set, or this node's Local set) is narrowed to those
+/// used: kube-proxy's [`ready_else_terminating`], or another rule a caller passes (the proxies'
+/// mutants make it a bug).
+pub type SetChoice = for<'a> fn(Vec<&'a Endpoint>) -> Vec<&'a Endpoint>;
 
 /// The traffic policies of one service port, as kube-proxy's `BaseServicePortInfo` keeps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,62 +69,21 @@ pub struct Selection<'a> {
     pub has_any: bool,
 }
 
-/// What a generator of either mode builds one service port's rules on: its policy, its
-/// endpoints on the node, and whether external Local traffic goes to the Cluster set (a
-/// deviation).
-#[derive(Debug, Clone)]
-pub struct Choice<'a> {
-    pub policy: PortPolicy,
-    pub eps: Selection<'a>,
-    pub etp_local_uses_cluster: bool,
-    /// Endpoints no set uses that still get an affinity check: a bug (a mutant), else empty.
-    pub stale_affinity: Vec<&'a Endpoint>,
-}
-
-impl Choice<'_> {
-    /// External traffic is kept on this node's endpoints.
-    pub fn external_local(&self) -> bool {
-        self.policy.external_local && !self.etp_local_uses_cluster
-    }
-
-    pub fn has_internal_endpoints(&self) -> bool {
-        self.eps.has_any && (!self.policy.internal_local || !self.eps.local.is_empty())
-    }
-
-    pub fn has_external_endpoints(&self) -> bool {
-        self.eps.has_any && (!self.external_local() || !self.eps.local.is_empty())
-    }
-
-    /// The external chain exists even without external endpoints (its short-circuit rules
-    /// still serve traffic from this node and its pods).
-    pub fn uses_external_chain(&self) -> bool {
-        self.eps.has_any && self.policy.externally_accessible
-    }
-}
-
-fn ready(ep: &Endpoint) -> bool {
+pub fn ready(ep: &Endpoint) -> bool {
     ep.ready
 }
 
-fn serving_terminating(ep: &Endpoint) -> bool {
+pub fn serving_terminating(ep: &Endpoint) -> bool {
     ep.serving && ep.terminating
 }
 
-/// Endpoints matching `wanted`: the ready ones, with serving-terminating ones as `terminating`
-/// says (kube-proxy: only when none is ready).
+/// Endpoints matching `wanted`, narrowed by `choose`.
 fn usable<'a>(
     candidates: &[&'a Endpoint],
     wanted: impl Fn(&Endpoint) -> bool,
-    terminating: Terminating,
+    choose: SetChoice,
 ) -> Vec<&'a Endpoint> {
-    let matching = |keep: fn(&Endpoint) -> bool| -> Vec<&'a Endpoint> {
-        candidates.iter().copied().filter(|ep| wanted(ep) && keep(ep)).collect()
-    };
-    match terminating {
-        Terminating::AlwaysUsed => matching(|ep| ready(ep) || serving_terminating(ep)),
-        Terminating::NeverUsed => matching(ready),
-        Terminating::FallBack => ready_else_terminating(candidates.iter().copied().filter(|ep| wanted(ep))),
-    }
+    choose(candidates.iter().copied().filter(|ep| wanted(ep)).collect())
 }
 
 /// kube-proxy's choice within one set of endpoints (KEP-1669, since v1.26): the ready ones,
@@ -144,6 +95,11 @@ pub fn ready_else_terminating<'a>(set: impl IntoIterator<Item = &'a Endpoint>) -
     if chosen.is_empty() { set.into_iter().filter(|ep| serving_terminating(ep)).collect() } else { chosen }
 }
 
+/// kube-proxy's [`SetChoice`]: [`ready_else_terminating`].
+pub fn kube_proxy_set(set: Vec<&Endpoint>) -> Vec<&Endpoint> {
+    ready_else_terminating(set)
+}
+
 /// Whether kube-proxy on `node` counts `ep` as local: by its `nodeName` alone
 /// (pkg/proxy/endpointslicecache.go, `isLocal`), wherever the address really is.
 pub fn is_local(ep: &Endpoint, node: &str) -> bool {
@@ -152,17 +108,17 @@ pub fn is_local(ep: &Endpoint, node: &str) -> bool {
 
 /// kube-proxy's choice of endpoints for `port` on `node` (endpoints of the policy's family only).
 pub fn select<'a>(port: &'a ServicePort, policy: PortPolicy, node: &str) -> Selection<'a> {
-    select_with(port, policy, node, Terminating::FallBack, topology::Context::default(), Hints::Honoured)
+    select_with(port, policy, node, kube_proxy_set, topology::Context::default(), Hints::Honoured)
 }
 
-/// [`select`], with terminating endpoints used as `terminating` says, and the Cluster set
-/// narrowed by topology hints as `hints` says (`topo`: the node's zone and the Service's
-/// hints annotation).
+/// [`select`], with each set narrowed by `choose` (kube-proxy's: [`ready_else_terminating`]),
+/// and the Cluster set narrowed by topology hints as `hints` says (`topo`: the node's zone and
+/// the Service's hints annotation).
 pub fn select_with<'a>(
     port: &'a ServicePort,
     policy: PortPolicy,
     node: &str,
-    terminating: Terminating,
+    choose: SetChoice,
     topo: topology::Context<'_>,
     hints: Hints,
 ) -> Selection<'a> {
@@ -175,13 +131,13 @@ pub fn select_with<'a>(
     // hinted for this zone, so the fallback to terminating endpoints never sees the filter.
     let cluster = if policy.uses_cluster_endpoints() {
         let zone = topology::zone_filter(&all, topo, hints);
-        usable(&all, |ep| zone.is_none_or(|z| topology::available(ep, z)), terminating)
+        usable(&all, |ep| zone.is_none_or(|z| topology::available(ep, z)), choose)
     } else {
         Vec::new()
     };
-    let local = if policy.uses_local_endpoints() { usable(&all, is_local, terminating) } else { Vec::new() };
+    let local = if policy.uses_local_endpoints() { usable(&all, is_local, choose) } else { Vec::new() };
     // Every policy combination uses one of the two sets, and both see the same candidates.
-    let has_any = !usable(&all, |_| true, terminating).is_empty();
+    let has_any = !usable(&all, |_| true, choose).is_empty();
 
     // Union of both sets; sorted, where kube-proxy's order here is a Go map's (random).
     let mut reachable = cluster.clone();
@@ -192,80 +148,6 @@ pub fn select_with<'a>(
     }
     reachable.sort_by_key(|ep| ep.address().to_string());
     Selection { cluster, local, reachable, has_any }
-}
-
-/// Ways the generator departs from kube-proxy on purpose (all off by default), for mutants
-/// whose bug is a wrong choice of endpoints rather than a wrong rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Deviations {
-    pub terminating: Terminating,
-    /// internalTrafficPolicy Local uses the Cluster set on a node without local endpoints.
-    pub itp_local_falls_back: bool,
-    /// externalTrafficPolicy Local sends outside traffic to the Cluster set (and so never
-    /// drops it), keeping the client address.
-    pub etp_local_uses_cluster: bool,
-    /// How topology hints narrow the Cluster set.
-    pub hints: Hints,
-    /// ClientIP affinity checks are written for not-ready endpoints too (kube-proxy v1.22).
-    pub affinity_to_not_ready: bool,
-    /// internalTrafficPolicy Local narrows the endpoints before traffic is told apart
-    /// (kube-proxy v1.21-v1.22's `FilterEndpoints`, which returned early for external Local
-    /// policy): outside traffic too gets only this node's endpoints, and a node without any
-    /// has none at all (every address rejects).
-    pub itp_local_filters_all: bool,
-    /// externalTrafficPolicy Local skips the internal filtering (the same `FilterEndpoints`):
-    /// internalTrafficPolicy Local and topology hints are ignored for internal traffic.
-    pub etp_local_skips_filtering: bool,
-}
-
-impl Deviations {
-    /// The policy and endpoints of `port` on `node` (either mode's generator), with the
-    /// endpoint-choice bugs these deviations switch on.
-    pub fn choose<'a>(
-        self,
-        cluster: &Cluster,
-        svc: &Service,
-        port: &'a ServicePort,
-        node: &str,
-    ) -> Choice<'a> {
-        let mut policy = PortPolicy::of(svc, port);
-        let topo = topology::Context::of(cluster, svc, node);
-        let mut hints = self.hints;
-        if self.etp_local_skips_filtering && policy.external_local {
-            // The bug: `FilterEndpoints` returns every endpoint for an external-Local port.
-            policy.internal_local = false;
-            hints = Hints::Ignored;
-        }
-        let mut eps = select_with(port, policy, node, self.terminating, topo, hints);
-        if self.itp_local_filters_all && policy.internal_local && !policy.external_local {
-            // The bug: only this node's endpoints are left for every kind of traffic.
-            eps.cluster = eps.local.clone();
-            eps.reachable = eps.local.clone();
-            eps.has_any &= !eps.local.is_empty();
-        }
-        if hints == Hints::CountsUnready && policy.uses_cluster_endpoints() && eps.cluster.is_empty() {
-            // The zone was narrowed to unready endpoints: the port has none usable here.
-            eps.has_any = false;
-        }
-        if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
-            // The bug: on this node the port behaves as if its internal policy were Cluster.
-            policy.internal_local = false;
-            eps = select_with(port, policy, node, self.terminating, topo, hints);
-        }
-        let stale_affinity = if self.affinity_to_not_ready
-            && matches!(svc.session_affinity, crate::model::SessionAffinity::ClientIp { .. })
-        {
-            // The bug: endpoints no set uses still get an affinity check (and a chain to go to).
-            let unused = |e: &&Endpoint| {
-                IpFamily::of(e.ip) == policy.family
-                    && !eps.reachable.iter().any(|r| r.address() == e.address())
-            };
-            port.endpoints.iter().filter(unused).collect()
-        } else {
-            Vec::new()
-        };
-        Choice { policy, eps, etp_local_uses_cluster: self.etp_local_uses_cluster, stale_affinity }
-    }
 }
 
 #[cfg(test)]
@@ -338,25 +220,6 @@ mod tests {
     }
 
     #[test]
-    fn terminating_modes_of_the_mutants() {
-        let p = port(vec![ep("10.0.0.1", "a", true, true, false), ep("10.0.0.2", "a", false, true, true)]);
-        let always =
-            select_with(&p, CLUSTER, "a", Terminating::AlwaysUsed, Default::default(), Hints::Honoured);
-        assert_eq!(ips(&always.cluster), ["10.0.0.1", "10.0.0.2"]);
-        let only_terminating = port(vec![ep("10.0.0.2", "a", false, true, true)]);
-        let never = select_with(
-            &only_terminating,
-            CLUSTER,
-            "a",
-            Terminating::NeverUsed,
-            Default::default(),
-            Hints::Honoured,
-        );
-        assert!(never.cluster.is_empty());
-        assert!(!never.has_any, "with no usable endpoint the port rejects");
-    }
-
-    #[test]
     fn external_and_load_balancer_ips_make_a_port_externally_accessible() {
         let mut svc = Service {
             external_traffic_policy: TrafficPolicy::Local,
@@ -383,34 +246,6 @@ mod tests {
         svc.load_balancer_ips = vec!["203.0.113.7".parse().unwrap()];
         let policy = PortPolicy::of(&svc, &p);
         assert!(policy.externally_accessible && policy.external_local);
-    }
-
-    /// `FilterEndpoints` of v1.21-v1.22 (kubernetes/kubernetes#105470), as two mutants make it.
-    #[test]
-    fn the_traffic_policy_deviations_entangle_the_policies() {
-        let mut svc = Service {
-            service_type: ServiceType::NodePort,
-            internal_traffic_policy: TrafficPolicy::Local,
-            ports: vec![port(vec![ep("10.0.0.1", "a", true, true, false)])],
-            ..Service::new("default", "web", "10.96.0.1".parse().unwrap())
-        };
-        let cluster = Cluster::example(vec![svc.clone()]);
-        let choose = |d: Deviations, svc: &Service, node: &str| {
-            let c = d.choose(&cluster, svc, &svc.ports[0], node);
-            (ips(&c.eps.cluster), ips(&c.eps.local), c.eps.has_any, c.policy.internal_local)
-        };
-        let filters_all = Deviations { itp_local_filters_all: true, ..Default::default() };
-        // Node b has no local endpoint: outside traffic still has node a's, unless the
-        // internal policy narrowed them all away.
-        assert_eq!(choose(Deviations::default(), &svc, "b"), (vec!["10.0.0.1".into()], vec![], true, true));
-        assert_eq!(choose(filters_all, &svc, "b"), (vec![], vec![], false, true));
-        assert_eq!(choose(filters_all, &svc, "a").0, ["10.0.0.1"]);
-        // With external Local policy too, the internal Local policy holds, unless skipped.
-        svc.external_traffic_policy = TrafficPolicy::Local;
-        let skips = Deviations { etp_local_skips_filtering: true, ..Default::default() };
-        assert!(choose(Deviations::default(), &svc, "b").3);
-        assert!(choose(filters_all, &svc, "b").2, "v1.22 returned early for external Local policy");
-        assert!(!choose(skips, &svc, "b").3);
     }
 
     #[test]

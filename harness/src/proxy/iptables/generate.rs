@@ -29,11 +29,11 @@ use ipnet::IpNet;
 use super::ladder;
 use super::naming;
 use super::ruleset::{RuleSet, Table, args};
-use crate::kubernetes::endpoints::{Choice, Deviations};
 use crate::kubernetes::local_detect::{self, LocalDetector};
 use crate::model::{
     Cluster, Endpoint, IpFamily, Protocol, Service, ServicePort, ServiceType, SessionAffinity, TrafficPolicy,
 };
+use crate::proxy::endpoint_choice::{Choice, Deviations};
 use crate::proxy::node_ports::{NodePortAddresses, localhost_node_ports};
 
 /// The mark that asks `KUBE-POSTROUTING` to masquerade (kube-proxy's default bit 14).

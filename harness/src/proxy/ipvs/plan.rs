@@ -19,13 +19,13 @@ use ipnet::IpNet;
 
 use super::ipset::{SetName, Sets, ip_port};
 use super::virtual_servers::{RealServer, ServiceKey, Table, VirtualServer};
-use crate::kubernetes::endpoints::Choice;
-use crate::kubernetes::endpoints::Deviations;
 use crate::kubernetes::local_detect;
 use crate::model::{
     Cluster, Endpoint, IpFamily, Node, Protocol, Service, ServicePort, ServiceType, SessionAffinity,
     TrafficPolicy, bridge_address,
 };
+use crate::proxy::endpoint_choice::Choice;
+use crate::proxy::endpoint_choice::Deviations;
 use crate::proxy::iptables_rules::{RuleSet, args};
 use crate::proxy::node_ports::NodePortAddresses;
 

@@ -25,10 +25,10 @@ use ipnet::IpNet;
 
 use super::naming::{self, PortChains};
 use super::ruleset::{Hook, RuleSet, Set};
-use crate::kubernetes::endpoints::Choice;
-use crate::kubernetes::endpoints::Deviations;
 use crate::kubernetes::local_detect::{self, LocalDetector};
 use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort, ServiceType, SessionAffinity};
+use crate::proxy::endpoint_choice::Choice;
+use crate::proxy::endpoint_choice::Deviations;
 use crate::proxy::node_ports::NodePortAddresses;
 
 /// The mark that asks `masquerading` to masquerade (kube-proxy's default bit 14).

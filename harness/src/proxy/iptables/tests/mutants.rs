@@ -1,7 +1,7 @@
 //! Each mutant changes only what its description says.
 
 use super::*;
-use crate::kubernetes::endpoints::Deviations;
+use crate::proxy::endpoint_choice::Deviations;
 use crate::proxy::mutant::outside_the_rules;
 
 fn mutated(m: Mutant) -> (RuleSet, RuleSet) {
