@@ -6,7 +6,7 @@
 use crate::kubernetes::endpoints::{
     PortPolicy, Selection, SetChoice, kube_proxy_set, ready, select_with, serving_terminating,
 };
-use crate::kubernetes::topology::{self, Hints};
+use crate::kubernetes::topology::{self, Context, ZoneChoice, available, node_zone, zone_filter};
 use crate::model::{Cluster, Endpoint, IpFamily, Service, ServicePort};
 
 /// When serving-and-terminating endpoints are used. kube-proxy falls back to them; the other
@@ -20,6 +20,51 @@ pub enum Terminating {
     AlwaysUsed,
     /// Never: a set with only terminating endpoints has none.
     NeverUsed,
+}
+
+/// How a generator treats topology hints: kube-proxy's way, or one of the bugs mutants switch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hints {
+    /// kube-proxy's rules ([`zone_filter`]).
+    #[default]
+    Honoured,
+    /// Hints never filter endpoints.
+    Ignored,
+    /// Hints filter endpoints even when some ready endpoint has none (such an endpoint is
+    /// then never used).
+    UsedWhenIncomplete,
+    /// `canUseTopology` counts unready endpoints too (kube-proxy before
+    /// <https://github.com/kubernetes/kubernetes/pull/106507>): a zone whose hinted endpoints
+    /// are all unready is still narrowed to them, and keeps no ready endpoint.
+    CountsUnready,
+}
+
+impl Hints {
+    fn choice(self) -> ZoneChoice {
+        match self {
+            Hints::Honoured => zone_filter,
+            Hints::Ignored => ignored,
+            Hints::UsedWhenIncomplete => used_when_incomplete,
+            Hints::CountsUnready => counts_unready,
+        }
+    }
+}
+
+fn ignored<'a>(_: &[&Endpoint], _: Context<'a>) -> Option<&'a str> {
+    None
+}
+
+/// Some ready endpoint is hinted for this zone: whether every one is hinted does not matter.
+fn used_when_incomplete<'a>(endpoints: &[&Endpoint], cx: Context<'a>) -> Option<&'a str> {
+    let zone = node_zone(cx)?;
+    endpoints.iter().any(|e| e.ready && available(e, zone)).then_some(zone)
+}
+
+/// [`zone_filter`] over every endpoint, ready or not.
+fn counts_unready<'a>(endpoints: &[&Endpoint], cx: Context<'a>) -> Option<&'a str> {
+    let zone = node_zone(cx)?;
+    let complete = endpoints.iter().all(|e| !e.zone_hints.is_empty());
+    (complete && endpoints.iter().any(|e| available(e, zone))).then_some(zone)
 }
 
 impl Terminating {
@@ -110,7 +155,7 @@ impl Deviations {
             policy.internal_local = false;
             hints = Hints::Ignored;
         }
-        let mut eps = select_with(port, policy, node, self.terminating.choice(), topo, hints);
+        let mut eps = select_with(port, policy, node, self.terminating.choice(), topo, hints.choice());
         if self.itp_local_filters_all && policy.internal_local && !policy.external_local {
             // The bug: only this node's endpoints are left for every kind of traffic.
             eps.cluster = eps.local.clone();
@@ -124,7 +169,7 @@ impl Deviations {
         if self.itp_local_falls_back && policy.internal_local && eps.local.is_empty() && eps.has_any {
             // The bug: on this node the port behaves as if its internal policy were Cluster.
             policy.internal_local = false;
-            eps = select_with(port, policy, node, self.terminating.choice(), topo, hints);
+            eps = select_with(port, policy, node, self.terminating.choice(), topo, hints.choice());
         }
         let stale_affinity = if self.affinity_to_not_ready
             && matches!(svc.session_affinity, crate::model::SessionAffinity::ClientIp { .. })
@@ -175,14 +220,8 @@ mod tests {
     #[test]
     fn terminating_modes_of_the_mutants() {
         let p = port(vec![ep("10.0.0.1", "a", true, true, false), ep("10.0.0.2", "a", false, true, true)]);
-        let always = select_with(
-            &p,
-            CLUSTER,
-            "a",
-            Terminating::AlwaysUsed.choice(),
-            Default::default(),
-            Hints::Honoured,
-        );
+        let always =
+            select_with(&p, CLUSTER, "a", Terminating::AlwaysUsed.choice(), Default::default(), zone_filter);
         assert_eq!(ips(&always.cluster), ["10.0.0.1", "10.0.0.2"]);
         let only_terminating = port(vec![ep("10.0.0.2", "a", false, true, true)]);
         let never = select_with(
@@ -191,7 +230,7 @@ mod tests {
             "a",
             Terminating::NeverUsed.choice(),
             Default::default(),
-            Hints::Honoured,
+            zone_filter,
         );
         assert!(never.cluster.is_empty());
         assert!(!never.has_any, "with no usable endpoint the port rejects");
@@ -223,5 +262,61 @@ mod tests {
         assert!(choose(Deviations::default(), &svc, "b").3);
         assert!(choose(filters_all, &svc, "b").2, "v1.22 returned early for external Local policy");
         assert!(!choose(skips, &svc, "b").3);
+    }
+
+    fn hinted(ip: &str, ready: bool, zones: &[&str]) -> Endpoint {
+        Endpoint {
+            ready,
+            zone_hints: zones.iter().map(|z| z.to_string()).collect(),
+            ..Endpoint::example(ip, 80, Some("n"))
+        }
+    }
+
+    #[test]
+    fn ignored_hints_never_narrow() {
+        let eps = [hinted("10.1.2.3", true, &["zone-a"])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        let cx = Context {
+            annotation: Some("Auto"),
+            zone: Some("zone-a"),
+            traffic_distribution_gate: false,
+            annotation_needed: true,
+        };
+        assert_eq!(zone_filter(&refs, cx), Some("zone-a"));
+        assert_eq!(ignored(&refs, cx), None);
+    }
+
+    #[test]
+    fn the_incomplete_hints_mutant_filters_anyway() {
+        let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", true, &[])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        let cx = Context {
+            annotation: Some("Auto"),
+            zone: Some("zone-a"),
+            traffic_distribution_gate: false,
+            annotation_needed: true,
+        };
+        assert_eq!(zone_filter(&refs, cx), None);
+        assert_eq!(used_when_incomplete(&refs, cx), Some("zone-a"));
+    }
+
+    #[test]
+    fn the_unready_hints_mutant_narrows_to_an_unready_zone() {
+        // zone-a's only hinted endpoint is unready: kube-proxy ignores the hints there.
+        let eps = [hinted("10.1.2.3", false, &["zone-a"]), hinted("10.1.2.4", true, &["zone-b"])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        let cx = Context {
+            annotation: Some("Auto"),
+            zone: Some("zone-a"),
+            traffic_distribution_gate: false,
+            annotation_needed: true,
+        };
+        assert_eq!(zone_filter(&refs, cx), None);
+        assert_eq!(counts_unready(&refs, cx), Some("zone-a"));
+        // An unready endpoint without hints makes them incomplete when unready ones count.
+        let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", false, &[])];
+        let refs: Vec<&Endpoint> = eps.iter().collect();
+        assert_eq!(zone_filter(&refs, cx), Some("zone-a"));
+        assert_eq!(counts_unready(&refs, cx), None);
     }
 }

@@ -8,8 +8,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::kubernetes::topology::Hints;
 use crate::model::Cluster;
+use crate::proxy::endpoint_choice::Hints;
 use crate::proxy::endpoint_choice::{Deviations, Terminating};
 
 /// The mutants whose bug is not in the finished rules, as a pattern for the `apply` of

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::kubernetes::endpoints::{PortPolicy, kube_proxy_set, select_with};
-use crate::kubernetes::topology::{self, Hints};
+use crate::kubernetes::topology;
 use crate::model::{Cluster, Life, Probe, Service, ServicePort, SessionAffinity, Source, Target};
 use crate::oracle::{Outcome, Spread};
 use crate::traffic::Attempt;
@@ -220,7 +220,7 @@ impl Stuck1 {
 /// Whether `node` writes rules (an endpoint chain, its affinity list) for `backend` of `port`.
 fn has_rules_for(cluster: &Cluster, svc: &Service, port: &ServicePort, node: &str, backend: &str) -> bool {
     let topo = topology::Context::of(cluster, svc, node);
-    let eps = select_with(port, PortPolicy::of(svc, port), node, kube_proxy_set, topo, Hints::Honoured);
+    let eps = select_with(port, PortPolicy::of(svc, port), node, kube_proxy_set, topo, topology::zone_filter);
     eps.reachable.iter().any(|e| e.pod == backend)
 }
 

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::kubernetes::topology::{self, Hints};
+use crate::kubernetes::topology::{self, ZoneChoice};
 use crate::model::{Endpoint, IpFamily, Service, ServicePort, ServiceType, TrafficPolicy};
 
 /// How one set of endpoints (the Cluster set, or this node's Local set) is narrowed to those
@@ -108,19 +108,19 @@ pub fn is_local(ep: &Endpoint, node: &str) -> bool {
 
 /// kube-proxy's choice of endpoints for `port` on `node` (endpoints of the policy's family only).
 pub fn select<'a>(port: &'a ServicePort, policy: PortPolicy, node: &str) -> Selection<'a> {
-    select_with(port, policy, node, kube_proxy_set, topology::Context::default(), Hints::Honoured)
+    select_with(port, policy, node, kube_proxy_set, topology::Context::default(), topology::zone_filter)
 }
 
-/// [`select`], with each set narrowed by `choose` (kube-proxy's: [`ready_else_terminating`]),
-/// and the Cluster set narrowed by topology hints as `hints` says (`topo`: the node's zone and
-/// the Service's hints annotation).
+/// [`select`], with each set narrowed by `choose` (kube-proxy's: [`kube_proxy_set`]), and the
+/// Cluster set narrowed to the zone `zones` picks (kube-proxy's: [`topology::zone_filter`];
+/// `topo`: the node's zone and the Service's hints annotation).
 pub fn select_with<'a>(
     port: &'a ServicePort,
     policy: PortPolicy,
     node: &str,
     choose: SetChoice,
     topo: topology::Context<'_>,
-    hints: Hints,
+    zones: ZoneChoice,
 ) -> Selection<'a> {
     let mut all: Vec<&Endpoint> =
         port.endpoints.iter().filter(|ep| IpFamily::of(ep.ip) == policy.family).collect();
@@ -130,7 +130,7 @@ pub fn select_with<'a>(
     // Only the Cluster set is narrowed by hints; when they apply, some ready endpoint is
     // hinted for this zone, so the fallback to terminating endpoints never sees the filter.
     let cluster = if policy.uses_cluster_endpoints() {
-        let zone = topology::zone_filter(&all, topo, hints);
+        let zone = zones(&all, topo);
         usable(&all, |ep| zone.is_none_or(|z| topology::available(ep, z)), choose)
     } else {
         Vec::new()

@@ -18,22 +18,9 @@
 
 use crate::model::{Cluster, Endpoint, Service};
 
-/// How a generator treats hints: kube-proxy's way, or one of the bugs mutants switch on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Hints {
-    /// kube-proxy's rules (above).
-    #[default]
-    Honoured,
-    /// Hints never filter endpoints.
-    Ignored,
-    /// Hints filter endpoints even when some ready endpoint has none (such an endpoint is
-    /// then never used).
-    UsedWhenIncomplete,
-    /// `canUseTopology` counts unready endpoints too (kube-proxy before
-    /// <https://github.com/kubernetes/kubernetes/pull/106507>): a zone whose hinted endpoints
-    /// are all unready is still narrowed to them, and keeps no ready endpoint.
-    CountsUnready,
-}
+/// How the Cluster set is narrowed by zone: kube-proxy's [`zone_filter`], or another rule a
+/// caller passes (the proxies' mutants make it a bug).
+pub type ZoneChoice = for<'a> fn(&[&Endpoint], Context<'a>) -> Option<&'a str>;
 
 /// What topology filtering sees of one service port on one node (the default: nothing that
 /// enables it).
@@ -69,20 +56,23 @@ impl<'a> Context<'a> {
 }
 
 /// The zone whose hints filter the Cluster set on this node, or `None` when every ready
-/// endpoint is used (`canUseTopology` is false).
-pub fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>, hints: Hints) -> Option<&'a str> {
-    if hints == Hints::Ignored {
-        return None;
-    }
+/// endpoint is used (`canUseTopology` is false): every ready endpoint is hinted, one of them
+/// for this zone.
+pub fn zone_filter<'a>(endpoints: &[&Endpoint], cx: Context<'a>) -> Option<&'a str> {
+    let zone = node_zone(cx)?;
+    let ready = endpoints.iter().filter(|e| e.ready);
+    let complete = ready.clone().all(|e| !e.zone_hints.is_empty());
+    let hinted_here = ready.clone().any(|e| available(e, zone));
+    (complete && hinted_here).then_some(zone)
+}
+
+/// The node's zone, when hints may apply at all: the annotation or the gate allows them, and
+/// the node has a non-empty zone.
+pub fn node_zone(cx: Context<'_>) -> Option<&str> {
     if cx.annotation_needed && !cx.traffic_distribution_gate && !annotation_enabled(cx.annotation) {
         return None;
     }
-    let zone = cx.zone.filter(|z| !z.is_empty())?;
-    let counted = hints == Hints::CountsUnready;
-    let ready = endpoints.iter().filter(|e| counted || e.ready);
-    let complete = hints == Hints::UsedWhenIncomplete || ready.clone().all(|e| !e.zone_hints.is_empty());
-    let hinted_here = ready.clone().any(|e| available(e, zone));
-    (complete && hinted_here).then_some(zone)
+    cx.zone.filter(|z| !z.is_empty())
 }
 
 /// `availableForTopology`: the endpoint is hinted for `zone`.
@@ -173,50 +163,11 @@ mod tests {
             let eps = endpoints();
             let refs: Vec<&Endpoint> = eps.iter().collect();
             let cx = Context { annotation, zone, traffic_distribution_gate: gate, annotation_needed: true };
-            assert_eq!(zone_filter(&refs, cx, Hints::Honoured), want, "{name}");
-            assert_eq!(zone_filter(&refs, cx, Hints::Ignored), None, "{name} (hints ignored)");
+            assert_eq!(zone_filter(&refs, cx), want, "{name}");
             // v1.31+: the gate on by default (GA from v1.33), the annotation never matters.
             let newer = Context { annotation_needed: false, ..cx };
             let gate_on = Context { traffic_distribution_gate: true, ..cx };
-            assert_eq!(
-                zone_filter(&refs, newer, Hints::Honoured),
-                zone_filter(&refs, gate_on, Hints::Honoured),
-                "{name} (v1.31+)"
-            );
+            assert_eq!(zone_filter(&refs, newer), zone_filter(&refs, gate_on), "{name} (v1.31+)");
         }
-    }
-
-    #[test]
-    fn the_incomplete_hints_mutant_filters_anyway() {
-        let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", true, &[])];
-        let refs: Vec<&Endpoint> = eps.iter().collect();
-        let cx = Context {
-            annotation: Some("Auto"),
-            zone: Some("zone-a"),
-            traffic_distribution_gate: false,
-            annotation_needed: true,
-        };
-        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
-        assert_eq!(zone_filter(&refs, cx, Hints::UsedWhenIncomplete), Some("zone-a"));
-    }
-
-    #[test]
-    fn the_unready_hints_mutant_narrows_to_an_unready_zone() {
-        // zone-a's only hinted endpoint is unready: kube-proxy ignores the hints there.
-        let eps = [hinted("10.1.2.3", false, &["zone-a"]), hinted("10.1.2.4", true, &["zone-b"])];
-        let refs: Vec<&Endpoint> = eps.iter().collect();
-        let cx = Context {
-            annotation: Some("Auto"),
-            zone: Some("zone-a"),
-            traffic_distribution_gate: false,
-            annotation_needed: true,
-        };
-        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), None);
-        assert_eq!(zone_filter(&refs, cx, Hints::CountsUnready), Some("zone-a"));
-        // An unready endpoint without hints makes them incomplete when unready ones count.
-        let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", false, &[])];
-        let refs: Vec<&Endpoint> = eps.iter().collect();
-        assert_eq!(zone_filter(&refs, cx, Hints::Honoured), Some("zone-a"));
-        assert_eq!(zone_filter(&refs, cx, Hints::CountsUnready), None);
     }
 }

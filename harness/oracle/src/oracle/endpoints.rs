@@ -2,7 +2,7 @@
 //! whole cluster's, or one node's).
 
 use crate::kubernetes::endpoints::{is_local, ready_else_terminating};
-use crate::kubernetes::topology::{self, Hints};
+use crate::kubernetes::topology;
 use crate::model::{Cluster, Endpoint, Service, ServicePort};
 
 /// The ready endpoints of `set`, or, when none is ready, its serving terminating ones: the
@@ -42,7 +42,7 @@ pub(super) fn hints_zone<'a>(
 ) -> Option<&'a str> {
     let all: Vec<&Endpoint> = port.endpoints.iter().collect();
     let cx = topology::Context::of(cluster, svc, node).annotation_needed(annotation_needed);
-    topology::zone_filter(&all, cx, Hints::Honoured)
+    topology::zone_filter(&all, cx)
 }
 
 /// The usable endpoints among those on `node` (the fallback applies to this set on its own).
