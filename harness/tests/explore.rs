@@ -73,10 +73,22 @@ fn a_mutant_is_found_and_its_shrunk_case_reproduces_only_with_it() {
                 "300",
                 "--out",
                 "found",
+                "--json",
+                "found.json",
+                "--junit",
+                "found.xml",
             ],
         );
         let said = text(&out);
         assert_eq!(out.status.code(), Some(1), "{proxy} {mutant}:\n{said}");
+        // The machine reports tell the closing line's counts.
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("found.json")).unwrap()).unwrap();
+        assert_eq!((json["exit_code"].as_i64(), json["cases"].as_u64()), (Some(1), Some(1)), "{json}");
+        assert_eq!(json["findings"].as_array().map(Vec::len), Some(1), "{json}");
+        assert!(json["findings"][0]["known_bug"].as_str().is_some_and(|b| b.contains(mutant)), "{json}");
+        let junit = std::fs::read_to_string(dir.join("found.xml")).unwrap();
+        assert!(junit.contains("tests=\"1\"") && junit.contains("failures=\"1\""), "{junit}");
         assert!(said.contains(&format!("mutant {mutant}")), "the report names the known bug:\n{said}");
         assert!(said.contains("passes on the proxy without the mutant"), "{said}");
         let found: Vec<PathBuf> =

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use serde::Serialize;
 
 use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, proxy_choice, remove_leftovers};
 use crate::explore::features::Feature;
@@ -50,6 +51,14 @@ pub struct Args {
     /// Also write every generated case here, as it runs.
     #[arg(long, value_name = "DIR")]
     pub keep_cases: Option<PathBuf>,
+    /// Also write the closing report as JSON: every count, each finding with its shrunk file,
+    /// each case not confirmed with its suspect, the coverage reached.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write a JUnit XML report: a test case per generated case; a finding is a failure,
+    /// a case not confirmed, a harness fault or a setup error is an error.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// `90s`, `2m`, `1h`, `500ms`.
@@ -101,27 +110,46 @@ pub fn main(args: Args) -> Result<i32> {
         shrink_runs: args.shrink_runs,
         keep_cases: args.keep_cases,
     };
+    for file in args.json.iter().chain(&args.junit) {
+        std::fs::write(file, "").with_context(|| format!("cannot write {}", file.display()))?;
+    }
     let summary = explore::explore(&settings, |s| {
         println!(
             "  {} cases: {} passed, {} findings, {} flows judged",
             s.cases,
-            s.passed,
+            s.passed.len(),
             s.findings.len(),
             s.flows_judged
         )
     })?;
     print!("{}", report(&summary, seed));
-    Ok(if !summary.findings.is_empty() {
+    let code = exit_code(&summary);
+    let label = settings.proxy.label();
+    if let Some(file) = &args.json {
+        let text = serde_json::to_string_pretty(&json_report(&summary, seed, &label, code))?;
+        std::fs::write(file, text + "\n").with_context(|| format!("writing {}", file.display()))?;
+    }
+    if let Some(file) = &args.junit {
+        std::fs::write(file, junit_report(&summary, seed, &label)?)
+            .with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(code)
+}
+
+/// As `run`'s: 1 when a case failed (a confirmed finding); 2 when the machine or the generator
+/// was at fault, or nothing passed; else 0.
+fn exit_code(summary: &Summary) -> i32 {
+    if !summary.findings.is_empty() {
         EXIT_FAIL
     } else if !summary.errors.is_empty()
         || !summary.rejected.is_empty()
         || !summary.harness_faults.is_empty()
-        || summary.passed == 0
+        || summary.passed.is_empty()
     {
         EXIT_ERROR
     } else {
         EXIT_PASS
-    })
+    }
 }
 
 fn describe(stop: Stop) -> String {
@@ -157,11 +185,11 @@ pub fn report(s: &Summary, seed: u64) -> String {
     out.push_str(&format!(
         "seed {seed}: {} cases, {} passed, {} confirmed failures, {} not confirmed, {} harness faults, {} skipped, {} setup errors, {} refused by the reader\n",
         s.cases,
-        s.passed,
+        s.passed.len(),
         s.findings.len(),
         s.unconfirmed.len(),
         s.harness_faults.len(),
-        s.skipped,
+        s.skipped.len(),
         s.errors.len(),
         s.rejected.len()
     ));
@@ -203,4 +231,176 @@ pub fn report(s: &Summary, seed: u64) -> String {
         out.push_str(&format!("corpus: {kept} cases in {}\n", dir.display()));
     }
     out
+}
+
+/// The closing report, as `--json` writes it.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    seed: u64,
+    proxy: &'a str,
+    exit_code: i32,
+    cases: usize,
+    passed: usize,
+    confirmed_failures: usize,
+    not_confirmed: Vec<JsonUnconfirmed<'a>>,
+    harness_faults: &'a [String],
+    skipped: usize,
+    setup_errors: &'a [String],
+    refused_by_the_reader: &'a [String],
+    flows_judged: usize,
+    flows_not_judged: usize,
+    findings: Vec<JsonFinding<'a>>,
+    /// Field combinations generated, and kinds of flow × outcome judged.
+    covered_fields: Vec<&'a str>,
+    covered_flows: Vec<&'a str>,
+    corpus: Option<JsonCorpus<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonUnconfirmed<'a> {
+    case: &'a str,
+    suspect: &'static str,
+    why: &'a str,
+    file: &'a std::path::Path,
+}
+
+#[derive(Serialize)]
+struct JsonFinding<'a> {
+    case: &'a str,
+    file: &'a std::path::Path,
+    /// Each symptom with the kind of flow it showed on.
+    fails_as: Vec<(String, &'a str)>,
+    known_bug: Option<&'a str>,
+    passes_unbroken: Option<bool>,
+    services: usize,
+    pods: usize,
+    nodes: usize,
+    steps: usize,
+    /// The earlier finding it fails as (not shrunk again).
+    same_as: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct JsonCorpus<'a> {
+    dir: &'a std::path::Path,
+    cases: usize,
+}
+
+fn json_report<'a>(s: &'a Summary, seed: u64, proxy: &'a str, exit_code: i32) -> JsonReport<'a> {
+    let covered = |flows: bool| {
+        s.covered
+            .iter()
+            .filter_map(|f| match f {
+                Feature::Flow(text) if flows => Some(text.as_str()),
+                Feature::Field(text) if !flows => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    };
+    JsonReport {
+        seed,
+        proxy,
+        exit_code,
+        cases: s.cases,
+        passed: s.passed.len(),
+        confirmed_failures: s.findings.len(),
+        not_confirmed: s
+            .unconfirmed
+            .iter()
+            .map(|u| JsonUnconfirmed { case: &u.case, suspect: u.suspect.name(), why: &u.why, file: &u.file })
+            .collect(),
+        harness_faults: &s.harness_faults,
+        skipped: s.skipped.len(),
+        setup_errors: &s.errors,
+        refused_by_the_reader: &s.rejected,
+        flows_judged: s.flows_judged,
+        flows_not_judged: s.flows_unjudged,
+        findings: s
+            .findings
+            .iter()
+            .map(|f| {
+                let (services, pods, nodes, steps) = f.size;
+                JsonFinding {
+                    case: &f.case,
+                    file: &f.file,
+                    fails_as: f
+                        .signature
+                        .iter()
+                        .map(|(symptom, kind)| (symptom.to_string(), kind.as_str()))
+                        .collect(),
+                    known_bug: f.known_bug.as_deref(),
+                    passes_unbroken: f.passes_unbroken,
+                    services,
+                    pods,
+                    nodes,
+                    steps,
+                    same_as: f.same_as.as_deref(),
+                }
+            })
+            .collect(),
+        covered_fields: covered(false),
+        covered_flows: covered(true),
+        corpus: s.corpus.as_ref().map(|(dir, cases)| JsonCorpus { dir, cases: *cases }),
+    }
+}
+
+/// One test suite, a test case per generated case: passed, skipped (with why), a finding as a
+/// failure, and as errors a case not confirmed, a harness fault, a setup error and a case the
+/// reader refused. The counts are the closing line's.
+fn junit_report(s: &Summary, seed: u64, proxy: &str) -> Result<String> {
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut suite = TestSuite::new(format!("explore seed {seed}"));
+    suite.add_property(quick_junit::Property::new("proxy", proxy));
+    let classname = format!("explore.{seed}");
+    let mut add = |name: &str, status: TestCaseStatus| {
+        let mut case = TestCase::new(name, status);
+        case.set_classname(classname.as_str());
+        suite.add_test_case(case);
+    };
+    let error = |kind: &str, message: &str| {
+        let mut status = TestCaseStatus::non_success(NonSuccessKind::Error);
+        status.set_type(kind).set_message(message);
+        status
+    };
+    for name in &s.passed {
+        add(name, TestCaseStatus::success());
+    }
+    for (name, why) in &s.skipped {
+        let mut status = TestCaseStatus::skipped();
+        status.set_message(why.as_str());
+        add(name, status);
+    }
+    for f in &s.findings {
+        let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        let fails_as: Vec<String> =
+            f.signature.iter().map(|(symptom, kind)| format!("{symptom} on {kind}")).collect();
+        status.set_message(format!("fails as {}", fails_as.join(", "))).set_description(format!(
+            "shrunk case: {}\n{}",
+            f.file.display(),
+            f.known_bug.as_deref().unwrap_or("no known bug reproduces it")
+        ));
+        add(&f.case, status);
+    }
+    for u in &s.unconfirmed {
+        add(
+            &u.case,
+            error("not-confirmed", &format!("failed once; suspect: {}: {}", u.suspect.name(), u.why)),
+        );
+    }
+    for (case, kind, message) in s
+        .harness_faults
+        .iter()
+        .map(|f| (f, "harness-fault"))
+        .chain(s.errors.iter().map(|e| (e, "setup-error")))
+        .map(|(text, kind)| (text.split(':').next().unwrap_or_default(), kind, text))
+    {
+        add(case, error(kind, message));
+    }
+    // The reader's words lead a refused case's text, not its name.
+    for (i, refused) in s.rejected.iter().enumerate() {
+        add(&format!("refused by the reader {}", i + 1), error("generator-bug", refused));
+    }
+    let mut report = Report::new("packetproof");
+    report.add_test_suite(suite);
+    crate::report::junit_root_without_skipped(&report.to_string()?)
 }

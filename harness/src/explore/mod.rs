@@ -65,8 +65,10 @@ pub struct Settings {
 #[derive(Debug, Default)]
 pub struct Summary {
     pub cases: usize,
-    pub passed: usize,
-    pub skipped: usize,
+    /// The cases that passed, by name.
+    pub passed: Vec<String>,
+    /// The cases skipped, with why.
+    pub skipped: Vec<(String, String)>,
     /// Cases that failed once but not again: never findings, each with its suspect.
     pub unconfirmed: Vec<Unconfirmed>,
     /// Cases the harness failed to observe (witnesses that disagree), with the first fault:
@@ -219,13 +221,13 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
                 Err(e) => summary.errors.push(format!("{}: {e:#}", r.case.name)),
                 Ok(report) => match &report.outcome {
                     Outcome::Skipped(why) => {
-                        summary.skipped += 1;
-                        if summary.skipped == 1 {
+                        if summary.skipped.is_empty() {
                             eprintln!("packetproof explore: {} skipped: {why}", r.case.name);
                         }
+                        summary.skipped.push((r.case.name.clone(), why.clone()));
                     }
                     Outcome::Judged(verdicts) if report.passed() => {
-                        summary.passed += 1;
+                        summary.passed.push(r.case.name.clone());
                         summary.flows_judged += verdicts.len();
                         summary.flows_unjudged += report.unjudged.len();
                         f.extend(verdicts.iter().map(features::of_verdict));
