@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 
 use crate::commands::{self, EXIT_ERROR, EXIT_PASS, default_paths, proxy_choice};
 use crate::engine::MachineReports;
-use crate::proxy;
 use crate::report::Paint;
 use crate::runner::RunOptions;
 
@@ -110,83 +109,7 @@ enum Command {
         proxy: String,
     },
     /// Measure topology build and teardown, probe round trips and the whole suite.
-    Bench {
-        /// Scenarios for the whole-suite figure.
-        #[arg(default_value = "scenarios")]
-        suite: PathBuf,
-        /// Round trips to time for the probe figure.
-        #[arg(long, default_value_t = 500)]
-        round_trips: u32,
-        /// Also time the suite without and with rule coverage (`run --coverage`), this many
-        /// rounds of each in turns, and print the ratio of the medians.
-        #[arg(long, value_name = "ROUNDS", default_value_t = 0)]
-        coverage_rounds: usize,
-        /// Instead: time this proxy from start to synced, and each step's push to synced, on
-        /// the scenario `--sync-scenario`.
-        #[arg(long)]
-        proxy: Option<String>,
-        /// An option for `--proxy`, `KEY=VALUE` (as `run --proxy-option`); repeatable.
-        #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
-        proxy_options: Vec<String>,
-        /// The scenario whose start and steps are timed with `--proxy`.
-        #[arg(long, default_value = "scenarios/live-stale-udp-conntrack.yaml")]
-        sync_scenario: PathBuf,
-        /// Times each figure is taken, for its median and spread.
-        #[arg(long, default_value_t = 10)]
-        sync_rounds: usize,
-        /// With `--proxy`, instead: time the whole suite with `--proxy` and with the built-in
-        /// proxy of its mode (its `mode` option), this many rounds of each in turns, and print
-        /// both medians, their CPU and the ratio. Judge a real kube-proxy under its profile
-        /// (`--proxy-option profile=kube-proxy-iptables@v1.30`).
-        #[arg(
-            long,
-            value_name = "ROUNDS",
-            default_value_t = 0,
-            requires = "proxy",
-            conflicts_with = "scale"
-        )]
-        suite_rounds: usize,
-        /// Instead: measure with real packets at these counts of generated Services (2
-        /// endpoints each on 2 nodes; e.g. `1000,5000,10000`): start to synced, four API
-        /// changes from the change to the first packet on the new path, connect time to the
-        /// first and last Service, peak memory. `--proxy` (default: builtin-iptables, then
-        /// builtin-nftables).
-        #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
-        scale: Vec<usize>,
-        /// With `--scale`: rounds per proxy and count, each a fresh topology and proxy start.
-        #[arg(long, default_value_t = 5, requires = "scale")]
-        rounds: usize,
-        /// With `--scale`: connect times taken to each of the first and last Service per round.
-        #[arg(long, default_value_t = 20, requires = "scale")]
-        connects: usize,
-        /// With `--scale`: write every sample and summary (and the gate's verdict) as JSON here.
-        #[arg(long, requires = "scale")]
-        json: Option<PathBuf>,
-        /// With `--scale`: the performance gate against this proxy, measured in turns with
-        /// `--proxy`; exit 1 if `--proxy` regressed.
-        #[arg(long, requires = "scale", conflicts_with = "baseline")]
-        against: Option<String>,
-        /// An option for `--against`, `KEY=VALUE`; repeatable.
-        #[arg(long = "against-option", value_name = "KEY=VALUE", requires = "against")]
-        against_options: Vec<String>,
-        /// With `--scale`: the performance gate against an earlier `--json` report.
-        #[arg(long, requires = "scale")]
-        baseline: Option<PathBuf>,
-        /// The gate: a figure regressed when its median is at least this many times the
-        /// baseline's (and the two conditions below hold).
-        #[arg(long, default_value_t = 1.5)]
-        gate_ratio: f64,
-        /// The gate: ... and the one-sided Mann–Whitney U test gives p below this.
-        #[arg(long, default_value_t = 0.01)]
-        gate_alpha: f64,
-        /// The gate: ... and the medians differ by at least this many milliseconds.
-        #[arg(long, default_value_t = 1.0)]
-        gate_floor_ms: f64,
-        /// One round of `--scale` (one count, one proxy), its figures written to this file:
-        /// how `--scale` runs each round as a process of its own.
-        #[arg(long, hide = true, requires = "scale")]
-        scale_round: Option<PathBuf>,
-    },
+    Bench(commands::bench::Args),
     /// Run the suite against every catalogued mutant (deliberately broken proxy) and print
     /// which scenarios kill each; exit 1 if any mutant survives.
     Mutants {
@@ -370,71 +293,7 @@ pub fn main() -> i32 {
         }
         Command::Check { paths, show } => commands::check::main(&default_paths(paths), show),
         Command::Rules { file, node, proxy } => commands::rules::main(&file, node.as_deref(), &proxy),
-        Command::Bench { scale, proxy, proxy_options, connects, scale_round: Some(out), .. } => {
-            let side = commands::bench::Side {
-                proxy: proxy.unwrap_or_else(|| proxy::iptables::NAME.into()),
-                options: proxy_options,
-            };
-            match scale.as_slice() {
-                [services] => Ok(commands::bench::scale_round(*services, &side, connects, &out)),
-                _ => Err(anyhow::anyhow!("a round takes one count of Services")),
-            }
-        }
-        Command::Bench {
-            scale,
-            proxy,
-            proxy_options,
-            rounds,
-            connects,
-            json,
-            against,
-            against_options,
-            baseline,
-            gate_ratio,
-            gate_alpha,
-            gate_floor_ms,
-            ..
-        } if !scale.is_empty() => {
-            use commands::bench::{Baseline, Side};
-            let proxies = match proxy {
-                Some(proxy) => vec![Side { proxy, options: proxy_options }],
-                None if against.is_some() || baseline.is_some() => {
-                    vec![Side { proxy: proxy::iptables::NAME.into(), options: vec![] }]
-                }
-                None => [proxy::iptables::NAME, proxy::nftables::NAME]
-                    .map(|p| Side { proxy: p.into(), options: vec![] })
-                    .into(),
-            };
-            let baseline = match (against, baseline) {
-                (Some(proxy), _) => Some(Baseline::Proxy(Side { proxy, options: against_options })),
-                (None, Some(path)) => Some(Baseline::File(path)),
-                (None, None) => None,
-            };
-            let thresholds =
-                commands::bench::Thresholds { ratio: gate_ratio, alpha: gate_alpha, floor_ms: gate_floor_ms };
-            commands::bench::scale(&commands::bench::ScaleArgs {
-                scales: scale,
-                proxies,
-                baseline,
-                rounds,
-                connects,
-                json,
-                thresholds,
-            })
-        }
-        Command::Bench { suite, round_trips, coverage_rounds, proxy: None, .. } => {
-            commands::bench::run(&suite, round_trips, coverage_rounds).map(|()| EXIT_PASS)
-        }
-        Command::Bench { suite, proxy: Some(name), proxy_options, suite_rounds: rounds @ 1.., .. } => {
-            proxy_choice(&name, &proxy_options)
-                .and_then(|choice| commands::bench::suite_against_builtin(&suite, &choice, rounds))
-                .map(|()| EXIT_PASS)
-        }
-        Command::Bench { proxy: Some(name), proxy_options, sync_scenario, sync_rounds, .. } => {
-            proxy_choice(&name, &proxy_options)
-                .and_then(|choice| commands::bench::sync_times(&sync_scenario, &choice, sync_rounds))
-                .map(|()| EXIT_PASS)
-        }
+        Command::Bench(args) => commands::bench::main(args),
         Command::Mutants { suite, only, first_kill, proxy, json, jobs, partition } => {
             let json = json.as_deref();
             commands::mutants::main(&commands::HuntArgs {

@@ -21,7 +21,7 @@ pub use suite::against_builtin as suite_against_builtin;
 /// The most Services `--scale` takes: what `spec.generate` allows in one file.
 pub const MAX_SCALE: usize = 100_000;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -288,4 +288,141 @@ fn ms(d: Duration) -> String {
 
 fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+/// `packetproof bench`'s arguments: the figure it takes is chosen by which are given.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenarios for the whole-suite figure.
+    #[arg(default_value = "scenarios")]
+    pub suite: PathBuf,
+    /// Round trips to time for the probe figure.
+    #[arg(long, default_value_t = 500)]
+    pub round_trips: u32,
+    /// Also time the suite without and with rule coverage (`run --coverage`), this many
+    /// rounds of each in turns, and print the ratio of the medians.
+    #[arg(long, value_name = "ROUNDS", default_value_t = 0)]
+    pub coverage_rounds: usize,
+    /// Instead: time this proxy from start to synced, and each step's push to synced, on
+    /// the scenario `--sync-scenario`.
+    #[arg(long)]
+    pub proxy: Option<String>,
+    /// An option for `--proxy`, `KEY=VALUE` (as `run --proxy-option`); repeatable.
+    #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
+    pub proxy_options: Vec<String>,
+    /// The scenario whose start and steps are timed with `--proxy`.
+    #[arg(long, default_value = "scenarios/live-stale-udp-conntrack.yaml")]
+    pub sync_scenario: PathBuf,
+    /// Times each figure is taken, for its median and spread.
+    #[arg(long, default_value_t = 10)]
+    pub sync_rounds: usize,
+    /// With `--proxy`, instead: time the whole suite with `--proxy` and with the built-in
+    /// proxy of its mode (its `mode` option), this many rounds of each in turns, and print
+    /// both medians, their CPU and the ratio. Judge a real kube-proxy under its profile
+    /// (`--proxy-option profile=kube-proxy-iptables@v1.30`).
+    #[arg(long, value_name = "ROUNDS", default_value_t = 0, requires = "proxy", conflicts_with = "scale")]
+    pub suite_rounds: usize,
+    /// Instead: measure with real packets at these counts of generated Services (2
+    /// endpoints each on 2 nodes; e.g. `1000,5000,10000`): start to synced, four API
+    /// changes from the change to the first packet on the new path, connect time to the
+    /// first and last Service, peak memory. `--proxy` (default: builtin-iptables, then
+    /// builtin-nftables).
+    #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
+    pub scale: Vec<usize>,
+    /// With `--scale`: rounds per proxy and count, each a fresh topology and proxy start.
+    #[arg(long, default_value_t = 5, requires = "scale")]
+    pub rounds: usize,
+    /// With `--scale`: connect times taken to each of the first and last Service per round.
+    #[arg(long, default_value_t = 20, requires = "scale")]
+    pub connects: usize,
+    /// With `--scale`: write every sample and summary (and the gate's verdict) as JSON here.
+    #[arg(long, requires = "scale")]
+    pub json: Option<PathBuf>,
+    /// With `--scale`: the performance gate against this proxy, measured in turns with
+    /// `--proxy`; exit 1 if `--proxy` regressed.
+    #[arg(long, requires = "scale", conflicts_with = "baseline")]
+    pub against: Option<String>,
+    /// An option for `--against`, `KEY=VALUE`; repeatable.
+    #[arg(long = "against-option", value_name = "KEY=VALUE", requires = "against")]
+    pub against_options: Vec<String>,
+    /// With `--scale`: the performance gate against an earlier `--json` report.
+    #[arg(long, requires = "scale")]
+    pub baseline: Option<PathBuf>,
+    /// The gate: a figure regressed when its median is at least this many times the
+    /// baseline's (and the two conditions below hold).
+    #[arg(long, default_value_t = 1.5)]
+    pub gate_ratio: f64,
+    /// The gate: ... and the one-sided Mann–Whitney U test gives p below this.
+    #[arg(long, default_value_t = 0.01)]
+    pub gate_alpha: f64,
+    /// The gate: ... and the medians differ by at least this many milliseconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub gate_floor_ms: f64,
+    /// One round of `--scale` (one count, one proxy), its figures written to this file:
+    /// how `--scale` runs each round as a process of its own.
+    #[arg(long, hide = true, requires = "scale")]
+    pub scale_round: Option<PathBuf>,
+}
+
+/// Takes the figure the arguments choose: one round of `--scale` (as its own process), the
+/// scale figures, the suite's own figures, the suite against the built-in of a proxy's mode, or
+/// a proxy's sync times.
+pub fn main(args: Args) -> Result<i32> {
+    use crate::commands::{EXIT_PASS, proxy_choice};
+    use crate::proxy;
+    match args {
+        Args { scale, proxy, proxy_options, connects, scale_round: Some(out), .. } => {
+            let side =
+                Side { proxy: proxy.unwrap_or_else(|| proxy::iptables::NAME.into()), options: proxy_options };
+            match scale.as_slice() {
+                [services] => Ok(scale_round(*services, &side, connects, &out)),
+                _ => Err(anyhow::anyhow!("a round takes one count of Services")),
+            }
+        }
+        Args {
+            scale,
+            proxy,
+            proxy_options,
+            rounds,
+            connects,
+            json,
+            against,
+            against_options,
+            baseline,
+            gate_ratio,
+            gate_alpha,
+            gate_floor_ms,
+            ..
+        } if !scale.is_empty() => {
+            let proxies = match proxy {
+                Some(proxy) => vec![Side { proxy, options: proxy_options }],
+                None if against.is_some() || baseline.is_some() => {
+                    vec![Side { proxy: proxy::iptables::NAME.into(), options: vec![] }]
+                }
+                None => [proxy::iptables::NAME, proxy::nftables::NAME]
+                    .map(|p| Side { proxy: p.into(), options: vec![] })
+                    .into(),
+            };
+            let baseline = match (against, baseline) {
+                (Some(proxy), _) => Some(Baseline::Proxy(Side { proxy, options: against_options })),
+                (None, Some(path)) => Some(Baseline::File(path)),
+                (None, None) => None,
+            };
+            let thresholds = Thresholds { ratio: gate_ratio, alpha: gate_alpha, floor_ms: gate_floor_ms };
+            self::scale(&ScaleArgs { scales: scale, proxies, baseline, rounds, connects, json, thresholds })
+        }
+        Args { suite, round_trips, coverage_rounds, proxy: None, .. } => {
+            run(&suite, round_trips, coverage_rounds).map(|()| EXIT_PASS)
+        }
+        Args { suite, proxy: Some(name), proxy_options, suite_rounds: rounds @ 1.., .. } => {
+            proxy_choice(&name, &proxy_options)
+                .and_then(|choice| suite_against_builtin(&suite, &choice, rounds))
+                .map(|()| EXIT_PASS)
+        }
+        Args { proxy: Some(name), proxy_options, sync_scenario, sync_rounds, .. } => {
+            proxy_choice(&name, &proxy_options)
+                .and_then(|choice| sync_times(&sync_scenario, &choice, sync_rounds))
+                .map(|()| EXIT_PASS)
+        }
+    }
 }
