@@ -167,7 +167,7 @@ impl Engine {
                         let run = &runs[index];
                         let _ = tx.send(Message::Started(index));
                         let result = run_caught(run, &self.options, skip_all);
-                        let _ = tx.send(Message::Finished(index, result, answer.clone()));
+                        let _ = tx.send(Message::Finished(index, Box::new(result), answer.clone()));
                         if answered.recv() != Ok(Control::Continue) {
                             break;
                         }
@@ -185,6 +185,7 @@ impl Engine {
                         }
                     }
                     Message::Finished(index, result, answer) => {
+                        let result = *result;
                         done += 1;
                         let scenario = runs[index].scenario;
                         let mut control = Control::Continue;
@@ -259,8 +260,9 @@ fn expected_waits(scenario: &Scenario) -> (Duration, usize) {
 
 enum Message {
     Started(usize),
-    /// A run's result, and where to send the reporters' [`Control`] for it.
-    Finished(usize, Result<ScenarioReport>, mpsc::Sender<Control>),
+    /// A run's result (boxed: a report is large beside a start), and where to send the
+    /// reporters' [`Control`] for it.
+    Finished(usize, Box<Result<ScenarioReport>>, mpsc::Sender<Control>),
 }
 
 /// One run; a panic becomes its error, so the other runs go on and reporters hear of it.
