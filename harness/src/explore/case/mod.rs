@@ -1,0 +1,284 @@
+//! A generated case as data: the cluster, its Services and endpoints, the proxy's settings and
+//! the steps, every object named (references are names, so removing one while shrinking leaves
+//! the others valid or plainly dangling). [`Case::render`] writes it as a scenario file, which
+//! the normal reader then checks and builds: what runs is exactly what the file says.
+
+pub mod net;
+mod render;
+
+pub use render::q;
+
+/// The address families of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    V4,
+    V6,
+    /// IPv4 primary, IPv6 second.
+    Dual,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    pub name: String,
+    pub family: Family,
+    pub nodes: Vec<NodeSpec>,
+    pub proxy: ProxySpec,
+    /// The external host, if any, and the node its router sends the service CIDR to.
+    pub external: Option<ExternalSpec>,
+    pub pods: Vec<PodSpec>,
+    pub services: Vec<ServiceSpec>,
+    /// Attempts per flow.
+    pub count: u32,
+    /// The probes: `None` is every flow (`spec.flows: {all: true}`); a shrunk case lists the
+    /// failing ones.
+    pub probes: Option<Vec<ProbeText>>,
+    /// Flows that outlive the steps: UDP streams and held TCP connections, each probed in
+    /// every phase while its Service port lasts.
+    pub streams: Vec<StreamSpec>,
+    pub steps: Vec<StepSpec>,
+}
+
+/// A flow kept across phases, from a client pod to a Service port's cluster IP: a UDP stream
+/// (every attempt from one fixed source port, in every phase), or a TCP connection held open in
+/// the first phase and checked after each step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    pub name: String,
+    pub client: String,
+    pub service: String,
+    pub port: String,
+    /// The UDP stream's source port; `None` for a held TCP connection.
+    pub source_port: Option<u16>,
+    /// A held connection's checks first send an out-of-window segment on its path.
+    pub out_of_window: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub name: String,
+    /// Its position among the nodes as generated: it picks its addresses.
+    pub slot: u8,
+    pub zone: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxySpec {
+    pub masquerade_all: bool,
+    pub detect_local: DetectMode,
+    /// `nodePortAddresses`: only the node network (`true`), or every address.
+    pub node_port_addresses: bool,
+    pub localhost_node_ports_off: bool,
+    pub traffic_distribution_gate: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DetectMode {
+    #[default]
+    ClusterCidr,
+    NodeCidr,
+    BridgeInterface,
+    InterfaceNamePrefix,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalSpec {
+    /// A route for the service CIDR through this node (a cluster that advertises it).
+    pub routed_via: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSpec {
+    pub name: String,
+    pub node: String,
+    /// Its host part in its node's pod CIDR.
+    pub host: u8,
+    /// The Service whose selector picks it (`app: <service>`), if any.
+    pub app: Option<String>,
+    /// `status.conditions[Ready]`.
+    pub ready: bool,
+    /// `metadata.deletionTimestamp` set.
+    pub terminating: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceType {
+    ClusterIp,
+    NodePort,
+    LoadBalancer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Topology {
+    None,
+    /// `service.kubernetes.io/topology-mode: Auto` (hints in written slices).
+    Annotation,
+    /// `trafficDistribution: PreferClose`.
+    PreferClose,
+}
+
+/// Which families a Service of a dual-stack cluster has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceFamilies {
+    Primary,
+    Second,
+    Both,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSpec {
+    pub name: String,
+    /// Its position as generated: it picks its cluster IP, ports and node ports.
+    pub slot: u8,
+    pub kind: ServiceType,
+    pub families: ServiceFamilies,
+    pub ports: Vec<PortSpec>,
+    pub etp_local: bool,
+    pub itp_local: bool,
+    /// ClientIP affinity and its timeout in seconds (`None`: the default, 10800).
+    pub affinity: Option<Option<u32>>,
+    /// Host parts of external IPs.
+    pub external_ips: Vec<u8>,
+    /// Load-balancer ingress IPs: host part, and whether `ipMode: Proxy`.
+    pub lb_ingress: Vec<(u8, bool)>,
+    pub source_ranges: Vec<SourceRange>,
+    pub allocate_node_ports: bool,
+    pub topology: Topology,
+    pub publish_not_ready: bool,
+    /// Endpoints: `None` derives them from the pods the selector picks; `Some` writes an
+    /// EndpointSlice with these.
+    pub slice: Option<Vec<EndpointSpec>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceRange {
+    /// The external host's address alone.
+    ExternalHost,
+    /// The whole node network.
+    NodeNetwork,
+    /// A range holding none of the cluster's addresses.
+    Elsewhere,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSpec {
+    pub name: String,
+    pub udp: bool,
+    /// `targetPort` by the container port's name rather than its number.
+    pub named_target: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSpec {
+    pub target: EndpointTarget,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    /// `hints.forZones`.
+    pub hint: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointTarget {
+    Pod(String),
+    /// A host-network endpoint: the node's address, with or without `nodeName`.
+    Node {
+        node: String,
+        node_name: bool,
+    },
+}
+
+/// An explicit probe, as a shrunk case lists it: the YAML of its `from` and `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeText {
+    pub name: String,
+    /// What the flow was called (`flow: pod a -> web:http clusterIP`), for the comment.
+    pub flow: String,
+    pub from: String,
+    pub to: String,
+    pub udp: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepSpec {
+    pub name: String,
+    pub change: Change,
+    /// The proxy also restarts (a change made while it was down).
+    pub restart: bool,
+    /// The probes after it (filled in once the state before it is known: see `steps`).
+    pub probes: Vec<ProbeText>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    RestartProxy,
+    /// The Service of the same name replaced by this one.
+    ReplaceService(ServiceSpec),
+    DeleteService(String),
+}
+
+impl Change {
+    /// The Service a change is about, if one.
+    pub fn service(&self) -> Option<&str> {
+        match self {
+            Change::RestartProxy => None,
+            Change::ReplaceService(s) => Some(&s.name),
+            Change::DeleteService(name) => Some(name),
+        }
+    }
+}
+
+/// A Service port's number, target port and node port, from the Service's slot and the port's
+/// index: distinct across the case, so that host-network endpoints of two Services never share
+/// a port.
+pub fn port_numbers(service_slot: u8, index: usize) -> (u16, u16, u16) {
+    let s = service_slot as u16;
+    let i = index as u16;
+    (80 + 1000 * i + s, 8000 + 10 * s + i, 30000 + 10 * s + i)
+}
+
+pub fn health_check_port(service_slot: u8) -> u16 {
+    32000 + service_slot as u16
+}
+
+impl Case {
+    pub fn node(&self, name: &str) -> Option<&NodeSpec> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The streams probed in phase `k` (0 is the first state): those whose client and Service
+    /// port have lasted through every phase up to `k`.
+    pub fn streams_in(&self, k: usize) -> Vec<&StreamSpec> {
+        let states: Vec<Case> = (0..=k).map(|i| self.state_after(i)).collect();
+        self.streams
+            .iter()
+            .filter(|st| {
+                self.pods.iter().any(|p| p.name == st.client)
+                    && states.iter().all(|state| {
+                        state.services.iter().any(|s| {
+                            s.name == st.service
+                                && s.ports
+                                    .iter()
+                                    .any(|p| p.name == st.port && p.udp == st.source_port.is_some())
+                        })
+                    })
+            })
+            .collect()
+    }
+
+    /// The case as it stands after its first `k` steps (no steps of its own, every flow probed).
+    pub fn state_after(&self, k: usize) -> Case {
+        let mut state = Case { steps: Vec::new(), probes: None, streams: Vec::new(), ..self.clone() };
+        for step in &self.steps[..k] {
+            match &step.change {
+                Change::RestartProxy => {}
+                Change::ReplaceService(s) => {
+                    if let Some(old) = state.services.iter_mut().find(|o| o.name == s.name) {
+                        *old = s.clone();
+                    }
+                }
+                Change::DeleteService(name) => state.services.retain(|s| &s.name != name),
+            }
+        }
+        state
+    }
+}
