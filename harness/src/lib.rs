@@ -6,6 +6,7 @@
 //! cli                 clap only
 //! commands            run · check · rules · diff · mutants · bench · matrix · coverage · explore · soak · merge · cleanup
 //! explore             generated cases, run by the engine; shrinking; the corpus
+//! compare             two proxies' behaviour on the same scenarios, flow by flow
 //! engine              schedules runs, emits events to reporters
 //! runner              one scenario: build, program, probe, observe, judge
 //! report              terminal · JUnit · JSON; evidence files
@@ -38,6 +39,7 @@ pub mod admission;
 pub mod apiserver;
 pub mod cli;
 pub mod commands;
+pub mod compare;
 pub mod coverage;
 pub mod engine;
 pub mod explore;

@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["commands"],
     // Generated cases: reads them as the reader does, runs them through the engine.
     &["explore"],
+    &["compare"],
     &["engine"],
     &["runner"],
     // Reports read the results; the runner writes its evidence files through them.
