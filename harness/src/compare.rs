@@ -77,6 +77,9 @@ pub struct FlowDiff {
     pub probe: String,
     pub left: String,
     pub right: String,
+    /// Whether each side's behaviour passed the oracle (`None`: not sent or not judged), to say
+    /// which side the expectation agrees with.
+    pub passed: (Option<bool>, Option<bool>),
 }
 
 /// A scenario whose two sides could not be compared: a side never set up (an input or machine
@@ -151,7 +154,7 @@ pub fn diff(
 }
 
 fn whole(s: &Scenario, left: String, right: String) -> FlowDiff {
-    FlowDiff { scenario: s.name.clone(), probe: "(whole scenario)".into(), left, right }
+    FlowDiff { scenario: s.name.clone(), probe: "(whole scenario)".into(), left, right, passed: (None, None) }
 }
 
 /// The flows of `s` that behave differently, or why its sides cannot be compared: a side
@@ -201,6 +204,9 @@ fn compare(
             .collect()
     };
     let (lb, rb) = (behaviours(lv), behaviours(rv));
+    let passed = |verdicts: &[ProbeVerdict], name: &str| {
+        verdicts.iter().find(|v| v.probe.name == name).map(ProbeVerdict::passed)
+    };
     let names: BTreeSet<&String> = lb.keys().chain(rb.keys()).collect();
     Ok(names
         .into_iter()
@@ -216,6 +222,7 @@ fn compare(
                 probe: name.clone(),
                 left: show(l),
                 right: show(r),
+                passed: (passed(lv, name), passed(rv, name)),
             })
         })
         .collect())

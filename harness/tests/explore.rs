@@ -102,3 +102,35 @@ fn a_mutant_is_found_and_its_shrunk_case_reproduces_only_with_it() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Two proxies against each other: a mutant behaves differently from the proxy it breaks (exit
+/// 1, the case written with each side's behaviour), and the same proxy on both sides does not.
+#[test]
+fn against_a_mutant_the_differences_are_reported_and_against_itself_none() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let dir = scratch("against");
+    let explore = |against: &[&str]| {
+        let mut args =
+            vec!["explore", "--seed", "1", "--cases", "2", "--timeout-ms", "300", "--out", "found"];
+        args.extend(["--against", "builtin-iptables"]);
+        args.extend(against);
+        packetproof(&dir, &args)
+    };
+    let out = explore(&["--against-option", "mutant=no-off-cluster-masq"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("flows behave differently"), "{said}");
+    let found: Vec<PathBuf> =
+        std::fs::read_dir(dir.join("found/differences")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(found.len(), 1, "{said}");
+    let file = std::fs::read_to_string(&found[0]).unwrap();
+    assert!(file.contains("builtin-iptables (mutant=no-off-cluster-masq): "), "{file}");
+    assert!(file.contains("(the oracle allows only the first)"), "{file}");
+
+    let same = explore(&[]);
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same));
+    assert!(!text(&same).contains("behave differently"), "{}", text(&same));
+    let _ = std::fs::remove_dir_all(&dir);
+}

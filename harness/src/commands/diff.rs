@@ -109,6 +109,7 @@ mod tests {
                     probe: "p".into(),
                     left: "a".into(),
                     right: "b".into(),
+                    passed: (None, None),
                 })
                 .collect(),
             not_compared,

@@ -29,6 +29,14 @@ pub struct Args {
     /// An option for the `--proxy` adapter, `KEY=VALUE` (as `run --proxy-option`); repeatable.
     #[arg(long = "proxy-option", value_name = "KEY=VALUE")]
     pub proxy_options: Vec<String>,
+    /// Also run every case on this proxy and report each flow whose behaviour differs between
+    /// the two (as `packetproof diff`), confirmed by a second run, instead of the oracle's
+    /// failures: iptables mode against nftables, one release against another.
+    #[arg(long)]
+    pub against: Option<String>,
+    /// An option for `--against`, `KEY=VALUE`; repeatable.
+    #[arg(long = "against-option", value_name = "KEY=VALUE", requires = "against")]
+    pub against_options: Vec<String>,
     /// Judge by this profile instead of the proxy's own (as `run --profile`).
     #[arg(long)]
     pub profile: Option<crate::model::Profile>,
@@ -84,6 +92,11 @@ pub fn main(args: Args) -> Result<i32> {
     });
     let proxy = proxy_choice(&args.proxy, &args.proxy_options)?;
     crate::proxy::build(&proxy, std::path::Path::new("."))?;
+    let against =
+        args.against.as_deref().map(|name| proxy_choice(name, &args.against_options)).transpose()?;
+    if let Some(against) = &against {
+        crate::proxy::build(against, std::path::Path::new("."))?;
+    }
     if let Some(reason) = crate::privileges::preflight() {
         anyhow::bail!("cannot explore here: {reason}");
     }
@@ -94,7 +107,15 @@ pub fn main(args: Args) -> Result<i32> {
         (Some(budget), _) => Stop::After(budget),
         (None, cases) => Stop::Cases(cases.unwrap_or(100)),
     };
-    println!("exploring with seed {seed} against {} ({})", proxy.label(), describe(stop));
+    match &against {
+        Some(other) => println!(
+            "exploring with seed {seed}: {} against {} ({})",
+            proxy.label(),
+            other.label(),
+            describe(stop)
+        ),
+        None => println!("exploring with seed {seed} against {} ({})", proxy.label(), describe(stop)),
+    }
     let settings = Settings {
         seed,
         stop,
@@ -109,6 +130,7 @@ pub fn main(args: Args) -> Result<i32> {
         save_corpus: args.save_corpus,
         shrink_runs: args.shrink_runs,
         keep_cases: args.keep_cases,
+        against,
     };
     for file in args.json.iter().chain(&args.junit) {
         std::fs::write(file, "").with_context(|| format!("cannot write {}", file.display()))?;
@@ -139,7 +161,7 @@ pub fn main(args: Args) -> Result<i32> {
 /// As `run`'s: 1 when a case failed (a confirmed finding); 2 when the machine or the generator
 /// was at fault, or nothing passed; else 0.
 fn exit_code(summary: &Summary) -> i32 {
-    if !summary.findings.is_empty() {
+    if !summary.findings.is_empty() || summary.differences.iter().any(|d| !d.documented) {
         EXIT_FAIL
     } else if !summary.errors.is_empty()
         || !summary.rejected.is_empty()
@@ -193,6 +215,9 @@ pub fn report(s: &Summary, seed: u64) -> String {
         s.errors.len(),
         s.rejected.len()
     ));
+    if s.flows_compared > 0 {
+        out.push_str(&format!("{} flows compared on both proxies\n", s.flows_compared));
+    }
     out.push_str(&format!(
         "{} flows judged, {} not judged (no defined outcome); covered {} field combinations and {} kinds of flow × outcome\n",
         s.flows_judged,
@@ -200,6 +225,23 @@ pub fn report(s: &Summary, seed: u64) -> String {
         fields,
         flows
     ));
+    for d in &s.differences {
+        let (verb, choice) =
+            if d.documented { ("differs", ", as each side's profile allows") } else { ("DIFFERS", "") };
+        out.push_str(&format!(
+            "{verb} {}: {} flows behave differently{choice}: {}\n",
+            d.case,
+            d.flows.len(),
+            d.file.display()
+        ));
+    }
+    if !s.differences.is_empty() {
+        let documented = s.differences.iter().filter(|d| d.documented).count();
+        out.push_str(&format!(
+            "{} cases behave differently on the two proxies ({documented} as each side's profile allows)\n",
+            s.differences.len()
+        ));
+    }
     for f in &s.findings {
         if let Some(same) = &f.same_as {
             out.push_str(&format!(
@@ -250,6 +292,8 @@ struct JsonReport<'a> {
     flows_judged: usize,
     flows_not_judged: usize,
     findings: Vec<JsonFinding<'a>>,
+    /// With `--against`: the cases on which the two proxies behave differently.
+    differences: Vec<JsonDifference<'a>>,
     /// Field combinations generated, and kinds of flow × outcome judged.
     covered_fields: Vec<&'a str>,
     covered_flows: Vec<&'a str>,
@@ -278,6 +322,25 @@ struct JsonFinding<'a> {
     steps: usize,
     /// The earlier finding it fails as (not shrunk again).
     same_as: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct JsonDifference<'a> {
+    case: &'a str,
+    file: &'a std::path::Path,
+    flows: Vec<JsonFlowDiff<'a>>,
+    /// Each side passes under its own profile: a documented choice, not a finding.
+    documented: bool,
+}
+
+#[derive(Serialize)]
+struct JsonFlowDiff<'a> {
+    probe: &'a str,
+    proxy: &'a str,
+    against: &'a str,
+    /// Whether the oracle allows each side's behaviour (`null`: not judged).
+    proxy_passed: Option<bool>,
+    against_passed: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -338,6 +401,26 @@ fn json_report<'a>(s: &'a Summary, seed: u64, proxy: &'a str, exit_code: i32) ->
                 }
             })
             .collect(),
+        differences: s
+            .differences
+            .iter()
+            .map(|d| JsonDifference {
+                case: &d.case,
+                file: &d.file,
+                documented: d.documented,
+                flows: d
+                    .flows
+                    .iter()
+                    .map(|f| JsonFlowDiff {
+                        probe: &f.probe,
+                        proxy: &f.left,
+                        against: &f.right,
+                        proxy_passed: f.passed.0,
+                        against_passed: f.passed.1,
+                    })
+                    .collect(),
+            })
+            .collect(),
         covered_fields: covered(false),
         covered_flows: covered(true),
         corpus: s.corpus.as_ref().map(|(dir, cases)| JsonCorpus { dir, cases: *cases }),
@@ -380,6 +463,19 @@ fn junit_report(s: &Summary, seed: u64, proxy: &str) -> Result<String> {
             f.known_bug.as_deref().unwrap_or("no known bug reproduces it")
         ));
         add(&f.case, status);
+    }
+    for d in &s.differences {
+        if d.documented {
+            add(&d.case, TestCaseStatus::success());
+            continue;
+        }
+        let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        let flows: Vec<String> =
+            d.flows.iter().map(|f| format!("{}: {} | {}", f.probe, f.left, f.right)).collect();
+        status
+            .set_message(format!("{} flows behave differently on the two proxies", d.flows.len()))
+            .set_description(format!("case: {}\n{}", d.file.display(), flows.join("\n")));
+        add(&d.case, status);
     }
     for u in &s.unconfirmed {
         add(
