@@ -5,12 +5,14 @@
 //! judge them, nothing here does. A failing case is confirmed by running it again, cut down
 //! while it fails the same way (`shrink`), confirmed again and written out as a commented
 //! scenario file that `packetproof run` reproduces; one that does not fail again is classified
-//! (`classify`) and never a finding.
+//! (`classify`) and never a finding. With `--against`, each case runs on two proxies and is
+//! compared flow by flow (`against`).
 //!
 //! The same seed gives the same cases: each case is drawn from its own seeded stream
 //! (`rng`), and the choice among candidates depends only on what was generated before it
 //! (`features`), never on timing or on `--jobs`.
 
+mod against;
 pub mod case;
 pub mod classify;
 pub mod features;
@@ -234,7 +236,7 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
             }
         }
         if let Some(against) = &settings.against {
-            compare_batch(settings, &engine, against, ready, &mut summary, &mut guide)?;
+            against::compare_batch(settings, &engine, against, ready, &mut summary, &mut guide)?;
             if last_progress.elapsed() > Duration::from_secs(10) {
                 progress(&summary);
                 last_progress = Instant::now();
@@ -298,116 +300,6 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
         summary.corpus = Some((dir.clone(), kept));
     }
     Ok(summary)
-}
-
-/// A batch of cases run on both proxies and compared flow by flow. A case that differs is run
-/// on both again; the flows that differ both times are its finding, written unshrunk to
-/// `differences/` under `--out` with each side's behaviour and which side the oracle allows. One
-/// that differed only once is not confirmed, and the harness's until shown otherwise.
-fn compare_batch(
-    settings: &Settings,
-    engine: &Engine,
-    against: &ProxyChoice,
-    ready: Vec<(Ready, BTreeSet<Feature>)>,
-    summary: &mut Summary,
-    guide: &mut FieldCombinations,
-) -> Result<()> {
-    let scenarios: Vec<Scenario> = ready.iter().map(|(r, _)| r.scenario.clone()).collect();
-    let found = crate::compare::diff(&scenarios, &settings.proxy, against, engine, &mut [])?;
-    for ((r, f), scenario) in ready.into_iter().zip(&scenarios) {
-        let name = r.case.name.clone();
-        if let Some(not) = found.not_compared.iter().find(|n| n.scenario == scenario.name) {
-            match not.error {
-                true => summary.errors.push(format!("{name}: {}", not.why)),
-                false => summary.skipped.push((name, not.why.clone())),
-            }
-            continue;
-        }
-        guide.judged(&f);
-        summary.covered.extend(f);
-        summary.flows_compared += scenario.probes.len();
-        let differing: Vec<_> = found.flows.iter().filter(|d| d.scenario == scenario.name).cloned().collect();
-        if differing.is_empty() {
-            summary.passed.push(name);
-            continue;
-        }
-        let again =
-            crate::compare::diff(std::slice::from_ref(scenario), &settings.proxy, against, engine, &mut [])?;
-        let flows: Vec<_> =
-            differing.into_iter().filter(|d| again.flows.iter().any(|a| a.probe == d.probe)).collect();
-        // Two implementation choices a profile documents (nftables mode refusing what iptables
-        // mode answers): each side passes under its own profile, so neither is a bug.
-        let documented = !flows.is_empty() && {
-            let own = |proxy: &ProxyChoice| -> Result<bool> {
-                let results = run_all(engine, &[scenario], proxy)?;
-                Ok(results.first().is_some_and(|r| r.as_ref().is_ok_and(ScenarioReport::passed)))
-            };
-            own(&settings.proxy)? && own(against)?
-        };
-        let what = |flows: &[crate::compare::FlowDiff]| {
-            let mut h = String::new();
-            for d in flows {
-                let oracle = match d.passed {
-                    (Some(true), Some(false)) => "the oracle allows only the first",
-                    (Some(false), Some(true)) => "the oracle allows only the second",
-                    (Some(true), Some(true)) => "the oracle allows both",
-                    (Some(false), Some(false)) => "the oracle allows neither",
-                    _ => "not judged on both",
-                };
-                let _ = writeln!(
-                    h,
-                    "- {}\n    {}: {}\n    {}: {}\n    ({oracle})",
-                    d.probe,
-                    settings.proxy.label(),
-                    d.left,
-                    against.label(),
-                    d.right
-                );
-            }
-            h
-        };
-        let folder = match (flows.is_empty(), documented) {
-            (true, _) => "flaky",
-            (false, true) => "documented-choices",
-            (false, false) => "differences",
-        };
-        let dir = settings.out.join(folder);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let file = dir.join(format!("{name}.yaml"));
-        let shown = if flows.is_empty() {
-            found.flows.iter().filter(|d| d.scenario == scenario.name).cloned().collect()
-        } else {
-            flows.clone()
-        };
-        let header = format!(
-            "{} under `packetproof explore --seed {}` (packetproof {}) between {} and {}.\n{}",
-            match (flows.is_empty(), documented) {
-                (true, _) => "Behaved differently once, then alike",
-                (false, true) => "Behaves differently, twice, as each side's profile allows",
-                (false, false) => "Behaves differently, twice",
-            },
-            settings.seed,
-            env!("CARGO_PKG_VERSION"),
-            settings.proxy.label(),
-            against.label(),
-            what(&shown)
-        );
-        std::fs::write(&file, r.case.render(&header))
-            .with_context(|| format!("writing {}", file.display()))?;
-        if flows.is_empty() {
-            let why = "it behaved differently once and alike on its re-run: a verdict that changes between runs is the harness's until its mechanism is found".to_string();
-            summary.unconfirmed.push(Unconfirmed { case: name, suspect: Suspect::Harness, why, file });
-        } else {
-            eprintln!(
-                "packetproof explore: {name}: {} flows behave differently{} (kept as {})",
-                flows.len(),
-                if documented { ", as each side's profile allows" } else { "" },
-                file.display()
-            );
-            summary.differences.push(Difference { case: name, file, flows, documented });
-        }
-    }
-    Ok(())
 }
 
 /// Runs scenarios with `proxy`, results in their order.
