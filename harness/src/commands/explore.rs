@@ -192,7 +192,8 @@ pub fn report(s: &Summary, seed: u64) -> String {
     }
     for u in &s.unconfirmed {
         out.push_str(&format!(
-            "not confirmed (failed once, passed on re-runs; suspect: {}): {}: {} ({})\n",
+            "not confirmed ({}; suspect: {}): {}: {} ({})\n",
+            u.what,
             u.suspect.name(),
             u.case,
             u.why,

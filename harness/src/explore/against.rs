@@ -107,8 +107,14 @@ pub(super) fn compare_batch(
         std::fs::write(&file, r.case.render(&header))
             .with_context(|| format!("writing {}", file.display()))?;
         if flows.is_empty() {
-            let why = "it behaved differently once and alike on its re-run: a verdict that changes between runs is the harness's until its mechanism is found".to_string();
-            summary.unconfirmed.push(Unconfirmed { case: name, suspect: Suspect::Harness, why, file });
+            let why = "a behaviour that changes between runs of the same proxies is the harness's until its mechanism is found".to_string();
+            summary.unconfirmed.push(Unconfirmed {
+                case: name,
+                what: "differed once, alike on its re-run",
+                suspect: Suspect::Harness,
+                why,
+                file,
+            });
         } else {
             eprintln!(
                 "packetproof explore: {name}: {} flows behave differently{} (kept as {})",

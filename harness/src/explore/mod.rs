@@ -111,6 +111,9 @@ pub struct Difference {
 #[derive(Debug)]
 pub struct Unconfirmed {
     pub case: String,
+    /// What happened: `failed once, passed on re-runs`, or (`--against`) `differed once, alike
+    /// on its re-run`.
+    pub what: &'static str,
     pub suspect: Suspect,
     /// The evidence for the suspect, in words.
     pub why: String,
@@ -408,6 +411,7 @@ fn investigate(
             file.display()
         );
         return Ok(Investigated::Unconfirmed(Unconfirmed {
+            what: "failed once, passed on re-runs",
             case: ready.case.name.clone(),
             suspect,
             why,
