@@ -217,15 +217,20 @@ pub fn report(s: &Summary, seed: u64) -> String {
         s.rejected.len()
     ));
     if s.flows_compared > 0 {
-        out.push_str(&format!("{} flows compared on both proxies\n", s.flows_compared));
+        // Compared, not judged: the oracle's verdicts of each side are not collected here.
+        out.push_str(&format!(
+            "{} flows compared on both proxies; covered {fields} field combinations\n",
+            s.flows_compared
+        ));
+    } else {
+        out.push_str(&format!(
+            "{} flows judged, {} not judged (no defined outcome); covered {} field combinations and {} kinds of flow × outcome\n",
+            s.flows_judged,
+            s.flows_unjudged,
+            fields,
+            flows
+        ));
     }
-    out.push_str(&format!(
-        "{} flows judged, {} not judged (no defined outcome); covered {} field combinations and {} kinds of flow × outcome\n",
-        s.flows_judged,
-        s.flows_unjudged,
-        fields,
-        flows
-    ));
     for d in &s.differences {
         let (verb, choice) =
             if d.documented { ("differs", ", as each side's profile allows") } else { ("DIFFERS", "") };
