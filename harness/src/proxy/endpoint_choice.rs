@@ -190,20 +190,14 @@ impl Deviations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Protocol, ServiceType, TrafficPolicy};
+    use crate::model::{ServiceType, TrafficPolicy};
 
     fn ep(ip: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {
         Endpoint { ready, serving, terminating, ..Endpoint::example(ip, 80, Some(node)) }
     }
 
     fn port(endpoints: Vec<Endpoint>) -> ServicePort {
-        ServicePort {
-            name: String::new(),
-            protocol: Protocol::Tcp,
-            port: 80,
-            node_port: Some(30080),
-            endpoints,
-        }
+        ServicePort::example(endpoints)
     }
 
     const CLUSTER: PortPolicy = PortPolicy {
@@ -264,6 +258,14 @@ mod tests {
         assert!(!choose(skips, &svc, "b").3);
     }
 
+    /// A node in zone-a, the Service annotated `Auto` (v1.30, the gate off).
+    const AUTO_IN_ZONE_A: Context<'static> = Context {
+        annotation: Some("Auto"),
+        zone: Some("zone-a"),
+        traffic_distribution_gate: false,
+        annotation_needed: true,
+    };
+
     fn hinted(ip: &str, ready: bool, zones: &[&str]) -> Endpoint {
         Endpoint {
             ready,
@@ -276,12 +278,7 @@ mod tests {
     fn ignored_hints_never_narrow() {
         let eps = [hinted("10.1.2.3", true, &["zone-a"])];
         let refs: Vec<&Endpoint> = eps.iter().collect();
-        let cx = Context {
-            annotation: Some("Auto"),
-            zone: Some("zone-a"),
-            traffic_distribution_gate: false,
-            annotation_needed: true,
-        };
+        let cx = AUTO_IN_ZONE_A;
         assert_eq!(zone_filter(&refs, cx), Some("zone-a"));
         assert_eq!(ignored(&refs, cx), None);
     }
@@ -290,12 +287,7 @@ mod tests {
     fn the_incomplete_hints_mutant_filters_anyway() {
         let eps = [hinted("10.1.2.3", true, &["zone-a"]), hinted("10.1.2.4", true, &[])];
         let refs: Vec<&Endpoint> = eps.iter().collect();
-        let cx = Context {
-            annotation: Some("Auto"),
-            zone: Some("zone-a"),
-            traffic_distribution_gate: false,
-            annotation_needed: true,
-        };
+        let cx = AUTO_IN_ZONE_A;
         assert_eq!(zone_filter(&refs, cx), None);
         assert_eq!(used_when_incomplete(&refs, cx), Some("zone-a"));
     }
@@ -305,12 +297,7 @@ mod tests {
         // zone-a's only hinted endpoint is unready: kube-proxy ignores the hints there.
         let eps = [hinted("10.1.2.3", false, &["zone-a"]), hinted("10.1.2.4", true, &["zone-b"])];
         let refs: Vec<&Endpoint> = eps.iter().collect();
-        let cx = Context {
-            annotation: Some("Auto"),
-            zone: Some("zone-a"),
-            traffic_distribution_gate: false,
-            annotation_needed: true,
-        };
+        let cx = AUTO_IN_ZONE_A;
         assert_eq!(zone_filter(&refs, cx), None);
         assert_eq!(counts_unready(&refs, cx), Some("zone-a"));
         // An unready endpoint without hints makes them incomplete when unready ones count.

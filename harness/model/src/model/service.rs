@@ -199,6 +199,20 @@ pub struct Endpoint {
 }
 
 #[cfg(any(test, feature = "test-support"))]
+impl ServicePort {
+    /// The unit tests' port: unnamed TCP 80, node port 30080, with `endpoints`.
+    pub fn example(endpoints: Vec<Endpoint>) -> ServicePort {
+        ServicePort {
+            name: String::new(),
+            protocol: Protocol::Tcp,
+            port: 80,
+            node_port: Some(30080),
+            endpoints,
+        }
+    }
+}
+
+#[cfg(any(test, feature = "test-support"))]
 impl Endpoint {
     /// The unit tests' endpoint: ready, of pod `pod-<ip>` on `node` (`None`: no `nodeName`,
     /// never local).

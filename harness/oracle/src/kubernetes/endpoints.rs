@@ -153,29 +153,13 @@ pub fn select_with<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Protocol;
 
     fn ep(ip: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {
-        Endpoint {
-            ip: ip.parse().unwrap(),
-            port: 80,
-            ready,
-            serving,
-            terminating,
-            node: Some(node.into()),
-            pod: format!("pod-{ip}"),
-            zone_hints: Vec::new(),
-        }
+        Endpoint { ready, serving, terminating, ..Endpoint::example(ip, 80, Some(node)) }
     }
 
     fn port(endpoints: Vec<Endpoint>) -> ServicePort {
-        ServicePort {
-            name: String::new(),
-            protocol: Protocol::Tcp,
-            port: 80,
-            node_port: Some(30080),
-            endpoints,
-        }
+        ServicePort::example(endpoints)
     }
 
     const CLUSTER: PortPolicy = PortPolicy {
