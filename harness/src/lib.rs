@@ -19,6 +19,7 @@
 //! proxy               iptables | nftables | ipvs | ruleset | command | apiserver | cluster,
 //!                     and the reference proxy (a stand-in kube-proxy the `apiserver` adapter runs)
 //! apiserver           the embedded Kubernetes API server
+//!                     (with proxy: the crate `packetproof-proxy`)
 //! traffic · observe · topology · privileges      the kernel side
 //! oracle | scenario   expected outcomes, from Kubernetes semantics alone | files → model, checked
 //! kubernetes          Kubernetes and kube-proxy semantics shared by oracle and proxies
@@ -27,16 +28,17 @@
 //!                     nothing a run starts outlives it (the crate `packetproof-model`)
 //! ```
 
-// The bottom layer (`harness/model`), the kernel side (`harness/network`) and the judge
-// (`harness/oracle`) are crates of their own, so that cargo refuses an upward import from
+// The bottom layer (`harness/model`), the kernel side (`harness/network`), the judge
+// (`harness/oracle`) and the proxies with the API server they watch (`harness/proxy`) are
+// crates of their own, so that cargo refuses an upward import from
 // them; re-exported under the same names.
 pub(crate) use packetproof_model::yaml;
 pub use packetproof_model::{containment, kernel, model, signals};
 pub use packetproof_network::{observe, privileges, topology, traffic};
 pub use packetproof_oracle::{kubernetes, oracle};
+pub use packetproof_proxy::{apiserver, proxy};
 
 pub mod admission;
-pub mod apiserver;
 pub mod cli;
 pub mod commands;
 pub mod compare;
@@ -44,7 +46,6 @@ pub mod coverage;
 pub mod engine;
 pub mod explore;
 pub mod probe;
-pub mod proxy;
 pub mod report;
 pub mod results;
 pub mod runner;

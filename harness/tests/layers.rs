@@ -171,7 +171,13 @@ fn layer_of(module: &str) -> Option<usize> {
 /// modules it re-exports under the same names: inside each, the layers are checked here too.
 fn source_roots() -> Vec<PathBuf> {
     let harness = Path::new(env!("CARGO_MANIFEST_DIR"));
-    vec![src(), harness.join("model/src"), harness.join("network/src"), harness.join("oracle/src")]
+    vec![
+        src(),
+        harness.join("model/src"),
+        harness.join("network/src"),
+        harness.join("oracle/src"),
+        harness.join("proxy/src"),
+    ]
 }
 
 fn library() -> Library {

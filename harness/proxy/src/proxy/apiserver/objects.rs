@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn the_service_cidr_object_holds_every_family_of_the_service_range() {
-        let mut cluster = crate::commands::bench::two_nodes_eight_pods();
+        let mut cluster = crate::model::Cluster::example(Vec::new());
         cluster.service_cidr = "10.96.0.0/12".parse().unwrap();
         let single = service_cidr_object(&cluster);
         assert_eq!(single["metadata"]["name"], "kubernetes");

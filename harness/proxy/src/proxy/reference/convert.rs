@@ -307,12 +307,12 @@ mod tests {
     /// Services the scenario parser made: the API carries everything a proxy needs.
     #[test]
     fn every_scenario_converts_to_the_parsers_services() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios");
-        let files = crate::scenario::discover(&[dir.into()]).unwrap();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios");
+        let files = packetproof::scenario::discover(&[dir.into()]).unwrap();
         assert!(files.len() > 10, "scenarios found: {files:?}");
         for file in files {
             let scenario =
-                crate::admission::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                packetproof::admission::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
             let c = &scenario.cluster;
             let flags = Flags {
                 cluster_cidrs: c.families().iter().map(|&f| c.family_view(f).pod_cidr).collect(),

@@ -95,14 +95,14 @@ fn every_scenario_cluster_loads_and_reads_back() {
     if !privileged() {
         return;
     }
-    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let files = crate::scenario::discover(&[suite]).expect("listing scenarios/");
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let files = packetproof::scenario::discover(&[suite]).expect("listing scenarios/");
     assert!(files.len() > 10, "the suite is there");
     let scratch = Scratch::new("nft-scenarios");
     let runtime = runtime();
     let _in_runtime = runtime.enter();
     for file in files {
-        let s = crate::admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
+        let s = packetproof::admission::load(&file).unwrap_or_else(|e| panic!("{e}"));
         for node in &s.cluster.nodes {
             // Health check servers bind the node's addresses (nftables mode's default
             // `--nodeport-addresses` is the node's primary IPs).

@@ -156,7 +156,7 @@ spec:
   containers: [{name: web, image: web, ports: [{containerPort: 8080}]}]
 status: {podIP: 10.244.1.10}
 "#;
-        let s = crate::admission::load_str(text, Path::new("list.yaml")).unwrap();
+        let s = packetproof::admission::load_str(text, Path::new("list.yaml")).unwrap();
         let list: Value = serde_json::from_slice(&render(&s.cluster, &s.objects, 7).unwrap()).unwrap();
         assert_eq!((&list["apiVersion"], &list["kind"]), (&json!("v1"), &json!("List")));
         assert_eq!(list["metadata"]["resourceVersion"], "7");

@@ -270,12 +270,7 @@ async fn apply(client: &Client, key: &Key, object: &Value, new: bool) -> Result<
 
 /// Deletes one object packetproof wrote; one already gone is fine.
 /// Deletes an object a run killed outright wrote (from its journal: `packetproof cleanup`).
-pub(crate) fn delete_leftover(
-    kubeconfig: &std::path::Path,
-    kind: &str,
-    namespace: &str,
-    name: &str,
-) -> Result<()> {
+pub fn delete_leftover(kubeconfig: &std::path::Path, kind: &str, namespace: &str, name: &str) -> Result<()> {
     let kind =
         [Kind::Service, Kind::EndpointSlice].into_iter().find(|k| k.kind() == kind).with_context(|| {
             format!("a journal names an object of kind {kind:?}, which packetproof never writes")
@@ -459,9 +454,10 @@ mod tests {
 
     #[test]
     fn objects_are_written_selectorless_labelled_and_without_server_fields() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/hairpin.yaml"))
-            .unwrap();
-        let scenario = crate::admission::load_str(&text, Path::new("hairpin.yaml")).unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/hairpin.yaml"))
+                .unwrap();
+        let scenario = packetproof::admission::load_str(&text, Path::new("hairpin.yaml")).unwrap();
         let state = State { cluster: &scenario.cluster, objects: &scenario.objects };
         let objects = desired(&state).unwrap();
         let service = objects.iter().find(|(k, _)| k.kind == Kind::Service).unwrap();
