@@ -448,14 +448,14 @@ fn investigate(
     }
     let (shrunk, last_report, runs) = shrink_case(settings, engine, ready, report, &first)?;
     let signature: Signature = shrink::signature(&last_report).intersection(&first).cloned().collect();
-    let known_bug = match settings.proxy.options.get("mutant").and_then(|m| m.as_str()) {
-        Some(mutant) => crate::report::known_bugs::by_name(mutant).map(|bug| bug.headline()),
+    let mutant = crate::proxy::mutant_of(&settings.proxy)?;
+    let known_bug = match mutant {
+        Some(mutant) => crate::report::known_bugs::by_name(mutant.name()).map(|bug| bug.headline()),
         None => reproducing_mutants(settings, engine, &shrunk, &signature)?,
     };
-    let passes_unbroken = match settings.proxy.options.get("mutant") {
+    let passes_unbroken = match mutant {
         Some(_) => {
-            let mut unbroken = settings.proxy.clone();
-            unbroken.options.remove("mutant");
+            let unbroken = crate::proxy::unbroken(&settings.proxy);
             let results = run_all(engine, &[&shrunk.scenario], &unbroken)?;
             Some(results.first().is_some_and(|r| r.as_ref().is_ok_and(|r| r.passed())))
         }
@@ -605,11 +605,9 @@ fn reproducing_mutants(
     let choices: Vec<(String, ProxyChoice)> = passing
         .iter()
         .flat_map(|name| {
-            crate::proxy::catalog(name).into_iter().map(move |m| {
-                let mut choice = ProxyChoice::named(name);
-                choice.options.insert("mutant".into(), m.name().into());
-                (m.name().to_string(), choice)
-            })
+            crate::proxy::catalog(name)
+                .into_iter()
+                .map(move |m| (m.name().to_string(), crate::proxy::broken(name, m)))
         })
         .collect();
     // A bug a probe shows only by chance (a stream re-picking among two backends after a flush

@@ -141,13 +141,41 @@ pub fn catalog(name: &str) -> Vec<Mutant> {
     registry::built_in(name).map_or_else(Vec::new, |b| (b.catalog)())
 }
 
+/// The option that names a built-in's mutant (`mutant: NAME` in a file, `--proxy-option
+/// mutant=NAME`): read and written only here, so the rest of the harness passes a [`Mutant`].
+const MUTANT_OPTION: &str = "mutant";
+
+/// The built-in proxy `name` broken by `mutant`, as a choice a run or a file can carry.
+pub fn broken(name: &str, mutant: Mutant) -> ProxyChoice {
+    let mut choice = ProxyChoice::named(name);
+    choice.options.insert(MUTANT_OPTION.into(), mutant.name().into());
+    choice
+}
+
+/// The mutant `choice` names, if it names one: an error if its option is not a catalogued
+/// bug's name.
+pub fn mutant_of(choice: &ProxyChoice) -> Result<Option<Mutant>> {
+    match choice.options.get(MUTANT_OPTION) {
+        None => Ok(None),
+        Some(serde_json::Value::String(name)) => name.parse::<Mutant>().map(Some).map_err(anyhow::Error::msg),
+        Some(_) => anyhow::bail!("option `{MUTANT_OPTION}` must be a mutant's name"),
+    }
+}
+
+/// `choice` without its mutant: the proxy as it should be.
+pub fn unbroken(choice: &ProxyChoice) -> ProxyChoice {
+    let mut unbroken = choice.clone();
+    unbroken.options.remove(MUTANT_OPTION);
+    unbroken
+}
+
 /// A second implementation of what `choice` implements, to tell a rare failure of this proxy
 /// from one of the expectation: the proxy without its mutant, the other built-in mode for a
 /// built-in (iptables for IPVS), the built-in of its mode for an adapter.
 pub fn second_opinion(choice: &ProxyChoice) -> ProxyChoice {
     use kube_proxy_config::Mode;
-    if choice.options.contains_key("mutant") && breakable(&choice.name).is_some() {
-        return ProxyChoice::named(&choice.name);
+    if choice.options.contains_key(MUTANT_OPTION) && breakable(&choice.name).is_some() {
+        return unbroken(choice);
     }
     let name = match (
         registry::find(&choice.name).map(|e| &e.kind),
@@ -165,26 +193,20 @@ pub fn second_opinion(choice: &ProxyChoice) -> ProxyChoice {
 /// A built-in proxy from its one option, `mutant: NAME` (a deliberately broken build of it,
 /// e.g. for `diff` against the original).
 fn built_in(choice: &ProxyChoice, breakable: Breakable) -> Result<Box<dyn Proxy>> {
-    let mut mutant = None;
-    for (key, value) in &choice.options {
-        match (key.as_str(), value) {
-            ("mutant", serde_json::Value::String(name)) => {
-                let m = name.parse::<Mutant>().map_err(anyhow::Error::msg)?;
-                if let Some((_, why)) = not_observable(&choice.name).iter().find(|(n, _)| *n == m) {
-                    anyhow::bail!("{} cannot show the bug {name}: {why}", choice.name);
-                }
-                anyhow::ensure!(
-                    catalog(&choice.name).contains(&m),
-                    "{} cannot have the bug {name}",
-                    choice.name
-                );
-                mutant = Some(m);
-            }
-            ("mutant", _) => anyhow::bail!("option `mutant` must be a mutant's name"),
-            (other, _) => {
-                anyhow::bail!("{} takes only the option `mutant`, but {other:?} was given", choice.name)
-            }
+    if let Some(other) = choice.options.keys().find(|k| *k != MUTANT_OPTION) {
+        anyhow::bail!("{} takes only the option `{MUTANT_OPTION}`, but {other:?} was given", choice.name)
+    }
+    let mutant = mutant_of(choice)?;
+    if let Some(m) = mutant {
+        if let Some((_, why)) = not_observable(&choice.name).iter().find(|(n, _)| *n == m) {
+            anyhow::bail!("{} cannot show the bug {}: {why}", choice.name, m.name());
         }
+        anyhow::ensure!(
+            catalog(&choice.name).contains(&m),
+            "{} cannot have the bug {}",
+            choice.name,
+            m.name()
+        );
     }
     Ok(breakable(mutant))
 }
@@ -208,6 +230,18 @@ mod tests {
 
     fn choice(name: &str, options: serde_json::Value) -> ProxyChoice {
         ProxyChoice { name: name.into(), options: options.as_object().cloned().unwrap_or_default() }
+    }
+
+    #[test]
+    fn a_mutant_travels_typed_and_its_option_is_read_back_or_refused() {
+        let m = catalog(iptables::NAME)[0];
+        let broken = broken(iptables::NAME, m);
+        assert_eq!(mutant_of(&broken).unwrap(), Some(m));
+        assert_eq!(mutant_of(&unbroken(&broken)).unwrap(), None);
+        assert_eq!(unbroken(&broken), ProxyChoice::named(iptables::NAME));
+        assert!(mutant_of(&choice(iptables::NAME, serde_json::json!({"mutant": 3}))).is_err());
+        assert!(mutant_of(&choice(iptables::NAME, serde_json::json!({"mutant": "no-such-bug"}))).is_err());
+        assert!(build(&choice(iptables::NAME, serde_json::json!({"other": 1})), Path::new(".")).is_err());
     }
 
     #[test]
