@@ -183,6 +183,10 @@ enum Command {
         /// sides together).
         #[arg(long, default_value_t = 2, value_parser = crate::commands::jobs)]
         jobs: usize,
+        /// Also write what differed as JSON (the two proxies, each differing flow with whether
+        /// each side passed the oracle, each scenario not compared, the exit code).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
     },
     /// A service proxy that watches the Kubernetes API (the adapter `reference-proxy-*` runs
     /// it on every node): proves the API-server adapter without kube-proxy.
@@ -306,11 +310,11 @@ pub fn main() -> i32 {
                 partition,
             })
         }
-        Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs } => {
+        Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs, json } => {
             let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
             proxy_choice(&left, &left_options).and_then(|left| {
                 let right = proxy_choice(&right, &right_options)?;
-                commands::diff::main(&default_paths(paths), &left, &right, &options, jobs)
+                commands::diff::main(&default_paths(paths), &left, &right, &options, jobs, json.as_deref())
             })
         }
         Command::Merge { reports, json, junit, color } => commands::merge::main(

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
+use serde::{Deserialize, Serialize};
+
 use crate::engine::{Engine, Reporter, Run, RunProxy};
 use crate::model::{Cluster, Profile, ProxyChoice, Scenario, Source, bridge_address};
 use crate::results::{Outcome, ScenarioReport};
@@ -71,7 +73,7 @@ impl fmt::Display for Behaviour {
 }
 
 /// One flow whose behaviour differs, or a scenario one side could not judge.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowDiff {
     pub scenario: String,
     pub probe: String,
@@ -84,7 +86,7 @@ pub struct FlowDiff {
 
 /// A scenario whose two sides could not be compared: a side never set up (an input or machine
 /// fault, as `run` counts it) or skipped here. Nothing was compared, so it is no difference.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotCompared {
     pub scenario: String,
     /// `left: setup error: …`, `right: skipped: …`, one line per side that did not run.
@@ -94,7 +96,7 @@ pub struct NotCompared {
 }
 
 /// What a diff found: the flows that behave differently, and the scenarios not compared.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Differences {
     pub flows: Vec<FlowDiff>,
     pub not_compared: Vec<NotCompared>,

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
 
 use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, load_all, remove_leftovers};
 pub use crate::compare::{Behaviour, Differences, FlowDiff, NotCompared, behaviour, diff};
@@ -61,13 +62,32 @@ fn flow_table(left: &str, right: &str, diffs: &[FlowDiff]) -> String {
     out
 }
 
-/// `packetproof diff`: the flows whose behaviour differs between two proxies.
+/// What `diff --json` writes: the two proxies as reports name them and what differed; the
+/// kernel matrix reads a guest's back with this type.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DiffReport {
+    pub left: String,
+    pub right: String,
+    pub differences: Differences,
+    pub exit_code: i32,
+}
+
+impl DiffReport {
+    /// The table `diff` prints.
+    pub(crate) fn table(&self) -> String {
+        table(&self.left, &self.right, &self.differences)
+    }
+}
+
+/// `packetproof diff`: the flows whose behaviour differs between two proxies; with `json`, also
+/// written there as a [`DiffReport`].
 pub fn main(
     paths: &[PathBuf],
     left: &ProxyChoice,
     right: &ProxyChoice,
     options: &RunOptions,
     jobs: usize,
+    json: Option<&Path>,
 ) -> Result<i32> {
     let Some(scenarios) = load_all(paths)? else { return Ok(EXIT_ERROR) };
     for choice in [left, right] {
@@ -79,8 +99,18 @@ pub fn main(
     let engine = Engine { options: options.clone(), jobs };
     let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
     let found = diff(&scenarios, left, right, &engine, &mut [&mut progress])?;
-    print!("{}", table(&left.label(), &right.label(), &found));
-    Ok(diff_exit_code(&found))
+    let report = DiffReport {
+        left: left.label(),
+        right: right.label(),
+        exit_code: diff_exit_code(&found),
+        differences: found,
+    };
+    print!("{}", report.table());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report.exit_code)
 }
 
 /// As `run`'s: 2 when a side could not be set up or nothing was compared (input or machine at

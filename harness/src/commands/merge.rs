@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use super::matrix::report::{GuestReport, MatrixReport};
 use super::partition::Partition;
 use crate::report::{JsonRun, JunitOrigin, Paint, junit_suite};
 
@@ -99,35 +100,40 @@ fn exit_code(merged: &JsonRun) -> i32 {
 /// could not carry out becomes an error of its own).
 fn read(file: &Path) -> Result<Vec<Part>> {
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let shown = file.display().to_string();
+    // A matrix's report is the one with `runs`; each is read as the type that wrote it.
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
-    let shown = file.display().to_string();
-    let Some(runs) = value.get("runs").and_then(|r| r.as_array()) else {
+    if value.get("runs").is_none() {
         let run = serde_json::from_value(value)
             .with_context(|| format!("{shown}: not a packetproof run report (`run --json`)"))?;
         return Ok(vec![Part { label: shown, run }]);
-    };
-    runs.iter()
+    }
+    let matrix: MatrixReport = serde_json::from_value(value)
+        .with_context(|| format!("{shown}: not a packetproof matrix report (`matrix --json`)"))?;
+    matrix
+        .runs
+        .into_iter()
         .map(|cell| {
-            let field = |name: &str| cell.get(name).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-            let label = format!("{shown}: {} {}", field("kernel"), field("proxy"));
-            let report = cell.get("report").filter(|r| r.get("scenarios").is_some());
-            let run = match report {
-                Some(report) => serde_json::from_value(report.clone())
-                    .with_context(|| format!("{label}: not a packetproof run report"))?,
-                None => unrun(cell, &field("kernel"), &field("proxy"))?,
+            let label = format!("{shown}: {} {}", cell.kernel, cell.proxy);
+            let run = match cell.report {
+                Some(GuestReport::Run(run)) => run,
+                Some(GuestReport::Hunt(_)) => {
+                    bail!("{label}: a mutant hunt's report, which merge does not join with runs")
+                }
+                Some(GuestReport::Diff(_)) => {
+                    bail!("{label}: a comparison of two proxies, which merge does not join with runs")
+                }
+                None => unrun(cell.error.as_deref(), &cell.kernel, &cell.proxy)?,
             };
             Ok(Part { label, run })
         })
         .collect()
 }
 
-/// A matrix run with no report (its VM failed, or it hunted mutants): an error, counted.
-fn unrun(cell: &serde_json::Value, kernel: &str, proxy: &str) -> Result<JsonRun> {
-    if cell.get("report").is_some_and(|r| r.get("mutants").is_some()) {
-        bail!("{kernel} {proxy}: a mutant hunt's report, which merge does not join with runs");
-    }
-    let error = cell.get("error").and_then(|e| e.as_str()).unwrap_or("the run wrote no report");
+/// A matrix run with no report (its VM failed): an error, counted.
+fn unrun(error: Option<&str>, kernel: &str, proxy: &str) -> Result<JsonRun> {
+    let error = error.unwrap_or("the run wrote no report");
     let report = serde_json::json!({
         "version": crate::report::VERSION,
         "kernel": kernel,

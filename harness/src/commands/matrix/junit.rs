@@ -51,6 +51,9 @@ fn scenarios<'a>(cell: &CellRun<'a>) -> Result<&'a [ReportedScenario], String> {
     match cell.report {
         Some(GuestReport::Run(run)) => Ok(&run.scenarios),
         Some(GuestReport::Hunt(_)) => Err("the guest hunted mutants: its report has no scenarios".into()),
+        Some(GuestReport::Diff(_)) => {
+            Err("the guest compared two proxies: its report has no scenarios".into())
+        }
         None => Err("the guest wrote no report, or one that does not read as a packetproof report".into()),
     }
 }

@@ -5,6 +5,7 @@
 mod differences;
 mod junit;
 mod mutants;
+pub(crate) mod report;
 mod timings;
 
 use std::path::{Path, PathBuf};
@@ -12,9 +13,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::commands::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS};
+use report::{GuestReport, MatrixReport, MatrixRun};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -103,25 +104,6 @@ pub struct Args {
     /// proxy across the kernels: a template is covered when a probe hit it on any kernel.
     #[arg(long, conflicts_with_all = ["against", "mutants"])]
     coverage: bool,
-}
-
-/// What a guest wrote as its report: `run --json`'s, or with `--mutants` the hunt's
-/// (`mutants --json`), read back as the types that wrote them.
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum GuestReport {
-    Hunt(crate::commands::mutants::HuntReport),
-    Run(crate::report::JsonRun),
-}
-
-impl GuestReport {
-    /// The scenarios a run judged (a hunt has none).
-    pub(crate) fn scenarios(&self) -> &[crate::report::ReportedScenario] {
-        match self {
-            GuestReport::Run(run) => &run.scenarios,
-            GuestReport::Hunt(_) => &[],
-        }
-    }
 }
 
 /// `--guest-file [NAME=]PATH`, checked before any VM boots.
@@ -419,6 +401,10 @@ fn run_kernel(
                     }
                     (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
                 };
+                let differences = match &report {
+                    Some(GuestReport::Diff(diff)) => Some(diff.table()),
+                    _ => None,
+                };
                 let mut cell = Cell {
                     kernel: kernel.spec.clone(),
                     version: kernel.version.clone(),
@@ -427,7 +413,7 @@ fn run_kernel(
                     report,
                     error,
                     kept: None,
-                    differences: args.against.as_ref().and_then(|_| diff_table(&output)),
+                    differences,
                     seconds: Some(timings::GuestSeconds::of(&timeline, &run.name, vm_seconds)),
                 };
                 if exit_code != EXIT_PASS || args.keep_evidence {
@@ -510,6 +496,7 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
             a.extend(["--jobs".into(), jobs.to_string()]);
         }
         a.extend(["--timeout-ms".into(), args.timeout_ms.to_string()]);
+        a.extend(["--json".into(), format!("{dir}/report.json")]);
         a.extend(paths.iter().map(|p| p.display().to_string()));
         run.args = a;
         return run;
@@ -567,17 +554,6 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The table a guest's `diff` printed last: from its header (`scenario  probe …`) or its
-/// one line saying nothing differs (else its first scenario not compared), to the end.
-fn diff_table(output: &str) -> Option<String> {
-    let lines: Vec<&str> = output.lines().collect();
-    let start = lines
-        .iter()
-        .rposition(|l| l.starts_with("scenario ") || l.starts_with("no behaviour differs"))
-        .or_else(|| lines.iter().position(|l| l.starts_with("not compared: ")))?;
-    Some(lines[start..].join("\n"))
-}
-
 /// The lines of a guest's `run` output from its first failure on (the flow tables), else its tail.
 fn failing_part(output: &str) -> String {
     let lines: Vec<&str> = output.lines().collect();
@@ -592,6 +568,7 @@ fn failing_part(output: &str) -> String {
 fn counts(report: &GuestReport) -> String {
     match report {
         GuestReport::Hunt(hunt) => mutants::counts(hunt),
+        GuestReport::Diff(diff) => diff.table().lines().last().unwrap_or_default().to_string(),
         GuestReport::Run(run) => format!(
             "{} passed, {} failed, {} skipped, {} errors",
             run.passed, run.failed, run.skipped, run.errors
@@ -613,9 +590,6 @@ fn verdict(cell: &Cell) -> &'static str {
 fn line(cell: &Cell) -> String {
     let what = match (&cell.report, &cell.error) {
         (_, Some(error)) => error.lines().next().unwrap_or_default().to_string(),
-        (None, None) if cell.differences.is_some() => {
-            cell.differences.as_deref().and_then(|t| t.lines().last()).unwrap_or_default().to_string()
-        }
         (Some(report), None) => counts(report),
         (None, None) => format!("no report (exit {})", cell.exit_code),
     };
@@ -683,24 +657,22 @@ fn exit_code(cells: &[Cell]) -> i32 {
 }
 
 fn combined_json(cells: &[Cell]) -> Result<String> {
-    let runs: Vec<serde_json::Value> = cells
+    let runs = cells
         .iter()
-        .map(|c| {
-            serde_json::json!({
-                "kernel": c.kernel,
-                "version": c.version,
-                "proxy": c.proxy,
-                "status": verdict(c).to_lowercase(),
-                "exit_code": c.exit_code,
-                "error": c.error,
-                "evidence": c.kept.as_ref().map(|k| k.display().to_string()),
-                "report": c.report,
-                "differences": c.differences,
-                "seconds": c.seconds,
-            })
+        .map(|c| MatrixRun {
+            kernel: c.kernel.clone(),
+            version: c.version.clone(),
+            proxy: c.proxy.clone(),
+            status: verdict(c).to_lowercase(),
+            exit_code: c.exit_code,
+            error: c.error.clone(),
+            evidence: c.kept.as_ref().map(|k| k.display().to_string()),
+            report: c.report.as_ref(),
+            differences: c.differences.clone(),
+            seconds: c.seconds,
         })
         .collect();
-    Ok(serde_json::to_string_pretty(&serde_json::json!({ "exit_code": exit_code(cells), "runs": runs }))?)
+    Ok(serde_json::to_string_pretty(&MatrixReport { exit_code: exit_code(cells), runs })?)
 }
 
 #[cfg(test)]
@@ -844,18 +816,45 @@ mod tests {
         assert_eq!(
             run.args.join(" "),
             "diff --left apiserver --left-option mode=ipvs --right builtin-ipvs --right-option \
-             mutant=no-affinity --timeout-ms 500 scenarios/sctp.yaml"
+             mutant=no-affinity --timeout-ms 500 --json /share/apiserver/report.json scenarios/sctp.yaml"
         );
+    }
+
+    fn diff_report(
+        flows: Vec<crate::compare::FlowDiff>,
+        not_compared: Vec<crate::compare::NotCompared>,
+    ) -> GuestReport {
+        let compared = usize::from(not_compared.is_empty());
+        let exit_code = if !not_compared.is_empty() {
+            EXIT_ERROR
+        } else if flows.is_empty() {
+            EXIT_PASS
+        } else {
+            EXIT_FAIL
+        };
+        GuestReport::Diff(crate::commands::diff::DiffReport {
+            left: "apiserver".into(),
+            right: "builtin-ipvs".into(),
+            differences: crate::compare::Differences { flows, not_compared, compared },
+            exit_code,
+        })
     }
 
     /// A guest whose `diff` could not set a side up (e.g. a `--guest-file` named unlike the
     /// command) exits 2: an error with the guest's reason, never "DIFFERS".
     #[test]
     fn a_guests_diff_whose_side_was_never_set_up_is_an_error_not_a_difference() {
-        let output = "progress…\nnot compared: hairpin: left: setup error: kube-proxy: not found\n\
-                      1 scenarios not compared: a side could not be set up\n";
-        let cell =
-            Cell { report: None, differences: diff_table(output), ..cell("7.3", "apiserver", EXIT_ERROR) };
+        let not_set_up = crate::compare::NotCompared {
+            scenario: "hairpin".into(),
+            why: "left: setup error: kube-proxy: not found".into(),
+            error: true,
+        };
+        let report = diff_report(vec![], vec![not_set_up]);
+        let differences = match &report {
+            GuestReport::Diff(d) => Some(d.table()),
+            _ => None,
+        };
+        let cell = Cell { report: Some(report), differences, ..cell("7.3", "apiserver", EXIT_ERROR) };
         assert_eq!(verdict(&cell), "ERROR");
         assert!(
             line(&cell).ends_with("ERROR: 1 scenarios not compared: a side could not be set up"),
@@ -865,17 +864,29 @@ mod tests {
         assert_eq!(exit_code(&[cell]), EXIT_ERROR);
     }
 
+    /// The guest's `diff --json` reads back as a diff (not as a run or a hunt), and the combined
+    /// report reads back with the types that wrote it.
     #[test]
-    fn a_guests_diff_table_is_read_from_its_output() {
-        let output = "progress…\nscenario  probe  apiserver  builtin-ipvs\nhairpin   p      refused    answered\n1 flows behave differently\n";
-        assert_eq!(
-            diff_table(output).unwrap(),
-            "scenario  probe  apiserver  builtin-ipvs\nhairpin   p      refused    answered\n1 flows behave differently"
-        );
-        assert_eq!(
-            diff_table("x\nno behaviour differs between a and b\n").unwrap(),
-            "no behaviour differs between a and b"
-        );
-        assert_eq!(diff_table("crashed\n"), None);
+    fn a_guests_diff_and_the_combined_report_read_back_as_the_types_that_wrote_them() {
+        let differs = crate::compare::FlowDiff {
+            scenario: "hairpin".into(),
+            probe: "p".into(),
+            left: "refused".into(),
+            right: "answered".into(),
+            passed: (Some(false), Some(true)),
+        };
+        let written = serde_json::to_string(&diff_report(vec![differs.clone()], vec![])).unwrap();
+        let GuestReport::Diff(read) = serde_json::from_str(&written).unwrap() else { panic!("{written}") };
+        assert_eq!(read.differences.flows, [differs]);
+        assert!(read.table().ends_with("1 flows behave differently\n"), "{}", read.table());
+        let cell = Cell {
+            report: Some(GuestReport::Diff(read)),
+            differences: Some("table".into()),
+            ..cell("7.3", "apiserver", EXIT_FAIL)
+        };
+        assert_eq!(verdict(&cell), "DIFFERS");
+        let combined: MatrixReport = serde_json::from_str(&combined_json(&[cell]).unwrap()).unwrap();
+        assert_eq!((combined.exit_code, combined.runs[0].status.as_str()), (EXIT_FAIL, "differs"));
+        assert!(matches!(combined.runs[0].report, Some(GuestReport::Diff(_))));
     }
 }

@@ -3,13 +3,13 @@
 //! summed (the run's JSON report). The matrix prints them so that a slow kernel can be taken
 //! apart without a profiler.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::report::ReportedScenario;
 
 /// One run's share of its guest's life, in seconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
-pub(super) struct GuestSeconds {
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub(crate) struct GuestSeconds {
     /// The guest kernel's boot and the userland's unpacking, to `/init`'s module loading.
     pub boot: Option<f64>,
     /// Loading the preloaded modules and mounting the share.
