@@ -40,7 +40,11 @@ fn a_probe_covers_its_services_rules_and_no_other() {
         let (report, coverage) = run(&s, proxy.as_ref());
         assert!(report.passed(), "{name}: the scenario fails with coverage on");
         let mentions = |what: &str| -> Vec<_> {
-            coverage.instances.iter().filter(|i| i.rule.contains(what) || i.chain.contains(what)).collect()
+            coverage
+                .instances
+                .iter()
+                .filter(|i| i.rule.text.contains(what) || i.rule.at.chain.contains(what))
+                .collect()
         };
         let (web, dns) = (mentions(web), mentions(dns));
         assert!(!web.is_empty() && !dns.is_empty(), "{name}: {coverage:#?}");
@@ -74,7 +78,7 @@ fn a_mutant_dropping_a_covered_rule_shows() {
             .templates
             .iter()
             .filter(|t| !t.covered_by.is_empty())
-            .map(|t| t.rule.clone())
+            .map(|t| t.rule.text.clone())
             .collect::<Vec<_>>()
     };
     let (full, partial) = (covered(&full), covered(&partial));
@@ -115,7 +119,7 @@ fn rules_are_read_by_handle_and_kept_while_the_generation_stands() {
         let texts: Vec<(&str, &str, &str)> = rules
             .order
             .iter()
-            .map(|id| (id.table.as_str(), id.chain.as_str(), rules.rules[id].as_str()))
+            .map(|id| (id.at.table.as_str(), id.at.chain.as_str(), rules.rules[id].as_str()))
             .collect();
         assert_eq!(
             texts,
@@ -133,7 +137,7 @@ fn rules_are_read_by_handle_and_kept_while_the_generation_stands() {
         let listing =
             String::from_utf8(ns.exec("nft", &["-a", "list", "table", "ip", "own"], None).unwrap().stdout)
                 .unwrap();
-        let own = rules.order.iter().find(|id| id.table == "own").unwrap();
+        let own = rules.order.iter().find(|id| id.at.table == "own").unwrap();
         assert!(listing.contains(&format!("drop # handle {}", own.handle)), "{listing}");
 
         assert_eq!(socket.generation().unwrap(), generation, "nothing committed");
@@ -171,7 +175,7 @@ fn legacy_rules_are_counted_per_phase() {
     let proxy = proxy::command::CommandProxy::from_options(&options, s.source.parent().unwrap()).unwrap();
     let (report, coverage) = run(&s, &proxy);
     assert!(report.passed(), "the scenario fails with its rules in iptables-legacy");
-    let web: Vec<_> = coverage.instances.iter().filter(|i| i.rule.contains("10.96.0.50/32")).collect();
+    let web: Vec<_> = coverage.instances.iter().filter(|i| i.rule.text.contains("10.96.0.50/32")).collect();
     assert!(web.iter().any(|i| i.hit_by.contains("pod-to-web")), "no rule of web was hit: {coverage:#?}");
     // Counted per rule, not per table: some rule no packet of a phase crossed stays unhit (which
     // one depends on what else the nodes sent: node-a's own OUTPUT jump was hit once).

@@ -13,6 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 
+use super::identity::{Location, RuleId};
 use crate::observe::nftrace::{Headers, TraceEvent};
 
 /// What a probe sent: its client's source ports and the destination it addressed.
@@ -23,15 +24,13 @@ pub struct ProbeFlows {
     pub ports: BTreeSet<u16>,
 }
 
-/// A rule a trace named: family, table, chain, handle.
-pub type Hit = (&'static str, String, String, u64);
-
 /// One packet's crossing of one namespace: its headers at each base chain and the proxy's
 /// rules that matched it, in order.
 #[derive(Debug, Default, Clone)]
 pub struct Crossing {
     pub headers: Vec<Headers>,
-    pub hits: Vec<Hit>,
+    /// The proxy's rules it matched, as the traces named them.
+    pub hits: Vec<RuleId>,
 }
 
 /// The crossings in one namespace's trace messages. A packet's messages share an id (its
@@ -59,7 +58,8 @@ pub fn crossings(events: Vec<TraceEvent>) -> Vec<Crossing> {
         if event.is_proxy_rule()
             && let Some(handle) = event.handle
         {
-            crossing.hits.push((event.family, event.table, event.chain, handle));
+            let at = Location { family: event.family.to_string(), table: event.table, chain: event.chain };
+            crossing.hits.push(RuleId { at, handle });
         }
         if ends && let Some(finished) = open.remove(&id) {
             done.push(finished);
@@ -155,7 +155,10 @@ mod tests {
     }
 
     fn crossing(headers: &[Headers], rule: u64) -> Crossing {
-        Crossing { headers: headers.to_vec(), hits: vec![("ip", "nat".into(), "KUBE-SERVICES".into(), rule)] }
+        Crossing {
+            headers: headers.to_vec(),
+            hits: vec![RuleId { at: Location::new("ip", "nat", "KUBE-SERVICES"), handle: rule }],
+        }
     }
 
     fn probe(label: &str, dst: &str, port: u16) -> ProbeFlows {
@@ -239,7 +242,7 @@ mod tests {
         ];
         let mut found: Vec<(u16, Vec<u64>)> = crossings(events)
             .into_iter()
-            .map(|c| (c.headers[0].src.port(), c.hits.iter().map(|h| h.3).collect()))
+            .map(|c| (c.headers[0].src.port(), c.hits.iter().map(|h| h.handle).collect()))
             .collect();
         found.sort();
         assert_eq!(found, [(20000, vec![7]), (20001, vec![8]), (20001, vec![9])]);

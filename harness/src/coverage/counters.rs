@@ -8,11 +8,22 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 
+use super::identity::{Location, Rule};
 use crate::topology::netns::Netns;
 
-/// A legacy rule: family (`ip`, `ip6`), table, chain, and its text as `-save` writes it
-/// without the counters; the index tells apart identical rules of one chain.
-pub type LegacyRule = (String, String, String, usize, String);
+/// A legacy rule (its text as `-save` writes it, without the counters) or an IPVS server; the
+/// index tells apart identical rules of one chain.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LegacyRule {
+    pub rule: Rule,
+    pub index: usize,
+}
+
+impl LegacyRule {
+    fn new(at: Location, index: usize, text: &str) -> LegacyRule {
+        LegacyRule { rule: Rule { at, text: text.to_string() }, index }
+    }
+}
 
 /// Each legacy rule of a namespace with its packet count, in listing order.
 pub type Counts = Vec<(LegacyRule, u64)>;
@@ -104,10 +115,7 @@ fn parse_ipvs(saved: &str, stats: &str) -> Counts {
         let family = if address.starts_with('[') { "ip6" } else { "ip" };
         let n = index.entry(chain).or_default();
         let packets = received.get(&key).copied().unwrap_or(0);
-        out.push((
-            (family.to_string(), "ipvs".to_string(), chain.to_string(), *n, line.trim().to_string()),
-            packets,
-        ));
+        out.push((LegacyRule::new(Location::new(family, "ipvs", chain), *n, line.trim()), packets));
         *n += 1;
     }
     out
@@ -129,7 +137,7 @@ fn parse(family: &str, text: &str) -> Counts {
         let Some(packets) = counters.split(':').next().and_then(|p| p.parse::<u64>().ok()) else { continue };
         let Some(chain) = rule.strip_prefix("-A ").and_then(|r| r.split(' ').next()) else { continue };
         let n = index.entry(chain.to_string()).or_default();
-        out.push(((family.to_string(), table.clone(), chain.to_string(), *n, rule.to_string()), packets));
+        out.push((LegacyRule::new(Location::new(family, &table, chain), *n, rule), packets));
         *n += 1;
     }
     out
@@ -170,11 +178,11 @@ COMMIT
         assert_eq!(counts.len(), 4);
         assert_eq!(
             counts[0].0,
-            ("ip".into(), "nat".into(), "PREROUTING".into(), 0, "-A PREROUTING -j KUBE-SERVICES".into())
+            LegacyRule::new(Location::new("ip", "nat", "PREROUTING"), 0, "-A PREROUTING -j KUBE-SERVICES")
         );
         assert_eq!(counts[0].1, 3);
-        assert_eq!((counts[1].0.3, counts[2].0.3), (0, 1));
-        assert_eq!((counts[3].0.1.as_str(), counts[3].1), ("filter", 7));
+        assert_eq!((counts[1].0.index, counts[2].0.index), (0, 1));
+        assert_eq!((counts[3].0.rule.at.table.as_str(), counts[3].1), ("filter", 7));
     }
 
     #[test]
@@ -190,23 +198,23 @@ UDP  [fd00::10]:53                       0        0        0        0        0
 ";
         let counts = parse_ipvs(saved, stats);
         let got: Vec<(&str, &str, u64)> =
-            counts.iter().map(|(r, n)| (r.0.as_str(), r.2.as_str(), *n)).collect();
+            counts.iter().map(|(r, n)| (r.rule.at.family.as_str(), r.rule.at.chain.as_str(), *n)).collect();
         assert_eq!(
             got,
             [("ip", "virtual servers", 12), ("ip", "real servers", 12), ("ip6", "virtual servers", 0)]
         );
-        assert_eq!(counts[1].0.4, "-a -t 10.96.0.10:80 -r 10.244.1.10:8080 -m -w 1");
+        assert_eq!(counts[1].0.rule.text, "-a -t 10.96.0.10:80 -r 10.244.1.10:8080 -m -w 1");
     }
 
     #[test]
     fn only_rules_whose_count_grew_were_hit() {
         let before = parse("ip", BEFORE);
         let after = parse("ip", &BEFORE.replacen("[0:0] -A KUBE-SERVICES", "[2:120] -A KUBE-SERVICES", 1));
-        let hit: Vec<&str> = grown(&before, &after).iter().map(|r| r.2.as_str()).collect();
+        let hit: Vec<&str> = grown(&before, &after).iter().map(|r| r.rule.at.chain.as_str()).collect();
         assert_eq!(hit, ["KUBE-SERVICES"]);
         // Rewritten (the count fell) and then hit: counted from zero.
         let rewritten = parse("ip", &BEFORE.replace("[7:420]", "[1:60]"));
-        let hit: Vec<&str> = grown(&before, &rewritten).iter().map(|r| r.2.as_str()).collect();
+        let hit: Vec<&str> = grown(&before, &rewritten).iter().map(|r| r.rule.at.chain.as_str()).collect();
         assert_eq!(hit, ["INPUT"]);
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod attribute;
 mod counters;
+pub mod identity;
 pub mod rules;
 pub mod table;
 pub mod template;
@@ -27,16 +28,14 @@ use crate::observe::nftables::NftSocket;
 use crate::observe::nftrace::{self, Tracer};
 use crate::topology::Topology;
 use crate::topology::netns::Netns;
-use rules::{NodeRules, RuleId};
+use identity::{Rule, RuleId};
+use rules::NodeRules;
 
 /// One rule as a node held it in some phase of a scenario, and the probes that hit it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
     pub node: String,
-    pub family: String,
-    pub table: String,
-    pub chain: String,
-    pub rule: String,
+    pub rule: Rule,
     /// The probes (by name) whose packets it matched.
     pub hit_by: BTreeSet<String>,
 }
@@ -56,8 +55,8 @@ pub struct Recorder {
     nodes: Vec<Node>,
     /// Every probe sent so far: a late packet of an earlier phase is still its probe's.
     probes: Vec<ProbeFlows>,
-    /// Keyed by (node, family, table, chain, rule text): one rule however many phases held it.
-    instances: BTreeMap<(String, String, String, String, String), BTreeSet<String>>,
+    /// Keyed by node and rule: one rule however many phases held it.
+    instances: BTreeMap<(String, Rule), BTreeSet<String>>,
     /// Each node's rules as last read, for a packet traced before a change removed its rule.
     last: BTreeMap<String, Arc<NodeRules>>,
     unattributed: usize,
@@ -207,22 +206,16 @@ impl Recorder {
                 self.unattributed += usize::from(!crossing.hits.is_empty());
                 continue;
             }
-            for (family, table, chain, handle) in &crossing.hits {
-                let id = RuleId {
-                    family: family.to_string(),
-                    table: table.clone(),
-                    chain: chain.clone(),
-                    handle: *handle,
-                };
+            for id in &crossing.hits {
                 let text = [listed.get(node), self.last.get(node)]
                     .into_iter()
                     .flatten()
-                    .find_map(|rules| rules.rules.get(&id));
+                    .find_map(|rules| rules.rules.get(id));
                 let Some(text) = text else {
                     *self.unlisted.entry(node.clone()).or_default() += 1;
                     continue;
                 };
-                let hit_by = self.instances.entry(key(node, &id, text)).or_default();
+                let hit_by = self.instances.entry(key(node, id, text)).or_default();
                 hit_by.extend(owners.iter().map(|&i| self.probes[i].label.clone()));
             }
         }
@@ -237,13 +230,12 @@ impl Recorder {
             if now.is_empty() {
                 continue;
             }
-            for ((family, table, chain, _, text), _) in &now {
-                let key = (node.name.clone(), family.clone(), table.clone(), chain.clone(), text.clone());
-                self.instances.entry(key).or_default();
+            for (legacy, _) in &now {
+                self.instances.entry((node.name.clone(), legacy.rule.clone())).or_default();
             }
-            for (family, table, chain, _, text) in counters::grown(&node.legacy, &now) {
-                let key = (node.name.clone(), family.clone(), table.clone(), chain.clone(), text.clone());
-                self.instances.entry(key).or_default().extend(labels.iter().cloned());
+            for legacy in counters::grown(&node.legacy, &now) {
+                let hit_by = self.instances.entry((node.name.clone(), legacy.rule.clone())).or_default();
+                hit_by.extend(labels.iter().cloned());
             }
             let note = format!(
                 "node {}: legacy iptables rules and IPVS servers, which tracing cannot see, are counted per \
@@ -267,14 +259,7 @@ impl Recorder {
         }
         let instances = std::mem::take(&mut self.instances)
             .into_iter()
-            .map(|((node, family, table, chain, rule), hit_by)| Instance {
-                node,
-                family,
-                table,
-                chain,
-                rule,
-                hit_by,
-            })
+            .map(|((node, rule), hit_by)| Instance { node, rule, hit_by })
             .collect();
         ScenarioCoverage {
             instances,
@@ -295,6 +280,6 @@ impl Drop for Recorder {
     }
 }
 
-fn key(node: &str, id: &RuleId, text: &str) -> (String, String, String, String, String) {
-    (node.to_string(), id.family.clone(), id.table.clone(), id.chain.clone(), text.to_string())
+fn key(node: &str, id: &RuleId, text: &str) -> (String, Rule) {
+    (node.to_string(), Rule { at: id.at.clone(), text: text.to_string() })
 }

@@ -7,18 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Result;
 
+use super::identity::{Location, RuleId};
 use crate::observe::nftables::NftSocket;
 use crate::observe::nftrace::TRACE_TABLE;
 use crate::topology::netns::Netns;
-
-/// Where a rule is: what a trace message names.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RuleId {
-    pub family: String,
-    pub table: String,
-    pub chain: String,
-    pub handle: u64,
-}
 
 /// A node's rules, by handle, with their text.
 #[derive(Debug, Default, Clone)]
@@ -45,24 +37,19 @@ pub fn list(ns: &Netns, socket: &mut NftSocket) -> Result<(u32, NodeRules)> {
                 rules.traced = true;
                 continue;
             }
-            rules.order.push(RuleId {
-                family: h.family.to_string(),
-                table: h.table,
-                chain: h.chain,
-                handle: h.handle,
-            });
+            let at = Location { family: h.family.to_string(), table: h.table, chain: h.chain };
+            rules.order.push(RuleId { at, handle: h.handle });
         }
         let xtables = |family: &str| {
-            rules.order.iter().any(|r| r.family == family && XTABLES.contains(&r.table.as_str()))
+            rules.order.iter().any(|r| r.at.family == family && XTABLES.contains(&r.at.table.as_str()))
         };
         let saves: Vec<(&str, &str)> = [("ip", "iptables-save"), ("ip6", "ip6tables-save")]
             .into_iter()
             .filter(|(family, _)| xtables(family))
             .collect();
-        let others = rules
-            .order
-            .iter()
-            .any(|r| !(matches!(r.family.as_str(), "ip" | "ip6") && XTABLES.contains(&r.table.as_str())));
+        let others = rules.order.iter().any(|r| {
+            !(matches!(r.at.family.as_str(), "ip" | "ip6") && XTABLES.contains(&r.at.table.as_str()))
+        });
         let (saved, mut listing) = std::thread::scope(|scope| {
             let listing = others.then(|| scope.spawn(|| ns.exec("nft", &["-a", "list", "ruleset"], None)));
             let saved: Vec<_> = saves
@@ -156,7 +143,10 @@ pub(crate) fn parse_nft(text: &str) -> NodeRules {
         if let Ok(handle) = handle.trim().parse::<u64>()
             && name != TRACE_TABLE
         {
-            let id = RuleId { family: family.clone(), table: name.clone(), chain: chain_name, handle };
+            let id = RuleId {
+                at: Location { family: family.clone(), table: name.clone(), chain: chain_name },
+                handle,
+            };
             out.order.push(id.clone());
             out.rules.insert(id, without_counter(rule.trim()));
         }
@@ -200,8 +190,8 @@ pub(crate) fn use_saved_text(rules: &mut NodeRules, family: &str, saved: &str) {
     }
     let mut listed: BTreeMap<(String, String), Vec<RuleId>> = BTreeMap::new();
     for id in &rules.order {
-        if id.family == family && XTABLES.contains(&id.table.as_str()) {
-            listed.entry((id.table.clone(), id.chain.clone())).or_default().push(id.clone());
+        if id.at.family == family && XTABLES.contains(&id.at.table.as_str()) {
+            listed.entry((id.at.table.clone(), id.at.chain.clone())).or_default().push(id.clone());
         }
     }
     for (key, ids) in listed {
@@ -253,7 +243,7 @@ table ip kube-proxy { # handle 3
         let rules = parse_nft(LISTING);
         assert!(rules.traced);
         let keys: Vec<(&str, &str, u64)> =
-            rules.order.iter().map(|r| (r.table.as_str(), r.chain.as_str(), r.handle)).collect();
+            rules.order.iter().map(|r| (r.at.table.as_str(), r.at.chain.as_str(), r.handle)).collect();
         assert_eq!(
             keys,
             [

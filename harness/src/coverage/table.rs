@@ -8,6 +8,7 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 
 use super::ScenarioCoverage;
+use super::identity::{Location, Rule};
 use super::template::template;
 
 /// One proxy's templates.
@@ -20,10 +21,9 @@ pub struct Table {
 /// Rules of one shape: their chain and text with names, addresses and numbers abstracted.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Template {
-    pub family: String,
-    pub table: String,
-    pub chain: String,
-    pub rule: String,
+    /// The rule with its chain and text abstracted (`KUBE-SVC-<hash>`).
+    #[serde(flatten)]
+    pub rule: Rule,
     /// Rules of this shape seen (one per scenario, node and rule text).
     pub instances: usize,
     /// One of them, and where it was written.
@@ -39,11 +39,11 @@ pub struct Example {
     pub node: String,
 }
 
-type Key = (String, String, String, String);
+type Key = Rule;
 
 impl Table {
     fn key(t: &Template) -> Key {
-        (t.family.clone(), t.table.clone(), t.chain.clone(), t.rule.clone())
+        t.rule.clone()
     }
 
     /// Adds `other`'s templates (the same proxy's, from another run) to these.
@@ -95,7 +95,8 @@ impl Table {
     pub fn uncovered_lines(&self) -> String {
         let mut out = String::new();
         for t in self.templates.iter().filter(|t| t.covered_by.is_empty()) {
-            let _ = writeln!(out, "  uncovered: {} {} {}: {}", t.family, t.table, t.chain, t.rule);
+            let Rule { at, text } = &t.rule;
+            let _ = writeln!(out, "  uncovered: {} {} {}: {text}", at.family, at.table, at.chain);
             let _ = writeln!(
                 out,
                 "    e.g. {} (scenario {}, node {})",
@@ -109,7 +110,8 @@ impl Table {
     pub fn covering_lines(&self) -> String {
         let mut out = String::new();
         for t in self.templates.iter().filter(|t| !t.covered_by.is_empty()) {
-            let _ = writeln!(out, "  covered: {} {} {}: {}", t.family, t.table, t.chain, t.rule);
+            let Rule { at, text } = &t.rule;
+            let _ = writeln!(out, "  covered: {} {} {}: {text}", at.family, at.table, at.chain);
             let _ = writeln!(out, "    by {}", t.covered_by.join(", "));
         }
         out
@@ -125,20 +127,15 @@ pub fn tables<'a>(
     for (proxy, scenario, coverage) in scenarios {
         let templates = by_proxy.entry(proxy.to_string()).or_default();
         for i in &coverage.instances {
-            let (chain, rule) = template(&i.chain, &i.rule);
-            let key = (i.family.clone(), i.table.clone(), chain.clone(), rule.clone());
-            let (t, covered) = templates.entry(key).or_insert_with(|| {
-                let example =
-                    Example { rule: i.rule.clone(), scenario: scenario.to_string(), node: i.node.clone() };
-                let t = Template {
-                    family: i.family.clone(),
-                    table: i.table.clone(),
-                    chain,
-                    rule,
-                    instances: 0,
-                    example,
-                    covered_by: Vec::new(),
+            let (chain, text) = template(&i.rule.at.chain, &i.rule.text);
+            let key = Rule { at: Location { chain, ..i.rule.at.clone() }, text };
+            let (t, covered) = templates.entry(key.clone()).or_insert_with(|| {
+                let example = Example {
+                    rule: i.rule.text.clone(),
+                    scenario: scenario.to_string(),
+                    node: i.node.clone(),
                 };
+                let t = Template { rule: key, instances: 0, example, covered_by: Vec::new() };
                 (t, BTreeSet::new())
             });
             t.instances += 1;
@@ -196,10 +193,7 @@ mod tests {
     fn instance(chain: &str, rule: &str, hit_by: &[&str]) -> Instance {
         Instance {
             node: "node-a".into(),
-            family: "ip".into(),
-            table: "nat".into(),
-            chain: chain.into(),
-            rule: rule.into(),
+            rule: Rule { at: Location::new("ip", "nat", chain), text: rule.into() },
             hit_by: hit_by.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -231,7 +225,7 @@ mod tests {
         let t = &tables[0];
         assert_eq!((t.covered(), t.templates.len()), (1, 2));
         assert_eq!(t.line(), "rules: 1 of 2 templates covered (50.0 %), builtin-iptables");
-        let svc = t.templates.iter().find(|t| t.chain == "KUBE-SVC-<hash>").unwrap();
+        let svc = t.templates.iter().find(|t| t.rule.at.chain == "KUBE-SVC-<hash>").unwrap();
         assert_eq!(svc.instances, 2);
         assert_eq!(svc.covered_by, ["two-services: to-web"]);
         assert!(
