@@ -231,6 +231,17 @@ pub fn report(s: &Summary, seed: u64) -> String {
             flows
         ));
     }
+    out.push_str(&differences(s));
+    out.push_str(&findings(s));
+    if let Some((dir, kept)) = &s.corpus {
+        out.push_str(&format!("corpus: {kept} cases in {}\n", dir.display()));
+    }
+    out
+}
+
+/// `--against`: each case that behaved differently on the two proxies, and their count.
+fn differences(s: &Summary) -> String {
+    let mut out = String::new();
     for d in &s.differences {
         let (verb, choice) =
             if d.documented { ("differs", ", as each side's profile allows") } else { ("DIFFERS", "") };
@@ -248,6 +259,12 @@ pub fn report(s: &Summary, seed: u64) -> String {
             s.differences.len()
         ));
     }
+    out
+}
+
+/// Each confirmed failure: shrunk to what, failing how, named by which bug.
+fn findings(s: &Summary) -> String {
+    let mut out = String::new();
     for f in &s.findings {
         if let Some(same) = &f.same_as {
             out.push_str(&format!(
@@ -274,9 +291,6 @@ pub fn report(s: &Summary, seed: u64) -> String {
             Some(false) => out.push_str("  ALSO FAILS on the proxy without the mutant\n"),
             None => {}
         }
-    }
-    if let Some((dir, kept)) = &s.corpus {
-        out.push_str(&format!("corpus: {kept} cases in {}\n", dir.display()));
     }
     out
 }

@@ -1,6 +1,7 @@
 //! `packetproof run`: scenarios judged, reported on the terminal and in the machine reports.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -27,6 +28,114 @@ impl Chosen<'_> {
         println!("slice {slice}: {} scenarios", kept.len());
         Ok(Some(kept))
     }
+}
+
+/// `packetproof run`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenario files or directories of them (default: `scenarios`).
+    paths: Vec<PathBuf>,
+    /// Proxy to program the nodes with, instead of each scenario's own choice.
+    #[arg(long)]
+    proxy: Option<String>,
+    /// An option for the `--proxy` adapter, `KEY=VALUE` (VALUE read as JSON when it
+    /// parses, else as a string); repeatable.
+    #[arg(long = "proxy-option", value_name = "KEY=VALUE", requires = "proxy")]
+    proxy_options: Vec<String>,
+    /// Judge by this profile (kubernetes, kube-proxy-iptables, kube-proxy-nftables, kube-proxy-ipvs)
+    /// instead of the proxy's own; under `kubernetes`, outcomes Kubernetes leaves open are
+    /// not judged. A kube-proxy profile may name the release whose choices it states
+    /// (`kube-proxy-nftables@v1.30`; v1.30 to v1.36); without `@`, the newest.
+    #[arg(long)]
+    profile: Option<crate::model::Profile>,
+    /// Milliseconds an attempt waits for an answer before it counts as silent (10 to 60000);
+    /// one the oracle expects to be silent waits three tenths of it (its captures decide).
+    #[arg(long, default_value_t = 1000, value_parser = crate::commands::timeout_ms)]
+    timeout_ms: u64,
+    /// Scenarios run at once (default: four per core; 1 to 256).
+    #[arg(long, value_parser = crate::commands::jobs)]
+    jobs: Option<usize>,
+    /// Where a failing scenario leaves its evidence: summary, pcaps, conntrack, rules.
+    #[arg(long, default_value = "artifacts")]
+    artifacts: PathBuf,
+    /// Keep the evidence of passing scenarios too.
+    #[arg(long)]
+    keep_evidence: bool,
+    /// Which scenarios' flow tables to print: `failures`, or `all` (to review what a
+    /// passing scenario judged: expected, observed and why, per probe); `coverage` (with
+    /// `--coverage`): failures, and the probes that covered each rule template.
+    #[arg(long, value_name = "WHICH", default_value = "failures", value_parser = ["failures", "all", "coverage"])]
+    show: String,
+    /// Trace which of the proxy's rules each probe's packets matched (nftables, and
+    /// iptables on the nft backend) and print how many rule templates the probes covered.
+    #[arg(long)]
+    coverage: bool,
+    /// With coverage measured (implied): exit 1 when fewer than PERCENT of a proxy's rule
+    /// templates were covered.
+    #[arg(long, value_name = "PERCENT", value_parser = crate::commands::percent)]
+    min_coverage: Option<f64>,
+    /// Write a JUnit XML report here (a test case per probe).
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Write a JSON report with the same content here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Run only slice K of N of the scenarios, to spread a suite over machines:
+    /// `hash:K/N` (by each file's path below its folder: the same slice on every machine)
+    /// or `count:K/N` (dealt in turn, in order of path). `packetproof merge` joins the
+    /// slices' JSON reports into one verdict.
+    #[arg(long, value_name = "hash:K/N|count:K/N")]
+    partition: Option<super::partition::Partition>,
+    /// Colour the report: auto (a terminal, unless NO_COLOR is set), always or never.
+    #[arg(long, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+    color: clap::ColorChoice,
+    /// A node that already exists, for the scenario node NAME: `docker:CONTAINER`,
+    /// `podman:CONTAINER` (a kind node) or `netns:/PATH`; repeatable, one per scenario
+    /// node. Scenarios then run one at a time (usually with `--proxy cluster`).
+    #[arg(long = "node", value_name = "NAME=REF", value_parser = crate::topology::existing::parse_assignment)]
+    nodes: Vec<(String, crate::topology::existing::NodeRef)>,
+}
+
+/// `packetproof run` from its arguments.
+pub fn command(args: Args) -> Result<i32> {
+    let Args {
+        paths,
+        proxy,
+        proxy_options,
+        profile,
+        timeout_ms,
+        jobs,
+        artifacts,
+        keep_evidence,
+        show,
+        junit,
+        json,
+        partition,
+        color,
+        nodes,
+        coverage,
+        min_coverage,
+    } = args;
+    // Scenarios on the same existing nodes would meet each other's rules and objects.
+    let jobs = if nodes.is_empty() { jobs } else { Some(1) };
+    let options = RunOptions {
+        timeout: Duration::from_millis(timeout_ms),
+        artifacts: Some(artifacts),
+        keep_passing: keep_evidence,
+        profile,
+        nodes: nodes.into_iter().collect(),
+        coverage: coverage || min_coverage.is_some(),
+    };
+    let coverage = options.coverage.then(|| engine::CoverageReport {
+        show_covering: show == "coverage",
+        minimum: min_coverage,
+        below_minimum: Vec::new(),
+    });
+    let proxy = proxy.map(|name| super::proxy_choice(&name, &proxy_options)).transpose()?;
+    let outputs = MachineReports { junit, json, slice: partition.map(|p| p.to_string()) };
+    let paths = super::default_paths(paths);
+    let chosen = Chosen { paths: &paths, partition };
+    main(&chosen, proxy.as_ref(), &options, jobs, outputs, Paint::for_stdout(color), show == "all", coverage)
 }
 
 /// `coverage`: the coverage report when `options.coverage` measures it; a proxy below its

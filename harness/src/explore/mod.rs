@@ -205,7 +205,7 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
     let engine = Engine { options: settings.options.clone(), jobs: settings.jobs };
     let mut guide = FieldCombinations::default();
     let mut summary = Summary::default();
-    let mut judged_cases: Vec<(String, String, BTreeSet<Feature>)> = Vec::new();
+    let mut judged_cases: Vec<JudgedCase> = Vec::new();
     let mut n = 0u64;
     let batch = 2 * settings.jobs.max(1);
     let mut last_progress = Instant::now();
@@ -218,79 +218,21 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
         if remaining == 0 {
             break;
         }
-        let mut ready = Vec::new();
-        for _ in 0..remaining.min(batch) {
-            let case = generate(settings.seed, n, &mut guide);
-            n += 1;
-            summary.cases += 1;
-            let f = features::of_case(&case);
-            match prepare(case, "") {
-                Ok(r) => {
-                    if let Some(dir) = &settings.keep_cases {
-                        std::fs::create_dir_all(dir)
-                            .with_context(|| format!("creating {}", dir.display()))?;
-                        let file = dir.join(format!("{}.yaml", r.case.name));
-                        std::fs::write(&file, &r.text)
-                            .with_context(|| format!("writing {}", file.display()))?;
+        let ready = generate_batch(settings, &mut n, remaining.min(batch), &mut guide, &mut summary)?;
+        match &settings.against {
+            Some(against) => {
+                against::compare_batch(settings, &engine, against, ready, &mut summary, &mut guide)?
+            }
+            None => {
+                let scenarios: Vec<&Scenario> = ready.iter().map(|(r, _)| &r.scenario).collect();
+                let results = run_all(&engine, &scenarios, &settings.proxy)?;
+                for ((r, f), result) in ready.into_iter().zip(results) {
+                    let judged = Judged { settings, engine: &engine, guide: &mut guide };
+                    match result {
+                        Err(e) => summary.errors.push(format!("{}: {e:#}", r.case.name)),
+                        Ok(report) => judged.record(r, f, &report, &mut summary, &mut judged_cases)?,
                     }
-                    ready.push((r, f));
                 }
-                Err(e) => summary.rejected.push(e),
-            }
-        }
-        if let Some(against) = &settings.against {
-            against::compare_batch(settings, &engine, against, ready, &mut summary, &mut guide)?;
-            if last_progress.elapsed() > Duration::from_secs(10) {
-                progress(&summary);
-                last_progress = Instant::now();
-            }
-            continue;
-        }
-        let scenarios: Vec<&Scenario> = ready.iter().map(|(r, _)| &r.scenario).collect();
-        let results = run_all(&engine, &scenarios, &settings.proxy)?;
-        for ((r, mut f), result) in ready.into_iter().zip(results) {
-            match result {
-                Err(e) => summary.errors.push(format!("{}: {e:#}", r.case.name)),
-                Ok(report) => match &report.outcome {
-                    Outcome::Skipped(why) => {
-                        if summary.skipped.is_empty() {
-                            eprintln!("packetproof explore: {} skipped: {why}", r.case.name);
-                        }
-                        summary.skipped.push((r.case.name.clone(), why.clone()));
-                    }
-                    Outcome::Judged(verdicts) if report.passed() => {
-                        summary.passed.push(r.case.name.clone());
-                        summary.flows_judged += verdicts.len();
-                        summary.flows_unjudged += report.unjudged.len();
-                        f.extend(verdicts.iter().map(features::of_verdict));
-                        guide.judged(&f);
-                        summary.covered.extend(f.iter().cloned());
-                        if settings.save_corpus.is_some() {
-                            judged_cases.push((r.case.name.clone(), r.text.clone(), f));
-                        }
-                    }
-                    Outcome::Judged(verdicts) if report.faulted() => {
-                        let fault = verdicts.iter().flat_map(|v| &v.harness_faults).next();
-                        let fault = fault.map(|f| f.message.clone()).unwrap_or_default();
-                        let file = keep_case(
-                            settings,
-                            &r,
-                            &report,
-                            "harness-faults",
-                            "The harness failed to observe it",
-                        )?;
-                        eprintln!(
-                            "packetproof explore: {}: harness fault, not a finding: {fault} (kept as {})",
-                            r.case.name,
-                            file.display()
-                        );
-                        summary.harness_faults.push(format!("{}: {fault}", r.case.name));
-                    }
-                    _ => match investigate(settings, &engine, r, &report, &summary.findings)? {
-                        Investigated::Confirmed(finding) => summary.findings.push(finding),
-                        Investigated::Unconfirmed(case) => summary.unconfirmed.push(case),
-                    },
-                },
             }
         }
         if last_progress.elapsed() > Duration::from_secs(10) {
@@ -303,6 +245,101 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
         summary.corpus = Some((dir.clone(), kept));
     }
     Ok(summary)
+}
+
+/// A case that passed, as the corpus keeps it: its name, its file and what it reached.
+type JudgedCase = (String, String, BTreeSet<Feature>);
+
+/// The next `count` cases from case number `*n` on, each read as `run` reads a file (kept with
+/// `--keep-cases`); a case the reader refuses is counted as such.
+fn generate_batch(
+    settings: &Settings,
+    n: &mut u64,
+    count: usize,
+    guide: &mut FieldCombinations,
+    summary: &mut Summary,
+) -> Result<Vec<(Ready, BTreeSet<Feature>)>> {
+    let mut ready = Vec::new();
+    for _ in 0..count {
+        let case = generate(settings.seed, *n, guide);
+        *n += 1;
+        summary.cases += 1;
+        let f = features::of_case(&case);
+        match prepare(case, "") {
+            Ok(r) => {
+                if let Some(dir) = &settings.keep_cases {
+                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                    let file = dir.join(format!("{}.yaml", r.case.name));
+                    std::fs::write(&file, &r.text).with_context(|| format!("writing {}", file.display()))?;
+                }
+                ready.push((r, f));
+            }
+            Err(e) => summary.rejected.push(e),
+        }
+    }
+    Ok(ready)
+}
+
+/// What a judged case is counted with.
+struct Judged<'a> {
+    settings: &'a Settings,
+    engine: &'a Engine,
+    guide: &'a mut FieldCombinations,
+}
+
+impl Judged<'_> {
+    /// Counts one case's report: skipped, passed (what it reached feeds the guide and the
+    /// corpus), a harness fault (kept, never a finding), or failed (investigated).
+    fn record(
+        self,
+        r: Ready,
+        mut f: BTreeSet<Feature>,
+        report: &ScenarioReport,
+        summary: &mut Summary,
+        judged_cases: &mut Vec<JudgedCase>,
+    ) -> Result<()> {
+        match &report.outcome {
+            Outcome::Skipped(why) => {
+                if summary.skipped.is_empty() {
+                    eprintln!("packetproof explore: {} skipped: {why}", r.case.name);
+                }
+                summary.skipped.push((r.case.name.clone(), why.clone()));
+            }
+            Outcome::Judged(verdicts) if report.passed() => {
+                summary.passed.push(r.case.name.clone());
+                summary.flows_judged += verdicts.len();
+                summary.flows_unjudged += report.unjudged.len();
+                f.extend(verdicts.iter().map(features::of_verdict));
+                self.guide.judged(&f);
+                summary.covered.extend(f.iter().cloned());
+                if self.settings.save_corpus.is_some() {
+                    judged_cases.push((r.case.name.clone(), r.text.clone(), f));
+                }
+            }
+            Outcome::Judged(verdicts) if report.faulted() => {
+                let fault = verdicts.iter().flat_map(|v| &v.harness_faults).next();
+                let fault = fault.map(|f| f.message.clone()).unwrap_or_default();
+                let file = keep_case(
+                    self.settings,
+                    &r,
+                    report,
+                    "harness-faults",
+                    "The harness failed to observe it",
+                )?;
+                eprintln!(
+                    "packetproof explore: {}: harness fault, not a finding: {fault} (kept as {})",
+                    r.case.name,
+                    file.display()
+                );
+                summary.harness_faults.push(format!("{}: {fault}", r.case.name));
+            }
+            _ => match investigate(self.settings, self.engine, r, report, &summary.findings)? {
+                Investigated::Confirmed(finding) => summary.findings.push(finding),
+                Investigated::Unconfirmed(case) => summary.unconfirmed.push(case),
+            },
+        }
+        Ok(())
+    }
 }
 
 /// Runs scenarios with `proxy`, results in their order.
@@ -446,6 +483,19 @@ fn investigate(
             same_as: Some(same.case.clone()),
         }));
     }
+    shrink_and_name(settings, engine, ready, report, first).map(Investigated::Confirmed)
+}
+
+/// A confirmed failure, shrunk, named by the bug that reproduces it (its own mutant's, or the
+/// catalog's whose mutants fail the same way) and written to `--out`.
+fn shrink_and_name(
+    settings: &Settings,
+    engine: &Engine,
+    ready: Ready,
+    report: &ScenarioReport,
+    first: Signature,
+) -> Result<Finding> {
+    let original_size = size(&ready.case);
     let (shrunk, last_report, runs) = shrink_case(settings, engine, ready, report, &first)?;
     let signature: Signature = shrink::signature(&last_report).intersection(&first).cloned().collect();
     let mutant = crate::proxy::mutant_of(&settings.proxy)?;
@@ -467,7 +517,7 @@ fn investigate(
         header(settings, &shrunk.case, original_size, runs, &signature, &last_report, known_bug.as_deref());
     let text = shrunk.case.render(&header);
     std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
-    Ok(Investigated::Confirmed(Finding {
+    Ok(Finding {
         case: shrunk.case.name.clone(),
         file,
         signature,
@@ -475,7 +525,7 @@ fn investigate(
         passes_unbroken,
         size: size(&shrunk.case),
         same_as: None,
-    }))
+    })
 }
 
 fn size(case: &Case) -> (usize, usize, usize, usize) {

@@ -48,6 +48,15 @@ pub fn candidates(case: &Case, failing: &[ProbeText]) -> Vec<Case> {
             out.push(c);
         }
     };
+    fewer_parts(case, failing, &mut push);
+    each_service(case, &mut push, fewer_service_parts);
+    each_service(case, &mut push, simpler_services);
+    simpler_settings(case, &mut push);
+    out
+}
+
+/// Fewer flows, steps, Services, streams, restarts, probes, nodes, pods, external hosts.
+fn fewer_parts(case: &Case, failing: &[ProbeText], push: &mut impl FnMut(Case)) {
     // Every flow → only the failing ones (or none, when only a step's fail).
     if case.probes.is_none() {
         push(Case { probes: Some(failing.to_vec()), ..case.clone() });
@@ -100,83 +109,89 @@ pub fn candidates(case: &Case, failing: &[ProbeText]) -> Vec<Case> {
     if case.external.is_some() {
         push(Case { external: None, ..case.clone() });
     }
-    // Fewer ports, endpoints, addresses.
-    each_service(case, &mut push, |s| {
-        let mut cuts = Vec::new();
-        for i in 0..s.ports.len() {
-            if s.ports.len() > 1 {
-                let mut t = s.clone();
-                t.ports.remove(i);
-                cuts.push(t);
-            }
-        }
-        if let Some(endpoints) = &s.slice {
-            for i in 0..endpoints.len() {
-                let mut t = s.clone();
-                t.slice.as_mut().unwrap().remove(i);
-                cuts.push(t);
-            }
-        }
-        for i in 0..s.external_ips.len() {
+}
+
+/// Fewer ports, endpoints, addresses of a Service.
+fn fewer_service_parts(s: &ServiceSpec) -> Vec<ServiceSpec> {
+    let mut cuts = Vec::new();
+    for i in 0..s.ports.len() {
+        if s.ports.len() > 1 {
             let mut t = s.clone();
-            t.external_ips.remove(i);
+            t.ports.remove(i);
             cuts.push(t);
         }
-        for i in 0..s.lb_ingress.len() {
+    }
+    if let Some(endpoints) = &s.slice {
+        for i in 0..endpoints.len() {
             let mut t = s.clone();
-            t.lb_ingress.remove(i);
+            t.slice.as_mut().unwrap().remove(i);
             cuts.push(t);
         }
-        for i in 0..s.source_ranges.len() {
-            let mut t = s.clone();
-            t.source_ranges.remove(i);
-            cuts.push(t);
-        }
-        cuts
+    }
+    for i in 0..s.external_ips.len() {
+        let mut t = s.clone();
+        t.external_ips.remove(i);
+        cuts.push(t);
+    }
+    for i in 0..s.lb_ingress.len() {
+        let mut t = s.clone();
+        t.lb_ingress.remove(i);
+        cuts.push(t);
+    }
+    for i in 0..s.source_ranges.len() {
+        let mut t = s.clone();
+        t.source_ranges.remove(i);
+        cuts.push(t);
+    }
+    cuts
+}
+
+/// Simpler values of a Service: each policy and option back to its default, one at a time.
+fn simpler_services(s: &ServiceSpec) -> Vec<ServiceSpec> {
+    let mut simpler = Vec::new();
+    let mut with = |f: &dyn Fn(&mut ServiceSpec)| {
+        let mut t = s.clone();
+        f(&mut t);
+        simpler.push(t);
+    };
+    with(&|t| t.etp_local = false);
+    with(&|t| t.itp_local = false);
+    with(&|t| t.affinity = None);
+    with(&|t| t.topology = Topology::None);
+    with(&|t| t.publish_not_ready = false);
+    with(&|t| t.allocate_node_ports = true);
+    with(&|t| t.families = ServiceFamilies::Primary);
+    with(&|t| {
+        t.ports.iter_mut().for_each(|p| p.named_target = false);
     });
-    // Simpler values.
-    each_service(case, &mut push, |s| {
-        let mut simpler = Vec::new();
-        let mut with = |f: &dyn Fn(&mut ServiceSpec)| {
-            let mut t = s.clone();
-            f(&mut t);
-            simpler.push(t);
-        };
-        with(&|t| t.etp_local = false);
-        with(&|t| t.itp_local = false);
-        with(&|t| t.affinity = None);
-        with(&|t| t.topology = Topology::None);
-        with(&|t| t.publish_not_ready = false);
-        with(&|t| t.allocate_node_ports = true);
-        with(&|t| t.families = ServiceFamilies::Primary);
-        with(&|t| {
-            t.ports.iter_mut().for_each(|p| p.named_target = false);
-        });
-        with(&|t| {
-            t.ports.iter_mut().for_each(|p| p.udp = false);
-        });
-        with(&|t| {
-            if t.kind == ServiceType::LoadBalancer {
-                t.kind = ServiceType::NodePort;
-                t.lb_ingress.clear();
-                t.source_ranges.clear();
-            } else if t.kind == ServiceType::NodePort {
-                t.kind = ServiceType::ClusterIp;
-                t.etp_local = false;
-            }
-        });
-        with(&|t| {
-            for e in t.slice.iter_mut().flatten() {
-                (e.ready, e.serving, e.terminating) = (true, true, false);
-            }
-        });
-        with(&|t| {
-            for e in t.slice.iter_mut().flatten() {
-                e.hint = None;
-            }
-        });
-        simpler
+    with(&|t| {
+        t.ports.iter_mut().for_each(|p| p.udp = false);
     });
+    with(&|t| {
+        if t.kind == ServiceType::LoadBalancer {
+            t.kind = ServiceType::NodePort;
+            t.lb_ingress.clear();
+            t.source_ranges.clear();
+        } else if t.kind == ServiceType::NodePort {
+            t.kind = ServiceType::ClusterIp;
+            t.etp_local = false;
+        }
+    });
+    with(&|t| {
+        for e in t.slice.iter_mut().flatten() {
+            (e.ready, e.serving, e.terminating) = (true, true, false);
+        }
+    });
+    with(&|t| {
+        for e in t.slice.iter_mut().flatten() {
+            e.hint = None;
+        }
+    });
+    simpler
+}
+
+/// Simpler pods, proxy settings, families, zones, external routes and counts.
+fn simpler_settings(case: &Case, push: &mut impl FnMut(Case)) {
     for i in 0..case.pods.len() {
         let mut c = case.clone();
         c.pods[i].ready = true;
@@ -208,7 +223,6 @@ pub fn candidates(case: &Case, failing: &[ProbeText]) -> Vec<Case> {
             push(Case { count, ..case.clone() });
         }
     }
-    out
 }
 
 /// For each Service (in the first state and in the steps that replace it), the case with each

@@ -163,29 +163,12 @@ pub fn main(args: Args) -> Result<i32> {
         eprintln!("\npacketproof: interrupted, stopping the VMs");
         vm::abort_all();
     });
-    if let Some(reason) = vm::unavailable() {
-        anyhow::bail!("cannot run the matrix here: {reason}");
-    }
-    for stale in vm::remove_stale_scratch() {
-        eprintln!("packetproof: removed {} left by an earlier matrix run", stale.display());
-    }
-    let paths = if args.paths.is_empty() { vec![PathBuf::from("scenarios")] } else { args.paths.clone() };
-    // The same validation as `run`, on the host, before any VM boots.
-    if crate::commands::load_all(&paths)?.is_none() {
-        return Ok(EXIT_ERROR);
-    }
-    // A proxy's name names its directory in the share and under --artifacts.
-    if let Some(bad) = args.proxy.iter().chain(&args.against).find(|p| !plain_name(p)) {
-        anyhow::bail!("--proxy {bad:?}: not a proxy's name (letters, digits, '-', '_' and '.', not first)");
-    }
+    let Some(paths) = checked_inputs(&args)? else { return Ok(EXIT_ERROR) };
     let started = Instant::now();
     let mut kernels = Vec::new();
     for spec in &args.kernels {
         eprintln!("packetproof: kernel {spec}…");
         kernels.push(vm::kernel(spec).with_context(|| format!("kernel {spec}"))?);
-    }
-    if args.mutants && args.junit.is_some() {
-        anyhow::bail!("--junit reports scenario runs; a --mutants hunt has its verdicts in --json");
     }
     if args.fetch_only {
         for k in &kernels {
@@ -195,24 +178,7 @@ pub fn main(args: Args) -> Result<i32> {
     }
     let scratch = vm::Scratch::new("matrix")?;
     let userland = scratch.path().join("userland.cpio");
-    let missing = missing_for(&args);
-    if !missing.is_empty() {
-        anyhow::bail!(
-            "the guests are built from this host's programs, and it lacks: {} (install them; \
-             ci/install-deps.sh lists them)",
-            missing.join(", ")
-        );
-    }
-    for program in &args.guest_files {
-        eprintln!(
-            "packetproof: {} goes into every guest as {}",
-            program.source.display(),
-            program.guest_path()
-        );
-    }
-    let binary = std::env::current_exe().context("finding the packetproof binary")?;
-    let payload = vm::Payload { binary: &binary, files: &paths, programs: &args.guest_files };
-    vm::build_userland(&payload, &userland)?;
+    build_userland(&args, &paths, &userland)?;
     let machine = vm::Machine {
         cpus: args.cpus,
         memory_mib: args.memory_mib,
@@ -231,14 +197,87 @@ pub fn main(args: Args) -> Result<i32> {
         args.memory_mib,
         machine.accel
     );
+    let guests = Guests {
+        userland: &userland,
+        machine: &machine,
+        args: &args,
+        paths: &paths,
+        scratch: scratch.path(),
+    };
+    let cells = run_kernels(&kernels, at_once, &guests);
+    write_reports(&args, &cells)?;
+    print_summary(&args, &cells);
+    let code = exit_code(&cells);
+    println!("matrix: {} runs in {:.1}s (exit {code})", cells.len(), started.elapsed().as_secs_f64());
+    Ok(code)
+}
 
+/// The host's checks before any kernel is fetched or VM booted: the machine can run VMs, the
+/// scenarios read as `run` reads them, the proxies' names are plain, the options agree. The
+/// scenario paths, or `None` when a file was refused (reported).
+fn checked_inputs(args: &Args) -> Result<Option<Vec<PathBuf>>> {
+    if let Some(reason) = vm::unavailable() {
+        anyhow::bail!("cannot run the matrix here: {reason}");
+    }
+    for stale in vm::remove_stale_scratch() {
+        eprintln!("packetproof: removed {} left by an earlier matrix run", stale.display());
+    }
+    let paths = if args.paths.is_empty() { vec![PathBuf::from("scenarios")] } else { args.paths.clone() };
+    // The same validation as `run`, on the host, before any VM boots.
+    if crate::commands::load_all(&paths)?.is_none() {
+        return Ok(None);
+    }
+    // A proxy's name names its directory in the share and under --artifacts.
+    if let Some(bad) = args.proxy.iter().chain(&args.against).find(|p| !plain_name(p)) {
+        anyhow::bail!("--proxy {bad:?}: not a proxy's name (letters, digits, '-', '_' and '.', not first)");
+    }
+    if args.mutants && args.junit.is_some() {
+        anyhow::bail!("--junit reports scenario runs; a --mutants hunt has its verdicts in --json");
+    }
+    Ok(Some(paths))
+}
+
+/// The guests' userland: this binary, the scenarios, `--guest-file`s and this host's programs.
+fn build_userland(args: &Args, paths: &[PathBuf], userland: &Path) -> Result<()> {
+    let missing = missing_for(args);
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "the guests are built from this host's programs, and it lacks: {} (install them; \
+             ci/install-deps.sh lists them)",
+            missing.join(", ")
+        );
+    }
+    for program in &args.guest_files {
+        eprintln!(
+            "packetproof: {} goes into every guest as {}",
+            program.source.display(),
+            program.guest_path()
+        );
+    }
+    let binary = std::env::current_exe().context("finding the packetproof binary")?;
+    let payload = vm::Payload { binary: &binary, files: paths, programs: &args.guest_files };
+    vm::build_userland(&payload, userland)
+}
+
+/// What every guest is booted with.
+struct Guests<'a> {
+    userland: &'a Path,
+    machine: &'a vm::Machine,
+    args: &'a Args,
+    paths: &'a [PathBuf],
+    scratch: &'a Path,
+}
+
+/// Every kernel's VM, `at_once` at a time; each cell printed as its VM ends, then all in the
+/// order asked for (kernels down, proxies across).
+fn run_kernels(kernels: &[vm::Kernel], at_once: usize, guests: &Guests<'_>) -> Vec<Cell> {
     let next = Mutex::new(kernels.iter());
     let cells = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..at_once {
             scope.spawn(|| {
                 while let Some(kernel) = { next.lock().unwrap_or_else(|e| e.into_inner()).next() } {
-                    let kernel_cells = run_kernel(kernel, &userland, &machine, &args, &paths, scratch.path());
+                    let kernel_cells = run_kernel(kernel, guests);
                     for cell in &kernel_cells {
                         println!("{}", line(cell));
                     }
@@ -248,15 +287,17 @@ pub fn main(args: Args) -> Result<i32> {
         }
     });
     let mut cells = cells.into_inner().unwrap_or_else(|e| e.into_inner());
+    let args = guests.args;
     let order = |c: &Cell| {
         (args.kernels.iter().position(|k| *k == c.kernel), args.proxy.iter().position(|p| *p == c.proxy))
     };
     cells.sort_by_key(order);
-    if let Some(path) = &args.json {
-        std::fs::write(path, combined_json(&cells)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    let runs: Vec<junit::CellRun<'_>> = cells
+    cells
+}
+
+/// Each cell as the JUnit report and the by-kernel comparison read it.
+fn cell_runs(cells: &[Cell]) -> Vec<junit::CellRun<'_>> {
+    cells
         .iter()
         .map(|c| junit::CellRun {
             kernel: &c.kernel,
@@ -265,11 +306,24 @@ pub fn main(args: Args) -> Result<i32> {
             report: c.report.as_ref(),
             error: c.error.as_deref(),
         })
-        .collect();
-    if let Some(path) = &args.junit {
-        std::fs::write(path, junit::junit(&runs)?).with_context(|| format!("writing {}", path.display()))?;
+        .collect()
+}
+
+/// `--json` and `--junit`.
+fn write_reports(args: &Args, cells: &[Cell]) -> Result<()> {
+    if let Some(path) = &args.json {
+        std::fs::write(path, combined_json(cells)?).with_context(|| format!("writing {}", path.display()))?;
     }
-    println!("\n{}", table(&cells));
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit::junit(&cell_runs(cells))?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The kernel table, then coverage, timings, skips and what differs by kernel.
+fn print_summary(args: &Args, cells: &[Cell]) {
+    println!("\n{}", table(cells));
     if args.coverage {
         // Each guest's tables, one per proxy, joined across the kernels.
         let tables = cells.iter().filter_map(|c| match &c.report {
@@ -283,7 +337,7 @@ pub fn main(args: Args) -> Result<i32> {
         }
     }
     println!("\ntimings (each guest's own clock):");
-    for cell in &cells {
+    for cell in cells {
         if let Some(seconds) = &cell.seconds {
             let scenarios = cell.report.as_ref().map(GuestReport::scenarios).unwrap_or_default();
             let cpu = match &cell.report {
@@ -295,19 +349,16 @@ pub fn main(args: Args) -> Result<i32> {
     }
     // What holds on one kernel and not another shows here: skips carry their reason (minKernel,
     // a missing module), per kernel × proxy.
-    for line in skipped(&cells) {
+    for line in skipped(cells) {
         println!("{line}");
     }
     // `--against` runs report differences between proxies, not scenario outcomes to compare
     // across kernels.
     if args.against.is_none() {
-        for line in differences::by_kernel(&runs) {
+        for line in differences::by_kernel(&cell_runs(cells)) {
             println!("differs by kernel: {line}");
         }
     }
-    let code = exit_code(&cells);
-    println!("matrix: {} runs in {:.1}s (exit {code})", cells.len(), started.elapsed().as_secs_f64());
-    Ok(code)
 }
 
 /// VMs whose memory (guest plus qemu's own, measured 0.43–0.56 GiB) fits in what is free.
@@ -351,21 +402,15 @@ fn vms_for_cores(cores: usize, cpus: u32) -> usize {
 const JOBS_PER_VCPU: usize = 2;
 
 /// Boots `kernel` once and runs every proxy inside, one after another.
-fn run_kernel(
-    kernel: &vm::Kernel,
-    userland: &Path,
-    machine: &vm::Machine,
-    args: &Args,
-    paths: &[PathBuf],
-    scratch: &Path,
-) -> Vec<Cell> {
-    let runs: Vec<vm::GuestRun> = args.proxy.iter().map(|proxy| guest_run(proxy, args, paths)).collect();
-    let share = scratch.join(format!("share-{}", kernel.spec));
+fn run_kernel(kernel: &vm::Kernel, guests: &Guests<'_>) -> Vec<Cell> {
+    let args = guests.args;
+    let runs: Vec<vm::GuestRun> =
+        args.proxy.iter().map(|proxy| guest_run(proxy, args, guests.paths)).collect();
+    let share = guests.scratch.join(format!("share-{}", kernel.spec));
     let started = Instant::now();
-    let booted = vm::boot(kernel, userland, machine, &runs, &share);
+    let booted = vm::boot(kernel, guests.userland, guests.machine, &runs, &share);
     let vm_seconds = started.elapsed().as_secs_f64();
     eprintln!("packetproof: kernel {} done in {vm_seconds:.1}s", kernel.spec);
-    let timeline = booted.as_ref().map(|b| vm::timeline(&b.console)).unwrap_or_default();
     let cells = match booted {
         Err(e) => args
             .proxy
@@ -382,69 +427,79 @@ fn run_kernel(
                 seconds: None,
             })
             .collect(),
-        Ok(booted) => booted
-            .runs
-            .iter()
-            .map(|run| {
-                let report = std::fs::read_to_string(run.dir.join("report.json"))
-                    .ok()
-                    .and_then(|text| serde_json::from_str(&text).ok());
-                let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
-                // A run the VM finished stands even if the VM was stopped in a later one.
-                let (exit_code, error) = match (run.exit_code, &booted.stopped) {
-                    (Some(code), _) => (code, None),
-                    (None, Some(why)) if output.is_empty() => {
-                        (EXIT_ERROR, Some(format!("{why}, before this run began")))
-                    }
-                    (None, Some(why)) => {
-                        (EXIT_ERROR, Some(format!("{why}; console:\n{}", vm::tail(&booted.console, 30))))
-                    }
-                    (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
-                };
-                let differences = match &report {
-                    Some(GuestReport::Diff(diff)) => Some(diff.table()),
-                    _ => None,
-                };
-                let mut cell = Cell {
-                    kernel: kernel.spec.clone(),
-                    version: kernel.version.clone(),
-                    proxy: run.name.clone(),
-                    exit_code,
-                    report,
-                    error,
-                    kept: None,
-                    differences,
-                    seconds: Some(timings::GuestSeconds::of(&timeline, &run.name, vm_seconds)),
-                };
-                if exit_code != EXIT_PASS || args.keep_evidence {
-                    let keep = args.artifacts.join(&kernel.spec).join(&run.name);
-                    match keep_run(&run.dir, &keep, &booted.console) {
-                        Ok(()) => cell.kept = Some(keep),
-                        Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
-                    }
-                    if let Some(table) = &cell.differences {
-                        eprintln!(
-                            "--- {} {} against {}:\n{table}",
-                            kernel.spec,
-                            run.name,
-                            args.against.as_deref().unwrap_or_default()
-                        );
-                    } else if exit_code != EXIT_PASS && !output.is_empty() {
-                        // The guest's own report of what failed (so far, if it was stopped).
-                        eprintln!(
-                            "--- {} {} (exit {exit_code}):\n{}",
-                            kernel.spec,
-                            run.name,
-                            failing_part(&output)
-                        );
-                    }
-                }
-                cell
-            })
-            .collect(),
+        Ok(booted) => {
+            let timeline = vm::timeline(&booted.console);
+            booted
+                .runs
+                .iter()
+                .map(|run| {
+                    let seconds = timings::GuestSeconds::of(&timeline, &run.name, vm_seconds);
+                    finished_run(kernel, run, &booted, seconds, args)
+                })
+                .collect()
+        }
     };
     let _ = std::fs::remove_dir_all(&share);
     cells
+}
+
+/// One run of a VM that booted: its exit code and report, kept with its evidence when it did
+/// not pass (or `--keep-evidence`), and what failed printed.
+fn finished_run(
+    kernel: &vm::Kernel,
+    run: &vm::RunResult,
+    booted: &vm::Booted,
+    seconds: timings::GuestSeconds,
+    args: &Args,
+) -> Cell {
+    let report = std::fs::read_to_string(run.dir.join("report.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    let output = std::fs::read_to_string(run.dir.join("output.txt")).unwrap_or_default();
+    // A run the VM finished stands even if the VM was stopped in a later one.
+    let (exit_code, error) = match (run.exit_code, &booted.stopped) {
+        (Some(code), _) => (code, None),
+        (None, Some(why)) if output.is_empty() => (EXIT_ERROR, Some(format!("{why}, before this run began"))),
+        (None, Some(why)) => {
+            (EXIT_ERROR, Some(format!("{why}; console:\n{}", vm::tail(&booted.console, 30))))
+        }
+        (None, None) => (EXIT_ERROR, Some(unfinished(&booted.console))),
+    };
+    let differences = match &report {
+        Some(GuestReport::Diff(diff)) => Some(diff.table()),
+        _ => None,
+    };
+    let mut cell = Cell {
+        kernel: kernel.spec.clone(),
+        version: kernel.version.clone(),
+        proxy: run.name.clone(),
+        exit_code,
+        report,
+        error,
+        kept: None,
+        differences,
+        seconds: Some(seconds),
+    };
+    if exit_code == EXIT_PASS && !args.keep_evidence {
+        return cell;
+    }
+    let keep = args.artifacts.join(&kernel.spec).join(&run.name);
+    match keep_run(&run.dir, &keep, &booted.console) {
+        Ok(()) => cell.kept = Some(keep),
+        Err(e) => eprintln!("packetproof: could not keep {}: {e:#}", run.dir.display()),
+    }
+    if let Some(table) = &cell.differences {
+        eprintln!(
+            "--- {} {} against {}:\n{table}",
+            kernel.spec,
+            run.name,
+            args.against.as_deref().unwrap_or_default()
+        );
+    } else if exit_code != EXIT_PASS && !output.is_empty() {
+        // The guest's own report of what failed (so far, if it was stopped).
+        eprintln!("--- {} {} (exit {exit_code}):\n{}", kernel.spec, run.name, failing_part(&output));
+    }
+    cell
 }
 
 /// A name that is safe as one path component and in the guest's job script.
