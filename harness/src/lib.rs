@@ -22,6 +22,7 @@
 //!                     (with proxy: the crate `packetproof-proxy`)
 //! traffic · observe · topology · privileges      the kernel side
 //! oracle | scenario   expected outcomes, from Kubernetes semantics alone | files → model, checked
+//!                     (the crates `packetproof-oracle` | `packetproof-scenario`)
 //! kubernetes          Kubernetes and kube-proxy semantics shared by oracle and proxies
 //!                     (with oracle: the crate `packetproof-oracle`)
 //! model · yaml · kernel · signals · containment   plain data; the process's signal handling;
@@ -29,14 +30,14 @@
 //! ```
 
 // The bottom layer (`harness/model`), the kernel side (`harness/network`), the judge
-// (`harness/oracle`) and the proxies with the API server they watch (`harness/proxy`) are
-// crates of their own, so that cargo refuses an upward import from
+// (`harness/oracle`), the reader (`harness/scenario`) and the proxies with the API server they
+// watch (`harness/proxy`) are crates of their own, so that cargo refuses an upward import from
 // them; re-exported under the same names.
-pub(crate) use packetproof_model::yaml;
 pub use packetproof_model::{containment, kernel, model, signals};
 pub use packetproof_network::{observe, privileges, topology, traffic};
 pub use packetproof_oracle::{kubernetes, oracle};
 pub use packetproof_proxy::{apiserver, proxy};
+pub use packetproof_scenario::scenario;
 
 pub mod admission;
 pub mod cli;
@@ -49,6 +50,5 @@ pub mod probe;
 pub mod report;
 pub mod results;
 pub mod runner;
-pub mod scenario;
 pub mod stage;
 pub mod verdict;

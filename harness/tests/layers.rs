@@ -177,6 +177,7 @@ fn source_roots() -> Vec<PathBuf> {
         harness.join("network/src"),
         harness.join("oracle/src"),
         harness.join("proxy/src"),
+        harness.join("scenario/src"),
     ]
 }
 

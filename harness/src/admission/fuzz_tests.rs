@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Map, Value};
 
 use super::load_str;
-use crate::scenario::tests::{EXPOSED, FILE, KUBE_DNS, WEB};
-use crate::yaml;
+use crate::scenario::fixtures::{EXPOSED, FILE, KUBE_DNS, KUBECTL, WEB};
+use packetproof_model::yaml;
 
 /// Every scenario the project ships and the fixtures the reader's tests start from.
 fn seeds() -> Vec<String> {
@@ -35,7 +35,7 @@ fn seeds() -> Vec<String> {
     files.sort();
     let mut seeds: Vec<String> =
         files.iter().map(|f| std::fs::read_to_string(f).expect("readable")).collect();
-    seeds.extend([KUBE_DNS, EXPOSED, WEB, include_str!("../scenario/tests/kubectl.yaml")].map(String::from));
+    seeds.extend([KUBE_DNS, EXPOSED, WEB, KUBECTL].map(String::from));
     seeds
 }
 

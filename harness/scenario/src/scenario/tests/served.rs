@@ -5,8 +5,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
 
-const SHIPPED_DUAL_STACK: &str = include_str!("../../../../scenarios/dual-stack.yaml");
-const LIVE: &str = include_str!("../../../../scenarios/live-stale-udp-conntrack.yaml");
+const SHIPPED_DUAL_STACK: &str = include_str!("../../../../../scenarios/dual-stack.yaml");
+const LIVE: &str = include_str!("../../../../../scenarios/live-stale-udp-conntrack.yaml");
 
 /// Files that set `ipFamilies` without `clusterIPs`, or leave out a port's `protocol`: a real
 /// kube-proxy ignores such a Service, or refuses the node's whole ruleset.
@@ -14,8 +14,8 @@ const LIVE: &str = include_str!("../../../../scenarios/live-stale-udp-conntrack.
 fn shipped_services_are_served_with_cluster_ips_families_and_protocols() {
     // Read from their files: the replay's rule dumps are found beside it.
     for file in ["ipv6-node-port.yaml", "ipv6-hairpin-and-reject.yaml", "seed-001-mysql-replay.yaml"] {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(file);
-        let s = crate::admission::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(file);
+        let s = packetproof::admission::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!s.objects.services.is_empty());
         for service in &s.objects.services {
             let spec = service.spec.as_ref().unwrap();

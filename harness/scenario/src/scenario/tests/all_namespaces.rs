@@ -4,7 +4,7 @@
 
 use super::*;
 
-const SHIPPED: &str = include_str!("../../../../scenarios/pasted-all-namespaces.yaml");
+const SHIPPED: &str = include_str!("../../../../../scenarios/pasted-all-namespaces.yaml");
 
 #[test]
 fn the_shipped_all_namespaces_paste_reads_as_a_user_expects() {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// The shipped live scenario: one step replaces the only endpoint.
-const LIVE: &str = include_str!("../../../../scenarios/live-stale-udp-conntrack.yaml");
+const LIVE: &str = include_str!("../../../../../scenarios/live-stale-udp-conntrack.yaml");
 
 fn loaded(text: &str) -> Scenario {
     load_str(text, Path::new(FILE)).unwrap_or_else(|e| panic!("expected the scenario to load, got:\n{e}"))
@@ -108,7 +108,7 @@ fn a_step_needs_a_name_and_probes_whose_expectations_hold() {
 #[test]
 fn a_hand_made_syn_holds_no_connection() {
     let text = edit(
-        include_str!("../../../../scenarios/localhost-node-port.yaml"),
+        include_str!("../../../../../scenarios/localhost-node-port.yaml"),
         "via: node-a}\n      count: 5\n      expect: {verdict: dropped}",
         "via: node-a}\n      hold: true",
     );

@@ -4,9 +4,10 @@
 use super::*;
 use crate::model::{IpFamily, Target};
 
-const SHIPPED_CLUSTER_IP: &str = include_str!("../../../../scenarios/ipv6-cluster-ip.yaml");
-const SHIPPED_NODE_PORT: &str = include_str!("../../../../scenarios/ipv6-node-port.yaml");
-const SHIPPED_HAIRPIN_AND_REJECT: &str = include_str!("../../../../scenarios/ipv6-hairpin-and-reject.yaml");
+const SHIPPED_CLUSTER_IP: &str = include_str!("../../../../../scenarios/ipv6-cluster-ip.yaml");
+const SHIPPED_NODE_PORT: &str = include_str!("../../../../../scenarios/ipv6-node-port.yaml");
+const SHIPPED_HAIRPIN_AND_REJECT: &str =
+    include_str!("../../../../../scenarios/ipv6-hairpin-and-reject.yaml");
 
 /// An IPv6 NodePort Service with an external IP, a load-balancer ingress IP and source ranges,
 /// a node with a secondary IP, an external host, and probes of the address forms.

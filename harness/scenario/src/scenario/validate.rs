@@ -455,7 +455,7 @@ mod tests {
         let docs = yaml::parse(WEB).unwrap();
         let docs: Vec<&Document> = docs.iter().collect();
         let mut diag = Diagnostics::new("x.yaml".into());
-        let admission = crate::admission::Checks;
+        let admission = crate::scenario::tests::Checks;
         let mut assembled = assemble(&docs, None, Path::new("x.yaml"), &admission, &mut diag).unwrap();
         assert_eq!(assembled.given, 3);
         // A flow no generator makes (external hosts have no route to cluster IPs), so the

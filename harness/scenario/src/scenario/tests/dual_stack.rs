@@ -5,7 +5,7 @@
 use super::*;
 use crate::model::IpFamily;
 
-const SHIPPED: &str = include_str!("../../../../scenarios/dual-stack.yaml");
+const SHIPPED: &str = include_str!("../../../../../scenarios/dual-stack.yaml");
 
 #[test]
 fn the_shipped_scenario_has_both_families_everywhere() {
@@ -180,7 +180,7 @@ fn a_probe_over_a_family_its_target_lacks_is_an_error() {
 
 #[test]
 fn a_single_stack_cluster_refuses_a_probe_of_the_other_family() {
-    let v6 = include_str!("../../../../scenarios/ipv6-cluster-ip.yaml");
+    let v6 = include_str!("../../../../../scenarios/ipv6-cluster-ip.yaml");
     let text =
         edit(v6, "- name: pod-to-cluster-ip-tcp\n", "- name: pod-to-cluster-ip-tcp\n      family: IPv4\n");
     assert_has(

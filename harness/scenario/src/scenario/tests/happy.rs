@@ -215,10 +215,10 @@ fn empty_documents_are_ignored() {
 
 #[test]
 fn load_reads_the_file() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/kube-dns-udp.yaml");
-    let s = crate::admission::load(&path).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/kube-dns-udp.yaml");
+    let s = packetproof::admission::load(&path).unwrap();
     assert_eq!(s.source, path);
-    let missing = crate::admission::load(Path::new("/nonexistent/x.yaml")).unwrap_err();
+    let missing = packetproof::admission::load(Path::new("/nonexistent/x.yaml")).unwrap_err();
     assert!(missing.to_string().starts_with("/nonexistent/x.yaml:1:1: cannot read the file"), "{missing}");
 }
 

@@ -28,85 +28,11 @@ use std::path::Path;
 
 use super::{ScenarioError, load_with, validate};
 // Whole files are read as `run` reads them: through the admission stage.
-use crate::admission::{Checks, load_str};
 use crate::model::Scenario;
 
 /// The shipped example, which other work may extend: only the happy path reads it.
-pub(super) const SHIPPED_KUBE_DNS: &str = include_str!("../../../../scenarios/kube-dns-udp.yaml");
-/// A frozen copy of it (one probe), which the error tests edit.
-pub(crate) const KUBE_DNS: &str = include_str!("dns.yaml");
-pub(crate) const FILE: &str = "scenarios/test.yaml";
-/// A LoadBalancer Service with every external frontend (external IP, ingress IP, source
-/// ranges, health-check node port), session affinity, a node with a secondary IP, proxy
-/// flags, and a probe of every new target form.
-pub(crate) const EXPOSED: &str = include_str!("exposed.yaml");
-
-/// A NodePort Service with a named targetPort that resolves to different ports in its two
-/// pods, an external host and the three kinds of target.
-pub(crate) const WEB: &str = r#"apiVersion: packetproof.dev/v1alpha1
-kind: Scenario
-metadata:
-  name: web
-spec:
-  cluster:
-    podCIDR: 10.244.0.0/16
-    serviceCIDR: 10.96.0.0/12
-    nodeNetwork: 192.168.50.0/24
-  nodes:
-    - {name: node-a, ip: 192.168.50.11, podCIDR: 10.244.1.0/24}
-    - {name: node-b, ip: 192.168.50.12, podCIDR: 10.244.2.0/24}
-  externalHosts:
-    - {name: outside, ip: 192.168.50.100}
-  probes:
-    - name: pod-to-web
-      from: {pod: client}
-      to: {service: web, port: http}
-      expect: {verdict: answered, source: client}
-    - name: outside-to-nodeport
-      from: {external: outside}
-      to: {service: web, port: http, nodePort: node-b}
-    - from: {node: node-a}
-      to: {address: 10.96.0.99, port: 80}
-      expect: {verdict: forwarded, profile: kube-proxy-iptables}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec:
-  type: NodePort
-  clusterIP: 10.96.0.20
-  selector: {app: web}
-  ports:
-    - {name: http, port: 80, targetPort: http, nodePort: 30080}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: web-a, labels: {app: web}}
-spec:
-  nodeName: node-a
-  containers:
-    - name: web
-      ports: [{name: http, containerPort: 8080}]
-status: {podIP: 10.244.1.10}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: web-b, labels: {app: web}}
-spec:
-  nodeName: node-b
-  containers:
-    - name: web
-      ports: [{name: http, containerPort: 9090}]
-status: {podIP: 10.244.2.10}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client}
-spec:
-  nodeName: node-a
-  containers: [{name: client}]
-status: {podIP: 10.244.1.20}
-"#;
+pub(super) const SHIPPED_KUBE_DNS: &str = include_str!("../../../../../scenarios/kube-dns-udp.yaml");
+pub(crate) use super::fixtures::{EXPOSED, FILE, KUBE_DNS, WEB};
 
 /// The error for the first IPv6 value, shown as `this` (`fd00::10 is`, or `this is` for a
 /// family name), in an IPv4 fixture whose first address is its podCIDR 10.244.0.0/16.
@@ -207,4 +133,33 @@ fn assert_error(e: &ScenarioError, pos: (usize, usize), field: &str, message: &s
 
 fn show(errors: &[ScenarioError]) -> String {
     errors.iter().map(|e| format!("  {e}\n")).collect()
+}
+
+/// A file read as `run` reads it, through the harness's admission stage.
+pub(crate) fn load_str(text: &str, path: &Path) -> Result<Scenario, super::ScenarioErrors> {
+    super::load_str(text, path, &Checks)
+}
+
+/// The harness's admission stage (the proxy and the oracle answer what the reader cannot
+/// tell), for the reader under test: these tests see the reader's own `Admission` trait, the
+/// harness implements the one of the reader it links.
+pub(crate) struct Checks;
+
+impl super::Admission for Checks {
+    fn proxy_problem(
+        &self,
+        choice: &crate::model::ProxyChoice,
+        file: &Path,
+        nodes: &[&str],
+    ) -> Option<String> {
+        packetproof::scenario::Admission::proxy_problem(&packetproof::admission::Checks, choice, file, nodes)
+    }
+
+    fn probe_problems(
+        &self,
+        cluster: &crate::model::Cluster,
+        probes: &[crate::model::Probe],
+    ) -> Vec<(usize, &'static str, String)> {
+        packetproof::scenario::Admission::probe_problems(&packetproof::admission::Checks, cluster, probes)
+    }
 }

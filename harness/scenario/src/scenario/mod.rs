@@ -66,6 +66,8 @@ mod validate;
 // The YAML reader with positions sits below every layer (proxies read configuration with it).
 use crate::yaml;
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod fixtures;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -181,7 +183,7 @@ pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// [`discover`], keeping going: the files found, and a line for each path that was not.
-pub(crate) fn discover_each(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
+pub fn discover_each(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
     let mut out = Vec::new();
     let mut bad = Vec::new();
     for path in paths {

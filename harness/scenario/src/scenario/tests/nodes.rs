@@ -4,8 +4,8 @@
 use super::*;
 use crate::model::IpFamily;
 
-const SHIPPED: &str = include_str!("../../../../scenarios/pasted-cluster.yaml");
-const DUAL: &str = include_str!("../../../../scenarios/dual-stack.yaml");
+const SHIPPED: &str = include_str!("../../../../../scenarios/pasted-cluster.yaml");
+const DUAL: &str = include_str!("../../../../../scenarios/dual-stack.yaml");
 
 /// A Node as `kubectl get node -o yaml` prints it, minus what nobody reads.
 fn node(name: &str, addresses: &[(&str, &str)], pod_cidrs: &[&str], extra: &str) -> String {
