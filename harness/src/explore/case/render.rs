@@ -62,6 +62,31 @@ impl Case {
             list(&|v6| q(net::service_cidr(v6))),
             list(&|v6| q(net::node_network(v6)))
         );
+        self.render_proxy_config(out);
+        self.render_nodes(out);
+        let streams = self.streams_in(0);
+        match &self.probes {
+            None => {
+                let _ = writeln!(out, "  flows: {{all: true, count: {}}}", self.count);
+                if !streams.is_empty() {
+                    let _ = writeln!(out, "  probes:");
+                }
+            }
+            Some(probes) => {
+                let _ = writeln!(out, "  probes:");
+                for p in probes {
+                    self.render_probe(p, out);
+                }
+            }
+        }
+        for stream in streams {
+            render_stream(stream, true, out);
+        }
+    }
+
+    /// `proxyConfig`: only what differs from kube-proxy's defaults.
+    fn render_proxy_config(&self, out: &mut String) {
+        let fams = self.families();
         let p = &self.proxy;
         let mut config = Vec::new();
         if p.masquerade_all {
@@ -97,6 +122,11 @@ impl Case {
                 let _ = writeln!(out, "    {line}");
             }
         }
+    }
+
+    /// `nodes` and the external host, each address in every family of the case.
+    fn render_nodes(&self, out: &mut String) {
+        let fams = self.families();
         let _ = writeln!(out, "  nodes:");
         for n in &self.nodes {
             let zone = n.zone.as_ref().map(|z| format!(", zone: {}", q(z))).unwrap_or_default();
@@ -142,24 +172,6 @@ impl Case {
             };
             let _ = writeln!(out, "  externalHosts:\n    - {{name: outside, {address}{routes}}}");
         }
-        let streams = self.streams_in(0);
-        match &self.probes {
-            None => {
-                let _ = writeln!(out, "  flows: {{all: true, count: {}}}", self.count);
-                if !streams.is_empty() {
-                    let _ = writeln!(out, "  probes:");
-                }
-            }
-            Some(probes) => {
-                let _ = writeln!(out, "  probes:");
-                for p in probes {
-                    self.render_probe(p, out);
-                }
-            }
-        }
-        for stream in streams {
-            render_stream(stream, true, out);
-        }
     }
 
     fn render_probe(&self, p: &ProbeText, out: &mut String) {
@@ -203,29 +215,7 @@ impl Case {
         if s.publish_not_ready {
             let _ = writeln!(out, "  publishNotReadyAddresses: true");
         }
-        let external = s.kind != ServiceType::ClusterIp;
-        if external {
-            let _ =
-                writeln!(out, "  externalTrafficPolicy: {}", if s.etp_local { "Local" } else { "Cluster" });
-        }
-        let _ = writeln!(out, "  internalTrafficPolicy: {}", if s.itp_local { "Local" } else { "Cluster" });
-        match s.affinity {
-            None => {
-                let _ = writeln!(out, "  sessionAffinity: None");
-            }
-            Some(None) => {
-                let _ = writeln!(out, "  sessionAffinity: ClientIP");
-            }
-            Some(Some(t)) => {
-                let _ = writeln!(
-                    out,
-                    "  sessionAffinity: ClientIP\n  sessionAffinityConfig: {{clientIP: {{timeoutSeconds: {t}}}}}"
-                );
-            }
-        }
-        if s.topology == Topology::PreferClose {
-            let _ = writeln!(out, "  trafficDistribution: PreferClose");
-        }
+        render_policies(s, out);
         let primary_v6 = fams[0];
         if !s.external_ips.is_empty() {
             let list: Vec<String> =
@@ -234,25 +224,7 @@ impl Case {
         }
         let lb = s.kind == ServiceType::LoadBalancer;
         if lb {
-            let _ = writeln!(out, "  allocateLoadBalancerNodePorts: {}", s.allocate_node_ports);
-            if s.etp_local {
-                let _ = writeln!(out, "  healthCheckNodePort: {}", health_check_port(s.slot));
-            }
-            if !s.source_ranges.is_empty() {
-                let ranges: Vec<String> = s
-                    .source_ranges
-                    .iter()
-                    .map(|r| match r {
-                        SourceRange::ExternalHost => {
-                            let host = net::external_host(primary_v6);
-                            q(&format!("{host}/{}", if primary_v6 { 128 } else { 32 }))
-                        }
-                        SourceRange::NodeNetwork => q(net::node_network(primary_v6)),
-                        SourceRange::Elsewhere => q(net::elsewhere(primary_v6)),
-                    })
-                    .collect();
-                let _ = writeln!(out, "  loadBalancerSourceRanges: [{}]", ranges.join(", "));
-            }
+            render_load_balancer(s, primary_v6, out);
         }
         let _ = writeln!(out, "  ports:");
         let node_ports = s.kind == ServiceType::NodePort || (lb && s.allocate_node_ports);
@@ -436,6 +408,55 @@ impl Case {
         if let Change::ReplaceService(s) = &step.change {
             self.render_service(s, out);
         }
+    }
+}
+
+/// A Service's traffic policies, session affinity and traffic distribution.
+fn render_policies(s: &ServiceSpec, out: &mut String) {
+    let external = s.kind != ServiceType::ClusterIp;
+    if external {
+        let _ = writeln!(out, "  externalTrafficPolicy: {}", if s.etp_local { "Local" } else { "Cluster" });
+    }
+    let _ = writeln!(out, "  internalTrafficPolicy: {}", if s.itp_local { "Local" } else { "Cluster" });
+    match s.affinity {
+        None => {
+            let _ = writeln!(out, "  sessionAffinity: None");
+        }
+        Some(None) => {
+            let _ = writeln!(out, "  sessionAffinity: ClientIP");
+        }
+        Some(Some(t)) => {
+            let _ = writeln!(
+                out,
+                "  sessionAffinity: ClientIP\n  sessionAffinityConfig: {{clientIP: {{timeoutSeconds: {t}}}}}"
+            );
+        }
+    }
+    if s.topology == Topology::PreferClose {
+        let _ = writeln!(out, "  trafficDistribution: PreferClose");
+    }
+}
+
+/// A load balancer's fields: node ports allocated or not, its health check, source ranges.
+fn render_load_balancer(s: &ServiceSpec, primary_v6: bool, out: &mut String) {
+    let _ = writeln!(out, "  allocateLoadBalancerNodePorts: {}", s.allocate_node_ports);
+    if s.etp_local {
+        let _ = writeln!(out, "  healthCheckNodePort: {}", health_check_port(s.slot));
+    }
+    if !s.source_ranges.is_empty() {
+        let ranges: Vec<String> = s
+            .source_ranges
+            .iter()
+            .map(|r| match r {
+                SourceRange::ExternalHost => {
+                    let host = net::external_host(primary_v6);
+                    q(&format!("{host}/{}", if primary_v6 { 128 } else { 32 }))
+                }
+                SourceRange::NodeNetwork => q(net::node_network(primary_v6)),
+                SourceRange::Elsewhere => q(net::elsewhere(primary_v6)),
+            })
+            .collect();
+        let _ = writeln!(out, "  loadBalancerSourceRanges: [{}]", ranges.join(", "));
     }
 }
 
