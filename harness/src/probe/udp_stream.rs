@@ -32,21 +32,28 @@ impl Kind for UdpStream {
         let fresh = oracle::predict(cluster, probe, profile)?;
         let Some(port) = probe.source_port else { return Ok(fresh) };
         let key = (probe.from.clone(), port);
-        let prediction = oracle::live::one_flow(match self.last_phase.get(&key) {
+        let predicted = match self.last_phase.get(&key) {
             Some(previous) => {
                 let change = if self.restarted { Change::Restart } else { Change::Sync };
                 oracle::live::predict_stream(previous, cluster, probe, fresh, change, profile)
             }
-            None => fresh,
-        });
-        if let Prediction::Expected(e) = &prediction {
-            self.this_phase.insert(key, oracle::live::StreamPhase::of(e, cluster, probe));
+            None => fresh.into(),
+        };
+        let prediction = oracle::live::one_flow(predicted.prediction);
+        match (&prediction, predicted.carried) {
+            (Prediction::Expected(e), _) => {
+                self.this_phase.insert(key, oracle::live::StreamPhase::of(e, cluster, probe));
+            }
+            (Prediction::Open(_), Some(carried)) => {
+                self.this_phase.insert(key, carried);
+            }
+            (Prediction::Open(_), None) => {}
         }
         Ok(prediction)
     }
 
     /// An expectation carries to the next phase only: a stream not judged in a phase starts
-    /// afresh in the one after.
+    /// afresh in the one after, unless the oracle says where its entry stays.
     fn phase_predicted(&mut self) {
         self.last_phase = std::mem::take(&mut self.this_phase);
         self.restarted = false;

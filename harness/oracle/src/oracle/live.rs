@@ -144,6 +144,23 @@ impl StreamPhase {
     }
 }
 
+/// What a stream's phase comes to: its prediction, and when that is not judged though the
+/// stream's entry is known to stay (on a backend that is no endpoint of the port any more),
+/// what it carries to the next phase: a stream not judged in one phase may still be held to
+/// where it stayed in the next (found by `packetproof explore --seed 26`: a stream kept by a
+/// restart onto a port with no endpoint, then judged as a fresh flow one sync later).
+#[derive(Debug, Clone)]
+pub struct StreamPrediction {
+    pub prediction: Prediction,
+    pub carried: Option<StreamPhase>,
+}
+
+impl From<Prediction> for StreamPrediction {
+    fn from(prediction: Prediction) -> StreamPrediction {
+        StreamPrediction { prediction, carried: None }
+    }
+}
+
 /// What `profile` expects of a UDP stream (a probe keeping its source port) in a later phase,
 /// given what the same stream was expected to do in the phase before and what a fresh flow
 /// would do now. Its conntrack entry outlives the change unless a backend it may be on
@@ -161,9 +178,9 @@ pub fn predict_stream(
     fresh: Prediction,
     change: Change,
     profile: Profile,
-) -> Prediction {
+) -> StreamPrediction {
     let Outcome::Answered { backends: before, translated_by, .. } = &previous.expected.outcome else {
-        return fresh;
+        return fresh.into();
     };
     // A fresh flow now dropped or refused (a traffic policy or source range that leaves this
     // client out) is decided for new flows only: the proxies' drops and rejects match new
@@ -177,7 +194,7 @@ pub fn predict_stream(
     };
     let unchanged = fresh_backends.is_some_and(|fresh| before.keys().eq(fresh.keys()));
     if unchanged {
-        return fresh;
+        return fresh.into();
     }
     // The stream is on one of `before`, whichever its first attempt drew: one that stopped
     // serving loses its entry (the stream then goes where a fresh flow goes), one that still
@@ -196,19 +213,36 @@ pub fn predict_stream(
         .map(|(p, s)| (p.clone(), s.clone()))
         .collect();
     if kept.is_empty() {
-        return fresh;
+        return fresh.into();
     }
     let names = kept.keys().map(String::as_str).collect::<Vec<_>>().join("|");
     // The witnesses find a backend's address among the port's endpoints now.
     let gone = |pod: &String| port_endpoints(now, &probe.to).is_none_or(|e| !e.iter().any(|e| e.pod == *pod));
-    if unknowable && profile.implementation != Implementation::KubeProxyIpvs && kept.keys().any(gone) {
-        return Prediction::Open(format!(
-            "a proxy restarted onto a port with no serving endpoint deletes none of its entries, so a UDP flow \
-             stays on {names}; the harness cannot yet check the witnesses of a backend that is no endpoint of \
-             the port any more"
+    if profile.implementation != Implementation::KubeProxyIpvs && kept.keys().any(gone) {
+        let why = if unknowable {
+            "a proxy restarted onto a port with no serving endpoint deletes none of its entries"
+        } else {
+            "no sync since deleted its entry (it never served, or a restart kept it)"
+        };
+        let open = Prediction::Open(format!(
+            "{why}, so a UDP flow stays on {names}; the harness cannot yet check the witnesses of a backend \
+             that is no endpoint of the port any more"
         ));
+        // Where it stays, for the next phase: no backend of it serves now, so only a restart
+        // (or nothing) can come next, never a deletion of its entry.
+        let stays = Expectation {
+            outcome: Outcome::Answered {
+                backends: kept,
+                spread: Spread::Sticky,
+                translated_by: translated_by.clone(),
+            },
+            because: format!("a UDP flow from a kept source port stays on {names}"),
+            basis: Basis::Choice(profile),
+        };
+        let carried = StreamPhase::of(&stays, now, probe);
+        return StreamPrediction { prediction: open, carried: Some(carried) };
     }
-    match profile.implementation {
+    let prediction = match profile.implementation {
         Implementation::Kubernetes => Prediction::Open(format!(
             "Kubernetes does not say whether a UDP flow keeps its endpoint ({names}) once new flows go elsewhere"
         )),
@@ -236,7 +270,8 @@ pub fn predict_stream(
             basis: Basis::Choice(profile),
         }),
         _ => kept_or_moved(kept, translated_by, &stopped, fresh, profile),
-    }
+    };
+    prediction.into()
 }
 
 /// A stream on one of `kept` (still serving, or never served) stays there; one on a backend
@@ -486,12 +521,12 @@ mod tests {
         };
         let served = StreamPhase::of(&opened(), &cluster(&[("web-0", true)]), &stream);
         assert!(
-            !kept(predict_stream(&served, &gone, &stream, fresh(), Change::Sync, iptables)),
+            !kept(predict_stream(&served, &gone, &stream, fresh(), Change::Sync, iptables).prediction),
             "stopped serving: moved"
         );
         let never_served = StreamPhase::of(&opened(), &cluster(&[("web-0", false)]), &stream);
         assert!(
-            kept(predict_stream(&never_served, &gone, &stream, fresh(), Change::Sync, iptables)),
+            kept(predict_stream(&never_served, &gone, &stream, fresh(), Change::Sync, iptables).prediction),
             "never served: kept"
         );
     }
@@ -513,7 +548,8 @@ mod tests {
         let served = StreamPhase::of(&before, &cluster(&[("web-0", true), ("web-1", true)]), &stream);
         let now = cluster(&[("web-0", false), ("web-1", true), ("web-2", true)]);
         let fresh = Prediction::Expected(Expectation::required(answered(&["web-2"]), "new flows"));
-        let Prediction::Expected(e) = predict_stream(&served, &now, &stream, fresh, Change::Sync, iptables)
+        let Prediction::Expected(e) =
+            predict_stream(&served, &now, &stream, fresh, Change::Sync, iptables).prediction
         else {
             panic!("kept or moved: judged")
         };
@@ -522,7 +558,7 @@ mod tests {
         assert_eq!(spread, Spread::Sticky);
         let refused = Prediction::Expected(Expectation::required(Outcome::Rejected, "no endpoints"));
         assert!(matches!(
-            predict_stream(&served, &now, &stream, refused.clone(), Change::Sync, iptables),
+            predict_stream(&served, &now, &stream, refused.clone(), Change::Sync, iptables).prediction,
             Prediction::Open(_)
         ));
     }
@@ -539,11 +575,19 @@ mod tests {
         let kept = |p: Prediction| {
             matches!(p, Prediction::Expected(Expectation { outcome: Outcome::Answered { .. }, .. }))
         };
-        assert!(kept(predict_stream(&served, &gone, &stream, refused(), Change::Restart, iptables)));
-        assert!(!kept(predict_stream(&served, &gone, &stream, refused(), Change::Sync, iptables)));
+        assert!(kept(
+            predict_stream(&served, &gone, &stream, refused(), Change::Restart, iptables).prediction
+        ));
+        assert!(!kept(predict_stream(&served, &gone, &stream, refused(), Change::Sync, iptables).prediction));
         // Its backend no endpoint of the port at all: its witnesses cannot be checked yet.
         let removed = cluster(&[]);
         let open = predict_stream(&served, &removed, &stream, refused(), Change::Restart, iptables);
-        assert!(matches!(open, Prediction::Open(_)));
+        assert!(matches!(open.prediction, Prediction::Open(_)));
+        // One sync later, nothing having changed, the entry is still there: not judged as a
+        // fresh flow (refused) but carried, and still unjudgeable (explore-26-1065).
+        let carried = open.carried.expect("where the stream stays is carried");
+        let next = predict_stream(&carried, &removed, &stream, refused(), Change::Sync, iptables);
+        assert!(matches!(next.prediction, Prediction::Open(_)), "{:?}", next.prediction);
+        assert!(next.carried.is_some());
     }
 }
