@@ -254,6 +254,7 @@ fn tcp(
     }
     socket.bind(&src.into()).map_err(|e| bind_error(e, src))?;
     if let Err(e) = socket.connect_timeout(&dst.into(), timeout) {
+        abandon(&socket);
         return Ok(classify_error(e));
     }
     let mut stream: std::net::TcpStream = socket.into();
@@ -277,6 +278,18 @@ fn tcp(
             other => other,
         },
     })
+}
+
+/// Ends an attempt given up while still connecting, in the kernel and not only in this
+/// process: a process forked meanwhile (any thread's `iptables-restore`, `nft` or `conntrack`,
+/// until it execs) holds a copy of every descriptor, so closing ours leaves the socket
+/// retransmitting its SYN, which a later probe's route may carry to another node and get
+/// answered (found by `packetproof soak --stress 2`: a flow expected dropped via node-b
+/// answered through node-a, one second later, by SYNs of its own sockets). `shutdown` of a
+/// socket still connecting disconnects it (`inet_shutdown`: TCP_SYN_SENT; an SCTP association
+/// in COOKIE-WAIT is deleted), whoever else holds it.
+pub(super) fn abandon(socket: &Socket) {
+    let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
 /// Asks for ICMPv6 errors on a TCP socket (`IPV6_RECVERR`), so that a refusal ends the attempt

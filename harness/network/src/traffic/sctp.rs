@@ -73,7 +73,10 @@ pub(super) fn attempt(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Re
         .map_err(|e| Unsent::Other(format!("setting SO_SNDTIMEO: {e}")))?;
     match socket.connect(&dst.into()) {
         Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => return Ok(Attempt::Silent),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+            super::client::abandon(&socket);
+            return Ok(Attempt::Silent);
+        }
         Err(e) => return Ok(classify_error(e)),
     }
     let _ = socket.set_read_timeout(Some(timeout));
