@@ -79,3 +79,15 @@ pub fn classify_error(e: std::io::Error) -> Attempt {
         _ => Attempt::Broken { reason: e.to_string() },
     }
 }
+
+/// Ends an attempt given up while still connecting, in the kernel and not only in this
+/// process: a process forked meanwhile (any thread's `iptables-restore`, `nft` or `conntrack`,
+/// until it execs) holds a copy of every descriptor, so closing ours leaves the socket
+/// retransmitting its SYN, which a later probe's route may carry to another node and get
+/// answered (found by `packetproof soak --stress 2`: a flow expected dropped via node-b
+/// answered through node-a, one second later, by SYNs of its own sockets). `shutdown` of a
+/// socket still connecting disconnects it (`inet_shutdown`: TCP_SYN_SENT; an SCTP association
+/// in COOKIE-WAIT is deleted), whoever else holds it.
+pub(super) fn abandon(socket: &socket2::Socket) {
+    let _ = socket.shutdown(std::net::Shutdown::Both);
+}

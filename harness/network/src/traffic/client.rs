@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use socket2::{Domain, Socket, Type};
 
-use super::attempt::{Unsent, answer, bind_error, classify_error};
+use super::attempt::{Unsent, abandon, answer, bind_error, classify_error};
 use super::reply;
 use crate::model::Protocol;
 use crate::topology::Netns;
@@ -278,18 +278,6 @@ fn tcp(
             other => other,
         },
     })
-}
-
-/// Ends an attempt given up while still connecting, in the kernel and not only in this
-/// process: a process forked meanwhile (any thread's `iptables-restore`, `nft` or `conntrack`,
-/// until it execs) holds a copy of every descriptor, so closing ours leaves the socket
-/// retransmitting its SYN, which a later probe's route may carry to another node and get
-/// answered (found by `packetproof soak --stress 2`: a flow expected dropped via node-b
-/// answered through node-a, one second later, by SYNs of its own sockets). `shutdown` of a
-/// socket still connecting disconnects it (`inet_shutdown`: TCP_SYN_SENT; an SCTP association
-/// in COOKIE-WAIT is deleted), whoever else holds it.
-pub(super) fn abandon(socket: &Socket) {
-    let _ = socket.shutdown(std::net::Shutdown::Both);
 }
 
 /// Asks for ICMPv6 errors on a TCP socket (`IPV6_RECVERR`), so that a refusal ends the attempt

@@ -89,7 +89,7 @@ fn connect(
     };
     socket.bind(&SocketAddr::new(unspecified, source_port).into())?;
     if let Err(e) = socket.connect_timeout(&dst.into(), timeout) {
-        super::client::abandon(&socket);
+        super::attempt::abandon(&socket);
         return Ok(Err(classify_error(e)));
     }
     let stream: TcpStream = socket.into();

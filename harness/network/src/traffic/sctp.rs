@@ -74,7 +74,7 @@ pub(super) fn attempt(src: SocketAddr, dst: SocketAddr, timeout: Duration) -> Re
     match socket.connect(&dst.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
-            super::client::abandon(&socket);
+            super::attempt::abandon(&socket);
             return Ok(Attempt::Silent);
         }
         Err(e) => return Ok(classify_error(e)),
