@@ -417,8 +417,10 @@ fn flips_of(table: &BTreeMap<Flow, Vec<Seen>>) -> Vec<Flip> {
     table
         .iter()
         .filter_map(|(flow, seen)| {
+            // A run that could not set the scenario up gave no verdict to flip: it is counted
+            // as a setup error, apart.
             let mut counts: BTreeMap<Word, usize> = BTreeMap::new();
-            for s in seen {
+            for s in seen.iter().filter(|s| s.word != Word::Error) {
                 *counts.entry(s.word).or_default() += 1;
             }
             if counts.len() < 2 {
@@ -429,7 +431,7 @@ fn flips_of(table: &BTreeMap<Flow, Vec<Seen>>) -> Vec<Flip> {
             let odd = seen
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.word != usual)
+                .filter(|(_, s)| s.word != usual && s.word != Word::Error)
                 .map(|(i, s)| (i + 1, s.clone()))
                 .collect();
             Some(Flip { flow: flow.clone(), counts, usual, odd })
@@ -475,10 +477,12 @@ impl Soak {
         let table = table(runs);
         let failed_every_run = table
             .iter()
-            .filter(|(_, seen)| {
-                !seen.is_empty() && seen.iter().all(|s| matches!(s.word, Word::Fail | Word::ProxyFailed))
+            .filter_map(|(flow, seen)| {
+                // Runs that set the scenario up; the others gave no verdict.
+                let set_up: Vec<&Seen> = seen.iter().filter(|s| s.word != Word::Error).collect();
+                let failed = |s: &&Seen| matches!(s.word, Word::Fail | Word::ProxyFailed);
+                (!set_up.is_empty() && set_up.iter().all(failed)).then(|| (flow.clone(), set_up[0].clone()))
             })
-            .map(|(flow, seen)| (flow.clone(), seen[0].clone()))
             .collect();
         let mut errors = Vec::new();
         for (i, run) in runs.iter().enumerate() {
@@ -517,13 +521,14 @@ impl Soak {
         }
     }
 
-    /// `N runs, F flows flipped, H harness faults` (the caller adds the time).
+    /// `N runs, F flows flipped, H harness faults, E setup errors` (the caller adds the time).
     pub fn closing_line(&self) -> String {
         format!(
-            "{} runs, {} flows flipped, {} harness faults",
+            "{} runs, {} flows flipped, {} harness faults, {} setup errors",
             self.runs,
             self.flips.len(),
-            self.harness_faults.len()
+            self.harness_faults.len(),
+            self.errors.len()
         )
     }
 
@@ -631,7 +636,7 @@ mod tests {
         assert!(soak.flips.is_empty());
         assert!(soak.harness_faults.is_empty());
         assert_eq!(soak.exit_code(), EXIT_PASS);
-        assert_eq!(soak.closing_line(), "3 runs, 0 flows flipped, 0 harness faults");
+        assert_eq!(soak.closing_line(), "3 runs, 0 flows flipped, 0 harness faults, 0 setup errors");
         assert_eq!(soak.report(), "");
     }
 
@@ -659,7 +664,7 @@ mod tests {
              \x20   b answered 0 of 40\n\
              \x20   evidence: artifacts/soak/run-2/dns\n"
         );
-        assert_eq!(soak.closing_line(), "3 runs, 1 flows flipped, 0 harness faults");
+        assert_eq!(soak.closing_line(), "3 runs, 1 flows flipped, 0 harness faults, 0 setup errors");
     }
 
     #[test]
@@ -692,7 +697,7 @@ mod tests {
             "{}",
             soak.report()
         );
-        assert_eq!(soak.closing_line(), "2 runs, 0 flows flipped, 2 harness faults");
+        assert_eq!(soak.closing_line(), "2 runs, 0 flows flipped, 2 harness faults, 0 setup errors");
         // Once among passes: a flip, and still an error rather than a failure.
         let soak = Soak::of(&[passing(1), faulted(2)]);
         assert_eq!(soak.flips.len(), 1);
@@ -724,14 +729,28 @@ mod tests {
 
     #[test]
     fn a_whole_scenario_outcome_stands_for_each_probe_judged_in_other_runs() {
-        let runs = vec![passing(1), run(vec![whole("dns", Word::Error, "no such proxy")]), passing(3)];
+        let failed = run(vec![whole("dns", Word::ProxyFailed, "sync failed")]);
+        let runs = vec![passing(1), failed, passing(3)];
         let found = flips(&runs);
         assert_eq!(found.iter().map(|f| f.flow.probe.as_str()).collect::<Vec<_>>(), vec!["tcp", "udp"]);
-        assert_eq!(found[0].counts, BTreeMap::from([(Word::Pass, 2), (Word::Error, 1)]));
-        assert_eq!(found[0].odd[0].1.evidence, vec!["no such proxy".to_string()]);
+        assert_eq!(found[0].counts, BTreeMap::from([(Word::Pass, 2), (Word::ProxyFailed, 1)]));
+        assert_eq!(found[0].odd[0].1.evidence, vec!["sync failed".to_string()]);
         let soak = Soak::of(&runs);
-        assert!(soak.report().contains("udp: pass ×2, fail ×0, fault ×0, error ×1\n"), "{}", soak.report());
-        assert!(soak.report().contains("setup error: dns (builtin-iptables): run 2: no such proxy\n"));
+        assert!(
+            soak.report().contains("udp: pass ×2, fail ×0, fault ×0, proxy-failed ×1\n"),
+            "{}",
+            soak.report()
+        );
+        assert_eq!(soak.exit_code(), EXIT_FAIL);
+    }
+
+    #[test]
+    fn a_setup_error_is_no_verdict_and_counted_apart() {
+        let runs = vec![passing(1), run(vec![whole("dns", Word::Error, "links not ready")]), passing(3)];
+        let soak = Soak::of(&runs);
+        assert!(soak.flips.is_empty(), "{:?}", soak.flips);
+        assert!(soak.report().contains("setup error: dns (builtin-iptables): run 2: links not ready\n"));
+        assert_eq!(soak.closing_line(), "3 runs, 0 flows flipped, 0 harness faults, 1 setup errors");
         assert_eq!(soak.exit_code(), EXIT_ERROR);
     }
 

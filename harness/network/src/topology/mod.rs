@@ -15,6 +15,7 @@ pub mod journal;
 pub mod links;
 pub mod netns;
 mod ready;
+mod stalled;
 pub mod sysctl;
 
 use std::collections::BTreeMap;

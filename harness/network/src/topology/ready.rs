@@ -23,10 +23,11 @@ use anyhow::{Result, bail};
 use futures::TryStreamExt;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
-    BridgePortState, InfoBridgePort, InfoPortData, LinkAttribute, LinkInfo, LinkMessage, State,
+    BridgePortState, InfoBridgePort, InfoPortData, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State,
 };
 
 use super::links::Links;
+use super::stalled;
 
 /// How long the kernel may take to act on carrier changes before the topology is declared
 /// broken. Generous: this bounds a wait for a kernel state, it decides no verdict.
@@ -67,7 +68,15 @@ pub(super) async fn wait_until_ready_named(links: &Links, ours: impl Fn(&str) ->
             return Ok(());
         }
         if Instant::now() >= give_up {
-            bail!("{}: still not ready after {LIMIT:?}: {}", links.context("links"), waiting.join("; "));
+            let blocked = stalled::blocked_tasks().map_or_else(
+                || "no task of the machine is blocked in the kernel".to_string(),
+                |tasks| format!("tasks blocked in the kernel: {tasks}"),
+            );
+            bail!(
+                "{}: still not ready after {LIMIT:?}: {} ({blocked})",
+                links.context("links"),
+                waiting.join("; ")
+            );
         }
         tokio::time::sleep(POLL).await;
     }
@@ -116,7 +125,11 @@ fn not_ready(link: &LinkMessage) -> Option<String> {
     });
     if operstate != Some(State::Up) {
         let shown = operstate.map_or("unknown".to_string(), |s| s.to_string());
-        return Some(format!("{name} is {shown}, not up"));
+        // Set up with its carrier on, yet not up: the kernel's link-watch work has not run.
+        let admin = if link.header.flags.contains(LinkFlags::Up) { "set up" } else { "not set up" };
+        let carrier =
+            if link.header.flags.contains(LinkFlags::LowerUp) { "carrier on" } else { "no carrier" };
+        return Some(format!("{name} is {shown}, not up ({admin}, {carrier})"));
     }
     let port_state = infos().flatten().find_map(|i| match i {
         LinkInfo::PortData(InfoPortData::BridgePort(port)) => port.iter().find_map(|p| match p {
@@ -158,8 +171,11 @@ mod tests {
         assert_eq!(not_ready(&link("eth0", vec![LinkAttribute::OperState(State::Up)])), None);
         assert_eq!(
             not_ready(&link("eth0", vec![LinkAttribute::OperState(State::Down)])).as_deref(),
-            Some("eth0 is DOWN, not up")
+            Some("eth0 is DOWN, not up (not set up, no carrier)")
         );
+        let mut set_up = link("veth1", vec![LinkAttribute::OperState(State::Down)]);
+        set_up.header.flags = LinkFlags::Up | LinkFlags::LowerUp;
+        assert_eq!(not_ready(&set_up).as_deref(), Some("veth1 is DOWN, not up (set up, carrier on)"));
         let up = LinkAttribute::OperState(State::Up);
         assert_eq!(not_ready(&link("veth0", vec![up.clone(), port(BridgePortState::Forwarding)])), None);
         assert_eq!(
