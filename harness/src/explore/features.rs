@@ -79,6 +79,10 @@ fn fields(case: &Case) -> BTreeSet<String> {
     for s in &case.services {
         service(case, s, "", &mut f);
     }
+    for e in &case.expiries {
+        let service = case.services.iter().find(|s| s.name == e.service);
+        f.insert(format!("affinity expiry waited out on {:?}", service.map(|s| s.kind)));
+    }
     for st in &case.streams {
         let kind = match (st.source_port, st.out_of_window) {
             (Some(_), _) => "UDP stream",
@@ -140,6 +144,9 @@ fn service(case: &Case, s: &ServiceSpec, prefix: &str, f: &mut BTreeSet<String>)
     }
     if !s.external_ips.is_empty() {
         f.insert(format!("{prefix}{kind} externalIPs etp {}", policy(s.etp_local)));
+    }
+    if s.external_ip_on_node.is_some() {
+        f.insert(format!("{prefix}{kind} externalIP on a node's address etp {}", policy(s.etp_local)));
     }
     for &(_, proxy) in &s.lb_ingress {
         f.insert(format!(

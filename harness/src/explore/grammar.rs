@@ -44,6 +44,7 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
         count: [3, 6, 20, 40][rng.weighted(&[57, 25, 13, 5])],
         probes: None,
         streams: Vec::new(),
+        expiries: Vec::new(),
         steps: Vec::new(),
     };
     let services = 1 + rng.weighted(&[40, 40, 20]);
@@ -62,6 +63,7 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
             case.streams.push(stream);
         }
     }
+    rarer_shapes(rng, &mut case);
     for k in 0..[0, 1, 2][rng.weighted(&[55, 33, 12])] {
         if let Some(change) = change(rng, &case) {
             // A change made while the proxy was down: its first sync after the start finds it.
@@ -75,6 +77,66 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
         }
     }
     case
+}
+
+/// Shapes the draws above give too rarely or never, drawn after the Services so that those
+/// draws stay as they were: a Service exposed on a node's own address, several load-balancer
+/// IPs behind a source range of the node network, a short affinity timeout waited out.
+fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
+    if rng.chance(8) {
+        let node = rng.pick(&case.nodes).name.clone();
+        let k = rng.below(case.services.len());
+        case.services[k].external_ip_on_node = Some(node);
+    }
+    let balanced: Vec<usize> =
+        (0..case.services.len()).filter(|&k| case.services[k].kind == ServiceType::LoadBalancer).collect();
+    if !balanced.is_empty() && rng.chance(10) {
+        let s = &mut case.services[*rng.pick(&balanced)];
+        s.lb_ingress = vec![(10 + s.slot * 4, false), (11 + s.slot * 4, rng.chance(15))];
+        if !s.source_ranges.contains(&SourceRange::NodeNetwork) {
+            s.source_ranges.push(SourceRange::NodeNetwork);
+        }
+    }
+    if rng.chance(6) {
+        affinity_expiry(rng, case);
+    }
+}
+
+/// Gives a Service of the primary family a one-second affinity timeout and probes it from
+/// up to six pods at once (serving pods of other Services and the clients), each attempt
+/// 1.6 s after the last.
+fn affinity_expiry(rng: &mut Rng, case: &mut Case) {
+    let primary: Vec<usize> = (0..case.services.len())
+        .filter(|&k| case.services[k].families != ServiceFamilies::Second || case.family != Family::Dual)
+        .collect();
+    if primary.is_empty() {
+        return;
+    }
+    let k = *rng.pick(&primary);
+    let service = case.services[k].name.clone();
+    let clients: Vec<String> = case
+        .pods
+        .iter()
+        .filter(|p| p.app.as_deref() != Some(&service) && p.ready && !p.terminating)
+        .map(|p| p.name.clone())
+        .take(6)
+        .collect();
+    if clients.len() < 2 {
+        return;
+    }
+    let s = &mut case.services[k];
+    s.affinity = Some(Some(SHORT_AFFINITY_SECONDS));
+    let port = rng.pick(&s.ports).clone();
+    // Two backends need 20 expiries in all (2^-20 < 1e-6), shared by the clients.
+    let count = 20u32.div_ceil(clients.len() as u32) + 1;
+    case.expiries.push(ExpirySpec {
+        name: "affinity-expiry".into(),
+        clients,
+        service,
+        port: port.name,
+        udp: port.udp,
+        count,
+    });
 }
 
 /// A flow kept across the steps, from a client pod to one of the Services' ports: a UDP
@@ -130,6 +192,7 @@ fn service(rng: &mut Rng, case: &mut Case, slot: u8) -> ServiceSpec {
         itp_local: rng.chance(20),
         affinity: rng.chance(20).then(|| rng.chance(50).then(|| [60, 600, 3600][rng.below(3)])),
         external_ips: if rng.chance(20) { vec![10 + slot * 4] } else { Vec::new() },
+        external_ip_on_node: None,
         lb_ingress: if lb {
             (0..rng.weighted(&[10, 80, 10])).map(|k| (10 + slot * 4 + k as u8, rng.chance(15))).collect()
         } else {

@@ -17,6 +17,7 @@ pub mod case;
 pub mod classify;
 pub mod features;
 pub mod grammar;
+pub mod parity;
 pub mod probes;
 pub mod rng;
 pub mod shrink;
@@ -536,7 +537,11 @@ fn size(case: &Case) -> (usize, usize, usize, usize) {
 fn failing_probes(case: &Case, report: &ScenarioReport) -> Vec<ProbeText> {
     let Outcome::Judged(verdicts) = &report.outcome else { return Vec::new() };
     let in_step = |name: &str| case.steps.iter().any(|s| name.starts_with(&format!("{}: ", s.name)));
-    let stream = |name: &str| case.streams.iter().any(|s| s.name == name);
+    // Kept flows and expiry probes are the case's own, kept or cut whole.
+    let stream = |name: &str| {
+        case.streams.iter().any(|s| s.name == name)
+            || case.expiries.iter().any(|e| name == e.name || name.starts_with(&format!("{}[", e.name)))
+    };
     verdicts
         .iter()
         .filter(|v| v.failed() && !in_step(&v.probe.name) && !stream(&v.probe.name))

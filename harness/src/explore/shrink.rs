@@ -77,6 +77,11 @@ fn fewer_parts(case: &Case, failing: &[ProbeText], push: &mut impl FnMut(Case)) 
         c.streams.remove(i);
         push(c);
     }
+    for i in 0..case.expiries.len() {
+        let mut c = case.clone();
+        c.expiries.remove(i);
+        push(c);
+    }
     for k in 0..case.steps.len() {
         if case.steps[k].restart {
             let mut c = case.clone();
@@ -132,6 +137,9 @@ fn fewer_service_parts(s: &ServiceSpec) -> Vec<ServiceSpec> {
         let mut t = s.clone();
         t.external_ips.remove(i);
         cuts.push(t);
+    }
+    if s.external_ip_on_node.is_some() {
+        cuts.push(ServiceSpec { external_ip_on_node: None, ..s.clone() });
     }
     for i in 0..s.lb_ingress.len() {
         let mut t = s.clone();
@@ -256,6 +264,7 @@ fn without_service(case: &Case, name: &str) -> Case {
     c.pods.retain(|p| p.app.as_deref() != Some(name));
     c.steps.retain(|st| st.change.service() != Some(name));
     c.streams.retain(|st| st.service != name);
+    c.expiries.retain(|e| e.service != name);
     c
 }
 
@@ -288,6 +297,9 @@ fn without_pod(case: &Case, name: &str) -> Case {
     let mut c = case.clone();
     c.pods.retain(|p| p.name != name);
     c.streams.retain(|st| st.client != name);
+    for e in &mut c.expiries {
+        e.clients.retain(|client| client != name);
+    }
     for s in c.services.iter_mut().chain(c.steps.iter_mut().filter_map(|st| match &mut st.change {
         Change::ReplaceService(s) => Some(s),
         _ => None,

@@ -35,8 +35,29 @@ pub struct Case {
     /// Flows that outlive the steps: UDP streams and held TCP connections, each probed in
     /// every phase while its Service port lasts.
     pub streams: Vec<StreamSpec>,
+    /// Probes of the first state that wait out a short ClientIP affinity timeout.
+    pub expiries: Vec<ExpirySpec>,
     pub steps: Vec<StepSpec>,
 }
+
+/// Attempts from several client pods at once, spaced past a Service's short affinity timeout:
+/// each client's next attempt finds its affinity expired and chooses afresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpirySpec {
+    pub name: String,
+    pub clients: Vec<String>,
+    pub service: String,
+    pub port: String,
+    pub udp: bool,
+    /// Attempts per client: enough that a proxy whose affinity never expires fails the check
+    /// over two backends, the fewest a check needs (`oracle::paths`).
+    pub count: u32,
+}
+
+/// The affinity timeout an expiry probe waits out, and the pause between its attempts (the
+/// oracle asks for at least half a second more than the timeout).
+pub const SHORT_AFFINITY_SECONDS: u32 = 1;
+pub const EXPIRY_INTERVAL_MS: u32 = 1600;
 
 /// A flow kept across phases, from a client pod to a Service port's cluster IP: a UDP stream
 /// (every attempt from one fixed source port, in every phase), or a TCP connection held open in
@@ -138,6 +159,8 @@ pub struct ServiceSpec {
     pub affinity: Option<Option<u32>>,
     /// Host parts of external IPs.
     pub external_ips: Vec<u8>,
+    /// A node whose own address is also one of the Service's external IPs.
+    pub external_ip_on_node: Option<String>,
     /// Load-balancer ingress IPs: host part, and whether `ipMode: Proxy`.
     pub lb_ingress: Vec<(u8, bool)>,
     pub source_ranges: Vec<SourceRange>,
@@ -267,7 +290,13 @@ impl Case {
 
     /// The case as it stands after its first `k` steps (no steps of its own, every flow probed).
     pub fn state_after(&self, k: usize) -> Case {
-        let mut state = Case { steps: Vec::new(), probes: None, streams: Vec::new(), ..self.clone() };
+        let mut state = Case {
+            steps: Vec::new(),
+            probes: None,
+            streams: Vec::new(),
+            expiries: Vec::new(),
+            ..self.clone()
+        };
         for step in &self.steps[..k] {
             match &step.change {
                 Change::RestartProxy => {}

@@ -65,10 +65,11 @@ impl Case {
         self.render_proxy_config(out);
         self.render_nodes(out);
         let streams = self.streams_in(0);
+        let expiries = self.live_expiries();
         match &self.probes {
             None => {
                 let _ = writeln!(out, "  flows: {{all: true, count: {}}}", self.count);
-                if !streams.is_empty() {
+                if !streams.is_empty() || !expiries.is_empty() {
                     let _ = writeln!(out, "  probes:");
                 }
             }
@@ -82,6 +83,26 @@ impl Case {
         for stream in streams {
             render_stream(stream, true, out);
         }
+        for expiry in expiries {
+            render_expiry(expiry, out);
+        }
+    }
+
+    /// The expiry probes whose Service, port and (at least two) clients the case still has:
+    /// shrinking may have removed them.
+    fn live_expiries(&self) -> Vec<&ExpirySpec> {
+        let pod = |name: &String| self.pods.iter().any(|p| &p.name == name);
+        self.expiries
+            .iter()
+            .filter(|e| {
+                e.clients.len() >= 2
+                    && e.clients.iter().all(pod)
+                    && self
+                        .services
+                        .iter()
+                        .any(|s| s.name == e.service && s.ports.iter().any(|p| p.name == e.port))
+            })
+            .collect()
     }
 
     /// `proxyConfig`: only what differs from kube-proxy's defaults.
@@ -217,9 +238,11 @@ impl Case {
         }
         render_policies(s, out);
         let primary_v6 = fams[0];
-        if !s.external_ips.is_empty() {
-            let list: Vec<String> =
+        let on_node = s.external_ip_on_node.as_ref().and_then(|n| self.node(n));
+        if !s.external_ips.is_empty() || on_node.is_some() {
+            let mut list: Vec<String> =
                 s.external_ips.iter().map(|&h| q(&net::external_ip(primary_v6, h))).collect();
+            list.extend(on_node.map(|n| q(&net::node_ip(primary_v6, n.slot))));
             let _ = writeln!(out, "  externalIPs: [{}]", list.join(", "));
         }
         let lb = s.kind == ServiceType::LoadBalancer;
@@ -489,6 +512,18 @@ fn render_stream(st: &StreamSpec, first: bool, out: &mut String) {
             );
         }
     }
+}
+
+fn render_expiry(e: &ExpirySpec, out: &mut String) {
+    let clients: Vec<String> = e.clients.iter().map(|c| q(c)).collect();
+    let _ = writeln!(out, "    # attempts spaced past the Service's affinity timeout");
+    let _ = writeln!(out, "    - name: {}", q(&e.name));
+    let _ = writeln!(out, "      from: {{pods: [{}]}}", clients.join(", "));
+    let _ = writeln!(out, "      to: {{service: {}, port: {}}}", q(&e.service), q(&e.port));
+    if e.udp {
+        let _ = writeln!(out, "      protocol: UDP");
+    }
+    let _ = writeln!(out, "      count: {}\n      interval: {EXPIRY_INTERVAL_MS}ms", e.count);
 }
 
 /// Attempts of a UDP stream in each phase.
