@@ -40,6 +40,11 @@ pub struct Args {
     /// Judge by this profile instead of the proxy's own (as `run --profile`).
     #[arg(long)]
     pub profile: Option<crate::model::Profile>,
+    /// What steers generation: `fields` prefers field combinations not yet generated;
+    /// `coverage` also traces which of the proxy's rules each case reached (as `run
+    /// --coverage`) and mutates the cases that reached a rule template first.
+    #[arg(long, value_enum, default_value = "fields", conflicts_with = "against")]
+    pub guide: crate::explore::GuideKind,
     /// Where each confirmed failure is written, shrunk, as a scenario file.
     #[arg(long, default_value = "explore-findings")]
     pub out: PathBuf,
@@ -131,6 +136,7 @@ pub fn main(args: Args) -> Result<i32> {
         shrink_runs: args.shrink_runs,
         keep_cases: args.keep_cases,
         against,
+        guide: args.guide,
     };
     for file in args.json.iter().chain(&args.junit) {
         std::fs::write(file, "").with_context(|| format!("cannot write {}", file.display()))?;
@@ -204,7 +210,8 @@ pub fn report(s: &Summary, seed: u64) -> String {
         out.push_str(&format!("harness fault (its witnesses disagree; not a finding): {fault}\n"));
     }
     let flows: usize = s.covered.iter().filter(|f| matches!(f, Feature::Flow(_))).count();
-    let fields = s.covered.len() - flows;
+    let rules: usize = s.covered.iter().filter(|f| matches!(f, Feature::Rule(_))).count();
+    let fields = s.covered.len() - flows - rules;
     out.push_str(&format!(
         "seed {seed}: {} cases, {} passed, {} confirmed failures, {} not confirmed, {} harness faults, {} skipped, {} setup errors, {} refused by the reader\n",
         s.cases,
@@ -230,6 +237,9 @@ pub fn report(s: &Summary, seed: u64) -> String {
             fields,
             flows
         ));
+        if rules > 0 {
+            out.push_str(&format!("reached {rules} rule templates of the proxy's\n"));
+        }
     }
     out.push_str(&differences(s));
     out.push_str(&findings(s));
@@ -317,6 +327,8 @@ struct JsonReport<'a> {
     /// Field combinations generated, and kinds of flow × outcome judged.
     covered_fields: Vec<&'a str>,
     covered_flows: Vec<&'a str>,
+    /// With `--guide coverage`: the proxy's rule templates some case reached.
+    covered_rules: Vec<&'a str>,
     corpus: Option<JsonCorpus<'a>>,
 }
 
@@ -370,16 +382,7 @@ struct JsonCorpus<'a> {
 }
 
 fn json_report<'a>(s: &'a Summary, seed: u64, proxy: &'a str, exit_code: i32) -> JsonReport<'a> {
-    let covered = |flows: bool| {
-        s.covered
-            .iter()
-            .filter_map(|f| match f {
-                Feature::Flow(text) if flows => Some(text.as_str()),
-                Feature::Field(text) if !flows => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
-    };
+    let covered = |kind: fn(&Feature) -> Option<&str>| s.covered.iter().filter_map(kind).collect::<Vec<_>>();
     JsonReport {
         seed,
         proxy,
@@ -441,8 +444,9 @@ fn json_report<'a>(s: &'a Summary, seed: u64, proxy: &'a str, exit_code: i32) ->
                     .collect(),
             })
             .collect(),
-        covered_fields: covered(false),
-        covered_flows: covered(true),
+        covered_fields: covered(|f| if let Feature::Field(t) = f { Some(t) } else { None }),
+        covered_flows: covered(|f| if let Feature::Flow(t) = f { Some(t) } else { None }),
+        covered_rules: covered(|f| if let Feature::Rule(t) = f { Some(t) } else { None }),
         corpus: s.corpus.as_ref().map(|(dir, cases)| JsonCorpus { dir, cases: *cases }),
     }
 }

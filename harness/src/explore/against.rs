@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use anyhow::{Context, Result};
 
-use super::features::{Feature, FieldCombinations, Guide};
+use super::features::{Feature, Guide};
 use super::{Difference, Ready, Settings, Summary, Suspect, Unconfirmed, run_all};
 use crate::compare::FlowDiff;
 use crate::engine::Engine;
@@ -23,7 +23,7 @@ pub(super) fn compare_batch(
     against: &ProxyChoice,
     ready: Vec<(Ready, BTreeSet<Feature>)>,
     summary: &mut Summary,
-    guide: &mut FieldCombinations,
+    guide: &mut dyn Guide,
 ) -> Result<()> {
     let scenarios: Vec<Scenario> = ready.iter().map(|(r, _)| r.scenario.clone()).collect();
     let found = crate::compare::diff(&scenarios, &settings.proxy, against, engine, &mut [])?;
@@ -36,7 +36,7 @@ pub(super) fn compare_batch(
             }
             continue;
         }
-        guide.judged(&f);
+        guide.judged(&r.case, &f);
         summary.covered.extend(f);
         summary.flows_compared += scenario.probes.len();
         let differing: Vec<_> = found.flows.iter().filter(|d| d.scenario == scenario.name).cloned().collect();

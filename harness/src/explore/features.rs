@@ -5,13 +5,15 @@
 //! bring combinations not yet seen, and a saved corpus keeps the fewest cases that cover all
 //! of them.
 //!
-//! The hook for coverage of another kind (rule templates a proxy's rules reached, the
-//! rule-coverage issue): a [`Guide`] scores candidates and hears of every finished run; the
-//! explorer asks only that trait.
+//! Two guides steer generation through one trait, [`Guide`]: [`FieldCombinations`] prefers
+//! candidates that write combinations not yet generated; [`RuleCoverage`] also keeps every
+//! case whose run reached a rule template of the proxy's not reached before, and mutates such
+//! cases further, as coverage-guided fuzzers keep inputs that reach new edges.
 
 use std::collections::{BTreeSet, HashSet};
 
 use super::case::*;
+use super::rng::Rng;
 use crate::model::{Source, Target};
 use crate::oracle::Outcome;
 use crate::verdict::ProbeVerdict;
@@ -22,6 +24,8 @@ use crate::verdict::ProbeVerdict;
 pub enum Feature {
     Field(String),
     Flow(String),
+    /// A rule template of the proxy's that some probe's packets matched (`coverage`).
+    Rule(String),
 }
 
 /// Steers generation: how much a candidate case would add, and what a run covered.
@@ -31,7 +35,12 @@ pub trait Guide {
     /// A case was chosen: its field combinations now count as generated.
     fn chosen(&mut self, features: &BTreeSet<Feature>);
     /// A chosen case ran and was judged: what it reached.
-    fn judged(&mut self, reached: &BTreeSet<Feature>);
+    fn judged(&mut self, case: &Case, reached: &BTreeSet<Feature>);
+    /// A case to mutate rather than draw afresh, if the guide keeps some (it may draw from
+    /// `rng` to choose, so that the choice is the seed's).
+    fn parent(&self, _rng: &mut Rng) -> Option<&Case> {
+        None
+    }
 }
 
 /// The default guide: field combinations not yet generated.
@@ -49,9 +58,67 @@ impl Guide for FieldCombinations {
         self.seen.extend(features.iter().cloned());
     }
 
-    fn judged(&mut self, reached: &BTreeSet<Feature>) {
+    fn judged(&mut self, _: &Case, reached: &BTreeSet<Feature>) {
         self.seen.extend(reached.iter().cloned());
     }
+}
+
+/// The guide by rule coverage: candidates are scored as [`FieldCombinations`] scores them,
+/// and every case whose run reached a rule template not reached before becomes a parent, which
+/// half of the later cases mutate (`grammar::mutated`) instead of drawing afresh.
+#[derive(Default)]
+pub struct RuleCoverage {
+    fields: FieldCombinations,
+    rules: HashSet<Feature>,
+    /// The cases that reached new templates, oldest first.
+    parents: Vec<Case>,
+}
+
+/// Parents kept at most: the oldest go first, as their templates are the longest explored.
+const MOST_PARENTS: usize = 256;
+
+impl Guide for RuleCoverage {
+    fn novelty(&self, case: &Case, features: &BTreeSet<Feature>) -> usize {
+        self.fields.novelty(case, features)
+    }
+
+    fn chosen(&mut self, features: &BTreeSet<Feature>) {
+        self.fields.chosen(features);
+    }
+
+    fn judged(&mut self, case: &Case, reached: &BTreeSet<Feature>) {
+        self.fields.judged(case, reached);
+        let new_rules: Vec<&Feature> =
+            reached.iter().filter(|f| matches!(f, Feature::Rule(_)) && !self.rules.contains(*f)).collect();
+        if new_rules.is_empty() {
+            return;
+        }
+        self.rules.extend(new_rules.into_iter().cloned());
+        if self.parents.len() == MOST_PARENTS {
+            self.parents.remove(0);
+        }
+        self.parents.push(case.clone());
+    }
+
+    fn parent(&self, rng: &mut Rng) -> Option<&Case> {
+        if self.parents.is_empty() || !rng.chance(50) {
+            return None;
+        }
+        Some(&self.parents[rng.below(self.parents.len())])
+    }
+}
+
+/// The rule templates a run's probes reached, from its coverage (`run --coverage`).
+pub fn of_coverage(coverage: &crate::coverage::ScenarioCoverage) -> BTreeSet<Feature> {
+    coverage
+        .instances
+        .iter()
+        .filter(|i| !i.hit_by.is_empty())
+        .map(|i| {
+            let (chain, text) = crate::coverage::template::template(&i.rule.at.chain, &i.rule.text);
+            Feature::Rule(format!("{} {} {chain}: {text}", i.rule.at.family, i.rule.at.table))
+        })
+        .collect()
 }
 
 /// The field combinations `case` writes.

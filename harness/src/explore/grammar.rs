@@ -79,6 +79,49 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
     case
 }
 
+/// A case made from `parent` (one that reached new rules) by one to three changes: a
+/// Service's policies or endpoints, a proxy setting, one more step, the number of attempts,
+/// or a rarer shape. Its steps' probes are filled again when it is prepared.
+pub fn mutated(rng: &mut Rng, parent: &Case, name: &str) -> Case {
+    let mut case = Case { name: name.to_string(), probes: None, ..parent.clone() };
+    for _ in 0..rng.between(1, 3) {
+        match rng.below(5) {
+            0 if !case.services.is_empty() => {
+                let k = rng.below(case.services.len());
+                let mut s = case.services[k].clone();
+                mutate(rng, &case, &mut s);
+                case.services[k] = s;
+            }
+            1 => {
+                let p = &mut case.proxy;
+                match rng.below(4) {
+                    0 => p.masquerade_all = !p.masquerade_all,
+                    1 => p.node_port_addresses = !p.node_port_addresses,
+                    2 => p.localhost_node_ports_off = !p.localhost_node_ports_off,
+                    _ => {
+                        p.detect_local = *rng.pick(&[
+                            DetectMode::ClusterCidr,
+                            DetectMode::NodeCidr,
+                            DetectMode::BridgeInterface,
+                            DetectMode::InterfaceNamePrefix,
+                        ])
+                    }
+                }
+            }
+            2 if case.steps.len() < 2 => {
+                if let Some(change) = change(rng, &case) {
+                    let restart = change != Change::RestartProxy && rng.chance(20);
+                    let name = format!("step-{}", case.steps.len() + 1);
+                    case.steps.push(StepSpec { name, change, restart, probes: Vec::new() });
+                }
+            }
+            3 => case.count = *rng.pick(&[3, 6, 20, 40]),
+            _ => rarer_shapes(rng, &mut case),
+        }
+    }
+    case
+}
+
 /// Shapes the draws above give too rarely or never, drawn after the Services so that those
 /// draws stay as they were: a Service exposed on a node's own address, several load-balancer
 /// IPs behind a source range of the node network, a short affinity timeout waited out.
@@ -97,7 +140,7 @@ fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
             s.source_ranges.push(SourceRange::NodeNetwork);
         }
     }
-    if rng.chance(6) {
+    if rng.chance(4) {
         affinity_expiry(rng, case);
     }
 }
@@ -106,6 +149,10 @@ fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
 /// up to six pods at once (serving pods of other Services and the clients), each attempt
 /// 1.6 s after the last.
 fn affinity_expiry(rng: &mut Rng, case: &mut Case) {
+    // One per case: a mutated case may already have one.
+    if !case.expiries.is_empty() {
+        return;
+    }
     let primary: Vec<usize> = (0..case.services.len())
         .filter(|&k| case.services[k].families != ServiceFamilies::Second || case.family != Family::Dual)
         .collect();
@@ -121,7 +168,8 @@ fn affinity_expiry(rng: &mut Rng, case: &mut Case) {
         .map(|p| p.name.clone())
         .take(6)
         .collect();
-    if clients.len() < 2 {
+    // Two clients would need eleven attempts each (16 s): too slow a case for its batch.
+    if clients.len() < 3 {
         return;
     }
     let s = &mut case.services[k];

@@ -65,6 +65,19 @@ pub struct Settings {
     /// A second proxy each case also runs on: every flow whose behaviour differs is the finding
     /// ([`crate::compare`]), not the oracle's verdict.
     pub against: Option<ProxyChoice>,
+    /// What steers generation.
+    pub guide: GuideKind,
+}
+
+/// The guides `explore --guide` chooses from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum GuideKind {
+    /// Field combinations not yet generated ([`features::FieldCombinations`]).
+    #[default]
+    Fields,
+    /// Rule templates of the proxy's not yet reached, from each run's rule coverage (as
+    /// `run --coverage`), and field combinations ([`features::RuleCoverage`]).
+    Coverage,
 }
 
 /// What an exploration did.
@@ -143,6 +156,11 @@ pub struct Finding {
 pub fn generate(seed: u64, n: u64, guide: &mut dyn Guide) -> Case {
     let mut rng = rng::Rng::for_case(seed, n);
     let name = format!("explore-{seed}-{n}");
+    if let Some(parent) = guide.parent(&mut rng) {
+        let case = grammar::mutated(&mut rng, parent, &name);
+        guide.chosen(&features::of_case(&case));
+        return case;
+    }
     let mut best: Option<(usize, Case, BTreeSet<Feature>)> = None;
     for _ in 0..CANDIDATES {
         let c = grammar::case(&mut rng, &name);
@@ -203,8 +221,13 @@ fn reread(case: Case, header: &str) -> Option<Ready> {
 
 pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Result<Summary> {
     let started = Instant::now();
-    let engine = Engine { options: settings.options.clone(), jobs: settings.jobs };
-    let mut guide = FieldCombinations::default();
+    let mut options = settings.options.clone();
+    options.coverage |= settings.guide == GuideKind::Coverage;
+    let engine = Engine { options, jobs: settings.jobs };
+    let mut guide: Box<dyn Guide> = match settings.guide {
+        GuideKind::Fields => Box::new(FieldCombinations::default()),
+        GuideKind::Coverage => Box::new(features::RuleCoverage::default()),
+    };
     let mut summary = Summary::default();
     let mut judged_cases: Vec<JudgedCase> = Vec::new();
     let mut n = 0u64;
@@ -219,16 +242,16 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
         if remaining == 0 {
             break;
         }
-        let ready = generate_batch(settings, &mut n, remaining.min(batch), &mut guide, &mut summary)?;
+        let ready = generate_batch(settings, &mut n, remaining.min(batch), guide.as_mut(), &mut summary)?;
         match &settings.against {
             Some(against) => {
-                against::compare_batch(settings, &engine, against, ready, &mut summary, &mut guide)?
+                against::compare_batch(settings, &engine, against, ready, &mut summary, guide.as_mut())?
             }
             None => {
                 let scenarios: Vec<&Scenario> = ready.iter().map(|(r, _)| &r.scenario).collect();
                 let results = run_all(&engine, &scenarios, &settings.proxy)?;
                 for ((r, f), result) in ready.into_iter().zip(results) {
-                    let judged = Judged { settings, engine: &engine, guide: &mut guide };
+                    let judged = Judged { settings, engine: &engine, guide: guide.as_mut() };
                     match result {
                         Err(e) => summary.errors.push(format!("{}: {e:#}", r.case.name)),
                         Ok(report) => judged.record(r, f, &report, &mut summary, &mut judged_cases)?,
@@ -257,7 +280,7 @@ fn generate_batch(
     settings: &Settings,
     n: &mut u64,
     count: usize,
-    guide: &mut FieldCombinations,
+    guide: &mut dyn Guide,
     summary: &mut Summary,
 ) -> Result<Vec<(Ready, BTreeSet<Feature>)>> {
     let mut ready = Vec::new();
@@ -285,7 +308,7 @@ fn generate_batch(
 struct Judged<'a> {
     settings: &'a Settings,
     engine: &'a Engine,
-    guide: &'a mut FieldCombinations,
+    guide: &'a mut dyn Guide,
 }
 
 impl Judged<'_> {
@@ -311,7 +334,10 @@ impl Judged<'_> {
                 summary.flows_judged += verdicts.len();
                 summary.flows_unjudged += report.unjudged.len();
                 f.extend(verdicts.iter().map(features::of_verdict));
-                self.guide.judged(&f);
+                if let Some(coverage) = &report.coverage {
+                    f.extend(features::of_coverage(coverage));
+                }
+                self.guide.judged(&r.case, &f);
                 summary.covered.extend(f.iter().cloned());
                 if self.settings.save_corpus.is_some() {
                     judged_cases.push((r.case.name.clone(), r.text.clone(), f));

@@ -193,12 +193,21 @@ pub fn target_service(to: &Target) -> Option<&str> {
 /// that a correct proxy never fails on it); each is a known gap, listed in docs/src/explore.md.
 pub fn known_gap(cluster: &crate::model::Cluster, probe: &Probe) -> Option<&'static str> {
     let expected = crate::oracle::expect(cluster, probe).ok()?;
+    // Its node port (on any address), or an external IP that is its own address.
     let own_node_port =
         matches!((&probe.from, &probe.to), (Source::Node(n), Target::NodePort { node, .. }) if n == node);
-    if own_node_port && expected.outcome == Outcome::Rejected {
+    let own_address = own_node_port
+        || match (&probe.from, cluster.target_address(&probe.to)) {
+            (Source::Node(n), Some(dst)) => {
+                cluster.node(n).is_some_and(|node| node.all_ips().any(|ip| ip == dst.ip()))
+            }
+            _ => false,
+        };
+    if own_address && expected.outcome == Outcome::Rejected {
         return Some(
-            "a node's own process to its own node port without endpoints: rejected in INPUT after \
-             OUTPUT made a conntrack entry, which the evidence reads as forwarded",
+            "a node's own process to its own address (a node port, an external IP on it) without \
+             endpoints: rejected in INPUT after OUTPUT made a conntrack entry, which the evidence reads \
+             as forwarded",
         );
     }
     let dropped_by_own_node = match (&probe.from, &probe.to) {

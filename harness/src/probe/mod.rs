@@ -235,8 +235,12 @@ impl<'a> Wire<'a> {
         let dst = view
             .target_address(&probe.to)
             .with_context(|| format!("probe {}: no destination address", probe.name))?;
-        if let (Source::External(host), Some(via)) = (&probe.from, view.entry_node(&probe.to)) {
-            self.runtime.block_on(self.topology.steer(host, dst.ip(), via.ip()))?;
+        match (&probe.from, view.entry_node(&probe.to)) {
+            (Source::External(host), Some(via)) => {
+                self.runtime.block_on(self.topology.steer(host, dst.ip(), via.ip()))?
+            }
+            (Source::External(host), None) => self.runtime.block_on(self.topology.unsteer(host, dst.ip()))?,
+            _ => {}
         }
         Ok(dst)
     }

@@ -377,6 +377,7 @@ pub(super) async fn build(cluster: &Cluster, nodes: &NodeMap, prefix: &str, inde
         pod_bridge: format!("{}b", link_tag(index)),
         created: Vec::new(),
         additions: Some(Additions::default()),
+        steered: Default::default(),
     };
     topo.created.push(topo.node_network.clone());
     for node in &cluster.nodes {

@@ -148,9 +148,11 @@ impl Links {
         self.add_route(route, format!("adding default route via {gateway}")).await
     }
 
-    /// Sends traffic for `dest` through `gateway`, replacing any route for it.
+    /// Sends traffic for `dest` through `gateway`, replacing any route for it. A gateway that
+    /// is `dest` itself (a node's own address, sent to that node) is the link: IPv6 refuses a
+    /// route through its own destination ("No route to host").
     pub async fn steer(&self, dest: IpAddr, gateway: IpAddr, dev: u32) -> Result<()> {
-        let route = route_message(IpNet::from(dest), Some(gateway), dev)?;
+        let route = route_message(IpNet::from(dest), (gateway != dest).then_some(gateway), dev)?;
         self.handle
             .route()
             .add(route)
@@ -158,6 +160,22 @@ impl Links {
             .execute()
             .await
             .with_context(|| self.context(&format!("routing {dest} via {gateway}")))
+    }
+
+    /// Removes the route to `dest` alone that [`Links::steer`] made.
+    pub async fn unsteer(&self, dest: IpAddr) -> Result<()> {
+        let family = IpFamily::of(dest);
+        let prefix = if family == IpFamily::V4 { 32 } else { 128 };
+        let route = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dest, prefix)
+            .map_err(|e| anyhow!("route to {dest}: {e}"))?
+            .build();
+        self.handle
+            .route()
+            .del(route)
+            .execute()
+            .await
+            .with_context(|| self.context(&format!("removing the route to {dest} a probe steered")))
     }
 
     async fn add_route(&self, route: RouteMessage, what: String) -> Result<()> {

@@ -79,6 +79,8 @@ pub struct Topology {
     created: Vec<Netns>,
     /// On existing nodes: what was added to them, undone after the namespaces go.
     additions: Option<existing::Additions>,
+    /// The routes (an external host's, to one address) a probe steered through a node.
+    steered: std::sync::Mutex<std::collections::BTreeSet<(String, IpAddr)>>,
 }
 
 impl Topology {
@@ -93,6 +95,7 @@ impl Topology {
             pod_bridge: POD_BRIDGE.into(),
             created: Vec::new(),
             additions: None,
+            steered: Default::default(),
         };
         topo.created.push(topo.node_network.clone());
         // From here on, an error drops `topo`, which removes what exists so far.
@@ -227,13 +230,38 @@ impl Topology {
     /// Routes an external host's traffic for `dest` through `via`, as a router or cloud load
     /// balancer in front of the cluster would.
     pub async fn steer(&self, host: &str, dest: IpAddr, via: IpAddr) -> Result<()> {
+        // The node's own address may itself be steered (an external IP on it, probed through
+        // another node): a gateway must be on the link, and IPv6 refuses one reached through
+        // another gateway ("No route to host").
+        if via != dest {
+            self.unsteer(host, via).await?;
+        }
         let ns = self
             .external_hosts
             .get(host)
             .with_context(|| format!("no namespace for external host {host}"))?;
         let links = Links::connect(ns).await?;
         let eth0 = links.index(POD_INTERFACE).await?;
-        links.steer(dest, via, eth0).await
+        links.steer(dest, via, eth0).await?;
+        self.steered.lock().unwrap_or_else(|e| e.into_inner()).insert((host.to_string(), dest));
+        Ok(())
+    }
+
+    /// Gives `host` back its own route to `dest`, if a probe steered it: a probe that takes
+    /// the route as the host has it must not inherit an earlier probe's, which sends a node's
+    /// own address through another node, whose conntrack then sees only one direction of the
+    /// connection and drops the rest as invalid (found by `packetproof explore`: an external IP
+    /// on a node's address, probed through the other node, then a health check of that node).
+    pub async fn unsteer(&self, host: &str, dest: IpAddr) -> Result<()> {
+        let key = (host.to_string(), dest);
+        if !self.steered.lock().unwrap_or_else(|e| e.into_inner()).remove(&key) {
+            return Ok(());
+        }
+        let ns = self
+            .external_hosts
+            .get(host)
+            .with_context(|| format!("no namespace for external host {host}"))?;
+        Links::connect(ns).await?.unsteer(dest).await
     }
 
     pub fn node(&self, name: &str) -> Result<&NodeHandle> {
