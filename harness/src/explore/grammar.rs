@@ -122,9 +122,10 @@ pub fn mutated(rng: &mut Rng, parent: &Case, name: &str) -> Case {
     case
 }
 
-/// Shapes the draws above give too rarely or never, drawn after the Services so that those
-/// draws stay as they were: a Service exposed on a node's own address, several load-balancer
-/// IPs behind a source range of the node network, a short affinity timeout waited out.
+/// Shapes the draws above give too rarely or never, drawn after the Services and kept flows
+/// so that those draws stay as they were: a Service exposed on a node's own address, several
+/// load-balancer IPs behind a source range of the node network, a short affinity timeout
+/// waited out.
 fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
     if rng.chance(8) {
         let node = rng.pick(&case.nodes).name.clone();
@@ -175,6 +176,18 @@ fn affinity_expiry(rng: &mut Rng, case: &mut Case) {
     let s = &mut case.services[k];
     s.affinity = Some(Some(SHORT_AFFINITY_SECONDS));
     let port = rng.pick(&s.ports).clone();
+    // In every phase: a step that lengthened the timeout would revive, in iptables mode, the
+    // entries the short one let lapse (`-m recent` reads the new rule's seconds), and not in
+    // nftables mode (a set element keeps the timeout it was added with). Kubernetes leaves that
+    // open, and the oracle would carry stickiness across it.
+    for step in &mut case.steps {
+        if let Change::ReplaceService(replaced) = &mut step.change
+            && replaced.name == service
+            && replaced.affinity.is_some()
+        {
+            replaced.affinity = Some(Some(SHORT_AFFINITY_SECONDS));
+        }
+    }
     // Two backends need 20 expiries in all (2^-20 < 1e-6), shared by the clients.
     let count = 20u32.div_ceil(clients.len() as u32) + 1;
     case.expiries.push(ExpirySpec {

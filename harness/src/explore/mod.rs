@@ -72,11 +72,12 @@ pub struct Settings {
 /// The guides `explore --guide` chooses from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum GuideKind {
-    /// Field combinations not yet generated ([`features::FieldCombinations`]).
+    // Plain comments: clap would print doc comments as each value's help, in the long form.
+    // Field combinations not yet generated (`features::FieldCombinations`).
     #[default]
     Fields,
-    /// Rule templates of the proxy's not yet reached, from each run's rule coverage (as
-    /// `run --coverage`), and field combinations ([`features::RuleCoverage`]).
+    // Rule templates of the proxy's not yet reached, from each run's rule coverage (as `run
+    // --coverage`), and field combinations (`features::RuleCoverage`).
     Coverage,
 }
 

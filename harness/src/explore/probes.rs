@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::case::{Case, Change, ProbeText, q};
-use crate::model::{Probe, Protocol, Source, Target};
+use super::case::{Case, Change, ProbeText, SHORT_AFFINITY_SECONDS, q};
+use crate::model::{Probe, Protocol, SessionAffinity, Source, Target};
 use crate::oracle::{Basis, Outcome};
 
 /// At most this many probes after a step: the flows through the Service it changed first.
@@ -223,6 +223,16 @@ pub fn known_gap(cluster: &crate::model::Cluster, probe: &Probe) -> Option<&'sta
             "a node's own packet dropped by its own rules (internalTrafficPolicy Local without a \
              local endpoint, a load balancer's source ranges): the drop in OUTPUT fails the send \
              with EPERM, which the client reads as refused (and ip6tables mode let one out)",
+        );
+    }
+    let short_affinity = target_service(&probe.to).and_then(|s| cluster.service(s)).is_some_and(|s| {
+        matches!(s.session_affinity, SessionAffinity::ClientIp { timeout_seconds } if timeout_seconds <= SHORT_AFFINITY_SECONDS)
+    });
+    if short_affinity && probe.interval.is_none() && !matches!(probe.to, Target::HealthCheck { .. }) {
+        return Some(
+            "attempts without an interval to a Service whose affinity timeout is seconds: a loaded \
+             machine may space two attempts past it, which the oracle reads as affinity broken (the \
+             check of stickiness does not yet read when each attempt was sent)",
         );
     }
     let ranges = expected.outcome == Outcome::Dropped && outside_source_ranges(cluster, probe);

@@ -76,3 +76,25 @@ fn shrinking_offers_only_smaller_valid_variants() {
         }
     }
 }
+
+#[test]
+fn the_coverage_guide_mutates_cases_that_reached_new_rules() {
+    let mut guide = features::RuleCoverage::default();
+    let rule = |text: &str| BTreeSet::from([Feature::Rule(text.to_string())]);
+    let parent = prepare(generate(7, 0, &mut guide), "").expect("a valid case").case;
+    // Nothing new reached: no parent, so every case is drawn afresh.
+    guide.judged(&parent, &BTreeSet::new());
+    let mut rng = rng::Rng::for_case(7, 1);
+    assert!(guide.parent(&mut rng).is_none());
+    // A new template: the case becomes a parent; the same template again adds none.
+    guide.judged(&parent, &rule("ip nat KUBE-SERVICES: -j KUBE-NODEPORTS"));
+    guide.judged(&parent, &rule("ip nat KUBE-SERVICES: -j KUBE-NODEPORTS"));
+    let mutated: Vec<Case> = (1..40).map(|n| generate(7, n, &mut guide)).collect();
+    let children = mutated.iter().filter(|c| c.nodes == parent.nodes && c.family == parent.family).count();
+    assert!(children >= 10, "{children} of 39 cases kept the parent's cluster");
+    for case in mutated {
+        if let Err(e) = prepare(case, "") {
+            panic!("the reader refused a mutated case:\n{e}");
+        }
+    }
+}

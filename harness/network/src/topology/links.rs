@@ -166,9 +166,12 @@ impl Links {
     pub async fn unsteer(&self, dest: IpAddr) -> Result<()> {
         let family = IpFamily::of(dest);
         let prefix = if family == IpFamily::V4 { 32 } else { 128 };
+        // Any scope: one steered through the address itself is on the link (scope link), and
+        // IPv4 deletes only a route of the scope asked for, unless that is "nowhere".
         let route = RouteMessageBuilder::<IpAddr>::new()
             .destination_prefix(dest, prefix)
             .map_err(|e| anyhow!("route to {dest}: {e}"))?
+            .scope(RouteScope::NoWhere)
             .build();
         self.handle
             .route()
