@@ -124,10 +124,13 @@ fn against_a_mutant_the_differences_are_reported_and_against_itself_none() {
     assert!(said.contains("flows behave differently"), "{said}");
     let found: Vec<PathBuf> =
         std::fs::read_dir(dir.join("found/differences")).unwrap().map(|e| e.unwrap().path()).collect();
-    assert_eq!(found.len(), 1, "{said}");
-    let file = std::fs::read_to_string(&found[0]).unwrap();
-    assert!(file.contains("builtin-iptables (mutant=no-off-cluster-masq): "), "{file}");
-    assert!(file.contains("(the oracle allows only the first)"), "{file}");
+    // Which of the seed's cases reach a masqueraded off-cluster flow is the grammar's choice.
+    assert!(!found.is_empty(), "{said}");
+    for file in &found {
+        let file = std::fs::read_to_string(file).unwrap();
+        assert!(file.contains("builtin-iptables (mutant=no-off-cluster-masq): "), "{file}");
+        assert!(file.contains("(the oracle allows only the first)"), "{file}");
+    }
 
     let same = explore(&[]);
     assert_eq!(same.status.code(), Some(0), "{}", text(&same));

@@ -86,11 +86,21 @@ pub fn mutated(rng: &mut Rng, parent: &Case, name: &str) -> Case {
     let mut case = Case { name: name.to_string(), probes: None, ..parent.clone() };
     for _ in 0..rng.between(1, 3) {
         match rng.below(5) {
-            0 if !case.services.is_empty() => {
-                let k = rng.below(case.services.len());
-                let mut s = case.services[k].clone();
-                mutate(rng, &case, &mut s);
-                case.services[k] = s;
+            0 => {
+                // Only a Service no step writes again: a step written for the parent's first
+                // state may add an endpoint back, and a host-network endpoint that only a step
+                // adds has no server (the harness starts them for the first state's).
+                let free: Vec<usize> = (0..case.services.len())
+                    .filter(|&k| {
+                        !case.steps.iter().any(|st| st.change.service() == Some(&case.services[k].name))
+                    })
+                    .collect();
+                if !free.is_empty() {
+                    let k = *rng.pick(&free);
+                    let mut s = case.services[k].clone();
+                    mutate(rng, &case, &mut s);
+                    case.services[k] = s;
+                }
             }
             1 => {
                 let p = &mut case.proxy;
