@@ -224,7 +224,20 @@ fn remove_by_name(name: &str) -> Result<()> {
 fn remove_unregistered(name: &str) -> Result<()> {
     let path = Path::new(NETNS_DIR).join(name);
     match netns_rs::NetNs::get(name) {
-        Ok(ns) => ns.remove().with_context(|| format!("removing network namespace {name}")),
+        Ok(ns) => match ns.remove() {
+            Ok(()) => Ok(()),
+            // No namespace mounted on the file: a run stopped by a signal after netns-rs made
+            // the file and before it mounted the namespace there. Left, it failed every later
+            // run's clean-up ("Failed to unmount ..., EINVAL"); only the file is to go.
+            Err(_)
+                if nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH)
+                    == Err(nix::errno::Errno::EINVAL) =>
+            {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}, on which no namespace is mounted", path.display()))
+            }
+            Err(e) => Err(e).with_context(|| format!("removing network namespace {name}")),
+        },
         Err(_) if !path.exists() => Ok(()),
         Err(e) => Err(e).with_context(|| format!("opening network namespace {name} to remove it")),
     }
@@ -314,6 +327,19 @@ impl Netns {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_no_namespace_was_mounted_on_is_removed() {
+        // As a run stopped between netns-rs making the file and mounting on it leaves it.
+        if !nix::unistd::geteuid().is_root() || !Path::new(NETNS_DIR).is_dir() {
+            return;
+        }
+        let name = format!("{}unmounted-{}", process_prefix(), line!());
+        let path = Path::new(NETNS_DIR).join(&name);
+        std::fs::write(&path, "").unwrap();
+        remove_by_name(&name).unwrap();
+        assert!(!path.exists());
+    }
 
     #[test]
     fn owner_pid_reads_only_our_names() {
