@@ -195,7 +195,7 @@ fn processes() -> Vec<ProcessEntry> {
 
 /// The command, state and parent pid of a `/proc/PID/stat` line. The command is in
 /// parentheses and may itself hold spaces and parentheses: the last `)` ends it.
-fn parse_stat(stat: &str) -> Option<(String, char, u32)> {
+pub fn parse_stat(stat: &str) -> Option<(String, char, u32)> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let command = stat.get(open + 1..close)?.to_string();

@@ -25,7 +25,7 @@ pub(super) fn blocked_tasks() -> Option<String> {
         for task in numbered_entries(&format!("/proc/{process}/task")) {
             let dir = format!("/proc/{process}/task/{task}");
             let Ok(stat) = fs::read_to_string(format!("{dir}/stat")) else { continue };
-            let Some((name, state)) = name_and_state(&stat) else { continue };
+            let Some((name, state, _)) = crate::containment::parse_stat(&stat) else { continue };
             if state != 'D' {
                 continue;
             }
@@ -42,16 +42,6 @@ pub(super) fn blocked_tasks() -> Option<String> {
 fn numbered_entries(dir: &str) -> Vec<u32> {
     let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
     entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
-}
-
-/// The command name and state letter of a `/proc/<pid>/stat` line. The name is in
-/// parentheses and may itself hold spaces and parentheses, so the state follows the last `)`.
-fn name_and_state(stat: &str) -> Option<(&str, char)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = stat.get(open + 1..close)?;
-    let state = stat.get(close + 1..)?.trim_start().chars().next()?;
-    Some((name, state))
 }
 
 /// `[<0>] rtnl_lock+0x15/0x20` lines as `rtnl_lock < linkwatch_event < ...`, innermost first.
@@ -71,13 +61,6 @@ fn top_frames(stack: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_state_follows_the_last_parenthesis() {
-        assert_eq!(name_and_state("42 (kworker/u8:2) D 2 0 0"), Some(("kworker/u8:2", 'D')));
-        assert_eq!(name_and_state("7 (a) b) (c) R 1"), Some(("a) b) (c", 'R')));
-        assert_eq!(name_and_state("garbage"), None);
-    }
 
     #[test]
     fn frames_lose_their_offsets_and_keep_their_order() {
