@@ -134,6 +134,15 @@ fn fields(case: &Case) -> BTreeSet<String> {
     if p.node_port_addresses {
         f.insert("nodePortAddresses".into());
     }
+    if case.martian && case.external.is_some() {
+        f.insert(format!(
+            "martian 127.0.0.1 from outside, localhostNodePorts {}",
+            !p.localhost_node_ports_off
+        ));
+    }
+    if case.secondary_ips {
+        f.insert(format!("second node addresses, nodePortAddresses {}", p.node_port_addresses));
+    }
     if p.localhost_node_ports_off {
         f.insert("localhostNodePorts false".into());
     }
@@ -161,6 +170,9 @@ fn fields(case: &Case) -> BTreeSet<String> {
         if !case.steps.is_empty() {
             f.insert(format!("{kind} across steps"));
         }
+        for (k, step) in case.steps.iter().enumerate() {
+            f.insert(format!("{kind} across {}", step_on_stream(case, k, step, st)));
+        }
     }
     for step in &case.steps {
         if step.restart {
@@ -187,12 +199,66 @@ fn fields(case: &Case) -> BTreeSet<String> {
                             f.insert(format!("step changes {what} of {:?}", new.kind));
                         }
                     }
+                    let (before, after) = (endpoint_nodes(case, old), endpoint_nodes(case, new));
+                    if before.iter().any(|n| !after.contains(n)) {
+                        f.insert(format!(
+                            "step leaves a node without endpoints of {:?} etp {}",
+                            new.kind,
+                            policy(new.etp_local)
+                        ));
+                    }
+                    if after.iter().any(|n| !before.contains(n)) {
+                        f.insert(format!(
+                            "step gives a node its first endpoint of {:?} etp {}",
+                            new.kind,
+                            policy(new.etp_local)
+                        ));
+                    }
                 }
                 service(case, new, "after a step: ", &mut f);
             }
         }
     }
     f
+}
+
+/// What a step does to a kept flow's Service: a kept flow meets each kind of step apart.
+fn step_on_stream(case: &Case, k: usize, step: &StepSpec, st: &StreamSpec) -> &'static str {
+    let before = case.state_after(k);
+    let old = before.services.iter().find(|s| s.name == st.service);
+    match (&step.change, step.restart) {
+        (Change::RestartProxy, _) => "a restart",
+        (Change::DeleteService(name), false) if name == &st.service => "its Service's deletion",
+        (Change::DeleteService(name), true) if name == &st.service => {
+            "its Service's deletion while restarting"
+        }
+        (Change::ReplaceService(new), restart) if new.name == st.service => {
+            let serving = |s: &ServiceSpec| s.slice.as_ref().is_none_or(|e| e.iter().any(|e| e.serving));
+            match (old.is_some_and(serving), serving(new), restart) {
+                (true, false, false) => "its Service scaled to zero",
+                (true, false, true) => "its Service scaled to zero while restarting",
+                (_, _, false) if old.and_then(|o| o.slice.as_ref()) != new.slice.as_ref() => {
+                    "its endpoints' change"
+                }
+                (_, _, true) => "its Service's change while restarting",
+                _ => "its Service's policies' change",
+            }
+        }
+        (_, false) => "another Service's change",
+        (_, true) => "another Service's change while restarting",
+    }
+}
+
+/// The nodes holding endpoints of a Service's written slice.
+fn endpoint_nodes(case: &Case, s: &ServiceSpec) -> BTreeSet<String> {
+    let endpoints = s.slice.as_deref().unwrap_or_default();
+    endpoints
+        .iter()
+        .filter_map(|e| match &e.target {
+            EndpointTarget::Pod(pod) => case.pods.iter().find(|p| &p.name == pod).map(|p| p.node.clone()),
+            EndpointTarget::Node { node, .. } => Some(node.clone()),
+        })
+        .collect()
 }
 
 fn service(case: &Case, s: &ServiceSpec, prefix: &str, f: &mut BTreeSet<String>) {
@@ -268,6 +334,19 @@ fn service(case: &Case, s: &ServiceSpec, prefix: &str, f: &mut BTreeSet<String>)
                 if e.hint.is_some() {
                     f.insert(format!("{prefix}hinted endpoint, topology {:?}", s.topology));
                 }
+            }
+            if s.topology != Topology::None && !endpoints.is_empty() {
+                // What decides whether hints apply: every ready endpoint hinted or not, and
+                // hints on unready ones; enough attempts to see an endpoint never chosen.
+                let ready_unhinted = endpoints.iter().any(|e| e.ready && e.hint.is_none());
+                let unready_hinted = endpoints.iter().any(|e| !e.ready && e.hint.is_some());
+                f.insert(format!(
+                    "{prefix}topology {:?}, a ready endpoint unhinted {ready_unhinted}, an unready one hinted \
+                     {unready_hinted}, zoned nodes {}, many attempts {}",
+                    s.topology,
+                    case.nodes.iter().any(|n| n.zone.is_some()),
+                    case.count >= 20
+                ));
             }
         }
     }

@@ -37,6 +37,8 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
         family,
         nodes,
         proxy,
+        secondary_ips: false,
+        martian: false,
         external,
         pods: Vec::new(),
         services: Vec::new(),
@@ -76,7 +78,30 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
             });
         }
     }
+    if case.steps.len() < 2 && rng.chance(30) {
+        delete_under_a_stream(&mut case);
+    }
     case
+}
+
+/// One more step, deleting the Service of a UDP stream, where the state before it has another
+/// Service left to probe: the proxy must clear the stream's conntrack entries, so that its next
+/// datagram to the old address no longer reaches the old backend.
+fn delete_under_a_stream(case: &mut Case) {
+    let state = case.state_after(case.steps.len());
+    if state.services.len() < 2 {
+        return;
+    }
+    let Some(st) = case
+        .streams
+        .iter()
+        .find(|st| st.source_port.is_some() && state.services.iter().any(|s| s.name == st.service))
+    else {
+        return;
+    };
+    let name = format!("step-{}", case.steps.len() + 1);
+    let change = Change::DeleteService(st.service.clone());
+    case.steps.push(StepSpec { name, change, restart: false, probes: Vec::new() });
 }
 
 /// A case made from `parent` (one that reached new rules) by one to three changes: a
@@ -135,7 +160,7 @@ pub fn mutated(rng: &mut Rng, parent: &Case, name: &str) -> Case {
 /// Shapes the draws above give too rarely or never, drawn after the Services and kept flows
 /// so that those draws stay as they were: a Service exposed on a node's own address, several
 /// load-balancer IPs behind a source range of the node network, a short affinity timeout
-/// waited out.
+/// waited out, a second address on every node, a martian frame for 127.0.0.1.
 fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
     if rng.chance(8) {
         let node = rng.pick(&case.nodes).name.clone();
@@ -153,6 +178,13 @@ fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
     }
     if rng.chance(4) {
         affinity_expiry(rng, case);
+    }
+    if rng.chance(8) {
+        case.secondary_ips = true;
+        case.proxy.node_port_addresses = rng.chance(70);
+    }
+    if rng.chance(8) {
+        case.martian = true;
     }
 }
 
@@ -358,8 +390,9 @@ fn change(rng: &mut Rng, case: &Case) -> Option<Change> {
 
 fn mutate(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
     let external = s.kind != ServiceType::ClusterIp;
-    match rng.below(6) {
+    match rng.below(7) {
         5 => rollout(rng, case, s),
+        6 => drain(rng, case, s),
         0 if external => s.etp_local = !s.etp_local,
         1 => s.itp_local = !s.itp_local,
         2 => s.affinity = if s.affinity.is_some() { None } else { Some(None) },
@@ -412,6 +445,25 @@ fn rollout(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
             }
         }
     }
+}
+
+/// A node drained: every endpoint on one node leaves the slice at once, so that the node's
+/// health check must turn from its count of local endpoints to none.
+fn drain(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
+    let Some(endpoints) = &mut s.slice else {
+        s.publish_not_ready = !s.publish_not_ready;
+        return;
+    };
+    let node_of = |e: &EndpointSpec| match &e.target {
+        EndpointTarget::Pod(pod) => case.pods.iter().find(|p| &p.name == pod).map(|p| p.node.clone()),
+        EndpointTarget::Node { node, .. } => Some(node.clone()),
+    };
+    let nodes: Vec<String> = endpoints.iter().filter_map(node_of).collect();
+    if nodes.is_empty() {
+        return;
+    }
+    let drained = rng.pick(&nodes).clone();
+    endpoints.retain(|e| node_of(e).as_deref() != Some(drained.as_str()));
 }
 
 /// Another pod of the Service's own, not yet listed in its slice, as a ready endpoint.

@@ -568,6 +568,7 @@ fn failing_probes(case: &Case, report: &ScenarioReport) -> Vec<ProbeText> {
     let stream = |name: &str| {
         case.streams.iter().any(|s| s.name == name)
             || case.expiries.iter().any(|e| name == e.name || name.starts_with(&format!("{}[", e.name)))
+            || case.added_probes().iter().any(|p| p.name == name)
     };
     verdicts
         .iter()

@@ -190,8 +190,12 @@ fn several_lb_ips_and_node_range(d: &Documents) -> bool {
 /// endpoints' readiness, or deletes the Service.
 fn udp_stream_across(d: &Documents, deletion: bool) -> bool {
     d.of_kind("Step").any(|step| {
-        let keeps_stream = values_at(step, "spec.probes[].sourcePort").iter().any(|p| p.is_u64());
         let deletes = !values_at(step, "spec.delete[]").is_empty();
+        // After a deletion, to the deleted Service's old address.
+        let keeps_stream = values_at(step, "spec.probes[]").iter().any(|p| {
+            p.get("sourcePort").is_some_and(Value::is_u64)
+                && (!deletion || p.get("to").and_then(|t| t.get("address")).is_some())
+        });
         keeps_stream && deletes == deletion
     }) && (deletion || d.after_a_step("EndpointSlice").next().is_some())
 }
@@ -382,11 +386,9 @@ pub const ROWS: &[Row] = &[
     Row {
         kinds: "Scenario",
         fields: "spec.nodes[].secondaryIPs",
-        class: "a node's second address",
-        support: Support::Refused(
-            "not yet generated: node ports, health checks and `nodePortAddresses` on a second address are judged \
-             by the suite's `secondary-node-ip` only",
-        ),
+        class: "a second address on every node, its node port and health checks probed, inside or outside \
+                `nodePortAddresses`",
+        support: Support::Generated(|d| d.has("Scenario", "spec.nodes[].secondaryIPs", present)),
     },
     Row {
         kinds: "Scenario",
@@ -456,8 +458,18 @@ pub const ROWS: &[Row] = &[
     Row {
         kinds: "Scenario, Step",
         fields: "spec.probes[].to.address",
-        class: "a node port on 127.0.0.1, or a raw address (a deleted Service's cluster IP)",
+        class: "a raw address: a deleted Service's old cluster IP, a health-check port on a second node address, \
+                127.0.0.1 from outside (martian)",
         support: Support::Generated(|d| d.probe(targets("address"))),
+    },
+    Row {
+        kinds: "Scenario, Step",
+        fields: "spec.probes[].to.address",
+        class: "a node port on 127.0.0.1, from the node itself",
+        support: Support::Refused(
+            "not yet generated: served in iptables mode only (localhostNodePorts); the suite's \
+             `localhost-node-port` and `localhost-node-port-disabled` judge it",
+        ),
     },
     Row {
         kinds: "Scenario, Step",
@@ -601,10 +613,7 @@ pub const ROWS: &[Row] = &[
         kinds: "Step",
         fields: "spec.probes[].sourcePort, spec.delete",
         class: "a UDP stream kept across its Service's deletion",
-        support: Support::Refused(
-            "not yet generated: a stream is kept while its port lasts; the suite's `live-udp-service-deleted` \
-             judges one after its Service's deletion",
-        ),
+        support: Support::Generated(|d| udp_stream_across(d, true)),
     },
     // Services.
     Row {

@@ -74,6 +74,9 @@ pub fn fill_steps(case: &mut Case) -> Result<(), String> {
         let judged: Vec<&Probe> =
             scenario.probes.iter().filter(|p| known_gap(&scenario.cluster, p).is_none()).collect();
         let mut chosen: Vec<&Probe> = judged.iter().copied().filter(about).collect();
+        // Health checks first: few, and the only flows that see a node's count of local
+        // endpoints change.
+        chosen.sort_by_key(|p| !matches!(p.to, Target::HealthCheck { .. }));
         let others: Vec<&Probe> = judged.iter().copied().filter(|p| !about(p)).collect();
         // Others evenly spaced, so that a restart's probes reach every Service.
         let room = PER_STEP.saturating_sub(chosen.len());
@@ -142,12 +145,7 @@ fn deleted_service_probes(
     gone: &super::case::ServiceSpec,
     first: usize,
 ) -> Vec<ProbeText> {
-    let fams = super::case::net::families(case.family);
-    let v6 = match (case.family, gone.families) {
-        (super::case::Family::Dual, super::case::ServiceFamilies::Second) => true,
-        _ => fams[0],
-    };
-    let Ok(ip) = super::case::net::cluster_ip(v6, gone.slot).parse::<std::net::IpAddr>() else {
+    let Some(ip) = case.primary_cluster_ip(gone) else {
         return Vec::new();
     };
     let mut out = Vec::new();

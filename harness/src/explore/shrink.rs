@@ -220,6 +220,12 @@ fn simpler_settings(case: &Case, push: &mut impl FnMut(Case)) {
     if case.family != Family::V4 {
         push(Case { family: Family::V4, ..case.clone() });
     }
+    if case.secondary_ips {
+        push(Case { secondary_ips: false, ..case.clone() });
+    }
+    if case.martian {
+        push(Case { martian: false, ..case.clone() });
+    }
     let mut c = case.clone();
     c.nodes.iter_mut().for_each(|n| n.zone = None);
     push(c);

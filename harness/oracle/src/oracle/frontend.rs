@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::model::{
     Cluster, Implementation, IpFamily, Node, Pod, Probe, Profile, Protocol, ProxyConfig, Service,
-    ServicePort, Source, Target, bridge_address,
+    ServicePort, Source, Target, TrafficPolicy, bridge_address,
 };
 
 use super::profile::UNALLOCATED_SERVICE_IPS_DROPPED;
@@ -210,13 +210,21 @@ fn node_port<'a>(
     }
     let cidrs_given = node_port_cidrs_given(config, addr);
     if cidrs_given && outside_node_port_addresses(config, addr) {
-        return Ok(Frontend::NodeItself {
+        let not_served = refused(
             node,
-            why: format!(
-                "{addr} is outside nodePortAddresses, so node {} serves no node port there",
-                node.name
+            &format!("{addr} is outside nodePortAddresses, so node {} serves no node port there", node.name),
+        );
+        return match filtered_on_every_address(svc, port, node) {
+            None => Ok(not_served),
+            Some(filtered) => chosen(
+                profile,
+                filtered,
+                not_served.clone(),
+                not_served,
+                "a node port without endpoints for outside traffic, on an address outside nodePortAddresses: \
+                 kube-proxy's modes differ",
             ),
-        });
+        };
     }
     if addr.is_loopback() {
         if !config.localhost_node_ports {
@@ -245,6 +253,31 @@ fn node_port<'a>(
         served,
         "without nodePortAddresses, whether a node's other addresses serve node ports is the implementation's choice",
     )
+}
+
+/// kube-proxy's iptables mode filters a node port with no endpoints for outside traffic on
+/// every local address, nodePortAddresses or not (`-m addrtype --dst-type LOCAL` in
+/// KUBE-EXTERNAL-SERVICES, pkg/proxy/iptables/proxier.go): REJECT without any endpoint, DROP
+/// under externalTrafficPolicy Local without one on the node. Its nftables mode matches only
+/// the node-port addresses there (`nodeport-endpoints-check` on `@nodeport-ips`).
+fn filtered_on_every_address<'a>(svc: &Service, port: &ServicePort, node: &Node) -> Option<Frontend<'a>> {
+    let name = format!("node port {} of {}/{}", port.node_port?, svc.namespace, svc.name);
+    if super::endpoints::cluster_wide(port).is_empty() {
+        return Some(Frontend::RejectedByRule {
+            why: format!(
+                "{name} has no endpoints: kube-proxy's iptables mode rejects it on every address of the \
+                 node, outside nodePortAddresses too"
+            ),
+        });
+    }
+    let local = svc.external_traffic_policy == TrafficPolicy::Local;
+    (local && super::endpoints::local_to(port, &node.name).is_empty()).then(|| Frontend::Nowhere {
+        why: format!(
+            "{name}, externalTrafficPolicy Local, no endpoint on {}: kube-proxy's iptables mode drops it on \
+             every address of the node, outside nodePortAddresses too",
+            node.name
+        ),
+    })
 }
 
 /// Whether nodePortAddresses lists CIDRs of `addr`'s family (those of the other family are

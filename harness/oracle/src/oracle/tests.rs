@@ -382,6 +382,31 @@ fn node_port_addresses_and_localhost_decide_where_node_ports_answer() {
 }
 
 #[test]
+fn iptables_mode_filters_a_node_port_without_endpoints_outside_node_port_addresses_too() {
+    // Found by `packetproof explore` (a second address on every node): KUBE-EXTERNAL-SERVICES
+    // matches `--dst-type LOCAL`, not nodePortAddresses; nftables mode's check matches
+    // @nodeport-ips.
+    let only_b = vec![endpoint("web-b", "10.244.2.5", "b")];
+    let mut c = cluster(only_b, TrafficPolicy::Local);
+    c.nodes[0].secondary_ips = vec!["192.168.50.111".parse().unwrap()];
+    c.proxy.node_port_addresses = vec!["192.168.50.11/32".parse().unwrap()];
+    let secondary = probe(Source::External("ext".into()), node_port_of_a_at("192.168.50.111"));
+    let outcome = |c: &Cluster, profile| match predict(c, &secondary, profile).unwrap() {
+        Prediction::Expected(e) => Some(e.outcome),
+        Prediction::Open(_) => None,
+    };
+    assert_eq!(outcome(&c, Profile::KUBE_PROXY_IPTABLES), Some(Outcome::Dropped));
+    assert_eq!(outcome(&c, Profile::KUBE_PROXY_NFTABLES), Some(closed("a")));
+    assert_eq!(outcome(&c, Profile::KUBERNETES), None);
+    // No endpoint at all: rejected by the rule, which a client reads as the node's own refusal.
+    c.services[0].ports[0].endpoints.clear();
+    assert_eq!(outcome(&c, Profile::KUBE_PROXY_IPTABLES), Some(Outcome::Rejected));
+    // A local endpoint: no filter, so the address is no node port in either mode.
+    c.services[0].ports[0].endpoints = both();
+    assert_eq!(expect(&c, &secondary).unwrap().outcome, closed("a"));
+}
+
+#[test]
 fn masquerade_all_masquerades_pods_too() {
     let mut c = cluster(both(), TrafficPolicy::Cluster);
     c.proxy.masquerade_all = true;

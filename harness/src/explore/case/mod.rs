@@ -23,6 +23,13 @@ pub struct Case {
     pub family: Family,
     pub nodes: Vec<NodeSpec>,
     pub proxy: ProxySpec,
+    /// Every node also has a second address on the node network, in the primary family (a VIP,
+    /// a second NIC), probed as a node port and a health check; with `nodePortAddresses`, that
+    /// setting lists the primary addresses alone.
+    pub secondary_ips: bool,
+    /// The external host also sends a frame for 127.0.0.1 to the first node (CVE-2020-8558:
+    /// route_localnet must open no door from outside).
+    pub martian: bool,
     /// The external host, if any, and the node its router sends the service CIDR to.
     pub external: Option<ExternalSpec>,
     pub pods: Vec<PodSpec>,
@@ -58,6 +65,15 @@ pub struct ExpirySpec {
 /// oracle asks for at least half a second more than the timeout).
 pub const SHORT_AFFINITY_SECONDS: u32 = 1;
 pub const EXPIRY_INTERVAL_MS: u32 = 1600;
+
+/// Where a kept flow is sent in one phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamTarget {
+    /// Its Service port, by name.
+    Service,
+    /// The address its Service had, deleted by the step before this phase.
+    Deleted(std::net::SocketAddr),
+}
 
 /// A flow kept across phases, from a client pod to a Service port's cluster IP: a UDP stream
 /// (every attempt from one fixed source port, in every phase), or a TCP connection held open in
@@ -268,24 +284,55 @@ impl Case {
         self.nodes.iter().find(|n| n.name == name)
     }
 
-    /// The streams probed in phase `k` (0 is the first state): those whose client and Service
-    /// port have lasted through every phase up to `k`.
-    pub fn streams_in(&self, k: usize) -> Vec<&StreamSpec> {
+    /// The streams probed in phase `k` (0 is the first state) and where each is sent: those
+    /// whose client and Service port have lasted through every phase up to `k`, and a UDP stream
+    /// whose Service step `k` deleted (the proxy running), sent once more to the Service's old cluster IP (the proxy
+    /// must clear its entries: the old backend may no longer answer it) and then ended.
+    pub fn streams_in(&self, k: usize) -> Vec<(&StreamSpec, StreamTarget)> {
         let states: Vec<Case> = (0..=k).map(|i| self.state_after(i)).collect();
+        let lasts = |state: &Case, st: &StreamSpec| {
+            state.services.iter().any(|s| {
+                s.name == st.service
+                    && s.ports.iter().any(|p| p.name == st.port && p.udp == st.source_port.is_some())
+            })
+        };
         self.streams
             .iter()
-            .filter(|st| {
-                self.pods.iter().any(|p| p.name == st.client)
-                    && states.iter().all(|state| {
-                        state.services.iter().any(|s| {
-                            s.name == st.service
-                                && s.ports
-                                    .iter()
-                                    .any(|p| p.name == st.port && p.udp == st.source_port.is_some())
-                        })
-                    })
+            .filter(|st| self.pods.iter().any(|p| p.name == st.client))
+            .filter_map(|st| {
+                if states.iter().all(|state| lasts(state, st)) {
+                    return Some((st, StreamTarget::Service));
+                }
+                // Deleted by this phase's own step, after lasting through every earlier phase.
+                // Not while the proxy was down: a restarted proxy never knew the Service, and
+                // kube-proxy's reconciler clears entries of the Services it has only
+                // (pkg/proxy/conntrack/cleanup.go), so whether the stream stays is left open.
+                let step = k.checked_sub(1).map(|i| &self.steps[i]);
+                let deleted_now = step.is_some_and(|step| {
+                    !step.restart && step.change == Change::DeleteService(st.service.clone())
+                }) && st.source_port.is_some()
+                    && states[..k].iter().all(|state| lasts(state, st));
+                if !deleted_now {
+                    return None;
+                }
+                let gone = states[k - 1].services.iter().find(|s| s.name == st.service)?;
+                let index = gone.ports.iter().position(|p| p.name == st.port)?;
+                let ip = self.primary_cluster_ip(gone)?;
+                Some((
+                    st,
+                    StreamTarget::Deleted(std::net::SocketAddr::new(ip, port_numbers(gone.slot, index).0)),
+                ))
             })
             .collect()
+    }
+
+    /// The cluster IP a probe of `service` by name reaches: its primary family's.
+    pub fn primary_cluster_ip(&self, service: &ServiceSpec) -> Option<std::net::IpAddr> {
+        let v6 = match (self.family, service.families) {
+            (Family::Dual, ServiceFamilies::Second) => true,
+            _ => net::families(self.family)[0],
+        };
+        net::cluster_ip(v6, service.slot).parse().ok()
     }
 
     /// The case as it stands after its first `k` steps (no steps of its own, every flow probed).

@@ -14,6 +14,9 @@ pub fn node_network(v6: bool) -> &'static str {
 pub fn node_ip(v6: bool, slot: u8) -> String {
     if v6 { format!("fd00:192:168:50::{}", 11 + slot) } else { format!("192.168.50.{}", 11 + slot) }
 }
+pub fn node_secondary_ip(v6: bool, slot: u8) -> String {
+    if v6 { format!("fd00:192:168:50::{}", 21 + slot) } else { format!("192.168.50.{}", 21 + slot) }
+}
 pub fn node_pod_cidr(v6: bool, slot: u8) -> String {
     if v6 { format!("fd00:10:244:{}::/64", slot + 1) } else { format!("10.244.{}.0/24", slot + 1) }
 }

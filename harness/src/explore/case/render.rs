@@ -66,10 +66,11 @@ impl Case {
         self.render_nodes(out);
         let streams = self.streams_in(0);
         let expiries = self.live_expiries();
+        let secondary = self.added_probes();
         match &self.probes {
             None => {
                 let _ = writeln!(out, "  flows: {{all: true, count: {}}}", self.count);
-                if !streams.is_empty() || !expiries.is_empty() {
+                if !streams.is_empty() || !expiries.is_empty() || !secondary.is_empty() {
                     let _ = writeln!(out, "  probes:");
                 }
             }
@@ -80,12 +81,83 @@ impl Case {
                 }
             }
         }
-        for stream in streams {
-            render_stream(stream, true, out);
+        for (stream, target) in streams {
+            render_stream(stream, target, true, out);
         }
         for expiry in expiries {
             render_expiry(expiry, out);
         }
+        for probe in &secondary {
+            self.render_probe(probe, out);
+        }
+    }
+
+    /// Probes `flows: all` leaves out, added to it: those of the second node addresses, and a
+    /// martian 127.0.0.1 frame from the external host.
+    pub fn added_probes(&self) -> Vec<ProbeText> {
+        let mut probes = self.secondary_probes();
+        let node = self.nodes.first();
+        if let (true, Some(_), Some(node), false) =
+            (self.martian, &self.external, node, self.family == Family::V6)
+        {
+            probes.push(ProbeText {
+                name: MARTIAN.into(),
+                flow: format!("external outside -> 127.0.0.1:{MARTIAN_PORT} via {}", node.name),
+                from: "{external: \"outside\"}".into(),
+                to: format!("{{address: \"127.0.0.1\", port: {MARTIAN_PORT}, via: {}}}", q(&node.name)),
+                udp: false,
+            });
+        }
+        probes
+    }
+
+    /// Probes of the first node's second address: a node port (answered where
+    /// `nodePortAddresses` is unset, refused where it lists the primary addresses alone), and
+    /// with that setting every health-check node port (refused: the health-check servers
+    /// listen where node ports do). From the external host, or else from another node.
+    fn secondary_probes(&self) -> Vec<ProbeText> {
+        let (Some(node), true) = (self.nodes.first(), self.secondary_ips) else { return Vec::new() };
+        let from = match (&self.external, self.nodes.get(1)) {
+            (Some(_), _) => "{external: \"outside\"}".to_string(),
+            (None, Some(other)) => format!("{{node: {}}}", q(&other.name)),
+            (None, None) => return Vec::new(),
+        };
+        let address = net::node_secondary_ip(self.families()[0], node.slot);
+        let mut probes = Vec::new();
+        let node_ports = self.services.iter().find(|s| {
+            s.kind != ServiceType::ClusterIp && (s.kind == ServiceType::NodePort || s.allocate_node_ports)
+        });
+        if let Some(s) = node_ports {
+            let port = &s.ports[0];
+            probes.push(ProbeText {
+                name: SECONDARY_NODE_PORT.into(),
+                flow: format!(
+                    "{from} -> {}:{} nodePort@{} on its second address",
+                    s.name, port.name, node.name
+                ),
+                from: from.clone(),
+                to: format!(
+                    "{{service: {}, port: {}, nodePort: {}, address: {}}}",
+                    q(&s.name),
+                    q(&port.name),
+                    q(&node.name),
+                    q(&address)
+                ),
+                udp: port.udp,
+            });
+        }
+        if self.proxy.node_port_addresses {
+            for s in self.services.iter().filter(|s| s.kind == ServiceType::LoadBalancer && s.etp_local) {
+                probes.push(ProbeText {
+                    name: format!("{SECONDARY_HEALTH_CHECK}{}", s.name),
+                    flow: format!("{from} -> {} healthCheck@{} on its second address", s.name, node.name),
+                    from: from.clone(),
+                    to: format!("{{address: {}, port: {}}}", q(&address), health_check_port(s.slot)),
+                    udp: false,
+                });
+            }
+        }
+        probes
     }
 
     /// The expiry probes whose Service, port and (at least two) clients the case still has:
@@ -125,7 +197,17 @@ impl Case {
                 config.push("detectLocal: {interfaceNamePrefix: veth}".into());
             }
         }
-        if p.node_port_addresses {
+        if p.node_port_addresses && self.secondary_ips {
+            // The primary addresses alone, so that the second ones are outside the setting.
+            let hosts: Vec<String> = fams
+                .iter()
+                .flat_map(|&v6| {
+                    let bits = if v6 { 128 } else { 32 };
+                    self.nodes.iter().map(move |n| q(&format!("{}/{bits}", net::node_ip(v6, n.slot))))
+                })
+                .collect();
+            config.push(format!("nodePortAddresses: [{}]", hosts.join(", ")));
+        } else if p.node_port_addresses {
             config.push(format!(
                 "nodePortAddresses: [{}]",
                 fams.iter().map(|&v6| q(net::node_network(v6))).collect::<Vec<_>>().join(", ")
@@ -151,6 +233,11 @@ impl Case {
         let _ = writeln!(out, "  nodes:");
         for n in &self.nodes {
             let zone = n.zone.as_ref().map(|z| format!(", zone: {}", q(z))).unwrap_or_default();
+            let zone = if self.secondary_ips {
+                format!(", secondaryIPs: [{}]{zone}", q(&net::node_secondary_ip(fams[0], n.slot)))
+            } else {
+                zone
+            };
             if fams.len() == 1 {
                 let v6 = fams[0];
                 let _ = writeln!(
@@ -425,8 +512,8 @@ impl Case {
             self.render_probe(p, out);
         }
         let k = self.steps.iter().position(|s| s.name == step.name).map_or(0, |i| i + 1);
-        for stream in self.streams_in(k) {
-            render_stream(stream, false, out);
+        for (stream, target) in self.streams_in(k) {
+            render_stream(stream, target, false, out);
         }
         if let Change::ReplaceService(s) = &step.change {
             self.render_service(s, out);
@@ -484,14 +571,28 @@ fn render_load_balancer(s: &ServiceSpec, primary_v6: bool, out: &mut String) {
 }
 
 /// A stream's probe in one phase: its opener in the first, its check in the later ones (a UDP
-/// stream's is the same probe again: its source port ties the phases together).
-fn render_stream(st: &StreamSpec, first: bool, out: &mut String) {
+/// stream's is the same probe again: its source port ties the phases together; after its
+/// Service's deletion, to the address the Service had).
+fn render_stream(st: &StreamSpec, target: StreamTarget, first: bool, out: &mut String) {
     match st.source_port {
         Some(port) => {
             let _ = writeln!(out, "    # a UDP stream, kept across the steps");
             let _ = writeln!(out, "    - name: {}", q(&st.name));
             let _ = writeln!(out, "      from: {{pod: {}}}", q(&st.client));
-            let _ = writeln!(out, "      to: {{service: {}, port: {}}}", q(&st.service), q(&st.port));
+            match target {
+                StreamTarget::Service => {
+                    let _ = writeln!(out, "      to: {{service: {}, port: {}}}", q(&st.service), q(&st.port));
+                }
+                StreamTarget::Deleted(address) => {
+                    let _ = writeln!(out, "      # {} was deleted: its old address", st.service);
+                    let _ = writeln!(
+                        out,
+                        "      to: {{address: {}, port: {}}}",
+                        q(&address.ip().to_string()),
+                        address.port()
+                    );
+                }
+            }
             let _ =
                 writeln!(out, "      protocol: UDP\n      sourcePort: {port}\n      count: {STREAM_COUNT}");
         }
@@ -525,6 +626,14 @@ fn render_expiry(e: &ExpirySpec, out: &mut String) {
     }
     let _ = writeln!(out, "      count: {}\n      interval: {EXPIRY_INTERVAL_MS}ms", e.count);
 }
+
+/// The names of the probes added to `flows: all`: the case's own, kept or cut whole.
+pub const SECONDARY_NODE_PORT: &str = "secondary-node-port";
+pub const SECONDARY_HEALTH_CHECK: &str = "secondary-health-check-";
+pub const MARTIAN: &str = "localhost-from-outside";
+/// Where a node-local service listens on 127.0.0.1 (a kubelet's healthz): the harness listens
+/// there for a martian probe, which must never reach it.
+const MARTIAN_PORT: u16 = 10248;
 
 /// Attempts of a UDP stream in each phase.
 const STREAM_COUNT: u32 = 3;
