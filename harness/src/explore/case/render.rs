@@ -66,11 +66,11 @@ impl Case {
         self.render_nodes(out);
         let streams = self.streams_in(0);
         let expiries = self.live_expiries();
-        let secondary = self.added_probes();
+        let added = self.added_probes();
         match &self.probes {
             None => {
                 let _ = writeln!(out, "  flows: {{all: true, count: {}}}", self.count);
-                if !streams.is_empty() || !expiries.is_empty() || !secondary.is_empty() {
+                if !streams.is_empty() || !expiries.is_empty() || !added.is_empty() {
                     let _ = writeln!(out, "  probes:");
                 }
             }
@@ -87,7 +87,7 @@ impl Case {
         for expiry in expiries {
             render_expiry(expiry, out);
         }
-        for probe in &secondary {
+        for probe in &added {
             self.render_probe(probe, out);
         }
     }
@@ -117,9 +117,9 @@ impl Case {
     /// listen where node ports do). From the external host, or else from another node.
     fn secondary_probes(&self) -> Vec<ProbeText> {
         let (Some(node), true) = (self.nodes.first(), self.secondary_ips) else { return Vec::new() };
-        let from = match (&self.external, self.nodes.get(1)) {
-            (Some(_), _) => "{external: \"outside\"}".to_string(),
-            (None, Some(other)) => format!("{{node: {}}}", q(&other.name)),
+        let (from, sender) = match (&self.external, self.nodes.get(1)) {
+            (Some(_), _) => ("{external: \"outside\"}".to_string(), "external outside".to_string()),
+            (None, Some(other)) => (format!("{{node: {}}}", q(&other.name)), format!("node {}", other.name)),
             (None, None) => return Vec::new(),
         };
         let address = net::node_secondary_ip(self.families()[0], node.slot);
@@ -132,7 +132,7 @@ impl Case {
             probes.push(ProbeText {
                 name: SECONDARY_NODE_PORT.into(),
                 flow: format!(
-                    "{from} -> {}:{} nodePort@{} on its second address",
+                    "{sender} -> {}:{} nodePort@{} on its second address",
                     s.name, port.name, node.name
                 ),
                 from: from.clone(),
@@ -150,7 +150,7 @@ impl Case {
             for s in self.services.iter().filter(|s| s.kind == ServiceType::LoadBalancer && s.etp_local) {
                 probes.push(ProbeText {
                     name: format!("{SECONDARY_HEALTH_CHECK}{}", s.name),
-                    flow: format!("{from} -> {} healthCheck@{} on its second address", s.name, node.name),
+                    flow: format!("{sender} -> {} healthCheck@{} on its second address", s.name, node.name),
                     from: from.clone(),
                     to: format!("{{address: {}, port: {}}}", q(&address), health_check_port(s.slot)),
                     udp: false,
@@ -233,11 +233,12 @@ impl Case {
         let _ = writeln!(out, "  nodes:");
         for n in &self.nodes {
             let zone = n.zone.as_ref().map(|z| format!(", zone: {}", q(z))).unwrap_or_default();
-            let zone = if self.secondary_ips {
-                format!(", secondaryIPs: [{}]{zone}", q(&net::node_secondary_ip(fams[0], n.slot)))
+            let second = if self.secondary_ips {
+                format!(", secondaryIPs: [{}]", q(&net::node_secondary_ip(fams[0], n.slot)))
             } else {
-                zone
+                String::new()
             };
+            let zone = format!("{second}{zone}");
             if fams.len() == 1 {
                 let v6 = fams[0];
                 let _ = writeln!(
