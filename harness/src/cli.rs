@@ -78,7 +78,8 @@ enum Command {
     /// Join the JSON reports of a suite's slices (`run --partition`), kernels and modes (`run
     /// --json`, `matrix --json`) into one verdict: one count, the known bugs matched over all
     /// of them, and `run`'s exit code. Reports of different releases, overlapping slices and
-    /// missing slices are refused (exit 2).
+    /// missing slices are refused (exit 2). Exploration reports (`explore --json`, slices of
+    /// `explore --partition`) merge likewise, with `explore`'s exit code.
     Merge {
         /// The JSON reports.
         #[arg(required = true)]

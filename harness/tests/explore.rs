@@ -24,23 +24,53 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Two slices of one seed per mode pass, and `merge` joins them into one verdict; slices of
+/// two proxies do not merge.
 #[test]
-fn a_short_exploration_passes_on_each_built_in_mode() {
+fn a_short_exploration_passes_on_each_built_in_mode_and_its_slices_merge() {
     if !packetproof::privileges::scenarios_can_run() {
         return;
     }
+    let dir = scratch("slices");
     for proxy in ["builtin-iptables", "builtin-nftables"] {
-        let dir = scratch(proxy);
-        let out = packetproof(
-            &dir,
-            &["explore", "--seed", "1", "--cases", "2", "--proxy", proxy, "--timeout-ms", "500"],
-        );
+        for k in 1..=2 {
+            let (slice, json) = (format!("count:{k}/2"), format!("{proxy}-{k}.json"));
+            let out = packetproof(
+                &dir,
+                &[
+                    "explore",
+                    "--seed",
+                    "1",
+                    "--partition",
+                    &slice,
+                    "--cases",
+                    "1",
+                    "--proxy",
+                    proxy,
+                    "--timeout-ms",
+                    "500",
+                    "--json",
+                    &json,
+                ],
+            );
+            let said = text(&out);
+            assert_eq!(out.status.code(), Some(0), "{proxy}:\n{said}");
+            let seed = 1 + k; // seed × N + K − 1
+            assert!(
+                said.contains(&format!("seed {seed}: 1 cases, 1 passed, 0 confirmed failures")),
+                "{proxy}:\n{said}"
+            );
+            assert!(said.contains("flows judged"), "{said}");
+        }
+        let out = packetproof(&dir, &["merge", &format!("{proxy}-1.json"), &format!("{proxy}-2.json")]);
         let said = text(&out);
         assert_eq!(out.status.code(), Some(0), "{proxy}:\n{said}");
-        assert!(said.contains("seed 1: 2 cases, 2 passed, 0 confirmed failures"), "{proxy}:\n{said}");
-        assert!(said.contains("flows judged"), "{said}");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(said.contains("2 cases, 2 passed, 0 confirmed failures"), "{said}");
     }
+    let out = packetproof(&dir, &["merge", "builtin-iptables-1.json", "builtin-nftables-2.json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("whose proxy differs"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// One mutant per mode: exploration finds it, shrinks it, and the file it writes is a finding

@@ -72,7 +72,24 @@ pub struct Args {
     /// a case not confirmed, a harness fault or a setup error is an error.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Explore slice K of N of `--seed`'s exploration, for many machines: slice K draws from
+    /// its own seed (seed × N + K − 1), and `packetproof merge` joins the slices' `--json`
+    /// reports, refusing a missing one.
+    #[arg(long, value_name = "count:K/N", requires = "seed", value_parser = seed_slice)]
+    pub partition: Option<super::partition::Partition>,
 }
+
+/// `count:K/N`: seeds are dealt, not hashed.
+fn seed_slice(text: &str) -> Result<super::partition::Partition, String> {
+    let slice: super::partition::Partition = text.parse()?;
+    if slice.scheme != super::partition::Scheme::Count {
+        return Err(format!("{text:?}: an exploration's slices are seeds, dealt as count:K/N"));
+    }
+    Ok(slice)
+}
+
+/// What `--json` calls an exploration's report, which `packetproof merge` tells apart by it.
+pub const REPORT_KIND: &str = "explore";
 
 /// `90s`, `2m`, `1h`, `500ms`.
 fn budget(text: &str) -> Result<Duration, String> {
@@ -91,10 +108,17 @@ fn budget(text: &str) -> Result<Duration, String> {
 }
 
 pub fn main(args: Args) -> Result<i32> {
-    let seed = args.seed.unwrap_or_else(|| {
+    let base_seed = args.seed.unwrap_or_else(|| {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         now.as_secs() ^ u64::from(now.subsec_nanos())
     });
+    let seed = match args.partition {
+        Some(p) => base_seed.wrapping_mul(u64::from(p.of)).wrapping_add(u64::from(p.slice - 1)),
+        None => base_seed,
+    };
+    if let Some(p) = args.partition {
+        println!("slice {}/{} of seed {base_seed}", p.slice, p.of);
+    }
     let proxy = proxy_choice(&args.proxy, &args.proxy_options)?;
     crate::proxy::build(&proxy, std::path::Path::new("."))?;
     let against =
@@ -154,7 +178,12 @@ pub fn main(args: Args) -> Result<i32> {
     let code = exit_code(&summary);
     let label = settings.proxy.label();
     if let Some(file) = &args.json {
-        let text = serde_json::to_string_pretty(&json_report(&summary, seed, &label, code))?;
+        let slice = args.partition.map(|p| JsonSlice { seed: base_seed, slice: p.slice, of: p.of });
+        let guide = clap::ValueEnum::to_possible_value(&args.guide).map(|v| v.get_name().to_string());
+        let mut report = json_report(&summary, seed, &label, code);
+        report.slice = slice;
+        report.guide = guide.as_deref().unwrap_or("");
+        let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(file, text + "\n").with_context(|| format!("writing {}", file.display()))?;
     }
     if let Some(file) = &args.junit {
@@ -167,13 +196,21 @@ pub fn main(args: Args) -> Result<i32> {
 /// As `run`'s: 1 when a case failed (a confirmed finding); 2 when the machine or the generator
 /// was at fault, or nothing passed; else 0.
 fn exit_code(summary: &Summary) -> i32 {
-    if !summary.findings.is_empty() || summary.differences.iter().any(|d| !d.documented) {
+    exit_code_of(
+        summary.findings.len(),
+        summary.differences.iter().any(|d| !d.documented),
+        summary.errors.len() + summary.rejected.len() + summary.harness_faults.len(),
+        summary.passed.len() as u64,
+    )
+}
+
+/// `explore`'s exit code from its counts (also a merged exploration's): a finding or an
+/// undocumented difference fails; a setup error, a case the reader refused or a harness fault,
+/// or nothing passed, is the machine's or the generator's.
+pub fn exit_code_of(findings: usize, undocumented_difference: bool, faults: usize, passed: u64) -> i32 {
+    if findings > 0 || undocumented_difference {
         EXIT_FAIL
-    } else if !summary.errors.is_empty()
-        || !summary.rejected.is_empty()
-        || !summary.harness_faults.is_empty()
-        || summary.passed.is_empty()
-    {
+    } else if faults > 0 || passed == 0 {
         EXIT_ERROR
     } else {
         EXIT_PASS
@@ -308,8 +345,13 @@ fn findings(s: &Summary) -> String {
 /// The closing report, as `--json` writes it.
 #[derive(Serialize)]
 struct JsonReport<'a> {
+    version: &'static str,
+    kind: &'static str,
     seed: u64,
+    /// With `--partition`: the seed sliced and which slice this is.
+    slice: Option<JsonSlice>,
     proxy: &'a str,
+    guide: &'a str,
     exit_code: i32,
     cases: usize,
     passed: usize,
@@ -330,6 +372,13 @@ struct JsonReport<'a> {
     /// With `--guide coverage`: the proxy's rule templates some case reached.
     covered_rules: Vec<&'a str>,
     corpus: Option<JsonCorpus<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonSlice {
+    seed: u64,
+    slice: u32,
+    of: u32,
 }
 
 #[derive(Serialize)]
@@ -384,8 +433,12 @@ struct JsonCorpus<'a> {
 fn json_report<'a>(s: &'a Summary, seed: u64, proxy: &'a str, exit_code: i32) -> JsonReport<'a> {
     let covered = |kind: fn(&Feature) -> Option<&str>| s.covered.iter().filter_map(kind).collect::<Vec<_>>();
     JsonReport {
+        version: crate::report::VERSION,
+        kind: REPORT_KIND,
         seed,
+        slice: None,
         proxy,
+        guide: "",
         exit_code,
         cases: s.cases,
         passed: s.passed.len(),

@@ -29,6 +29,13 @@ struct Part {
 /// Merges `files` and prints the verdict; the exit code is `run`'s (0, 1, or 2 for an input or
 /// machine fault, which a refused merge is too).
 pub fn main(files: &[PathBuf], outputs: &MergeOutputs, paint: Paint) -> Result<i32> {
+    let explorations = explorations(files)?;
+    if !explorations.is_empty() {
+        if explorations.len() < files.len() {
+            bail!("exploration reports (`explore --json`) merge only with each other, not with runs");
+        }
+        return super::explore_merge::main(explorations, outputs, paint);
+    }
     let mut parts = Vec::new();
     for file in files {
         parts.extend(read(file)?);
@@ -94,6 +101,20 @@ fn exit_code(merged: &JsonRun) -> i32 {
     } else {
         super::EXIT_ERROR
     }
+}
+
+/// The exploration reports among `files`, each with its file's name.
+fn explorations(files: &[PathBuf]) -> Result<Vec<(String, serde_json::Value)>> {
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
+        if super::explore_merge::is_explore_report(&value) {
+            out.push((file.display().to_string(), value));
+        }
+    }
+    Ok(out)
 }
 
 /// The reports in `file`: a run's, or each kernel × proxy of a matrix's (a run the matrix

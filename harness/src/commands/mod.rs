@@ -8,6 +8,7 @@ pub mod cleanup;
 pub mod coverage;
 pub mod diff;
 pub mod explore;
+pub mod explore_merge;
 pub mod matrix;
 pub mod merge;
 pub mod mutants;
