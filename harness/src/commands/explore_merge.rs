@@ -6,12 +6,11 @@
 //! case it counts.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::Path;
 
 use anyhow::{Result, bail};
 use serde_json::{Map, Value};
 
-use super::merge::MergeOutputs;
 use crate::report::Paint;
 
 /// Counts every report has, summed.
@@ -30,8 +29,8 @@ pub fn is_explore_report(value: &Value) -> bool {
 
 /// Merges the exploration reports `parts` (each with the file it came from) and prints the
 /// verdict; the exit code is `explore`'s.
-pub fn main(parts: Vec<(String, Value)>, outputs: &MergeOutputs, paint: Paint) -> Result<i32> {
-    if outputs.junit.is_some() {
+pub fn main(parts: Vec<(String, Value)>, json: Option<&Path>, junit: bool, paint: Paint) -> Result<i32> {
+    if junit {
         bail!("merge writes no JUnit report of explorations: each `explore --junit` is one already");
     }
     check(&parts)?;
@@ -63,7 +62,7 @@ pub fn main(parts: Vec<(String, Value)>, outputs: &MergeOutputs, paint: Paint) -
     for corpus in merged["corpora"].as_array().into_iter().flatten() {
         println!("corpus: {} ({} cases)", corpus["dir"].as_str().unwrap_or("?"), corpus["cases"]);
     }
-    if let Some(path) = &outputs.json {
+    if let Some(path) = json {
         write(path, &Value::Object(std::mem::take(&mut merged)))?;
     }
     Ok(code)
@@ -111,7 +110,7 @@ fn merged(parts: &[(String, Value)]) -> Map<String, Value> {
     merged
 }
 
-fn write(path: &PathBuf, value: &Value) -> Result<()> {
+fn write(path: &Path, value: &Value) -> Result<()> {
     use anyhow::Context;
     std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")
         .with_context(|| format!("writing the JSON report {}", path.display()))

@@ -34,7 +34,12 @@ pub fn main(files: &[PathBuf], outputs: &MergeOutputs, paint: Paint) -> Result<i
         if explorations.len() < files.len() {
             bail!("exploration reports (`explore --json`) merge only with each other, not with runs");
         }
-        return super::explore_merge::main(explorations, outputs, paint);
+        return super::explore_merge::main(
+            explorations,
+            outputs.json.as_deref(),
+            outputs.junit.is_some(),
+            paint,
+        );
     }
     let mut parts = Vec::new();
     for file in files {
