@@ -28,6 +28,17 @@ fn every_generated_case_is_a_valid_scenario() {
 }
 
 #[test]
+fn a_second_node_address_is_probed_only_through_services_of_its_family() {
+    // Seed 41's case 289: a dual-stack cluster whose IPv6-only Service got a node-port probe
+    // on the nodes' IPv4 second address, which the reader refused.
+    let case = cases(41, 290).pop().expect("a case");
+    assert!(case.secondary_ips && case.family == case::Family::Dual);
+    if let Err(e) = prepare(case, "") {
+        panic!("the reader refused it:\n{e}");
+    }
+}
+
+#[test]
 fn generation_reaches_every_kind_of_field() {
     let mut guide = FieldCombinations::default();
     for n in 0..300 {

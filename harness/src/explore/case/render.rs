@@ -124,7 +124,11 @@ impl Case {
         };
         let address = net::node_secondary_ip(self.families()[0], node.slot);
         let mut probes = Vec::new();
-        let node_ports = self.services.iter().find(|s| {
+        // Services of the second address's family: a dual-stack cluster's IPv6-only Service has
+        // no node port on an IPv4 address.
+        let of_its_family =
+            |s: &&ServiceSpec| self.family != Family::Dual || s.families != ServiceFamilies::Second;
+        let node_ports = self.services.iter().filter(of_its_family).find(|s| {
             s.kind != ServiceType::ClusterIp && (s.kind == ServiceType::NodePort || s.allocate_node_ports)
         });
         if let Some(s) = node_ports {
@@ -147,7 +151,8 @@ impl Case {
             });
         }
         if self.proxy.node_port_addresses {
-            for s in self.services.iter().filter(|s| s.kind == ServiceType::LoadBalancer && s.etp_local) {
+            let checked = self.services.iter().filter(of_its_family);
+            for s in checked.filter(|s| s.kind == ServiceType::LoadBalancer && s.etp_local) {
                 probes.push(ProbeText {
                     name: format!("{SECONDARY_HEALTH_CHECK}{}", s.name),
                     flow: format!("{sender} -> {} healthCheck@{} on its second address", s.name, node.name),
