@@ -251,14 +251,7 @@ fn step_on_stream(case: &Case, k: usize, step: &StepSpec, st: &StreamSpec) -> &'
 
 /// The nodes holding endpoints of a Service's written slice.
 fn endpoint_nodes(case: &Case, s: &ServiceSpec) -> BTreeSet<String> {
-    let endpoints = s.slice.as_deref().unwrap_or_default();
-    endpoints
-        .iter()
-        .filter_map(|e| match &e.target {
-            EndpointTarget::Pod(pod) => case.pods.iter().find(|p| &p.name == pod).map(|p| p.node.clone()),
-            EndpointTarget::Node { node, .. } => Some(node.clone()),
-        })
-        .collect()
+    s.slice.as_deref().unwrap_or_default().iter().filter_map(|e| case.endpoint_node(e)).collect()
 }
 
 fn service(case: &Case, s: &ServiceSpec, prefix: &str, f: &mut BTreeSet<String>) {

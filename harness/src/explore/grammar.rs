@@ -454,16 +454,12 @@ fn drain(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
         s.publish_not_ready = !s.publish_not_ready;
         return;
     };
-    let node_of = |e: &EndpointSpec| match &e.target {
-        EndpointTarget::Pod(pod) => case.pods.iter().find(|p| &p.name == pod).map(|p| p.node.clone()),
-        EndpointTarget::Node { node, .. } => Some(node.clone()),
-    };
-    let nodes: Vec<String> = endpoints.iter().filter_map(node_of).collect();
+    let nodes: Vec<String> = endpoints.iter().filter_map(|e| case.endpoint_node(e)).collect();
     if nodes.is_empty() {
         return;
     }
     let drained = rng.pick(&nodes).clone();
-    endpoints.retain(|e| node_of(e).as_deref() != Some(drained.as_str()));
+    endpoints.retain(|e| case.endpoint_node(e).as_deref() != Some(drained.as_str()));
 }
 
 /// Another pod of the Service's own, not yet listed in its slice, as a ready endpoint.

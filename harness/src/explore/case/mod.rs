@@ -285,9 +285,10 @@ impl Case {
     }
 
     /// The streams probed in phase `k` (0 is the first state) and where each is sent: those
-    /// whose client and Service port have lasted through every phase up to `k`, and a UDP stream
-    /// whose Service step `k` deleted (the proxy running), sent once more to the Service's old cluster IP (the proxy
-    /// must clear its entries: the old backend may no longer answer it) and then ended.
+    /// whose client and Service port have lasted through every phase up to `k`, and a UDP
+    /// stream whose Service step `k` deleted (the proxy running), sent once more to the
+    /// Service's old cluster IP (the proxy must clear its entries: the old backend may no
+    /// longer answer it) and then ended.
     pub fn streams_in(&self, k: usize) -> Vec<(&StreamSpec, StreamTarget)> {
         let states: Vec<Case> = (0..=k).map(|i| self.state_after(i)).collect();
         let lasts = |state: &Case, st: &StreamSpec| {
@@ -324,6 +325,14 @@ impl Case {
                 ))
             })
             .collect()
+    }
+
+    /// The node an endpoint is on: its pod's, or the node of a host-network endpoint.
+    pub fn endpoint_node(&self, e: &EndpointSpec) -> Option<String> {
+        match &e.target {
+            EndpointTarget::Pod(pod) => self.pods.iter().find(|p| &p.name == pod).map(|p| p.node.clone()),
+            EndpointTarget::Node { node, .. } => Some(node.clone()),
+        }
     }
 
     /// The cluster IP a probe of `service` by name reaches: its primary family's.
