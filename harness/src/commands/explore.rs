@@ -180,9 +180,7 @@ pub fn main(args: Args) -> Result<i32> {
     if let Some(file) = &args.json {
         let slice = args.partition.map(|p| JsonSlice { seed: base_seed, slice: p.slice, of: p.of });
         let guide = clap::ValueEnum::to_possible_value(&args.guide).map(|v| v.get_name().to_string());
-        let mut report = json_report(&summary, seed, &label, code);
-        report.slice = slice;
-        report.guide = guide.as_deref().unwrap_or("");
+        let report = json_report(&summary, seed, slice, &label, guide.as_deref().unwrap_or(""), code);
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(file, text + "\n").with_context(|| format!("writing {}", file.display()))?;
     }
@@ -430,15 +428,22 @@ struct JsonCorpus<'a> {
     cases: usize,
 }
 
-fn json_report<'a>(s: &'a Summary, seed: u64, proxy: &'a str, exit_code: i32) -> JsonReport<'a> {
+fn json_report<'a>(
+    s: &'a Summary,
+    seed: u64,
+    slice: Option<JsonSlice>,
+    proxy: &'a str,
+    guide: &'a str,
+    exit_code: i32,
+) -> JsonReport<'a> {
     let covered = |kind: fn(&Feature) -> Option<&str>| s.covered.iter().filter_map(kind).collect::<Vec<_>>();
     JsonReport {
         version: crate::report::VERSION,
         kind: REPORT_KIND,
         seed,
-        slice: None,
+        slice,
         proxy,
-        guide: "",
+        guide,
         exit_code,
         cases: s.cases,
         passed: s.passed.len(),

@@ -45,7 +45,7 @@ pub fn main(parts: Vec<(String, Value)>, json: Option<&Path>, junit: bool, paint
             v["not_confirmed"].as_array().map_or(0, Vec::len)
         );
     }
-    let count = |key: &str| parts.iter().map(|(_, v)| v[key].as_array().map_or(0, Vec::len)).sum::<usize>();
+    let count = |key: &str| merged[key].as_array().map_or(0, Vec::len);
     let code = merged["exit_code"].as_i64().unwrap_or(i64::from(super::EXIT_ERROR)) as i32;
     let line = format!(
         "{} cases, {} passed, {} confirmed failures, {} not confirmed, {} harness faults, {} setup errors \

@@ -29,21 +29,17 @@ struct Part {
 /// Merges `files` and prints the verdict; the exit code is `run`'s (0, 1, or 2 for an input or
 /// machine fault, which a refused merge is too).
 pub fn main(files: &[PathBuf], outputs: &MergeOutputs, paint: Paint) -> Result<i32> {
-    let explorations = explorations(files)?;
-    if !explorations.is_empty() {
-        if explorations.len() < files.len() {
+    let reports = files.iter().map(|file| read_json(file)).collect::<Result<Vec<_>>>()?;
+    let explorations = reports.iter().filter(|(_, v)| super::explore_merge::is_explore_report(v)).count();
+    if explorations > 0 {
+        if explorations < reports.len() {
             bail!("exploration reports (`explore --json`) merge only with each other, not with runs");
         }
-        return super::explore_merge::main(
-            explorations,
-            outputs.json.as_deref(),
-            outputs.junit.is_some(),
-            paint,
-        );
+        return super::explore_merge::main(reports, outputs.json.as_deref(), outputs.junit.is_some(), paint);
     }
     let mut parts = Vec::new();
-    for file in files {
-        parts.extend(read(file)?);
+    for (shown, value) in reports {
+        parts.extend(read(shown, value)?);
     }
     check(&parts)?;
     for part in &parts {
@@ -108,28 +104,17 @@ fn exit_code(merged: &JsonRun) -> i32 {
     }
 }
 
-/// The exploration reports among `files`, each with its file's name.
-fn explorations(files: &[PathBuf]) -> Result<Vec<(String, serde_json::Value)>> {
-    let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
-        if super::explore_merge::is_explore_report(&value) {
-            out.push((file.display().to_string(), value));
-        }
-    }
-    Ok(out)
+/// A report file's JSON, with the file's name.
+fn read_json(file: &Path) -> Result<(String, serde_json::Value)> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
+    Ok((file.display().to_string(), value))
 }
 
-/// The reports in `file`: a run's, or each kernel × proxy of a matrix's (a run the matrix
-/// could not carry out becomes an error of its own).
-fn read(file: &Path) -> Result<Vec<Part>> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let shown = file.display().to_string();
+/// The reports in a file's JSON: a run's, or each kernel × proxy of a matrix's (a run the
+/// matrix could not carry out becomes an error of its own).
+fn read(shown: String, value: serde_json::Value) -> Result<Vec<Part>> {
     // A matrix's report is the one with `runs`; each is read as the type that wrote it.
-    let value: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
     if value.get("runs").is_none() {
         let run = serde_json::from_value(value)
             .with_context(|| format!("{shown}: not a packetproof run report (`run --json`)"))?;

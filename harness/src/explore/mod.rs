@@ -564,11 +564,13 @@ fn size(case: &Case) -> (usize, usize, usize, usize) {
 fn failing_probes(case: &Case, report: &ScenarioReport) -> Vec<ProbeText> {
     let Outcome::Judged(verdicts) = &report.outcome else { return Vec::new() };
     let in_step = |name: &str| case.steps.iter().any(|s| name.starts_with(&format!("{}: ", s.name)));
-    // Kept flows and expiry probes are the case's own, kept or cut whole.
+    // Kept flows, expiry probes and the probes added to every flow are the case's own, kept or
+    // cut whole.
+    let added = case.added_probes();
     let stream = |name: &str| {
         case.streams.iter().any(|s| s.name == name)
             || case.expiries.iter().any(|e| name == e.name || name.starts_with(&format!("{}[", e.name)))
-            || case.added_probes().iter().any(|p| p.name == name)
+            || added.iter().any(|p| p.name == name)
     };
     verdicts
         .iter()

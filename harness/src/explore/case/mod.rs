@@ -337,10 +337,7 @@ impl Case {
 
     /// The cluster IP a probe of `service` by name reaches: its primary family's.
     pub fn primary_cluster_ip(&self, service: &ServiceSpec) -> Option<std::net::IpAddr> {
-        let v6 = match (self.family, service.families) {
-            (Family::Dual, ServiceFamilies::Second) => true,
-            _ => net::families(self.family)[0],
-        };
+        let v6 = *self.service_families(service).first()?;
         net::cluster_ip(v6, service.slot).parse().ok()
     }
 

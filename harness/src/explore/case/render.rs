@@ -12,7 +12,7 @@ impl Case {
     }
 
     /// The Service families a Service writes, as `(v6, …)` in its order.
-    fn service_families(&self, s: &ServiceSpec) -> Vec<bool> {
+    pub(super) fn service_families(&self, s: &ServiceSpec) -> Vec<bool> {
         match (self.family, s.families) {
             (Family::V4, _) => vec![false],
             (Family::V6, _) => vec![true],
@@ -126,8 +126,7 @@ impl Case {
         let mut probes = Vec::new();
         // Services of the second address's family: a dual-stack cluster's IPv6-only Service has
         // no node port on an IPv4 address.
-        let of_its_family =
-            |s: &&ServiceSpec| self.family != Family::Dual || s.families != ServiceFamilies::Second;
+        let of_its_family = |s: &&ServiceSpec| self.service_families(s).contains(&self.families()[0]);
         let node_ports = self.services.iter().filter(of_its_family).find(|s| {
             s.kind != ServiceType::ClusterIp && (s.kind == ServiceType::NodePort || s.allocate_node_ports)
         });
