@@ -237,6 +237,12 @@ fn step_on_stream(case: &Case, k: usize, step: &StepSpec, st: &StreamSpec) -> &'
             match (old.is_some_and(serving), serving(new), restart) {
                 (true, false, false) => "its Service scaled to zero",
                 (true, false, true) => "its Service scaled to zero while restarting",
+                (true, true, false) if old.is_some_and(|old| drains_all(old, new)) => {
+                    "its serving endpoints' drain for a new replica"
+                }
+                (true, true, true) if old.is_some_and(|old| drains_all(old, new)) => {
+                    "its serving endpoints' drain for a new replica while restarting"
+                }
                 (_, _, false) if old.and_then(|o| o.slice.as_ref()) != new.slice.as_ref() => {
                     "its endpoints' change"
                 }
@@ -247,6 +253,17 @@ fn step_on_stream(case: &Case, k: usize, step: &StepSpec, st: &StreamSpec) -> &'
         (_, false) => "another Service's change",
         (_, true) => "another Service's change while restarting",
     }
+}
+
+/// Whether every endpoint serving in `old`'s slice turns terminating (still serving) in
+/// `new`'s, beside a ready endpoint `old` did not list: a rolling update's moment.
+fn drains_all(old: &ServiceSpec, new: &ServiceSpec) -> bool {
+    let (Some(before), Some(after)) = (&old.slice, &new.slice) else { return false };
+    let still_serving = |e: &EndpointSpec| {
+        after.iter().any(|a| a.target == e.target && !a.ready && a.serving && a.terminating)
+    };
+    let fresh = after.iter().any(|a| a.ready && !before.iter().any(|b| b.target == a.target));
+    fresh && before.iter().filter(|e| e.serving).all(still_serving)
 }
 
 /// The nodes holding endpoints of a Service's written slice.
@@ -272,7 +289,14 @@ fn service(case: &Case, s: &ServiceSpec, prefix: &str, f: &mut BTreeSet<String>)
         f.insert(format!("{prefix}{kind} externalIPs etp {}", policy(s.etp_local)));
     }
     if s.external_ip_on_node.is_some() {
-        f.insert(format!("{prefix}{kind} externalIP on a node's address etp {}", policy(s.etp_local)));
+        f.insert(format!(
+            "{prefix}{kind} externalIP on a node's address etp {}, port another's node port {}",
+            policy(s.etp_local),
+            s.port_on_node_port_of.is_some()
+        ));
+    }
+    if s.lb_ips_on_nodes && case.secondary_ips {
+        f.insert(format!("{prefix}LB IPs on the nodes' second addresses etp {}", policy(s.etp_local)));
     }
     for &(_, proxy) in &s.lb_ingress {
         f.insert(format!(
@@ -333,12 +357,17 @@ fn service(case: &Case, s: &ServiceSpec, prefix: &str, f: &mut BTreeSet<String>)
                 // hints on unready ones; enough attempts to see an endpoint never chosen.
                 let ready_unhinted = endpoints.iter().any(|e| e.ready && e.hint.is_none());
                 let unready_hinted = endpoints.iter().any(|e| !e.ready && e.hint.is_some());
+                // A node's zone that some ready endpoint is hinted for: hints that would narrow.
+                let zones: BTreeSet<&String> = case.nodes.iter().filter_map(|n| n.zone.as_ref()).collect();
+                let hinted_zone =
+                    endpoints.iter().any(|e| e.ready && e.hint.as_ref().is_some_and(|z| zones.contains(z)));
+                // PreferClose is read only behind its feature gate.
+                let read = s.topology == Topology::Annotation || case.proxy.traffic_distribution_gate;
                 f.insert(format!(
-                    "{prefix}topology {:?}, a ready endpoint unhinted {ready_unhinted}, an unready one hinted \
-                     {unready_hinted}, zoned nodes {}, many attempts {}",
+                    "{prefix}topology {:?} read {read}, a ready endpoint unhinted {ready_unhinted}, an unready one \
+                     hinted {unready_hinted}, a node's zone hinted {hinted_zone}, spread {}",
                     s.topology,
-                    case.nodes.iter().any(|n| n.zone.is_some()),
-                    case.count >= 20
+                    case.count >= 40 && s.affinity.is_none()
                 ));
             }
         }

@@ -78,8 +78,12 @@ pub fn case(rng: &mut Rng, name: &str) -> Case {
             });
         }
     }
-    if case.steps.len() < 2 && rng.chance(30) {
-        delete_under_a_stream(&mut case);
+    if case.steps.len() < 2 && rng.chance(40) {
+        if rng.chance(50) {
+            delete_under_a_stream(&mut case);
+        } else {
+            drain_under_a_stream(rng, &mut case);
+        }
     }
     case
 }
@@ -102,6 +106,47 @@ fn delete_under_a_stream(case: &mut Case) {
     let name = format!("step-{}", case.steps.len() + 1);
     let change = Change::DeleteService(st.service.clone());
     case.steps.push(StepSpec { name, change, restart: false, probes: Vec::new() });
+}
+
+/// One more step, a rolling update's moment under a UDP stream: every serving endpoint of
+/// its Service turns terminating (still serving) while a new replica becomes ready, half the
+/// time while the proxy restarts. Wherever the stream sits, its endpoint still serves, so the
+/// stream must stay; a proxy that clears it (the endpoint is no longer ready, or a restart
+/// flushes every UDP entry) moves it to the new replica, the only one new flows may take.
+fn drain_under_a_stream(rng: &mut Rng, case: &mut Case) {
+    let state = case.state_after(case.steps.len());
+    // Without topology or a Local internal policy, so that nothing else narrows the endpoints.
+    let drained = case.streams.iter().filter(|st| st.source_port.is_some()).find_map(|st| {
+        let s = state.services.iter().find(|s| s.name == st.service)?;
+        let endpoints = s.slice.as_ref()?;
+        let plain = s.topology == Topology::None && !s.itp_local;
+        (plain && endpoints.iter().any(|e| e.ready && e.serving)).then(|| s.clone())
+    });
+    let Some(mut s) = drained else { return };
+    let endpoints = s.slice.as_mut().expect("a sliced Service");
+    for e in endpoints.iter_mut().filter(|e| e.serving) {
+        (e.ready, e.serving, e.terminating) = (false, true, true);
+    }
+    let added = match spare_replica(case, &s.name, endpoints) {
+        Some(added) => added,
+        None => {
+            let taken = |name: &str| case.pods.iter().any(|p| p.name == name);
+            let name = (0..).map(|k| format!("{}-{k}", s.name)).find(|n| !taken(n)).expect("a free name");
+            let node = rng.pick(&case.nodes).name.clone();
+            push_pod(case, name.clone(), node, Some(s.name.clone()), true, false);
+            EndpointSpec {
+                target: EndpointTarget::Pod(name),
+                ready: true,
+                serving: true,
+                terminating: false,
+                hint: None,
+            }
+        }
+    };
+    s.slice.as_mut().expect("a sliced Service").push(added);
+    let name = format!("step-{}", case.steps.len() + 1);
+    let restart = rng.chance(50);
+    case.steps.push(StepSpec { name, change: Change::ReplaceService(s), restart, probes: Vec::new() });
 }
 
 /// A case made from `parent` (one that reached new rules) by one to three changes: a
@@ -158,14 +203,24 @@ pub fn mutated(rng: &mut Rng, parent: &Case, name: &str) -> Case {
 }
 
 /// Shapes the draws above give too rarely or never, drawn after the Services and kept flows
-/// so that those draws stay as they were: a Service exposed on a node's own address, several
-/// load-balancer IPs behind a source range of the node network, a short affinity timeout
-/// waited out, a second address on every node, a martian frame for 127.0.0.1.
+/// so that those draws stay as they were: a Service exposed on a node's own address (half the
+/// time on another Service's node port), several load-balancer IPs behind a source range of
+/// the node network, a short affinity timeout waited out, a second address on every node
+/// (sometimes a load balancer's VIP, behind ranges that hold the nodes' primary addresses
+/// only), a martian frame for 127.0.0.1.
 fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
     if rng.chance(8) {
         let node = rng.pick(&case.nodes).name.clone();
         let k = rng.below(case.services.len());
         case.services[k].external_ip_on_node = Some(node);
+        let others: Vec<usize> =
+            (0..case.services.len()).filter(|&o| o != k && case.services[o].has_node_ports()).collect();
+        if !others.is_empty() && rng.chance(50) {
+            let o = *rng.pick(&others);
+            case.services[k].port_on_node_port_of = Some(case.services[o].slot);
+            // Node ports are matched per protocol: the clash needs the same one.
+            case.services[k].ports[0].udp = case.services[o].ports[0].udp;
+        }
     }
     let balanced: Vec<usize> =
         (0..case.services.len()).filter(|&k| case.services[k].kind == ServiceType::LoadBalancer).collect();
@@ -183,9 +238,54 @@ fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
         case.secondary_ips = true;
         case.proxy.node_port_addresses = rng.chance(70);
     }
+    if case.secondary_ips && !balanced.is_empty() && rng.chance(40) {
+        let s = &mut case.services[*rng.pick(&balanced)];
+        s.lb_ips_on_nodes = true;
+        // The VIPs lie outside the ranges, the nodes' own addresses inside.
+        s.source_ranges.retain(|r| *r != SourceRange::NodeNetwork);
+        if !s.source_ranges.contains(&SourceRange::NodeAddresses) {
+            s.source_ranges.push(SourceRange::NodeAddresses);
+        }
+    }
     if rng.chance(8) {
         case.martian = true;
     }
+    if rng.chance(50) {
+        partial_hints(rng, case);
+    }
+}
+
+/// Hints that cover every ready endpoint but one, on a Service whose hints would otherwise
+/// apply, probed with enough attempts to see the unhinted endpoint never chosen: hints must then be
+/// ignored (kube-proxy's `topology.go`: all ready endpoints or none need hints).
+fn partial_hints(rng: &mut Rng, case: &mut Case) {
+    let gate = case.proxy.traffic_distribution_gate;
+    let zones: Vec<(String, String)> =
+        case.nodes.iter().filter_map(|n| Some((n.name.clone(), n.zone.clone()?))).collect();
+    let candidates: Vec<usize> = (0..case.services.len())
+        .filter(|&k| {
+            let s = &case.services[k];
+            let hinted = s.topology == Topology::Annotation || (s.topology == Topology::PreferClose && gate);
+            let ready = s.slice.as_ref().map_or(0, |e| e.iter().filter(|e| e.ready).count());
+            // Without affinity, so that attempts are spread and an endpoint never chosen shows.
+            hinted && ready >= 2 && s.affinity.is_none()
+        })
+        .collect();
+    if candidates.is_empty() || zones.is_empty() {
+        return;
+    }
+    let k = *rng.pick(&candidates);
+    let node_of: Vec<Option<String>> =
+        case.services[k].slice.iter().flatten().map(|e| case.endpoint_node(e)).collect();
+    let endpoints = case.services[k].slice.as_mut().expect("a sliced Service");
+    for (e, node) in endpoints.iter_mut().zip(node_of) {
+        e.hint = node.and_then(|n| zones.iter().find(|(name, _)| *name == n).map(|(_, z)| z.clone()));
+    }
+    let ready: Vec<usize> = (0..endpoints.len()).filter(|&i| endpoints[i].ready).collect();
+    endpoints[*rng.pick(&ready)].hint = None;
+    // Forty attempts: a backend never chosen among three is a failure within the verdict's
+    // false-failure bound (20 are enough for two only).
+    case.count = 40;
 }
 
 /// Gives a Service of the primary family a one-second affinity timeout and probes it from
@@ -296,6 +396,8 @@ fn service(rng: &mut Rng, case: &mut Case, slot: u8) -> ServiceSpec {
         affinity: rng.chance(20).then(|| rng.chance(50).then(|| [60, 600, 3600][rng.below(3)])),
         external_ips: if rng.chance(20) { vec![10 + slot * 4] } else { Vec::new() },
         external_ip_on_node: None,
+        port_on_node_port_of: None,
+        lb_ips_on_nodes: false,
         lb_ingress: if lb {
             (0..rng.weighted(&[10, 80, 10])).map(|k| (10 + slot * 4 + k as u8, rng.chance(15))).collect()
         } else {

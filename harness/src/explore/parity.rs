@@ -156,6 +156,41 @@ fn service_ip_on_a_node(d: &Documents) -> bool {
     d.has("Service", "spec.externalIPs[]", |ip| ip.as_str().is_some_and(|ip| node_ips.contains(&ip)))
 }
 
+/// A Service exposed on a node's own address on a port that is another Service's node port.
+fn service_port_on_a_node_port(d: &Documents) -> bool {
+    let node_ports: Vec<u64> = d
+        .of_kind("Service")
+        .flat_map(|s| values_at(s, "spec.ports[].nodePort"))
+        .filter_map(Value::as_u64)
+        .collect();
+    service_ip_on_a_node(d)
+        && d.has("Service", "spec.ports[].port", |p| p.as_u64().is_some_and(|p| node_ports.contains(&p)))
+}
+
+/// A load-balancer IP that is a node's second address, behind source ranges that hold a
+/// node's primary address alone.
+fn lb_ip_on_a_node(d: &Documents) -> bool {
+    let addresses = |path: &str| -> Vec<String> {
+        d.of_kind("Scenario")
+            .flat_map(|s| values_at(s, path))
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    };
+    let (primaries, seconds) = (addresses("spec.nodes[].ip"), addresses("spec.nodes[].secondaryIPs[]"));
+    d.any("Service", |s| {
+        let on_node = values_at(s, "status.loadBalancer.ingress[].ip")
+            .iter()
+            .any(|ip| ip.as_str().is_some_and(|ip| seconds.iter().any(|x| x == ip)));
+        let node_range = values_at(s, "spec.loadBalancerSourceRanges[]").iter().any(|r| {
+            r.as_str()
+                .and_then(|r| r.split_once('/'))
+                .is_some_and(|(ip, _)| primaries.iter().any(|p| p == ip))
+        });
+        on_node && node_range
+    })
+}
+
 /// A slice with zone hints on some of its ready endpoints but not on all.
 fn partial_hints(slice: &Value) -> bool {
     let ready: Vec<&Value> = values_at(slice, "endpoints[]")
@@ -198,6 +233,14 @@ fn udp_stream_across(d: &Documents, deletion: bool) -> bool {
         });
         keeps_stream && deletes == deletion
     }) && (deletion || d.after_a_step("EndpointSlice").next().is_some())
+}
+
+/// A UDP stream kept across a step that restarts the proxy while endpoints change.
+fn udp_stream_across_a_restart_with_new_endpoints(d: &Documents) -> bool {
+    d.of_kind("Step").any(|step| {
+        values_at(step, "spec.restartProxy").iter().any(|v| truthy(v))
+            && values_at(step, "spec.probes[]").iter().any(|p| p.get("sourcePort").is_some_and(Value::is_u64))
+    }) && d.after_a_step("EndpointSlice").next().is_some()
 }
 
 /// Every row, in the manual's order.
@@ -615,6 +658,12 @@ pub const ROWS: &[Row] = &[
         class: "a UDP stream kept across its Service's deletion",
         support: Support::Generated(|d| udp_stream_across(d, true)),
     },
+    Row {
+        kinds: "Step",
+        fields: "spec.probes[].sourcePort, spec.restartProxy",
+        class: "a UDP stream kept across endpoints changed while the proxy restarts",
+        support: Support::Generated(udp_stream_across_a_restart_with_new_endpoints),
+    },
     // Services.
     Row {
         kinds: "Service",
@@ -707,6 +756,12 @@ pub const ROWS: &[Row] = &[
     },
     Row {
         kinds: "Service",
+        fields: "spec.externalIPs, spec.ports[].port",
+        class: "a node's own address, on a port that is another Service's node port",
+        support: Support::Generated(service_port_on_a_node_port),
+    },
+    Row {
+        kinds: "Service",
         fields: "spec.externalTrafficPolicy",
         class: "Cluster, Local",
         support: Support::Generated(|d| d.has("Service", "spec.externalTrafficPolicy", is("Local"))),
@@ -759,6 +814,12 @@ pub const ROWS: &[Row] = &[
         fields: "spec.loadBalancerSourceRanges, status.loadBalancer.ingress",
         class: "several load-balancer IPs, a range holding the nodes' addresses",
         support: Support::Generated(several_lb_ips_and_node_range),
+    },
+    Row {
+        kinds: "Service",
+        fields: "spec.loadBalancerSourceRanges, status.loadBalancer.ingress",
+        class: "load-balancer IPs on the nodes' second addresses, ranges holding their primary addresses only",
+        support: Support::Generated(lb_ip_on_a_node),
     },
     Row {
         kinds: "Service",

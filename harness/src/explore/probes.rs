@@ -151,7 +151,7 @@ fn deleted_service_probes(
     let mut out = Vec::new();
     let sources = scenario.cluster.pods.iter().map(|p| Source::Pod(p.name.clone())).take(1);
     for (i, port) in gone.ports.iter().enumerate() {
-        let (number, _, _) = super::case::port_numbers(gone.slot, i);
+        let number = gone.port_number(i);
         for from in sources.clone() {
             let probe = Probe {
                 name: "deleted".into(),

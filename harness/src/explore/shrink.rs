@@ -141,6 +141,9 @@ fn fewer_service_parts(s: &ServiceSpec) -> Vec<ServiceSpec> {
     if s.external_ip_on_node.is_some() {
         cuts.push(ServiceSpec { external_ip_on_node: None, ..s.clone() });
     }
+    if s.lb_ips_on_nodes {
+        cuts.push(ServiceSpec { lb_ips_on_nodes: false, ..s.clone() });
+    }
     for i in 0..s.lb_ingress.len() {
         let mut t = s.clone();
         t.lb_ingress.remove(i);
@@ -168,6 +171,7 @@ fn simpler_services(s: &ServiceSpec) -> Vec<ServiceSpec> {
     with(&|t| t.topology = Topology::None);
     with(&|t| t.publish_not_ready = false);
     with(&|t| t.allocate_node_ports = true);
+    with(&|t| t.port_on_node_port_of = None);
     with(&|t| t.families = ServiceFamilies::Primary);
     with(&|t| {
         t.ports.iter_mut().for_each(|p| p.named_target = false);

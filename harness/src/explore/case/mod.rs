@@ -177,8 +177,15 @@ pub struct ServiceSpec {
     pub external_ips: Vec<u8>,
     /// A node whose own address is also one of the Service's external IPs.
     pub external_ip_on_node: Option<String>,
+    /// Its first port's number is the node port of the Service in this slot: on a node address
+    /// that is also its external IP, the Service IP must win (node ports come last).
+    pub port_on_node_port_of: Option<u8>,
     /// Load-balancer ingress IPs: host part, and whether `ipMode: Proxy`.
     pub lb_ingress: Vec<(u8, bool)>,
+    /// Every node's second address is also a load-balancer IP, after the ingress IPs above (VIPs
+    /// a node holds itself, as kube-vip or keepalived put them): the node then sends to its VIP
+    /// from the VIP. Only where the nodes have second addresses of the Service's family.
+    pub lb_ips_on_nodes: bool,
     pub source_ranges: Vec<SourceRange>,
     pub allocate_node_ports: bool,
     pub topology: Topology,
@@ -196,6 +203,8 @@ pub enum SourceRange {
     NodeNetwork,
     /// A range holding none of the cluster's addresses.
     Elsewhere,
+    /// Each node's primary address alone: not its second address, nor the external host.
+    NodeAddresses,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,6 +288,22 @@ pub fn health_check_port(service_slot: u8) -> u16 {
     32000 + service_slot as u16
 }
 
+impl ServiceSpec {
+    /// The number of its port `index`: its own, or another Service's node port (a clash).
+    pub fn port_number(&self, index: usize) -> u16 {
+        match self.port_on_node_port_of {
+            Some(slot) if index == 0 => port_numbers(slot, 0).2,
+            _ => port_numbers(self.slot, index).0,
+        }
+    }
+
+    /// Whether it has node ports.
+    pub fn has_node_ports(&self) -> bool {
+        self.kind == ServiceType::NodePort
+            || (self.kind == ServiceType::LoadBalancer && self.allocate_node_ports)
+    }
+}
+
 impl Case {
     pub fn node(&self, name: &str) -> Option<&NodeSpec> {
         self.nodes.iter().find(|n| n.name == name)
@@ -319,10 +344,7 @@ impl Case {
                 let gone = states[k - 1].services.iter().find(|s| s.name == st.service)?;
                 let index = gone.ports.iter().position(|p| p.name == st.port)?;
                 let ip = self.primary_cluster_ip(gone)?;
-                Some((
-                    st,
-                    StreamTarget::Deleted(std::net::SocketAddr::new(ip, port_numbers(gone.slot, index).0)),
-                ))
+                Some((st, StreamTarget::Deleted(std::net::SocketAddr::new(ip, gone.port_number(index)))))
             })
             .collect()
     }

@@ -127,9 +127,7 @@ impl Case {
         // Services of the second address's family: a dual-stack cluster's IPv6-only Service has
         // no node port on an IPv4 address.
         let of_its_family = |s: &&ServiceSpec| self.service_families(s).contains(&self.families()[0]);
-        let node_ports = self.services.iter().filter(of_its_family).find(|s| {
-            s.kind != ServiceType::ClusterIp && (s.kind == ServiceType::NodePort || s.allocate_node_ports)
-        });
+        let node_ports = self.services.iter().filter(of_its_family).find(|s| s.has_node_ports());
         if let Some(s) = node_ports {
             let port = &s.ports[0];
             probes.push(ProbeText {
@@ -339,12 +337,13 @@ impl Case {
         }
         let lb = s.kind == ServiceType::LoadBalancer;
         if lb {
-            render_load_balancer(s, primary_v6, out);
+            self.render_load_balancer(s, primary_v6, out);
         }
         let _ = writeln!(out, "  ports:");
-        let node_ports = s.kind == ServiceType::NodePort || (lb && s.allocate_node_ports);
+        let node_ports = s.has_node_ports();
         for (i, p) in s.ports.iter().enumerate() {
-            let (port, target, node_port) = port_numbers(s.slot, i);
+            let (_, target, node_port) = port_numbers(s.slot, i);
+            let port = s.port_number(i);
             let target = if p.named_target && s.slice.is_none() { q(&p.name) } else { target.to_string() };
             let np = if node_ports { format!(", nodePort: {node_port}") } else { String::new() };
             let _ = writeln!(
@@ -354,11 +353,16 @@ impl Case {
                 if p.udp { "UDP" } else { "TCP" }
             );
         }
-        if lb && !s.lb_ingress.is_empty() {
+        let mut ingress: Vec<(String, bool)> =
+            s.lb_ingress.iter().map(|&(h, proxy)| (net::lb_ip(primary_v6, h), proxy)).collect();
+        if s.lb_ips_on_nodes && self.secondary_ips && net::families(self.family)[0] == primary_v6 {
+            ingress.extend(self.nodes.iter().map(|n| (net::node_secondary_ip(primary_v6, n.slot), false)));
+        }
+        if lb && !ingress.is_empty() {
             let _ = writeln!(out, "status:\n  loadBalancer:\n    ingress:");
-            for &(h, proxy) in &s.lb_ingress {
+            for (ip, proxy) in ingress {
                 let mode = if proxy { ", ipMode: Proxy" } else { "" };
-                let _ = writeln!(out, "      - {{ip: {}{mode}}}", q(&net::lb_ip(primary_v6, h)));
+                let _ = writeln!(out, "      - {{ip: {}{mode}}}", q(&ip));
             }
         }
         if let Some(endpoints) = &s.slice {
@@ -366,6 +370,31 @@ impl Case {
                 self.render_slice(s, endpoints, v6, out);
             }
         }
+    }
+
+    /// A load balancer's fields: node ports allocated or not, its health check, source ranges.
+    fn render_load_balancer(&self, s: &ServiceSpec, primary_v6: bool, out: &mut String) {
+        let _ = writeln!(out, "  allocateLoadBalancerNodePorts: {}", s.allocate_node_ports);
+        if s.etp_local {
+            let _ = writeln!(out, "  healthCheckNodePort: {}", health_check_port(s.slot));
+        }
+        if s.source_ranges.is_empty() {
+            return;
+        }
+        let host = |ip: String| q(&format!("{ip}/{}", if primary_v6 { 128 } else { 32 }));
+        let ranges: Vec<String> = s
+            .source_ranges
+            .iter()
+            .flat_map(|r| match r {
+                SourceRange::ExternalHost => vec![host(net::external_host(primary_v6))],
+                SourceRange::NodeNetwork => vec![q(net::node_network(primary_v6))],
+                SourceRange::Elsewhere => vec![q(net::elsewhere(primary_v6))],
+                SourceRange::NodeAddresses => {
+                    self.nodes.iter().map(|n| host(net::node_ip(primary_v6, n.slot))).collect()
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "  loadBalancerSourceRanges: [{}]", ranges.join(", "));
     }
 
     fn render_slice(&self, s: &ServiceSpec, endpoints: &[EndpointSpec], v6: bool, out: &mut String) {
@@ -549,29 +578,6 @@ fn render_policies(s: &ServiceSpec, out: &mut String) {
     }
     if s.topology == Topology::PreferClose {
         let _ = writeln!(out, "  trafficDistribution: PreferClose");
-    }
-}
-
-/// A load balancer's fields: node ports allocated or not, its health check, source ranges.
-fn render_load_balancer(s: &ServiceSpec, primary_v6: bool, out: &mut String) {
-    let _ = writeln!(out, "  allocateLoadBalancerNodePorts: {}", s.allocate_node_ports);
-    if s.etp_local {
-        let _ = writeln!(out, "  healthCheckNodePort: {}", health_check_port(s.slot));
-    }
-    if !s.source_ranges.is_empty() {
-        let ranges: Vec<String> = s
-            .source_ranges
-            .iter()
-            .map(|r| match r {
-                SourceRange::ExternalHost => {
-                    let host = net::external_host(primary_v6);
-                    q(&format!("{host}/{}", if primary_v6 { 128 } else { 32 }))
-                }
-                SourceRange::NodeNetwork => q(net::node_network(primary_v6)),
-                SourceRange::Elsewhere => q(net::elsewhere(primary_v6)),
-            })
-            .collect();
-        let _ = writeln!(out, "  loadBalancerSourceRanges: [{}]", ranges.join(", "));
     }
 }
 
