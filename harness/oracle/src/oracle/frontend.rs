@@ -155,6 +155,17 @@ pub(super) fn classify<'a>(
                 _ => ExternalKind::LoadBalancer,
             };
             let node = translating_node(cluster, probe)?;
+            if let Some(owner) = node_port_owner(cluster, dst, probe.protocol)
+                && super::endpoints::cluster_wide(port).is_empty()
+            {
+                return Err(NotAFrontend::Invalid(format!(
+                    "{dst} is a node's own address and Service {owner}'s node port, and {} has no endpoints: \
+                     kube-proxy writes no DNAT for a Service IP without endpoints (its reject is a filter \
+                     rule), so the node port may take the packet first; which one wins is the proxy's hook \
+                     order, not a Kubernetes rule",
+                    svc.namespaced_name()
+                )));
+            }
             Ok(Frontend::External { svc, port, kind, node })
         }
         Target::HealthCheck { service, node } => {
@@ -320,6 +331,17 @@ fn service_ip_owner(cluster: &Cluster, dst: SocketAddr, protocol: Protocol) -> O
         let ip_is_theirs = s.external_ips.contains(&dst.ip()) || s.load_balancer_ips.contains(&dst.ip());
         let port_is_theirs = s.ports.iter().any(|p| p.port == dst.port() && p.protocol == protocol);
         (ip_is_theirs && port_is_theirs).then(|| s.namespaced_name())
+    })
+}
+
+/// The Service whose node port `dst` is, where `dst`'s address is some node's own.
+fn node_port_owner(cluster: &Cluster, dst: SocketAddr, protocol: Protocol) -> Option<String> {
+    if !cluster.nodes.iter().any(|n| n.all_ips().any(|ip| ip == dst.ip())) {
+        return None;
+    }
+    cluster.services.iter().find_map(|s| {
+        let listens = s.ports.iter().any(|p| p.node_port == Some(dst.port()) && p.protocol == protocol);
+        listens.then(|| s.namespaced_name())
     })
 }
 

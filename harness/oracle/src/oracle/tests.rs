@@ -533,6 +533,40 @@ fn a_node_port_shadowed_by_an_external_ip_on_the_same_address_is_refused_as_ambi
     assert!(expect(&c, &probe(Source::External("ext".into()), to_node_port("b"))).is_ok());
 }
 
+/// Found by exploration: an external IP on a node's address, without endpoints, on another
+/// Service's node port. kube-proxy writes no DNAT for it, so the node port took the packet in
+/// iptables mode where the oracle expected the reject.
+#[test]
+fn an_external_ip_without_endpoints_on_another_services_node_port_is_refused_as_ambiguous() {
+    let c = cluster(both(), TrafficPolicy::Cluster);
+    let node_port = c.services[0].ports[0].node_port.expect("web has a node port");
+    let mut legacy = c.services[0].clone();
+    legacy.name = "legacy".into();
+    legacy.cluster_ips = crate::model::PerFamily::single("10.96.0.21".parse().unwrap());
+    legacy.service_type = ServiceType::ClusterIp;
+    legacy.external_ips = vec!["192.168.50.11".parse().unwrap()];
+    legacy.ports[0].port = node_port;
+    legacy.ports[0].node_port = None;
+    let to_legacy = |endpoints: bool| {
+        let mut c = c.clone();
+        let mut legacy = legacy.clone();
+        if !endpoints {
+            legacy.ports[0].endpoints.clear();
+        }
+        c.services.push(legacy);
+        let target = Target::ExternalIp {
+            service: "legacy".into(),
+            port: "http".into(),
+            ip: "192.168.50.11".parse().unwrap(),
+            via: Some("a".into()),
+        };
+        expect(&c, &probe(Source::External("ext".into()), target))
+    };
+    let err = to_legacy(false).unwrap_err();
+    assert!(err.contains("no DNAT for a Service IP without endpoints"), "{err}");
+    assert!(to_legacy(true).is_ok(), "with endpoints the Service IP wins, as KUBE-NODEPORTS comes last");
+}
+
 #[test]
 fn profiles_choose_where_kubernetes_leaves_the_outcome_open() {
     use super::{Basis, Prediction, Profile, predict};
