@@ -256,8 +256,8 @@ fn rarer_shapes(rng: &mut Rng, case: &mut Case) {
 }
 
 /// Hints that cover every ready endpoint but one, on a Service whose hints would otherwise
-/// apply, probed with enough attempts to see the unhinted endpoint never chosen: hints must then be
-/// ignored (kube-proxy's `topology.go`: all ready endpoints or none need hints).
+/// apply, probed with enough attempts to see the unhinted endpoint never chosen: hints must
+/// then be ignored (kube-proxy's `topology.go`: every ready endpoint needs hints).
 fn partial_hints(rng: &mut Rng, case: &mut Case) {
     let gate = case.proxy.traffic_distribution_gate;
     let zones: Vec<(String, String)> =
