@@ -266,7 +266,11 @@ enum Message {
 }
 
 /// One run; a panic becomes its error, so the other runs go on and reporters hear of it.
-fn run_caught(run: &Run<'_>, options: &RunOptions, skip_all: Option<&str>) -> Result<ScenarioReport> {
+pub(crate) fn run_caught(
+    run: &Run<'_>,
+    options: &RunOptions,
+    skip_all: Option<&str>,
+) -> Result<ScenarioReport> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(run, options, skip_all))).unwrap_or_else(
         |panic| {
             let what = panic

@@ -231,38 +231,54 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
     };
     let mut summary = Summary::default();
     let mut judged_cases: Vec<JudgedCase> = Vec::new();
-    let mut n = 0u64;
-    let batch = 2 * settings.jobs.max(1);
-    let mut last_progress = Instant::now();
-    loop {
-        let remaining = match settings.stop {
-            Stop::Cases(total) => total.saturating_sub(n as usize),
-            Stop::After(budget) if started.elapsed() < budget => batch,
-            Stop::After(_) => 0,
-        };
-        if remaining == 0 {
-            break;
-        }
-        let ready = generate_batch(settings, &mut n, remaining.min(batch), guide.as_mut(), &mut summary)?;
-        match &settings.against {
-            Some(against) => {
-                against::compare_batch(settings, &engine, against, ready, &mut summary, guide.as_mut())?
-            }
-            None => {
-                let scenarios: Vec<&Scenario> = ready.iter().map(|(r, _)| &r.scenario).collect();
-                let results = run_all(&engine, &scenarios, &settings.proxy)?;
-                for ((r, f), result) in ready.into_iter().zip(results) {
-                    let judged = Judged { settings, engine: &engine, guide: guide.as_mut() };
-                    match result {
-                        Err(e) => summary.errors.push(format!("{}: {e:#}", r.case.name)),
-                        Ok(report) => judged.record(r, f, &report, &mut summary, &mut judged_cases)?,
-                    }
+    let within = |drawn: u64| match settings.stop {
+        Stop::Cases(total) => (drawn as usize) < total,
+        Stop::After(budget) => started.elapsed() < budget,
+    };
+    match &settings.against {
+        Some(against) => {
+            let mut n = 0u64;
+            let batch = 2 * settings.jobs.max(1);
+            let mut last_progress = Instant::now();
+            while within(n) {
+                let count = match settings.stop {
+                    Stop::Cases(total) => total.saturating_sub(n as usize).min(batch),
+                    Stop::After(_) => batch,
+                };
+                let ready = generate_batch(settings, &mut n, count, guide.as_mut(), &mut summary)?;
+                against::compare_batch(settings, &engine, against, ready, &mut summary, guide.as_mut())?;
+                if last_progress.elapsed() > Duration::from_secs(10) {
+                    progress(&summary);
+                    last_progress = Instant::now();
                 }
             }
         }
-        if last_progress.elapsed() > Duration::from_secs(10) {
-            progress(&summary);
-            last_progress = Instant::now();
+        None => {
+            let mut record = |entry: Entry, summary: &mut Summary, guide: &mut dyn Guide| match entry {
+                Entry::Refused(e) => {
+                    summary.rejected.push(e);
+                    Ok(())
+                }
+                Entry::Ran(r, f, result) => match *result {
+                    Err(e) => {
+                        summary.errors.push(format!("{}: {e:#}", r.case.name));
+                        Ok(())
+                    }
+                    Ok(report) => {
+                        let judged = Judged { settings, engine: &engine, guide };
+                        judged.record(*r, f, &report, summary, &mut judged_cases)
+                    }
+                },
+            };
+            let mut last_progress = Instant::now();
+            stream(settings, &engine, within, guide.as_mut(), &mut summary, |entry, summary, guide| {
+                record(entry, summary, guide)?;
+                if last_progress.elapsed() > Duration::from_secs(10) {
+                    progress(summary);
+                    last_progress = Instant::now();
+                }
+                Ok(())
+            })?;
         }
     }
     if let Some(dir) = &settings.save_corpus {
@@ -274,6 +290,131 @@ pub fn explore(settings: &Settings, mut progress: impl FnMut(&Summary)) -> Resul
 
 /// A case that passed, as the corpus keeps it: its name, its file and what it reached.
 type JudgedCase = (String, String, BTreeSet<Feature>);
+
+/// Cases drawn ahead of those recorded: case `n` is drawn once cases `0..=n − LOOKAHEAD` have
+/// been recorded, and no later one has, so that what the guide has learned when it draws a case
+/// (under `--guide coverage`, the cases that reached new rules) depends on the seed alone, never
+/// on `--jobs` or on which run finished first; and workers take the next case as they free up,
+/// never waiting for a whole batch.
+const LOOKAHEAD: u64 = 32;
+
+/// A drawn case, as it is recorded: refused by the reader, or run (with its field combinations).
+enum Entry {
+    Refused(String),
+    Ran(Box<Ready>, BTreeSet<Feature>, Box<Result<ScenarioReport>>),
+}
+
+/// Draws cases while `within` says so and runs them, `settings.jobs` at once, handing each to
+/// `record` in the order drawn ([`LOOKAHEAD`]). A case whose report calls for an investigation
+/// (it failed) is recorded only once no other case runs, so that its confirmation and shrinking
+/// run alone, as they would after a batch.
+fn stream(
+    settings: &Settings,
+    engine: &Engine,
+    within: impl Fn(u64) -> bool,
+    guide: &mut dyn Guide,
+    summary: &mut Summary,
+    mut record: impl FnMut(Entry, &mut Summary, &mut dyn Guide) -> Result<()>,
+) -> Result<()> {
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, mpsc};
+
+    let jobs = settings.jobs.max(1);
+    let skip_all = crate::privileges::preflight();
+    let (work, queue) = mpsc::channel::<(u64, Ready, BTreeSet<Feature>)>();
+    let queue = Mutex::new(queue);
+    let (finished, results) = mpsc::channel::<(u64, Entry)>();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let (queue, finished, skip_all) = (&queue, finished.clone(), skip_all.as_deref());
+            scope.spawn(move || {
+                loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((n, ready, f)) = next else { return };
+                    let run = Run { scenario: &ready.scenario, proxy: RunProxy::Choice(&settings.proxy) };
+                    let result = crate::engine::run_caught(&run, &engine.options, skip_all);
+                    if finished.send((n, Entry::Ran(Box::new(ready), f, Box::new(result)))).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(finished);
+        let (mut drawn, mut recorded, mut running) = (0u64, 0u64, 0usize);
+        let mut done: BTreeMap<u64, Entry> = BTreeMap::new();
+        let wait = |done: &mut BTreeMap<u64, Entry>, running: &mut usize| -> Result<()> {
+            let (n, entry) = results.recv().context("every exploration worker stopped")?;
+            *running -= 1;
+            done.insert(n, entry);
+            Ok(())
+        };
+        let outcome = (|| -> Result<()> {
+            loop {
+                let more = within(drawn);
+                // Before drawing case `drawn`: every case up to `drawn − LOOKAHEAD` recorded.
+                let due = if more { (drawn + 1).saturating_sub(LOOKAHEAD) } else { drawn };
+                while recorded < due {
+                    let Some(entry) = done.remove(&recorded) else {
+                        wait(&mut done, &mut running)?;
+                        continue;
+                    };
+                    if let Entry::Ran(_, _, result) = &entry
+                        && let Ok(report) = &**result
+                        && to_investigate(report)
+                    {
+                        while running > 0 {
+                            wait(&mut done, &mut running)?;
+                        }
+                    }
+                    summary.cases += 1;
+                    record(entry, summary, guide)?;
+                    recorded += 1;
+                }
+                if !more {
+                    return Ok(());
+                }
+                if running == jobs {
+                    wait(&mut done, &mut running)?;
+                    continue;
+                }
+                let case = generate(settings.seed, drawn, guide);
+                let f = features::of_case(&case);
+                match prepare(case, "") {
+                    Ok(r) => {
+                        if let Some(dir) = &settings.keep_cases {
+                            keep_generated(dir, &r)?;
+                        }
+                        work.send((drawn, r, f)).context("every exploration worker stopped")?;
+                        running += 1;
+                    }
+                    Err(e) => {
+                        done.insert(drawn, Entry::Refused(e));
+                    }
+                }
+                drawn += 1;
+            }
+        })();
+        // The workers end once the queue is closed and empty.
+        drop(work);
+        outcome
+    })
+}
+
+/// Whether a report is a failure that `Judged::record` investigates.
+fn to_investigate(report: &ScenarioReport) -> bool {
+    match &report.outcome {
+        Outcome::Skipped(_) => false,
+        Outcome::Judged(_) => !report.passed() && !report.faulted(),
+        _ => true,
+    }
+}
+
+/// Writes a generated case under `--keep-cases`.
+fn keep_generated(dir: &Path, r: &Ready) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let file = dir.join(format!("{}.yaml", r.case.name));
+    std::fs::write(&file, &r.text).with_context(|| format!("writing {}", file.display()))
+}
 
 /// The next `count` cases from case number `*n` on, each read as `run` reads a file (kept with
 /// `--keep-cases`); a case the reader refuses is counted as such.
@@ -293,9 +434,7 @@ fn generate_batch(
         match prepare(case, "") {
             Ok(r) => {
                 if let Some(dir) = &settings.keep_cases {
-                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-                    let file = dir.join(format!("{}.yaml", r.case.name));
-                    std::fs::write(&file, &r.text).with_context(|| format!("writing {}", file.display()))?;
+                    keep_generated(dir, &r)?;
                 }
                 ready.push((r, f));
             }
