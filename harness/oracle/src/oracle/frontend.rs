@@ -155,14 +155,21 @@ pub(super) fn classify<'a>(
                 _ => ExternalKind::LoadBalancer,
             };
             let node = translating_node(cluster, probe)?;
+            // Without endpoints for this traffic, kube-proxy's nat rules for the Service IP end
+            // without a DNAT (none is written without any endpoint; a Local policy's chain
+            // without a local one is empty and returns), and its drop or reject is a filter
+            // rule, which the node port's DNAT, met next, leaves behind.
+            let external_local = matches!(probe.from, Source::External(_))
+                && svc.external_traffic_policy == TrafficPolicy::Local
+                && super::endpoints::local_to(port, &node.name).is_empty();
             if let Some(owner) = node_port_owner(cluster, dst, probe.protocol)
-                && super::endpoints::cluster_wide(port).is_empty()
+                && (super::endpoints::cluster_wide(port).is_empty() || external_local)
             {
                 return Err(NotAFrontend::Invalid(format!(
-                    "{dst} is a node's own address and Service {owner}'s node port, and {} has no endpoints: \
-                     kube-proxy writes no DNAT for a Service IP without endpoints (its reject is a filter \
-                     rule), so the node port may take the packet first; which one wins is the proxy's hook \
-                     order, not a Kubernetes rule",
+                    "{dst} is a node's own address and Service {owner}'s node port, and {} has no endpoints \
+                     for this traffic here: kube-proxy then writes no DNAT for the Service IP (its drop or \
+                     reject is a filter rule), so the node port may take the packet first; which one wins \
+                     is the proxy's hook order, not a Kubernetes rule",
                     svc.namespaced_name()
                 )));
             }
