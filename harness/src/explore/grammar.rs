@@ -317,6 +317,9 @@ fn affinity_expiry(rng: &mut Rng, case: &mut Case) {
     }
     let s = &mut case.services[k];
     s.affinity = Some(Some(SHORT_AFFINITY_SECONDS));
+    // Every client answered: a Local internal policy would drop those on nodes without an
+    // endpoint, and leave too few chances to move for the check to tell.
+    s.itp_local = false;
     let port = rng.pick(&s.ports).clone();
     // In every phase: a step that lengthened the timeout would revive, in iptables mode, the
     // entries the short one let lapse (`-m recent` reads the new rule's seconds), and not in

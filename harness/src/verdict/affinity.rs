@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::kubernetes::endpoints::{PortPolicy, kube_proxy_set, select_with};
 use crate::kubernetes::topology;
 use crate::model::{Cluster, Life, Probe, Service, ServicePort, SessionAffinity, Source, Target};
-use crate::oracle::{Outcome, Spread};
+use crate::oracle::{FALSE_FAILURE_RATE, Outcome, Spread};
 use crate::traffic::Attempt;
 
 use super::{Failure, ProbeVerdict, Symptom};
@@ -56,8 +56,9 @@ fn expiry(v: &ProbeVerdict) -> Option<(Duration, usize)> {
     }
 }
 
-/// The failure of the parts `members` if every client stayed on one backend, with chances to
-/// move (two answers or more) in some.
+/// The failure of the parts `members` if every client stayed on one backend, with enough
+/// chances to move (each answer after a client's first) that a correct proxy keeps them all with
+/// probability at most the false-failure rate.
 fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<Failure> {
     let mut stayed = Vec::new();
     let mut chances = 0;
@@ -75,7 +76,11 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
         }
     }
     let (timeout, k) = judged?;
-    (chances > 0).then(|| {
+    // Too few chances to move (clients the oracle counted on that did not answer: a Local
+    // policy's or the topology's drops) and a correct proxy could keep every client by chance:
+    // the check cannot tell, so it fails nothing.
+    let by_chance = (k as f64).powi(-(chances as i32));
+    (chances > 0 && by_chance <= FALSE_FAILURE_RATE).then(|| {
         Failure::new(
             Symptom::AffinityKept,
             format!(
@@ -84,7 +89,7 @@ fn never_expired<'v>(members: impl Iterator<Item = &'v ProbeVerdict>) -> Option<
                 stayed.len(),
                 timeout.as_secs(),
                 stayed.join(", "),
-                (k as f64).powi(-(chances as i32))
+                by_chance
             ),
         )
     })
@@ -295,17 +300,27 @@ mod tests {
 
     #[test]
     fn every_client_kept_on_one_backend_fails_every_part() {
-        let mut v = [part("x", 2, &["a", "a", "a"]), part("y", 2, &["c", "c"])];
+        let mut v = [part("x", 2, &["a"; 6]), part("y", 2, &["c"; 6])];
         check_expiry_across_clients(&mut v);
         for part in &v {
             assert_eq!(
                 part.failures.iter().map(|f| f.message.as_str()).collect::<Vec<_>>(),
                 [
                     "session affinity never expired: 2 clients at once, each stayed on one backend through attempts \
-                  spaced past the 1s timeout (pod x on a, pod y on c) (a correct proxy does this with probability 1.6e-2)"
+                  spaced past the 1s timeout (pod x on a, pod y on c) (a correct proxy does this with probability 9.5e-7)"
                 ]
             );
         }
+    }
+
+    /// Found by exploration (seed 91, case 1847): an internalTrafficPolicy Local Service left
+    /// one client answering, six times; staying on one of two backends then has odds of 3.1e-2,
+    /// and that failed a correct proxy. Here: three chances among four backends, 1.6e-2.
+    #[test]
+    fn too_few_chances_to_move_fail_nothing() {
+        let mut v = [part("x", 2, &["a", "a", "a"]), part("y", 2, &["c", "c"])];
+        check_expiry_across_clients(&mut v);
+        assert!(v.iter().all(|p| p.failures.is_empty()), "{v:?}");
     }
 
     #[test]

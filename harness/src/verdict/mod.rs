@@ -164,7 +164,14 @@ fn check_spread(spread: Spread, k: usize, observed: &[Attempt], one_flow: bool) 
                 reached.join(", ")
             ),
         )],
-        Spread::AffinityExpires { timeout } if k > 1 && answers > 1 && reached.len() == 1 => {
+        // Only where a correct proxy stays by chance at most at the false-failure rate: the
+        // oracle sizes the attempts for it, and fewer answers cannot tell.
+        Spread::AffinityExpires { timeout }
+            if k > 1
+                && answers > 1
+                && reached.len() == 1
+                && (k as f64).powi(1 - answers as i32) <= FALSE_FAILURE_RATE =>
+        {
             vec![Failure::new(
                 Symptom::AffinityKept,
                 format!(
