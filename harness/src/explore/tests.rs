@@ -39,6 +39,31 @@ fn a_second_node_address_is_probed_only_through_services_of_its_family() {
 }
 
 #[test]
+fn a_second_address_is_not_probed_as_a_node_port_where_a_vip_takes_its_port() {
+    // Seed 92's case 2314: a load balancer's VIP on the first node's second address, on a port
+    // that is another Service's node port; the second address's node-port probe took that
+    // node port, which the reader refused (the Service IP wins there).
+    let found = cases(7, 3000).into_iter().find_map(|mut case| {
+        let vip = case
+            .services
+            .iter()
+            .position(|s| s.lb_ips_on_nodes && s.kind == case::ServiceType::LoadBalancer)?;
+        let other =
+            case.services.iter().position(|s| s.has_node_ports() && s.name != case.services[vip].name)?;
+        (case.secondary_ips && case.family == case::Family::V4).then(|| {
+            let slot = case.services[other].slot;
+            case.services[vip].port_on_node_port_of = Some(slot);
+            case.services[vip].ports[0].udp = case.services[other].ports[0].udp;
+            case
+        })
+    });
+    let case = found.expect("a case with VIPs on the nodes' second addresses");
+    if let Err(e) = prepare(case, "") {
+        panic!("the reader refused it:\n{e}");
+    }
+}
+
+#[test]
 fn generation_reaches_every_kind_of_field() {
     let mut guide = FieldCombinations::default();
     for n in 0..300 {

@@ -127,7 +127,18 @@ impl Case {
         // Services of the second address's family: a dual-stack cluster's IPv6-only Service has
         // no node port on an IPv4 address.
         let of_its_family = |s: &&ServiceSpec| self.service_families(s).contains(&self.families()[0]);
-        let node_ports = self.services.iter().filter(of_its_family).find(|s| s.has_node_ports());
+        // Not a node port that is also a port of a load balancer whose VIP is this address:
+        // the Service IP wins there (found by seed 92).
+        let shadowed = |s: &ServiceSpec| {
+            let (node_port, udp) = (port_numbers(s.slot, 0).2, s.ports[0].udp);
+            self.services.iter().any(|t| {
+                t.lb_ips_on_nodes
+                    && t.kind == ServiceType::LoadBalancer
+                    && t.ports.iter().enumerate().any(|(i, p)| t.port_number(i) == node_port && p.udp == udp)
+            })
+        };
+        let node_ports =
+            self.services.iter().filter(of_its_family).find(|s| s.has_node_ports() && !shadowed(s));
         if let Some(s) = node_ports {
             let port = &s.ports[0];
             probes.push(ProbeText {
