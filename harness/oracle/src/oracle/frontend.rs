@@ -159,9 +159,12 @@ pub(super) fn classify<'a>(
             // without a DNAT (none is written without any endpoint; a Local policy's chain
             // without a local one is empty and returns), and its drop or reject is a filter
             // rule, which the node port's DNAT, met next, leaves behind.
-            let external_local = matches!(probe.from, Source::External(_))
-                && svc.external_traffic_policy == TrafficPolicy::Local
-                && super::endpoints::local_to(port, &node.name).is_empty();
+            // Held to the Local policy: what the node does not count as its own or as pod
+            // traffic (`paths::external_by_contract`).
+            let held_local = svc.external_traffic_policy == TrafficPolicy::Local
+                && !super::local::is_local(cluster, &probe.from, node)
+                && !matches!(&probe.from, Source::Node(n) if *n == node.name);
+            let external_local = held_local && super::endpoints::local_to(port, &node.name).is_empty();
             if let Some(owner) = node_port_owner(cluster, dst, probe.protocol)
                 && (super::endpoints::cluster_wide(port).is_empty() || external_local)
             {
