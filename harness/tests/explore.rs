@@ -143,7 +143,7 @@ fn against_a_mutant_the_differences_are_reported_and_against_itself_none() {
     let dir = scratch("against");
     let explore = |against: &[&str]| {
         let mut args =
-            vec!["explore", "--seed", "1", "--cases", "2", "--timeout-ms", "300", "--out", "found"];
+            vec!["explore", "--seed", "2", "--cases", "2", "--timeout-ms", "300", "--out", "found"];
         args.extend(["--against", "builtin-iptables"]);
         args.extend(against);
         packetproof(&dir, &args)
@@ -154,7 +154,9 @@ fn against_a_mutant_the_differences_are_reported_and_against_itself_none() {
     assert!(said.contains("flows behave differently"), "{said}");
     let found: Vec<PathBuf> =
         std::fs::read_dir(dir.join("found/differences")).unwrap().map(|e| e.unwrap().path()).collect();
-    // Which of the seed's cases reach a masqueraded off-cluster flow is the grammar's choice.
+    // Which of the seed's cases reach a masqueraded off-cluster flow is the grammar's choice:
+    // seed 2's first two do (seed 1's no longer did once the grammar learned the shapes of the
+    // catalog's last survivors).
     assert!(!found.is_empty(), "{said}");
     for file in &found {
         let file = std::fs::read_to_string(file).unwrap();
