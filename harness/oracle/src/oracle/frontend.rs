@@ -158,9 +158,9 @@ pub(super) fn classify<'a>(
             // Without endpoints for this traffic, kube-proxy's nat rules for the Service IP end
             // without a DNAT (none is written without any endpoint; a Local policy's chain
             // without a local one is empty and returns), and its drop or reject is a filter
-            // rule, which the node port's DNAT, met next, leaves behind.
-            // Held to the Local policy: what the node does not count as its own or as pod
-            // traffic (`paths::external_by_contract`).
+            // rule, which the node port's DNAT, met next, leaves behind. Held to the Local
+            // policy is what the node counts neither as its own nor as pod traffic
+            // (`paths::external_by_contract`).
             let held_local = svc.external_traffic_policy == TrafficPolicy::Local
                 && !super::local::is_local(cluster, &probe.from, node)
                 && !matches!(&probe.from, Source::Node(n) if *n == node.name);
