@@ -134,13 +134,7 @@ fn drain_under_a_stream(rng: &mut Rng, case: &mut Case) {
             let name = (0..).map(|k| format!("{}-{k}", s.name)).find(|n| !taken(n)).expect("a free name");
             let node = rng.pick(&case.nodes).name.clone();
             push_pod(case, name.clone(), node, Some(s.name.clone()), true, false);
-            EndpointSpec {
-                target: EndpointTarget::Pod(name),
-                ready: true,
-                serving: true,
-                terminating: false,
-                hint: None,
-            }
+            ready_endpoint(name)
         }
     };
     s.slice.as_mut().expect("a sliced Service").push(added);
@@ -571,11 +565,16 @@ fn drain(rng: &mut Rng, case: &Case, s: &mut ServiceSpec) {
 fn spare_replica(case: &Case, service: &str, endpoints: &[EndpointSpec]) -> Option<EndpointSpec> {
     let listed = |name: &str| endpoints.iter().any(|e| e.target == EndpointTarget::Pod(name.to_string()));
     let pod = case.pods.iter().find(|p| p.app.as_deref() == Some(service) && !listed(&p.name))?;
-    Some(EndpointSpec {
-        target: EndpointTarget::Pod(pod.name.clone()),
+    Some(ready_endpoint(pod.name.clone()))
+}
+
+/// Pod `pod` as a ready, serving endpoint without hints.
+fn ready_endpoint(pod: String) -> EndpointSpec {
+    EndpointSpec {
+        target: EndpointTarget::Pod(pod),
         ready: true,
         serving: true,
         terminating: false,
         hint: None,
-    })
+    }
 }
