@@ -74,6 +74,11 @@ enum Command {
         /// to spread the hunt over machines.
         #[arg(long, value_name = "hash:K/N|count:K/N")]
         partition: Option<commands::partition::Partition>,
+        /// Build every run's namespaces afresh, instead of each worker resetting its last
+        /// run's and running the next mutant of the same scenario on them (slower; the verdicts
+        /// are the same).
+        #[arg(long)]
+        fresh_topologies: bool,
     },
     /// Join the JSON reports of a suite's slices (`run --partition`), kernels and modes (`run
     /// --json`, `matrix --json`) into one verdict: one count, the known bugs matched over all
@@ -186,7 +191,7 @@ pub fn main() -> i32 {
         Command::Check { paths, show } => commands::check::main(&default_paths(paths), show),
         Command::Rules { file, node, proxy } => commands::rules::main(&file, node.as_deref(), &proxy),
         Command::Bench(args) => commands::bench::main(args),
-        Command::Mutants { suite, only, first_kill, proxy, json, jobs, partition } => {
+        Command::Mutants { suite, only, first_kill, proxy, json, jobs, partition, fresh_topologies } => {
             let json = json.as_deref();
             commands::mutants::main(&commands::HuntArgs {
                 suite: &suite,
@@ -196,6 +201,7 @@ pub fn main() -> i32 {
                 json,
                 jobs,
                 partition,
+                fresh_topologies,
             })
         }
         Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs, json } => {

@@ -34,7 +34,7 @@
 // watch (`harness/proxy`) are crates of their own, so that cargo refuses an upward import from
 // them; re-exported under the same names.
 pub use packetproof_model::{containment, kernel, model, signals};
-pub use packetproof_network::{observe, privileges, topology, traffic};
+pub use packetproof_network::{observe, privileges, reuse, topology, traffic};
 pub use packetproof_oracle::{kubernetes, oracle};
 pub use packetproof_proxy::{apiserver, proxy};
 pub use packetproof_scenario::scenario;

@@ -18,9 +18,8 @@ use crate::probe::{Kinds, Wire};
 use crate::proxy::{Proxy, ProxyFailed, Running, State};
 use crate::report::evidence;
 use crate::results::{Outcome, ScenarioReport, Timings};
-use crate::stage::{Scene, Stage};
+use crate::stage::{Keeper, Scene, Stage};
 use crate::topology::Topology;
-use crate::traffic::client::SourcePorts;
 use crate::verdict::{self, ConntrackTables, ProbeVerdict, SentProbe};
 
 #[derive(Debug, Clone)]
@@ -38,6 +37,9 @@ pub struct RunOptions {
     pub nodes: crate::topology::existing::NodeMap,
     /// Trace which of the proxy's rules each probe's packets matched (`run --coverage`).
     pub coverage: bool,
+    /// Each worker keeps its topology, reset, for its next run of the same topology
+    /// (`stage::Keeper`): the mutant hunt runs every scenario once per mutant.
+    pub reuse_topologies: bool,
 }
 
 impl Default for RunOptions {
@@ -50,6 +52,7 @@ impl Default for RunOptions {
             profile: None,
             nodes: Default::default(),
             coverage: false,
+            reuse_topologies: false,
         }
     }
 }
@@ -57,13 +60,24 @@ impl Default for RunOptions {
 /// Runs `scenario` with `proxy`. An `Err` is a setup failure (the input, the machine), distinct
 /// from probes that ran and failed and from a proxy that failed at its job ([`ProxyFailed`]).
 pub fn run(scenario: &Scenario, proxy: &dyn Proxy, options: &RunOptions) -> Result<ScenarioReport> {
+    run_kept(scenario, proxy, options, None)
+}
+
+/// As [`run`], on `keeper`'s stage where it kept one of this topology, and keeping the stage
+/// there afterwards (on nodes packetproof makes).
+pub fn run_kept(
+    scenario: &Scenario,
+    proxy: &dyn Proxy,
+    options: &RunOptions,
+    keeper: Option<&mut Keeper>,
+) -> Result<ScenarioReport> {
     let started = Instant::now();
     // Evidence of an earlier run of this scenario would be read as this run's.
     let evidence_dir = match &options.artifacts {
         Some(root) => Some(evidence::clear(root, &scenario.name)?),
         None => None,
     };
-    let error = match run_in(scenario, proxy, options, evidence_dir.clone(), started) {
+    let error = match run_in(scenario, proxy, options, evidence_dir.clone(), started, keeper) {
         Ok(report) => return Ok(report),
         Err(error) => error,
     };
@@ -95,6 +109,7 @@ fn run_in(
     options: &RunOptions,
     evidence_dir: Option<PathBuf>,
     started: Instant,
+    keeper: Option<&mut Keeper>,
 ) -> Result<ScenarioReport> {
     if let Some(reason) = unsupported(scenario).or_else(|| proxy.unavailable()) {
         return Ok(ScenarioReport::skipped(scenario, proxy.name(), reason));
@@ -129,11 +144,15 @@ fn run_in(
     }
     let mut timings = Timings::default();
     let mut lap = Lap(Instant::now());
-    let stage = Stage::build(&scenario.cluster, &options.nodes)
-        .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
+    let mut keeper = keeper.filter(|_| options.nodes.is_empty());
+    let stage = match keeper {
+        Some(ref mut keeper) => keeper.stage_for(&scenario.cluster),
+        None => Stage::build(&scenario.cluster, &options.nodes),
+    }
+    .with_context(|| format!("building the namespaces of scenario {}", scenario.name))?;
     timings.build = lap.next();
     // From here, the stage takes down whatever is up on every way out.
-    let (verdicts, artifacts, coverage) = stage.play(|scene| {
+    let (verdicts, artifacts, coverage) = stage.play_keeping(keeper, |scene| {
         scene.start_proxy(proxy, &state_of(&phases[0]), &scenario.source)?;
         scene.start_servers(&scenario.cluster, localhost_listeners(&phases, &mut kinds))?;
         let topology = scene.topology();
@@ -301,7 +320,7 @@ fn probe_phases(
     mut recorder: Option<&mut coverage::Recorder>,
     options: &RunOptions,
 ) -> Result<Vec<(Vec<SentProbe>, ConntrackTables)>> {
-    let ports = SourcePorts::default();
+    let ports = scene.source_ports().clone();
     let shared_routes = crate::probe::shared_routes(phases);
     let mut out = Vec::new();
     for (i, (phase, expected)) in phases.iter().zip(expectations).enumerate() {

@@ -3,9 +3,16 @@
 //! and the capture points. The runner and `bench` set up through it, so the order of set-up
 //! and teardown is written once; everything comes down in reverse order on every way out: at
 //! the end of [`Stage::play`], on an error, in a panic.
+//!
+//! A worker that runs one cluster again and again (the mutant hunt: every mutant against each
+//! scenario) keeps its stage in a [`Keeper`]: at the end of a run that went well the stage is
+//! reset (`reuse::reset`) and kept, and the next run of the same topology plays on it instead
+//! of building a new one. A stage the reset cannot put back as built is taken down, and the
+//! reason printed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use tokio::runtime::Runtime;
@@ -13,15 +20,99 @@ use tokio::runtime::Runtime;
 use crate::model::{Cluster, NODE_UPLINK, POD_INTERFACE};
 use crate::observe::{Capture, Frame};
 use crate::proxy::{Env, Proxy, Running, State};
+use crate::reuse;
 use crate::topology::Topology;
 use crate::topology::existing::NodeMap;
 use crate::traffic::Servers;
+use crate::traffic::client::SourcePorts;
 
 /// The runtime and the namespaces. Dropping it removes every namespace.
 pub struct Stage {
     // Fields drop in declaration order: the namespaces go before the runtime.
     topology: Topology,
     runtime: Runtime,
+    /// For a stage a [`Keeper`] may keep: its topology's shape and what it read as built.
+    reusable: Option<(String, reuse::State)>,
+    /// The clients' source ports, over every run on this stage: a kept stage's next run takes
+    /// ports its last run did not, whose connections may still be in TIME_WAIT.
+    source_ports: SourcePorts,
+}
+
+/// A kept stage whose clients have taken source ports past this is not kept again: the
+/// ports wrap around to ones whose connections may still be in TIME_WAIT.
+const LAST_SOURCE_PORT_TO_KEEP: u16 = 60_000;
+
+/// The stage a worker kept from its last run, for a next run of the same topology.
+#[derive(Default)]
+pub struct Keeper {
+    kept: Option<Stage>,
+    /// Why the last stage offered back was not kept, if it was not.
+    refused: Option<String>,
+}
+
+/// Topologies built, and runs that played on a kept one instead, by this process.
+static BUILT: AtomicUsize = AtomicUsize::new(0);
+static REUSED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many topologies this process built, and how many runs played on a kept one.
+pub fn reuse_counts() -> (usize, usize) {
+    (BUILT.load(Ordering::Relaxed), REUSED.load(Ordering::Relaxed))
+}
+
+impl Keeper {
+    /// The stage kept, if any.
+    pub fn kept(&self) -> Option<&Stage> {
+        self.kept.as_ref()
+    }
+
+    /// Why the last stage a run offered back was not kept (what its reset left).
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
+    }
+
+    /// A stage for `cluster`: the kept one if it was built for the same topology, else a new
+    /// one (the kept one, of another topology, is taken down first).
+    pub fn stage_for(&mut self, cluster: &Cluster) -> Result<Stage> {
+        let shape = shape(cluster);
+        match self.kept.take() {
+            Some(stage) if stage.reusable.as_ref().is_some_and(|(s, _)| *s == shape) => {
+                REUSED.fetch_add(1, Ordering::Relaxed);
+                return Ok(stage);
+            }
+            Some(other) => other.teardown()?,
+            None => {}
+        }
+        let t = std::time::Instant::now();
+        let mut stage = Stage::build(cluster, &NodeMap::new())?;
+        if std::env::var_os("PPDEBUG").is_some() { eprintln!("build {:?}", t.elapsed()); }
+        let t = std::time::Instant::now();
+        let built = stage.runtime.block_on(stage.topology.state(reuse::Depth::Reuse));
+        stage.reusable = Some((shape, built.context("reading the topology as built")?));
+        if std::env::var_os("PPDEBUG").is_some() { eprintln!("state {:?}", t.elapsed()); }
+        Ok(stage)
+    }
+}
+
+/// What a topology is built from (`Topology::build` reads nothing else of the cluster): two
+/// clusters of one shape get the same namespaces, links, addresses and routes.
+fn shape(cluster: &Cluster) -> String {
+    let destinations: Vec<_> = cluster
+        .services
+        .iter()
+        .flat_map(|s| s.external_ips.iter().chain(&s.load_balancer_ips).chain(&s.proxied_load_balancer_ips))
+        .collect();
+    format!(
+        "{:?}",
+        (
+            &cluster.nodes,
+            &cluster.pods,
+            &cluster.external_hosts,
+            cluster.service_cidr,
+            cluster.node_network,
+            &cluster.second_family,
+            destinations
+        )
+    )
 }
 
 impl Stage {
@@ -40,13 +131,35 @@ impl Stage {
                 Topology::build_on_existing(cluster, nodes).await
             }
         })?;
-        Ok(Stage { topology, runtime })
+        BUILT.fetch_add(1, Ordering::Relaxed);
+        Ok(Stage { topology, runtime, reusable: None, source_ports: SourcePorts::default() })
+    }
+
+    /// What the stage's namespaces hold now (see `reuse::state`).
+    pub fn state(&self, depth: reuse::Depth) -> Result<reuse::State> {
+        self.runtime.block_on(self.topology.state(depth))
+    }
+
+    fn teardown(self) -> Result<()> {
+        let Stage { topology, runtime, .. } = self;
+        drop(runtime);
+        topology.teardown().context("removing the scenario's namespaces")
     }
 
     /// Runs `scene` on the stage, then stops what it started (the servers, then the proxy)
     /// and removes the namespaces. When `scene` fails or panics, the same comes down by
     /// dropping (a proxy's drop stops it).
     pub fn play<'p, T>(self, scene: impl for<'s> FnOnce(&mut Scene<'s, 'p>) -> Result<T>) -> Result<T> {
+        self.play_keeping(None, scene)
+    }
+
+    /// As [`Stage::play`]; a stage from `keeper` that the reset puts back as built goes back
+    /// to it instead of coming down.
+    pub fn play_keeping<'p, T>(
+        self,
+        keeper: Option<&mut Keeper>,
+        scene: impl for<'s> FnOnce(&mut Scene<'s, 'p>) -> Result<T>,
+    ) -> Result<T> {
         let value = {
             let mut on = Scene {
                 captures: Vec::new(),
@@ -54,14 +167,31 @@ impl Stage {
                 proxy: None,
                 topology: &self.topology,
                 runtime: &self.runtime,
+                source_ports: &self.source_ports,
             };
             let value = scene(&mut on)?;
             on.stop()?;
             value
         };
-        let Stage { topology, runtime } = self;
-        drop(runtime);
-        topology.teardown().context("removing the scenario's namespaces")?;
+        let ports_left = self.source_ports.peek() < LAST_SOURCE_PORT_TO_KEEP;
+        if let (Some(keeper), Some((_, built)), true) = (keeper, &self.reusable, ports_left) {
+            let t = std::time::Instant::now();
+            let r = self.runtime.block_on(reuse::reset(&self.topology, built));
+            if std::env::var_os("PPDEBUG").is_some() { eprintln!("reset {:?}", t.elapsed()); }
+            match r {
+                Ok(()) => {
+                    keeper.kept = Some(self);
+                    keeper.refused = None;
+                    return Ok(value);
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    eprintln!("packetproof: a topology not used again: {why}");
+                    keeper.refused = Some(why);
+                }
+            }
+        }
+        self.teardown()?;
         Ok(value)
     }
 }
@@ -76,6 +206,7 @@ pub struct Scene<'s, 'p: 's> {
     proxy: Option<OnStage<'s, 'p>>,
     topology: &'s Topology,
     runtime: &'s Runtime,
+    source_ports: &'s SourcePorts,
 }
 
 /// The proxy under test, with what it takes to start it again (a restart step).
@@ -93,6 +224,11 @@ impl<'s, 'p: 's> Scene<'s, 'p> {
 
     pub fn runtime(&self) -> &'s Runtime {
         self.runtime
+    }
+
+    /// The source ports the stage's clients take next.
+    pub fn source_ports(&self) -> &'s SourcePorts {
+        self.source_ports
     }
 
     /// Serves every pod's declared ports (and the endpoint ports of hosts), and a listener on

@@ -35,7 +35,7 @@ const LAYERS: &[&[&str]] = &[
     &["verdict"],
     &["proxy"],
     &["apiserver"],
-    &["traffic"],
+    &["traffic", "reuse"],
     &["observe"],
     &["topology", "privileges"],
     // The judge and the reader: peers, neither reads the other.

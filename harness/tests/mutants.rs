@@ -113,7 +113,8 @@ fn several_mutants_hunted_at_once_are_each_judged_by_their_own_runs() {
     assert!(baseline.is_empty(), "{baseline:?}");
     for first_kill in [false, true] {
         let told = Mutex::new(Vec::new());
-        let hunts = mutants::hunt(&scenarios, &chosen, first_kill, breakable, &baseline, 4, |h| {
+        let how = mutants::HowToHunt { first_kill, jobs: 4, fresh_topologies: false };
+        let hunts = mutants::hunt(&scenarios, &chosen, how, breakable, &baseline, |h| {
             told.lock().unwrap().push(h.mutant.name().to_string());
         })
         .expect("the hunt runs");

@@ -121,6 +121,17 @@ pub fn kill_namespace_holders(namespaces: &[PathBuf]) -> Vec<String> {
     sweep(|| processes().into_iter().filter(|p| p.netns.is_some_and(|ns| wanted.contains(&ns))).collect())
 }
 
+/// Every process, but this one, whose network namespace is one of `namespaces`, as `pid
+/// (command)`: what would keep a namespace from being used again as it was built.
+pub fn namespace_holders(namespaces: &[PathBuf]) -> Vec<String> {
+    let wanted = namespace_ids(namespaces);
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let inside = processes().into_iter().filter(|p| p.netns.is_some_and(|ns| wanted.contains(&ns)));
+    inside.map(|p| format!("{} ({})", p.pid, p.command)).collect()
+}
+
 /// For a signal's cleanup, about to exit: lets no process start after it (but on this
 /// thread), kills every descendant of this process and every process in `namespaces`, and
 /// removes every scratch directory.

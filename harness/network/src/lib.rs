@@ -4,7 +4,10 @@
 //! and what the kernel says happened (`observe`: AF_PACKET captures, conntrack, nftables traces,
 //! rule handles over netlink).
 //!
-//! Layers inside, top to bottom: `traffic` · `observe`, then `topology` · `privileges`. It uses
+//! A topology used again (`reuse`): what a run changed, put back, and proof that it was.
+//!
+//! Layers inside, top to bottom: `traffic` · `reuse`, then `observe`, then `topology` ·
+//! `privileges`. It uses
 //! only `packetproof-model`; cargo refuses it any import of the oracle, the proxies or the
 //! runner.
 
@@ -13,5 +16,6 @@ use packetproof_model::{containment, model, signals};
 
 pub mod observe;
 pub mod privileges;
+pub mod reuse;
 pub mod topology;
 pub mod traffic;

@@ -67,6 +67,18 @@ pub fn baseline(scenarios: &[Scenario], breakable: Breakable, jobs: usize) -> an
     Ok(failing)
 }
 
+/// How a hunt runs.
+#[derive(Debug, Clone, Copy)]
+pub struct HowToHunt {
+    /// End a mutant's hunt at its first kill, cancelling its runs not yet started.
+    pub first_kill: bool,
+    /// Runs at once, over all mutants.
+    pub jobs: usize,
+    /// Build every run's topology afresh instead of each worker resetting and reusing its
+    /// last one (`stage::Keeper`; `tests/reuse.rs` shows a reused topology judges alike).
+    pub fresh_topologies: bool,
+}
+
 /// Runs `scenarios` against each mutant of the proxy `breakable` builds: every mutant's runs
 /// in one engine, `jobs` at once, so that several mutants are hunted at a time (each run in
 /// namespaces of its own) and no mutant waits for another's slowest scenario. With
@@ -76,12 +88,12 @@ pub fn baseline(scenarios: &[Scenario], breakable: Breakable, jobs: usize) -> an
 pub fn hunt(
     scenarios: &[Scenario],
     mutants: &[Mutant],
-    first_kill: bool,
+    how: HowToHunt,
     breakable: Breakable,
     baseline: &Baseline,
-    jobs: usize,
     on_done: impl Fn(&Hunt),
 ) -> anyhow::Result<Vec<Hunt>> {
+    let HowToHunt { first_kill, jobs, fresh_topologies } = how;
     let proxies: Vec<Box<dyn Proxy>> = mutants.iter().map(|&m| breakable(Some(m))).collect();
     let mut hunts: Vec<Hunt> =
         mutants.iter().map(|&mutant| Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() }).collect();
@@ -123,7 +135,10 @@ pub fn hunt(
             }
             Control::Continue
         });
-    let engine = Engine { options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() }, jobs };
+    // Every scenario runs once per mutant: each worker keeps its topology for the next.
+    let reuse_topologies = !fresh_topologies;
+    let options = RunOptions { timeout: MUTANT_TIMEOUT, reuse_topologies, ..RunOptions::default() };
+    let engine = Engine { options, jobs };
     engine.execute(&runs, &mut [&mut reporter])?;
     for (hunt, told) in hunts.iter_mut().zip(told) {
         hunt.killed_by.sort();
@@ -419,6 +434,8 @@ pub struct HuntArgs<'a> {
     pub jobs: Option<usize>,
     /// Hunt only this slice of the chosen mutants (by each mutant's name).
     pub partition: Option<partition::Partition>,
+    /// A fresh topology for every run (see [`HowToHunt`]).
+    pub fresh_topologies: bool,
 }
 
 /// `packetproof mutants`: every catalogued mutant of a built-in proxy hunted with a suite.
@@ -454,7 +471,8 @@ pub fn main(args: &HuntArgs<'_>) -> Result<i32> {
     let paint = Paint::for_stdout(clap::ColorChoice::Auto);
     // Several mutants are hunted at once: each line comes when its verdict is known.
     let progress = Progress::new(total, paint);
-    let hunts = hunt(&scenarios, &chosen, args.first_kill, breakable, &baseline, jobs, |h| {
+    let how = HowToHunt { first_kill: args.first_kill, jobs, fresh_topologies: args.fresh_topologies };
+    let hunts = hunt(&scenarios, &chosen, how, breakable, &baseline, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let verdict = if h.killed() { paint.pass("killed") } else { paint.fail("SURVIVED") };
         let mut text = format!("[{n}/{total}] {verdict} {} by {}\n", h.mutant.name(), h.killed_by.join(", "));
@@ -473,6 +491,8 @@ pub fn main(args: &HuntArgs<'_>) -> Result<i32> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let survivors = hunts.iter().filter(|h| !h.killed()).count();
+    let (built, reused) = crate::stage::reuse_counts();
+    println!("topologies: {built} built, {reused} runs on one kept from an earlier run, reset");
     println!("{} killed, {survivors} survived", hunts.len() - survivors);
     Ok(if survivors == 0 { EXIT_PASS } else { EXIT_FAIL })
 }

@@ -125,6 +125,7 @@ pub fn command(args: Args) -> Result<i32> {
         profile,
         nodes: nodes.into_iter().collect(),
         coverage: coverage || min_coverage.is_some(),
+        reuse_topologies: false,
     };
     let coverage = options.coverage.then(|| engine::CoverageReport {
         show_covering: show == "coverage",
@@ -197,5 +198,5 @@ pub fn run_one(
     skip_reason: Option<&str>,
 ) -> Result<ScenarioReport> {
     let proxy = proxy_override.map_or(RunProxy::Own, RunProxy::Choice);
-    engine::run_one(&Run { scenario: s, proxy }, options, skip_reason)
+    engine::run_one(&Run { scenario: s, proxy }, options, skip_reason, None)
 }

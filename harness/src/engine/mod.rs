@@ -21,6 +21,7 @@ use crate::model::{ProxyChoice, Scenario};
 use crate::proxy::{self, Proxy};
 use crate::results::{Outcome, ScenarioReport};
 use crate::runner::{self, RunOptions};
+use crate::stage::Keeper;
 use crate::verdict::ProbeVerdict;
 
 /// Which proxy programs a run's nodes.
@@ -159,6 +160,7 @@ impl Engine {
                     // The reporters' answer to each finished run: a worker waits for it, so
                     // that once a reporter says stop, no worker starts another run.
                     let (answer, answered) = mpsc::channel::<Control>();
+                    let mut keeper = self.options.reuse_topologies.then(Keeper::default);
                     while !stop.load(Ordering::Relaxed) {
                         let Some(&index) = order.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
                         if cancelled[index].load(Ordering::Relaxed) {
@@ -166,7 +168,7 @@ impl Engine {
                         }
                         let run = &runs[index];
                         let _ = tx.send(Message::Started(index));
-                        let result = run_caught(run, &self.options, skip_all);
+                        let result = run_caught(run, &self.options, skip_all, keeper.as_mut());
                         let _ = tx.send(Message::Finished(index, Box::new(result), answer.clone()));
                         if answered.recv() != Ok(Control::Continue) {
                             break;
@@ -241,9 +243,19 @@ impl Engine {
 /// The order to start `runs` in: the longest deliberate waits first (a probe's pauses
 /// between attempts, e.g. outlasting a session-affinity timeout), then the most phases, else
 /// as given. A long run started last would run alone while the other workers sit idle.
+///
+/// Runs of one scenario (each with another mutant) start one after another, so that a worker
+/// finds its kept topology fits its next run.
 fn longest_first(runs: &[Run<'_>]) -> Vec<usize> {
+    let mut first_of: std::collections::HashMap<*const Scenario, usize> = Default::default();
+    for (i, run) in runs.iter().enumerate() {
+        first_of.entry(std::ptr::from_ref(run.scenario)).or_insert(i);
+    }
     let mut order: Vec<usize> = (0..runs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(expected_waits(runs[i].scenario)));
+    order.sort_by_key(|&i| {
+        let scenario = runs[i].scenario;
+        (std::cmp::Reverse(expected_waits(scenario)), first_of[&std::ptr::from_ref(scenario)])
+    });
     order
 }
 
@@ -270,8 +282,10 @@ pub(crate) fn run_caught(
     run: &Run<'_>,
     options: &RunOptions,
     skip_all: Option<&str>,
+    keeper: Option<&mut Keeper>,
 ) -> Result<ScenarioReport> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(run, options, skip_all))).unwrap_or_else(
+    let run_it = || run_one(run, options, skip_all, keeper);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run_it)).unwrap_or_else(
         |panic| {
             let what = panic
                 .downcast_ref::<String>()
@@ -284,7 +298,12 @@ pub(crate) fn run_caught(
 }
 
 /// Runs one scenario with its proxy; skipped with `skip_reason` when the host cannot run it.
-pub fn run_one(run: &Run<'_>, options: &RunOptions, skip_reason: Option<&str>) -> Result<ScenarioReport> {
+pub fn run_one(
+    run: &Run<'_>,
+    options: &RunOptions,
+    skip_reason: Option<&str>,
+    keeper: Option<&mut Keeper>,
+) -> Result<ScenarioReport> {
     let s = run.scenario;
     let chosen = match run.proxy {
         RunProxy::Built(_) => None,
@@ -303,7 +322,7 @@ pub fn run_one(run: &Run<'_>, options: &RunOptions, skip_reason: Option<&str>) -
     if let Some(reason) = skip_reason {
         return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
     }
-    let mut report = runner::run(s, proxy, options)?;
+    let mut report = runner::run_kept(s, proxy, options, keeper)?;
     // Reports say what was judged: a proxy's options too (a mutant, a mode, a program).
     if let Some(choice) = chosen.filter(|c| !c.options.is_empty()) {
         report.proxy = choice.label();

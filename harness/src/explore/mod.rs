@@ -332,7 +332,7 @@ fn stream(
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((n, ready, f)) = next else { return };
                     let run = Run { scenario: &ready.scenario, proxy: RunProxy::Choice(&settings.proxy) };
-                    let result = crate::engine::run_caught(&run, &engine.options, skip_all);
+                    let result = crate::engine::run_caught(&run, &engine.options, skip_all, None);
                     if finished.send((n, Entry::Ran(Box::new(ready), f, Box::new(result)))).is_err() {
                         return;
                     }

@@ -15,6 +15,8 @@ const fn nft_msg(kind: u16) -> u16 {
 }
 // enum nf_tables_msg_types (linux/netfilter/nf_tables.h).
 const MSG_NEWTABLE: u16 = nft_msg(0);
+const MSG_GETTABLE: u16 = nft_msg(1);
+const MSG_DELTABLE: u16 = nft_msg(2);
 const MSG_NEWCHAIN: u16 = nft_msg(3);
 const MSG_NEWRULE: u16 = nft_msg(6);
 const MSG_GETRULE: u16 = nft_msg(7);
@@ -99,6 +101,41 @@ impl NftSocket {
             }
         }
         bail!("the ruleset of namespace {} kept changing while it was read", self.netns)
+    }
+
+    /// Every table, as (nfgenmsg family, name).
+    pub fn tables(&mut self) -> Result<Vec<(u8, String)>> {
+        let sequence = self.send_one(MSG_GETTABLE, NLM_F_REQUEST | NLM_F_DUMP, 0, &[])?;
+        let mut out = Vec::new();
+        self.receive(sequence, |kind, _, family, payload| {
+            if kind == MSG_NEWTABLE {
+                out.extend(attributes(payload).find(|(k, _)| *k == 1).map(|(_, v)| (family, name_of(v))));
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Deletes `tables` (as [`NftSocket::tables`] lists them) in one transaction, with their
+    /// chains, rules, sets and maps: `nft flush ruleset`, without a program run.
+    pub fn delete_tables(&mut self, tables: &[(u8, String)]) -> Result<()> {
+        if tables.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Vec::new();
+        let mut next = |this: &mut Self, kind: u16, flags: u16, family: u8, body: &[u8], res: u16| {
+            this.sequence += 1;
+            batch.extend(message(kind, flags, this.sequence, family, res, body));
+        };
+        next(self, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, &[], NFNL_SUBSYS_NFTABLES);
+        for (family, name) in tables {
+            next(self, MSG_DELTABLE, NLM_F_REQUEST | NLM_F_ACK, *family, &attr(1, &text(name)), 0);
+        }
+        next(self, NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, &[], NFNL_SUBSYS_NFTABLES);
+        self.socket.send(&batch, 0).with_context(|| format!("deleting tables in namespace {}", self.netns))?;
+        let sequence = self.send_one(MSG_GETGEN, NLM_F_REQUEST, 0, &[])?;
+        self.receive(sequence, |_, _, _, _| Ok(true)).context("deleting the nftables tables")
     }
 
     /// Adds, in one transaction, the table `name` of family inet with `chains`, each
@@ -251,7 +288,7 @@ fn name_of(value: &[u8]) -> String {
 }
 
 /// The name nft gives an nfgenmsg family.
-pub(super) fn family_name(family: u8) -> &'static str {
+pub(crate) fn family_name(family: u8) -> &'static str {
     match family as i32 {
         libc::NFPROTO_INET => "inet",
         libc::NFPROTO_IPV4 => "ip",

@@ -42,11 +42,11 @@ impl Links {
     }
 
     /// The netlink handle, for queries this module has no verb for (topology/ready.rs).
-    pub(super) fn handle(&self) -> &Handle {
+    pub(crate) fn handle(&self) -> &Handle {
         &self.handle
     }
 
-    pub(super) fn context(&self, what: &str) -> String {
+    pub(crate) fn context(&self, what: &str) -> String {
         format!("{what} in namespace {}", self.netns)
     }
 

@@ -264,6 +264,15 @@ impl Topology {
         Links::connect(ns).await?.unsteer(dest).await
     }
 
+    /// Gives every external host back its own routes (see [`Topology::unsteer`]).
+    pub async fn unsteer_all(&self) -> Result<()> {
+        let steered: Vec<_> = self.steered.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
+        for (host, dest) in steered {
+            self.unsteer(&host, dest).await?;
+        }
+        Ok(())
+    }
+
     pub fn node(&self, name: &str) -> Result<&NodeHandle> {
         self.nodes.iter().find(|n| n.name == name).with_context(|| format!("no namespace for node {name}"))
     }

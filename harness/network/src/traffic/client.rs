@@ -32,6 +32,11 @@ impl Default for SourcePorts {
 const FIRST_SOURCE_PORT: u16 = 20000;
 
 impl SourcePorts {
+    /// The port [`SourcePorts::next`] hands out next.
+    pub fn peek(&self) -> u16 {
+        self.0.load(Ordering::Relaxed)
+    }
+
     pub fn next(&self) -> u16 {
         // Wraps within [20000, 65535) after ~45k attempts; far more than any scenario sends.
         let port = self.0.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,221 @@
+//! Putting a topology back as it was built, once a run's proxy, servers and captures have
+//! stopped: what a run may change is undone, then the topology is read again and must read as
+//! it did when built (see `state`). Whatever the reset cannot undo (a process still inside, a
+//! legacy iptables table, an IPVS connection) stays a difference, and the topology is not used
+//! again.
+//!
+//! What a run changes, and how each is undone:
+//! - the proxy's rules: every nftables table deleted (iptables-nft's are nftables tables too);
+//!   IPVS virtual servers cleared and ipsets destroyed where there are any; links it added
+//!   (`kube-ipvs0`) deleted;
+//! - conntrack entries: flushed in every namespace that holds any;
+//! - sockets the clients and servers left (a connection the other end never closed):
+//!   destroyed (`ss -K`, the kernel's `SOCK_DESTROY`); connections in TIME_WAIT hold only
+//!   their own source ports, which the next run does not take (`stage::Keeper`);
+//! - neighbour and bridge-forwarding entries the traffic taught: flushed, so the next run's
+//!   first packets resolve and flood as in a fresh topology;
+//! - routes a probe steered through a node: removed;
+//! - kernel settings the proxy wrote (`route_localnet`, IPVS's): written back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::PermissionsExt;
+
+use anyhow::{Context, Result, anyhow, bail};
+use futures::TryStreamExt;
+use netlink_packet_route::AddressFamily;
+use netlink_packet_route::link::{InfoBridge, InfoKind, LinkAttribute, LinkInfo};
+use netlink_packet_route::neighbour::{NeighbourFlags, NeighbourState};
+use rtnetlink::{LinkBridge, LinkMessageBuilder};
+
+use super::state::{self, Depth, State};
+use crate::observe::{conntrack, nftables::NftSocket};
+use crate::topology::Topology;
+use crate::topology::links::Links;
+use crate::topology::netns::Netns;
+
+/// Undoes what a run changed (see the module's note) and checks that the topology reads as
+/// `built` again; an error says what stayed.
+pub async fn reset(topology: &Topology, built: &State) -> Result<()> {
+    let paths: Vec<_> = topology.namespaces().map(Netns::path).collect();
+    let holders = crate::containment::namespace_holders(&paths);
+    if !holders.is_empty() {
+        bail!("still running in its namespaces: {}", holders.join(", "));
+    }
+    topology.unsteer_all().await?;
+    for (role, ns) in topology.roles() {
+        let undo = async {
+            let links = Links::connect(ns).await?;
+            if role.starts_with("node/") {
+                undo_proxy(ns, &links, &link_names(built.0.get(&role))).await?;
+            }
+            flush_conntrack(ns)?;
+            if role.starts_with("node/") {
+                restore_sysctls(ns, built.0.get(&role))?;
+            }
+            destroy_sockets(ns)?;
+            flush_neighbours(&links).await
+        };
+        undo.await.with_context(|| format!("resetting {role}"))?;
+    }
+    let now = topology.state(Depth::Reuse).await?;
+    let left = now.differences(built);
+    if !left.is_empty() {
+        bail!("the reset left {}", left.join("; "));
+    }
+    Ok(())
+}
+
+/// The names of the links a namespace's lines list.
+fn link_names(lines: Option<&BTreeSet<String>>) -> BTreeSet<String> {
+    let lines = lines.into_iter().flatten();
+    lines.filter_map(|l| Some(l.strip_prefix("link ")?.split(' ').next()?.to_string())).collect()
+}
+
+/// A node's proxy state: nftables tables, IPVS virtual servers and ipsets, and the links it
+/// made (any link not in `built_links`).
+async fn undo_proxy(ns: &Netns, links: &Links, built_links: &BTreeSet<String>) -> Result<()> {
+    let mut nft = NftSocket::open(ns)?;
+    let tables = nft.tables()?;
+    nft.delete_tables(&tables)?;
+    let virtual_servers = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/ip_vs").unwrap_or_default())?;
+    if virtual_servers.lines().count() > 3 {
+        ns.exec("ipvsadm", &["-C"], None)?;
+    }
+    if have_program("ipset")
+        && let Ok(sets) = ns.exec("ipset", &["list", "-n"], None)
+        && !sets.stdout.is_empty()
+    {
+        ns.exec("ipset", &["destroy"], None)?;
+    }
+    let messages: Vec<_> = links
+        .handle()
+        .link()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| anyhow!("{}: {e}", links.context("listing links")))?;
+    for m in messages {
+        let name = m.attributes.iter().find_map(|a| match a {
+            LinkAttribute::IfName(n) => Some(n.clone()),
+            _ => None,
+        });
+        if let Some(name) = name.filter(|n| !built_links.contains(n)) {
+            links
+                .handle()
+                .link()
+                .del(m.header.index)
+                .execute()
+                .await
+                .map_err(|e| anyhow!("{}: {e}", links.context(&format!("deleting link {name}"))))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes back each kernel setting whose value differs from the `built` lines' (`sysctl
+/// KEY=VALUE`).
+fn restore_sysctls(ns: &Netns, built: Option<&BTreeSet<String>>) -> Result<()> {
+    let wanted: BTreeMap<&str, &str> = built
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.strip_prefix("sysctl ")?.split_once('='))
+        .collect();
+    ns.run(|| -> Result<()> {
+        for (key, value) in state::sysctls(Depth::Reuse)? {
+            let path = format!("/proc/sys/{key}");
+            // Counters (`nf_conntrack_count`) read but do not write: the reset's final read
+            // compares them.
+            let writable = std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o200 != 0);
+            match wanted.get(key.as_str()) {
+                Some(&want) if want != value && writable => {
+                    // Multi-valued settings read with tabs and are written with spaces.
+                    std::fs::write(&path, want)
+                        .with_context(|| format!("setting {key} back to {want}"))?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })?
+}
+
+/// Flushes the namespace's conntrack table if it holds any entry: a flush walks the kernel's
+/// whole (shared) table, a count does not.
+fn flush_conntrack(ns: &Netns) -> Result<()> {
+    let count = ns.run(|| std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count"))?;
+    if count.is_ok_and(|c| c.trim() != "0") {
+        conntrack::flush(ns)?;
+    }
+    Ok(())
+}
+
+/// Destroys every TCP and UDP socket left in the namespace, where its counters say there are
+/// any (no process is inside any more: these are connections still closing, the kernel's
+/// alone). Connections in TIME_WAIT stay (see `state::sockets_in_use`).
+fn destroy_sockets(ns: &Netns) -> Result<()> {
+    let any = ns.run(|| {
+        let counts = state::sockets_in_use();
+        counts.iter().any(|c| (c.starts_with("sockets TCP") || c.starts_with("sockets UDP")) && !c.ends_with(" 0"))
+    })?;
+    if any {
+        ns.exec("ss", &["-K", "-a", "-t", "-u"], None)?;
+    }
+    Ok(())
+}
+
+/// Flushes every neighbour entry the kernel made on demand (not permanent ones), both families, and
+/// every bridge's learned forwarding entries.
+async fn flush_neighbours(links: &Links) -> Result<()> {
+    let neighbours: Vec<_> = links
+        .handle()
+        .neighbours()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| anyhow!("{}: {e}", links.context("listing neighbours")))?;
+    for m in neighbours {
+        let h = &m.header;
+        // Entries made on demand (NOARP ones too: loopback's, multicast's) go; permanent ones
+        // and proxy entries are configuration, not what traffic taught.
+        let learned = h.state != NeighbourState::Permanent && !h.flags.contains(NeighbourFlags::Proxy);
+        if learned && matches!(h.family, AddressFamily::Inet | AddressFamily::Inet6) {
+            // An entry gone between the listing and the deletion is as good as deleted.
+            let _ = links.handle().neighbours().del(m).execute().await;
+        }
+    }
+    let bridges: Vec<_> = links
+        .handle()
+        .link()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| anyhow!("{}: {e}", links.context("listing links")))?;
+    for m in bridges {
+        let bridge = m.attributes.iter().any(|a| {
+            matches!(a, LinkAttribute::LinkInfo(info) if info.contains(&LinkInfo::Kind(InfoKind::Bridge)))
+        });
+        if bridge {
+            let flush = LinkMessageBuilder::<LinkBridge>::new_with_info_kind(InfoKind::Bridge)
+                .index(m.header.index)
+                .append_info_data(InfoBridge::FdbFlush)
+                .build();
+            links
+                .handle()
+                .link()
+                .set(flush)
+                .execute()
+                .await
+                .map_err(|e| anyhow!("{}: {e}", links.context("flushing a bridge's learned entries")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `program` is on the PATH.
+pub(crate) fn have_program(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+}

@@ -1,0 +1,416 @@
+//! What a topology's namespaces hold that a run could change, read back as lines of text: the
+//! links, addresses, routes and policy rules; the neighbour and bridge-forwarding entries;
+//! the netfilter state (nftables tables, legacy iptables tables, IPVS, ipsets); the conntrack
+//! entries; the sockets; and the kernel settings. Two reads compare line by line, so a reused
+//! topology is checked against what it was built as (`reset`), and a difference reads as what
+//! was left behind.
+//!
+//! Nothing here depends on the namespaces' names, link indexes or MAC addresses (random per
+//! build): a fresh topology of the same cluster reads the same, which is what the
+//! reset-completeness test compares.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow};
+use futures::TryStreamExt;
+use netlink_packet_route::address::AddressAttribute;
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourState};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+use rtnetlink::{IpVersion, RouteMessageBuilder};
+
+use crate::topology::Topology;
+use crate::topology::links::Links;
+use crate::topology::netns::Netns;
+
+/// How much to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// What a reuse is checked on: everything but the kernel settings of pods, external hosts
+    /// and the node network (no proxy writes there) and of each link of its own (proxies write
+    /// `all` and `default`); neighbours and bridge entries are flushed, not compared.
+    Reuse,
+    /// Everything, for the reset-completeness test.
+    Full,
+}
+
+/// Each namespace's lines, by its role (`node/NAME`, `pod/NAME`, `external/NAME`, `net`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct State(pub BTreeMap<String, BTreeSet<String>>);
+
+impl State {
+    /// What differs from `before`, a line each: `ROLE: + LINE` (now there, not before) or
+    /// `ROLE: - LINE` (gone). Empty when the two are the same.
+    pub fn differences(&self, before: &State) -> Vec<String> {
+        let empty = BTreeSet::new();
+        let roles: BTreeSet<&String> = self.0.keys().chain(before.0.keys()).collect();
+        let mut out = Vec::new();
+        for role in roles {
+            let now = self.0.get(role).unwrap_or(&empty);
+            let then = before.0.get(role).unwrap_or(&empty);
+            out.extend(now.difference(then).map(|line| format!("{role}: + {line}")));
+            out.extend(then.difference(now).map(|line| format!("{role}: - {line}")));
+        }
+        out
+    }
+}
+
+impl Topology {
+    /// Every namespace's role (`node/NAME`, `pod/NAME`, `external/NAME`, `net`) with the
+    /// namespace, nodes first.
+    pub fn roles(&self) -> Vec<(String, &Netns)> {
+        let nodes = self.nodes.iter().map(|n| (format!("node/{}", n.name), &n.netns));
+        let pods = self.pods.iter().map(|(name, ns)| (format!("pod/{name}"), ns));
+        let hosts = self.external_hosts.iter().map(|(name, ns)| (format!("external/{name}"), ns));
+        let net = std::iter::once(("net".to_string(), &self.node_network));
+        nodes.chain(pods).chain(hosts).chain(net).collect()
+    }
+
+    /// Reads what every namespace holds (see the module's note).
+    pub async fn state(&self, depth: Depth) -> Result<State> {
+        let mut out = BTreeMap::new();
+        for (role, ns) in self.roles() {
+            let node = role.starts_with("node/");
+            let lines = read_namespace(ns, depth, node).await.with_context(|| format!("reading {role}"))?;
+            out.insert(role, lines);
+        }
+        Ok(State(out))
+    }
+}
+
+/// One namespace's lines.
+async fn read_namespace(ns: &Netns, depth: Depth, node: bool) -> Result<BTreeSet<String>> {
+    let t = std::time::Instant::now();
+    let dbg = std::env::var_os("PPDEBUG").is_some();
+    let links = Links::connect(ns).await?;
+    if dbg { eprintln!("  connect {:?}", t.elapsed()); }
+    let mut lines = BTreeSet::new();
+    let names = read_links(&links, &mut lines).await?;
+    if dbg { eprintln!("  links {:?}", t.elapsed()); }
+    let name = |index: u32| names.get(&index).cloned().unwrap_or_else(|| format!("#{index}"));
+    read_addresses(&links, &name, &mut lines).await?;
+    if dbg { eprintln!("  addr {:?}", t.elapsed()); }
+    read_routes(&links, &name, &mut lines).await?;
+    if dbg { eprintln!("  routes {:?}", t.elapsed()); }
+    read_rules(&links, &mut lines).await?;
+    if dbg { eprintln!("  rules {:?}", t.elapsed()); }
+    if depth == Depth::Full {
+        read_neighbours(&links, &name, &mut lines).await?;
+    }
+    let tt = std::time::Instant::now();
+    lines.extend(ns.run(|| { if dbg { eprintln!("  entered {:?}", tt.elapsed()); } read_proc(depth, node) })??);
+    if dbg { eprintln!("  proc {:?}", t.elapsed()); }
+    if node || depth == Depth::Full {
+        lines.extend(netfilter_tables(ns)?);
+    if dbg { eprintln!("  nft {:?}", t.elapsed()); }
+        lines.extend(ipsets(ns)?);
+    if dbg { eprintln!("  ipset {:?}", t.elapsed()); }
+    }
+    Ok(lines)
+}
+
+/// `link NAME KIND up|down mtu=N [master=NAME]`; returns the names by index.
+async fn read_links(links: &Links, lines: &mut BTreeSet<String>) -> Result<BTreeMap<u32, String>> {
+    let messages: Vec<LinkMessage> = links
+        .handle()
+        .link()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| anyhow!("{}: {e}", links.context("listing links")))?;
+    let names: BTreeMap<u32, String> =
+        messages.iter().filter_map(|m| Some((m.header.index, link_name(m)?))).collect();
+    for m in &messages {
+        let name = names.get(&m.header.index).cloned().unwrap_or_default();
+        let kind = m
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                LinkAttribute::LinkInfo(info) => info.iter().find_map(|i| match i {
+                    LinkInfo::Kind(kind) => Some(kind_name(kind)),
+                    _ => None,
+                }),
+                _ => None,
+            })
+            .unwrap_or_else(|| "device".into());
+        let up = if m.header.flags.contains(LinkFlags::Up) { "up" } else { "down" };
+        let mut line = format!("link {name} {kind} {up}");
+        for a in &m.attributes {
+            match a {
+                LinkAttribute::Mtu(mtu) => line.push_str(&format!(" mtu={mtu}")),
+                LinkAttribute::Controller(index) => {
+                    line.push_str(&format!(" master={}", names.get(index).cloned().unwrap_or_default()))
+                }
+                _ => {}
+            }
+        }
+        lines.insert(line);
+    }
+    Ok(names)
+}
+
+fn link_name(m: &LinkMessage) -> Option<String> {
+    m.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfName(name) => Some(name.clone()),
+        _ => None,
+    })
+}
+
+fn kind_name(kind: &InfoKind) -> String {
+    format!("{kind:?}").to_lowercase()
+}
+
+/// `address LINK IP/PREFIX`; an IPv6 link-local address (made from the random MAC) as
+/// `fe80::(link-local)`.
+async fn read_addresses(
+    links: &Links,
+    name: &impl Fn(u32) -> String,
+    lines: &mut BTreeSet<String>,
+) -> Result<()> {
+    let messages: Vec<_> = links
+        .handle()
+        .address()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| anyhow!("{}: {e}", links.context("listing addresses")))?;
+    for m in messages {
+        for a in &m.attributes {
+            if let AddressAttribute::Address(ip) = a {
+                lines.insert(format!(
+                    "address {} {}/{}",
+                    name(m.header.index),
+                    shown(*ip),
+                    m.header.prefix_len
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An address as the state shows it: link-local IPv6 addresses stand for "one made from the
+/// link's MAC", which differs per build.
+fn shown(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V6(v6) if v6.segments()[0] == 0xfe80 => "fe80::(link-local)".into(),
+        ip => ip.to_string(),
+    }
+}
+
+fn route_address(address: &RouteAddress) -> String {
+    match address {
+        RouteAddress::Inet(v4) => v4.to_string(),
+        RouteAddress::Inet6(v6) => shown(IpAddr::V6(*v6)),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `route FAMILY table=T type=K scope=S proto=P DEST/LEN [via GW] [dev LINK] [metric M]`, both
+/// families, every table.
+async fn read_routes(links: &Links, name: &impl Fn(u32) -> String, lines: &mut BTreeSet<String>) -> Result<()> {
+    let requests = [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()];
+    for request in requests {
+        let messages: Vec<_> = links
+            .handle()
+            .route()
+            .get(request)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| anyhow!("{}: {e}", links.context("listing routes")))?;
+        for m in messages {
+            let h = &m.header;
+            let mut table = u32::from(h.table);
+            let mut destination = "default".to_string();
+            let mut rest = String::new();
+            for a in &m.attributes {
+                match a {
+                    RouteAttribute::Table(t) => table = *t,
+                    RouteAttribute::Destination(d) => destination = route_address(d),
+                    RouteAttribute::Gateway(g) => rest.push_str(&format!(" via {}", route_address(g))),
+                    RouteAttribute::Oif(i) => rest.push_str(&format!(" dev {}", name(*i))),
+                    RouteAttribute::Priority(p) => rest.push_str(&format!(" metric {p}")),
+                    RouteAttribute::PrefSource(s) => rest.push_str(&format!(" src {}", route_address(s))),
+                    RouteAttribute::MultiPath(hops) => rest.push_str(&format!(" multipath {hops:?}")),
+                    _ => {}
+                }
+            }
+            lines.insert(format!(
+                "route {:?} table={table} type={:?} scope={:?} proto={:?} {destination}/{}{rest}",
+                h.address_family, h.kind, h.scope, h.protocol, h.destination_prefix_length
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `rule …`, both families.
+async fn read_rules(links: &Links, lines: &mut BTreeSet<String>) -> Result<()> {
+    for version in [IpVersion::V4, IpVersion::V6] {
+        let messages: Vec<_> = links
+            .handle()
+            .rule()
+            .get(version)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| anyhow!("{}: {e}", links.context("listing policy rules")))?;
+        lines.extend(messages.iter().map(|m| format!("rule {:?} {:?}", m.header, m.attributes)));
+    }
+    Ok(())
+}
+
+/// `neighbour FAMILY LINK IP STATE` (no MAC: random per build), and for each bridge port the
+/// count of forwarding entries it learned (`fdb LINK learned N`).
+async fn read_neighbours(
+    links: &Links,
+    name: &impl Fn(u32) -> String,
+    lines: &mut BTreeSet<String>,
+) -> Result<()> {
+    let messages: Vec<_> = links
+        .handle()
+        .neighbours()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| anyhow!("{}: {e}", links.context("listing neighbours")))?;
+    let mut learned: BTreeMap<String, usize> = BTreeMap::new();
+    for m in messages {
+        let h = &m.header;
+        let link = name(h.ifindex);
+        let destination = m.attributes.iter().find_map(|a| match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => Some(IpAddr::V4(*v4)),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
+            _ => None,
+        });
+        match destination {
+            // The kernel's own chatter on a link (IGMP and MLD reports, IPv6 neighbour
+            // discovery between link-local addresses) comes and goes on its timers, in a fresh
+            // topology as in a kept one, and no probe is sent to such an address.
+            Some(ip) if ip.is_multicast() || shown(ip).starts_with("fe80") => {}
+            Some(ip) => {
+                lines.insert(format!("neighbour {:?} {link} {ip} {:?}", h.family, h.state));
+            }
+            // A bridge's forwarding entry: its own ports' addresses are permanent, and
+            // learned ones differ by MAC and by when the kernel ages them.
+            None if h.state != NeighbourState::Permanent => *learned.entry(link).or_default() += 1,
+            None => {}
+        }
+    }
+    lines.extend(learned.into_iter().map(|(link, n)| format!("fdb {link} learned {n}")));
+    Ok(())
+}
+
+/// Kernel settings under `net/` that differ between two builds of one cluster whatever runs:
+/// a key chosen at random per namespace.
+const RANDOM_PER_NAMESPACE: &[&str] = &["net/ipv4/tcp_fastopen_key"];
+
+/// What `/proc` tells of the namespace the calling thread is in: its sockets, legacy iptables
+/// tables, IPVS, and kernel settings (`sysctl KEY=VALUE`; at [`Depth::Reuse`] on nodes only).
+fn read_proc(depth: Depth, node: bool) -> Result<BTreeSet<String>> {
+    let mut lines = BTreeSet::new();
+    lines.extend(sockets_in_use());
+    for (kind, file) in LEGACY_TABLES {
+        let names = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap_or_default();
+        lines.extend(names.lines().map(|table| format!("{kind} table {table}")));
+    }
+    for file in ["ip_vs", "ip_vs_conn"] {
+        let text = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap_or_default();
+        // Past the header lines, each line is a virtual server (or one of its real servers) or
+        // a connection.
+        let header = if file == "ip_vs" { 3 } else { 1 };
+        lines.extend(text.lines().skip(header).map(|l| format!("{file} {}", l.trim())));
+    }
+    if node || depth == Depth::Full {
+        for (key, value) in sysctls(depth)? {
+            lines.insert(format!("sysctl {key}={value}"));
+        }
+    }
+    Ok(lines)
+}
+
+/// `sockets KIND inuse N` for each kind of socket of the namespace (`/proc/net/sockstat`,
+/// `sockstat6`: per-namespace counters). Connections in TIME_WAIT are not among them: they
+/// are the kernel's, hold only their own source port, and a kept topology's next run takes
+/// source ports after its last run's (`stage::Keeper`). Listing the sockets themselves
+/// (`/proc/net/tcp`, a sock_diag dump) would walk the machine's whole TCP hash table, some
+/// milliseconds a namespace.
+pub(super) fn sockets_in_use() -> Vec<String> {
+    let mut out = Vec::new();
+    for file in ["sockstat", "sockstat6"] {
+        let text = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap_or_default();
+        for line in text.lines() {
+            let Some((kind, fields)) = line.split_once(": ") else { continue };
+            let fields: Vec<&str> = fields.split_whitespace().collect();
+            if kind != "sockets"
+                && let Some(n) = fields.windows(2).find(|w| w[0] == "inuse").map(|w| w[1])
+            {
+                out.push(format!("sockets {kind} inuse {n}"));
+            }
+        }
+    }
+    out
+}
+
+/// Where the kernel lists the legacy x_tables tables a namespace registered.
+const LEGACY_TABLES: &[(&str, &str)] =
+    &[("iptables-legacy", "ip_tables_names"), ("ip6tables-legacy", "ip6_tables_names")];
+
+/// The readable kernel settings under `/proc/sys/net` of the calling thread's namespace, by key
+/// (`net/ipv4/ip_forward`). At [`Depth::Reuse`], a link's own directories (`conf/eth0`,
+/// `neigh/eth0`) are left out.
+pub(super) fn sysctls(depth: Depth) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    walk(Path::new("/proc/sys/net"), depth, &mut out)?;
+    Ok(out)
+}
+
+fn walk(dir: &Path, depth: Depth, out: &mut BTreeMap<String, String>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        let key = path.strip_prefix("/proc/sys").unwrap_or(&path).to_string_lossy().into_owned();
+        if entry.file_type()?.is_dir() {
+            let parent = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let name = entry.file_name();
+            let per_link = matches!(parent, "conf" | "neigh") && !matches!(name.to_str(), Some("all" | "default"));
+            if depth == Depth::Full || !per_link {
+                walk(&path, depth, out)?;
+            }
+            continue;
+        }
+        if RANDOM_PER_NAMESPACE.contains(&key.as_str()) {
+            continue;
+        }
+        // Write-only and secret settings (`route/flush`, `stable_secret`) do not read.
+        if let Ok(value) = std::fs::read_to_string(&path) {
+            out.insert(key, value.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    }
+    Ok(())
+}
+
+/// `nftables table FAMILY NAME` for each nf_tables table (iptables-nft's tables among them).
+fn netfilter_tables(ns: &Netns) -> Result<Vec<String>> {
+    let tables = crate::observe::nftables::NftSocket::open(ns)?.tables()?;
+    let family = crate::observe::nftables::family_name;
+    Ok(tables.into_iter().map(|(f, name)| format!("nftables table {} {name}", family(f))).collect())
+}
+
+/// `ipset NAME` for each set, where the `ipset` program exists (a proxy that makes sets runs
+/// it; without it none can have been made by one).
+fn ipsets(ns: &Netns) -> Result<Vec<String>> {
+    if !super::reset::have_program("ipset") {
+        return Ok(Vec::new());
+    }
+    // A kernel without ipset fails the listing: it holds no set.
+    let Ok(out) = ns.exec("ipset", &["list", "-n"], None) else { return Ok(Vec::new()) };
+    Ok(String::from_utf8_lossy(&out.stdout).lines().map(|set| format!("ipset {set}")).collect())
+}
