@@ -82,13 +82,9 @@ impl Keeper {
             Some(other) => other.teardown()?,
             None => {}
         }
-        let t = std::time::Instant::now();
         let mut stage = Stage::build(cluster, &NodeMap::new())?;
-        if std::env::var_os("PPDEBUG").is_some() { eprintln!("build {:?}", t.elapsed()); }
-        let t = std::time::Instant::now();
         let built = stage.runtime.block_on(stage.topology.state(reuse::Depth::Reuse));
         stage.reusable = Some((shape, built.context("reading the topology as built")?));
-        if std::env::var_os("PPDEBUG").is_some() { eprintln!("state {:?}", t.elapsed()); }
         Ok(stage)
     }
 }
@@ -175,9 +171,7 @@ impl Stage {
         };
         let ports_left = self.source_ports.peek() < LAST_SOURCE_PORT_TO_KEEP;
         if let (Some(keeper), Some((_, built)), true) = (keeper, &self.reusable, ports_left) {
-            let t = std::time::Instant::now();
             let r = self.runtime.block_on(reuse::reset(&self.topology, built));
-            if std::env::var_os("PPDEBUG").is_some() { eprintln!("reset {:?}", t.elapsed()); }
             match r {
                 Ok(()) => {
                     keeper.kept = Some(self);

@@ -285,16 +285,14 @@ pub(crate) fn run_caught(
     keeper: Option<&mut Keeper>,
 ) -> Result<ScenarioReport> {
     let run_it = || run_one(run, options, skip_all, keeper);
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run_it)).unwrap_or_else(
-        |panic| {
-            let what = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("a panic");
-            Err(anyhow::anyhow!("the run panicked: {what}"))
-        },
-    )
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run_it)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        Err(anyhow::anyhow!("the run panicked: {what}"))
+    })
 }
 
 /// Runs one scenario with its proxy; skipped with `skip_reason` when the host cannot run it.

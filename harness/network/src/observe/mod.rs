@@ -4,6 +4,7 @@
 pub mod capture;
 pub mod conntrack;
 pub mod conntrack_events;
+pub mod ipset;
 mod nfnetlink;
 pub mod nftables;
 pub mod nftrace;

@@ -1,4 +1,5 @@
-//! A few nf_tables netlink verbs on one namespace's socket, so that coverage spawns no `nft`
+//! A few nf_tables netlink verbs on one namespace's socket (an nfnetlink socket, which `ipset`
+//! speaks through too), so that coverage spawns no `nft`
 //! for what the kernel answers directly: the ruleset's generation (bumped by every commit,
 //! whoever makes it), the handle of every rule, and adding the harness's trace table.
 
@@ -133,7 +134,9 @@ impl NftSocket {
             next(self, MSG_DELTABLE, NLM_F_REQUEST | NLM_F_ACK, *family, &attr(1, &text(name)), 0);
         }
         next(self, NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, &[], NFNL_SUBSYS_NFTABLES);
-        self.socket.send(&batch, 0).with_context(|| format!("deleting tables in namespace {}", self.netns))?;
+        self.socket
+            .send(&batch, 0)
+            .with_context(|| format!("deleting tables in namespace {}", self.netns))?;
         let sequence = self.send_one(MSG_GETGEN, NLM_F_REQUEST, 0, &[])?;
         self.receive(sequence, |_, _, _, _| Ok(true)).context("deleting the nftables tables")
     }
@@ -176,7 +179,7 @@ impl NftSocket {
         self.receive(sequence, |_, _, _, _| Ok(true)).with_context(|| format!("adding table {name}"))
     }
 
-    fn send_one(&mut self, kind: u16, flags: u16, family: u8, body: &[u8]) -> Result<u32> {
+    pub(super) fn send_one(&mut self, kind: u16, flags: u16, family: u8, body: &[u8]) -> Result<u32> {
         self.sequence += 1;
         let data = message(kind, flags, self.sequence, family, 0, body);
         self.socket
@@ -187,7 +190,7 @@ impl NftSocket {
 
     /// Reads messages until `on` says the answer to `sequence` is complete (or NLMSG_DONE);
     /// any kernel error on the way is this call's error.
-    fn receive(
+    pub(super) fn receive(
         &mut self,
         sequence: u32,
         mut on: impl FnMut(u16, u16, u8, &[u8]) -> Result<bool>,
@@ -283,7 +286,7 @@ fn rule_handle(family: u8, attrs: &[u8]) -> Option<RuleHandle> {
     Some(RuleHandle { family: family_name(family), table: table?, chain: chain?, handle: handle? })
 }
 
-fn name_of(value: &[u8]) -> String {
+pub(super) fn name_of(value: &[u8]) -> String {
     String::from_utf8_lossy(value.split(|&c| c == 0).next().unwrap_or_default()).into_owned()
 }
 
@@ -315,7 +318,7 @@ fn message(kind: u16, flags: u16, sequence: u32, family: u8, res_id: u16, body: 
     out
 }
 
-fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
+pub(super) fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
     let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
     out.extend(kind.to_ne_bytes());
     out.extend(value);
@@ -338,7 +341,7 @@ fn align(n: usize) -> usize {
 }
 
 /// `(type, payload)` of each netlink attribute in `data`, flags stripped from the type.
-fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(super) fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         if data.len() < 4 {
             return None;

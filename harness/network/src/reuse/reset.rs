@@ -18,7 +18,6 @@
 //! - kernel settings the proxy wrote (`route_localnet`, IPVS's): written back.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::TryStreamExt;
@@ -28,7 +27,7 @@ use netlink_packet_route::neighbour::{NeighbourFlags, NeighbourState};
 use rtnetlink::{LinkBridge, LinkMessageBuilder};
 
 use super::state::{self, Depth, State};
-use crate::observe::{conntrack, nftables::NftSocket};
+use crate::observe::{conntrack, ipset, nftables::NftSocket};
 use crate::topology::Topology;
 use crate::topology::links::Links;
 use crate::topology::netns::Netns;
@@ -42,23 +41,41 @@ pub async fn reset(topology: &Topology, built: &State) -> Result<()> {
         bail!("still running in its namespaces: {}", holders.join(", "));
     }
     topology.unsteer_all().await?;
+    let mut left = Vec::new();
     for (role, ns) in topology.roles() {
         let undo = async {
             let links = Links::connect(ns).await?;
             if role.starts_with("node/") {
-                undo_proxy(ns, &links, &link_names(built.0.get(&role))).await?;
+                undo_proxy(ns)?;
             }
             flush_conntrack(ns)?;
             if role.starts_with("node/") {
-                restore_sysctls(ns, built.0.get(&role))?;
+                let not_back = restore_sysctls(ns, built.0.get(&role))?;
+                left.extend(not_back.into_iter().map(|l| format!("{role}: {l}")));
             }
             destroy_sockets(ns)?;
-            flush_neighbours(&links).await
+            flush_neighbours(&links).await?;
+            // Last: a link request right after the tables' deletion waits on the kernel (some
+            // 15 ms, measured), and by now it need not.
+            if role.starts_with("node/") {
+                delete_added_links(&links, &link_names(built.0.get(&role))).await?;
+            }
+            anyhow::Ok(())
         };
         undo.await.with_context(|| format!("resetting {role}"))?;
     }
-    let now = topology.state(Depth::Reuse).await?;
-    let left = now.differences(built);
+    // The nodes' kernel settings were read and compared as they were written back.
+    let now = state::read(topology, Depth::Reuse, false).await?;
+    let without_sysctls = |s: &State| {
+        State(
+            s.0.iter()
+                .map(|(role, lines)| {
+                    (role.clone(), lines.iter().filter(|l| !state::is_sysctl(l)).cloned().collect())
+                })
+                .collect(),
+        )
+    };
+    left.extend(now.differences(&without_sysctls(built)));
     if !left.is_empty() {
         bail!("the reset left {}", left.join("; "));
     }
@@ -71,22 +88,28 @@ fn link_names(lines: Option<&BTreeSet<String>>) -> BTreeSet<String> {
     lines.filter_map(|l| Some(l.strip_prefix("link ")?.split(' ').next()?.to_string())).collect()
 }
 
-/// A node's proxy state: nftables tables, IPVS virtual servers and ipsets, and the links it
-/// made (any link not in `built_links`).
-async fn undo_proxy(ns: &Netns, links: &Links, built_links: &BTreeSet<String>) -> Result<()> {
+/// A node's proxy state: nftables tables, IPVS virtual servers and ipsets.
+fn undo_proxy(ns: &Netns) -> Result<()> {
+    // Listed before the tables go: an ipset request right after a table's deletion waits some
+    // 15 ms in the kernel (measured), and without sets there is nothing to destroy.
+    let sets = ipset::names(ns)?;
     let mut nft = NftSocket::open(ns)?;
     let tables = nft.tables()?;
     nft.delete_tables(&tables)?;
-    let virtual_servers = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/ip_vs").unwrap_or_default())?;
+    let virtual_servers =
+        ns.run(|| std::fs::read_to_string("/proc/thread-self/net/ip_vs").unwrap_or_default())?;
     if virtual_servers.lines().count() > 3 {
         ns.exec("ipvsadm", &["-C"], None)?;
     }
-    if have_program("ipset")
-        && let Ok(sets) = ns.exec("ipset", &["list", "-n"], None)
-        && !sets.stdout.is_empty()
-    {
-        ns.exec("ipset", &["destroy"], None)?;
+    // After the rules that may refer to them.
+    if !sets.is_empty() {
+        ipset::destroy_all(ns)?;
     }
+    Ok(())
+}
+
+/// Deletes the links a proxy made (any link not in `built_links`: `kube-ipvs0`).
+async fn delete_added_links(links: &Links, built_links: &BTreeSet<String>) -> Result<()> {
     let messages: Vec<_> = links
         .handle()
         .link()
@@ -114,29 +137,30 @@ async fn undo_proxy(ns: &Netns, links: &Links, built_links: &BTreeSet<String>) -
 }
 
 /// Writes back each kernel setting whose value differs from the `built` lines' (`sysctl
-/// KEY=VALUE`).
-fn restore_sysctls(ns: &Netns, built: Option<&BTreeSet<String>>) -> Result<()> {
-    let wanted: BTreeMap<&str, &str> = built
-        .into_iter()
-        .flatten()
-        .filter_map(|l| l.strip_prefix("sysctl ")?.split_once('='))
-        .collect();
-    ns.run(|| -> Result<()> {
-        for (key, value) in state::sysctls(Depth::Reuse)? {
+/// KEY=VALUE`); returns the settings it cannot put back as built: a setting the namespace
+/// gained (a module loaded meanwhile) or lost, or one that does not write.
+fn restore_sysctls(ns: &Netns, built: Option<&BTreeSet<String>>) -> Result<Vec<String>> {
+    let wanted: BTreeMap<&str, &str> =
+        built.into_iter().flatten().filter_map(|l| l.strip_prefix("sysctl ")?.split_once('=')).collect();
+    ns.run(|| -> Result<Vec<String>> {
+        let now = state::sysctls(Depth::Reuse)?;
+        let mut left: Vec<String> =
+            wanted.keys().filter(|k| !now.contains_key(**k)).map(|k| format!("- sysctl {k}")).collect();
+        for (key, value) in &now {
+            let Some(&want) = wanted.get(key.as_str()) else {
+                left.push(format!("+ sysctl {key}={value}"));
+                continue;
+            };
+            if want == value {
+                continue;
+            }
+            // Multi-valued settings read with tabs and are written with spaces.
             let path = format!("/proc/sys/{key}");
-            // Counters (`nf_conntrack_count`) read but do not write: the reset's final read
-            // compares them.
-            let writable = std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o200 != 0);
-            match wanted.get(key.as_str()) {
-                Some(&want) if want != value && writable => {
-                    // Multi-valued settings read with tabs and are written with spaces.
-                    std::fs::write(&path, want)
-                        .with_context(|| format!("setting {key} back to {want}"))?;
-                }
-                _ => {}
+            if std::fs::write(&path, want).is_err() || state::sysctls_one(&path).as_deref() != Some(want) {
+                left.push(format!("sysctl {key}={value} (built {want})"));
             }
         }
-        Ok(())
+        Ok(left)
     })?
 }
 
@@ -156,7 +180,9 @@ fn flush_conntrack(ns: &Netns) -> Result<()> {
 fn destroy_sockets(ns: &Netns) -> Result<()> {
     let any = ns.run(|| {
         let counts = state::sockets_in_use();
-        counts.iter().any(|c| (c.starts_with("sockets TCP") || c.starts_with("sockets UDP")) && !c.ends_with(" 0"))
+        counts
+            .iter()
+            .any(|c| (c.starts_with("sockets TCP") || c.starts_with("sockets UDP")) && !c.ends_with(" 0"))
     })?;
     if any {
         ns.exec("ss", &["-K", "-a", "-t", "-u"], None)?;
@@ -212,10 +238,4 @@ async fn flush_neighbours(links: &Links) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Whether `program` is on the PATH.
-pub(crate) fn have_program(program: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
 }

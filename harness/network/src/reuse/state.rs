@@ -70,43 +70,44 @@ impl Topology {
 
     /// Reads what every namespace holds (see the module's note).
     pub async fn state(&self, depth: Depth) -> Result<State> {
-        let mut out = BTreeMap::new();
-        for (role, ns) in self.roles() {
-            let node = role.starts_with("node/");
-            let lines = read_namespace(ns, depth, node).await.with_context(|| format!("reading {role}"))?;
-            out.insert(role, lines);
-        }
-        Ok(State(out))
+        read(self, depth, true).await
     }
 }
 
+/// As [`Topology::state`]; without the kernel settings (`sysctls` false) where the caller has
+/// just read and compared them itself (`reset`).
+pub(super) async fn read(topology: &Topology, depth: Depth, sysctls: bool) -> Result<State> {
+    let mut out = BTreeMap::new();
+    for (role, ns) in topology.roles() {
+        let node = role.starts_with("node/");
+        let lines =
+            read_namespace(ns, depth, node, sysctls).await.with_context(|| format!("reading {role}"))?;
+        out.insert(role, lines);
+    }
+    Ok(State(out))
+}
+
+/// A namespace's lines that are kernel settings.
+pub(super) fn is_sysctl(line: &str) -> bool {
+    line.starts_with("sysctl ")
+}
+
 /// One namespace's lines.
-async fn read_namespace(ns: &Netns, depth: Depth, node: bool) -> Result<BTreeSet<String>> {
-    let t = std::time::Instant::now();
-    let dbg = std::env::var_os("PPDEBUG").is_some();
+async fn read_namespace(ns: &Netns, depth: Depth, node: bool, sysctls: bool) -> Result<BTreeSet<String>> {
     let links = Links::connect(ns).await?;
-    if dbg { eprintln!("  connect {:?}", t.elapsed()); }
     let mut lines = BTreeSet::new();
     let names = read_links(&links, &mut lines).await?;
-    if dbg { eprintln!("  links {:?}", t.elapsed()); }
     let name = |index: u32| names.get(&index).cloned().unwrap_or_else(|| format!("#{index}"));
     read_addresses(&links, &name, &mut lines).await?;
-    if dbg { eprintln!("  addr {:?}", t.elapsed()); }
     read_routes(&links, &name, &mut lines).await?;
-    if dbg { eprintln!("  routes {:?}", t.elapsed()); }
     read_rules(&links, &mut lines).await?;
-    if dbg { eprintln!("  rules {:?}", t.elapsed()); }
     if depth == Depth::Full {
         read_neighbours(&links, &name, &mut lines).await?;
     }
-    let tt = std::time::Instant::now();
-    lines.extend(ns.run(|| { if dbg { eprintln!("  entered {:?}", tt.elapsed()); } read_proc(depth, node) })??);
-    if dbg { eprintln!("  proc {:?}", t.elapsed()); }
+    lines.extend(ns.run(|| read_proc(depth, node && sysctls))??);
     if node || depth == Depth::Full {
         lines.extend(netfilter_tables(ns)?);
-    if dbg { eprintln!("  nft {:?}", t.elapsed()); }
         lines.extend(ipsets(ns)?);
-    if dbg { eprintln!("  ipset {:?}", t.elapsed()); }
     }
     Ok(lines)
 }
@@ -212,8 +213,13 @@ fn route_address(address: &RouteAddress) -> String {
 
 /// `route FAMILY table=T type=K scope=S proto=P DEST/LEN [via GW] [dev LINK] [metric M]`, both
 /// families, every table.
-async fn read_routes(links: &Links, name: &impl Fn(u32) -> String, lines: &mut BTreeSet<String>) -> Result<()> {
-    let requests = [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()];
+async fn read_routes(
+    links: &Links,
+    name: &impl Fn(u32) -> String,
+    lines: &mut BTreeSet<String>,
+) -> Result<()> {
+    let requests =
+        [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()];
     for request in requests {
         let messages: Vec<_> = links
             .handle()
@@ -371,6 +377,12 @@ pub(super) fn sysctls(depth: Depth) -> Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
+/// One setting's value as [`sysctls`] shows it (`path`: under `/proc/sys`), if it reads.
+pub(super) fn sysctls_one(path: &str) -> Option<String> {
+    let value = std::fs::read_to_string(path).ok()?;
+    Some(value.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
 fn walk(dir: &Path, depth: Depth, out: &mut BTreeMap<String, String>) -> Result<()> {
     let entries = std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
     for entry in entries {
@@ -380,7 +392,8 @@ fn walk(dir: &Path, depth: Depth, out: &mut BTreeMap<String, String>) -> Result<
         if entry.file_type()?.is_dir() {
             let parent = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             let name = entry.file_name();
-            let per_link = matches!(parent, "conf" | "neigh") && !matches!(name.to_str(), Some("all" | "default"));
+            let per_link =
+                matches!(parent, "conf" | "neigh") && !matches!(name.to_str(), Some("all" | "default"));
             if depth == Depth::Full || !per_link {
                 walk(&path, depth, out)?;
             }
@@ -390,8 +403,8 @@ fn walk(dir: &Path, depth: Depth, out: &mut BTreeMap<String, String>) -> Result<
             continue;
         }
         // Write-only and secret settings (`route/flush`, `stable_secret`) do not read.
-        if let Ok(value) = std::fs::read_to_string(&path) {
-            out.insert(key, value.split_whitespace().collect::<Vec<_>>().join(" "));
+        if let Some(value) = sysctls_one(&path.to_string_lossy()) {
+            out.insert(key, value);
         }
     }
     Ok(())
@@ -404,13 +417,7 @@ fn netfilter_tables(ns: &Netns) -> Result<Vec<String>> {
     Ok(tables.into_iter().map(|(f, name)| format!("nftables table {} {name}", family(f))).collect())
 }
 
-/// `ipset NAME` for each set, where the `ipset` program exists (a proxy that makes sets runs
-/// it; without it none can have been made by one).
+/// `ipset NAME` for each set.
 fn ipsets(ns: &Netns) -> Result<Vec<String>> {
-    if !super::reset::have_program("ipset") {
-        return Ok(Vec::new());
-    }
-    // A kernel without ipset fails the listing: it holds no set.
-    let Ok(out) = ns.exec("ipset", &["list", "-n"], None) else { return Ok(Vec::new()) };
-    Ok(String::from_utf8_lossy(&out.stdout).lines().map(|set| format!("ipset {set}")).collect())
+    Ok(crate::observe::ipset::names(ns)?.into_iter().map(|set| format!("ipset {set}")).collect())
 }

@@ -266,7 +266,8 @@ impl Topology {
 
     /// Gives every external host back its own routes (see [`Topology::unsteer`]).
     pub async fn unsteer_all(&self) -> Result<()> {
-        let steered: Vec<_> = self.steered.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
+        let steered: Vec<_> =
+            self.steered.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
         for (host, dest) in steered {
             self.unsteer(&host, dest).await?;
         }
