@@ -22,9 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Context, Result, anyhow, bail};
 use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
-use netlink_packet_route::link::{InfoBridge, InfoKind, LinkAttribute, LinkInfo};
-use netlink_packet_route::neighbour::{NeighbourFlags, NeighbourState};
-use rtnetlink::{LinkBridge, LinkMessageBuilder};
+use netlink_packet_route::link::LinkAttribute;
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
+};
 
 use super::state::{self, Depth, State};
 use crate::observe::{conntrack, ipset, nftables::NftSocket};
@@ -48,7 +49,6 @@ pub async fn reset(topology: &Topology, built: &State) -> Result<()> {
             if role.starts_with("node/") {
                 undo_proxy(ns)?;
             }
-            flush_conntrack(ns)?;
             if role.starts_with("node/") {
                 let not_back = restore_sysctls(ns, built.0.get(&role))?;
                 left.extend(not_back.into_iter().map(|l| format!("{role}: {l}")));
@@ -60,6 +60,8 @@ pub async fn reset(topology: &Topology, built: &State) -> Result<()> {
             if role.starts_with("node/") {
                 delete_added_links(&links, &link_names(built.0.get(&role))).await?;
             }
+            // Last, after whatever else could still send a packet.
+            flush_conntrack(ns)?;
             anyhow::Ok(())
         };
         undo.await.with_context(|| format!("resetting {role}"))?;
@@ -190,8 +192,10 @@ fn destroy_sockets(ns: &Netns) -> Result<()> {
     Ok(())
 }
 
-/// Flushes every neighbour entry the kernel made on demand (not permanent ones), both families, and
-/// every bridge's learned forwarding entries.
+/// Deletes every neighbour entry the traffic made (IPv4 and IPv6, NOARP ones such as
+/// loopback's too) and every address a bridge learned: entry by entry, since flushing a
+/// bridge's table as a link change (`IFLA_BR_FDB_FLUSH`) makes the kernel send IGMP reports,
+/// which conntrack, until the proxy's tables are fully gone, records (measured).
 async fn flush_neighbours(links: &Links) -> Result<()> {
     let neighbours: Vec<_> = links
         .handle()
@@ -203,39 +207,31 @@ async fn flush_neighbours(links: &Links) -> Result<()> {
         .map_err(|e| anyhow!("{}: {e}", links.context("listing neighbours")))?;
     for m in neighbours {
         let h = &m.header;
-        // Entries made on demand (NOARP ones too: loopback's, multicast's) go; permanent ones
-        // and proxy entries are configuration, not what traffic taught.
-        let learned = h.state != NeighbourState::Permanent && !h.flags.contains(NeighbourFlags::Proxy);
-        if learned && matches!(h.family, AddressFamily::Inet | AddressFamily::Inet6) {
+        let made = match h.family {
+            // Permanent entries and proxy entries are configuration; multicast groups' are the
+            // kernel's own (`state` leaves them out).
+            AddressFamily::Inet | AddressFamily::Inet6 => {
+                h.state != NeighbourState::Permanent
+                    && !h.flags.contains(NeighbourFlags::Proxy)
+                    && !multicast(&m)
+            }
+            // A bridge's own ports' addresses are permanent, static entries NOARP; the rest it
+            // learned.
+            AddressFamily::Bridge => !matches!(h.state, NeighbourState::Permanent | NeighbourState::Noarp),
+            _ => false,
+        };
+        if made {
             // An entry gone between the listing and the deletion is as good as deleted.
             let _ = links.handle().neighbours().del(m).execute().await;
         }
     }
-    let bridges: Vec<_> = links
-        .handle()
-        .link()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| anyhow!("{}: {e}", links.context("listing links")))?;
-    for m in bridges {
-        let bridge = m.attributes.iter().any(|a| {
-            matches!(a, LinkAttribute::LinkInfo(info) if info.contains(&LinkInfo::Kind(InfoKind::Bridge)))
-        });
-        if bridge {
-            let flush = LinkMessageBuilder::<LinkBridge>::new_with_info_kind(InfoKind::Bridge)
-                .index(m.header.index)
-                .append_info_data(InfoBridge::FdbFlush)
-                .build();
-            links
-                .handle()
-                .link()
-                .set(flush)
-                .execute()
-                .await
-                .map_err(|e| anyhow!("{}: {e}", links.context("flushing a bridge's learned entries")))?;
-        }
-    }
     Ok(())
+}
+
+fn multicast(m: &NeighbourMessage) -> bool {
+    m.attributes.iter().any(|a| match a {
+        NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => v4.is_multicast(),
+        NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => v6.is_multicast(),
+        _ => false,
+    })
 }

@@ -313,15 +313,23 @@ async fn read_neighbours(
     Ok(())
 }
 
-/// Kernel settings under `net/` that differ between two builds of one cluster whatever runs:
-/// a key chosen at random per namespace.
-const RANDOM_PER_NAMESPACE: &[&str] = &["net/ipv4/tcp_fastopen_key"];
+/// Files under `/proc/sys/net` that are no settings: a key chosen at random per namespace
+/// (differs between two builds of one cluster whatever runs), and the conntrack table's count
+/// (read as `conntrack entries N`).
+const NOT_SETTINGS: &[&str] = &["net/ipv4/tcp_fastopen_key", CONNTRACK_COUNT];
+
+/// How many entries the namespace's conntrack table holds.
+const CONNTRACK_COUNT: &str = "net/netfilter/nf_conntrack_count";
 
 /// What `/proc` tells of the namespace the calling thread is in: its sockets, legacy iptables
-/// tables, IPVS, and kernel settings (`sysctl KEY=VALUE`; at [`Depth::Reuse`] on nodes only).
+/// tables, IPVS, conntrack's count, and kernel settings (`sysctl KEY=VALUE`; at
+/// [`Depth::Reuse`] on nodes only).
 fn read_proc(depth: Depth, node: bool) -> Result<BTreeSet<String>> {
     let mut lines = BTreeSet::new();
     lines.extend(sockets_in_use());
+    if let Some(n) = sysctls_one(&format!("/proc/sys/{CONNTRACK_COUNT}")) {
+        lines.insert(format!("conntrack entries {n}"));
+    }
     for (kind, file) in LEGACY_TABLES {
         let names = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap_or_default();
         lines.extend(names.lines().map(|table| format!("{kind} table {table}")));
@@ -399,7 +407,7 @@ fn walk(dir: &Path, depth: Depth, out: &mut BTreeMap<String, String>) -> Result<
             }
             continue;
         }
-        if RANDOM_PER_NAMESPACE.contains(&key.as_str()) {
+        if NOT_SETTINGS.contains(&key.as_str()) {
             continue;
         }
         // Write-only and secret settings (`route/flush`, `stable_secret`) do not read.
