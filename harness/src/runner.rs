@@ -3,7 +3,6 @@
 //! `probe` schedules them) and the conntrack tables read after it; the verdicts (`verdict`);
 //! for a failure, the evidence (`report::evidence`). The stage takes it all down again.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -246,12 +245,12 @@ fn node_states<'a>(
     topology.nodes.iter().map(state).collect()
 }
 
-/// The conntrack table of every node that translated some probe's traffic or answered it
-/// (a host-network endpoint: its own NAT may remap the source port the flow arrived with), and
-/// of every node when some probe must be dropped or forwarded: a node that let a flow through
-/// holds a confirmed entry for it, one that dropped it does not.
-fn dump_conntrack(topology: &Topology, expectations: &[oracle::Expectation]) -> Result<ConntrackTables> {
-    let mut tables = BTreeMap::new();
+/// The nodes whose conntrack tables a phase is judged on: every node that translated some
+/// probe's traffic or answered it (a host-network endpoint: its own NAT may remap the source
+/// port the flow arrived with), and every node when some probe must be dropped or forwarded: a
+/// node that let a flow through holds a confirmed entry for it, one that dropped it does not.
+fn tables_to_read(topology: &Topology, expectations: &[oracle::Expectation]) -> Result<Vec<String>> {
+    let mut nodes: Vec<String> = Vec::new();
     let everywhere = expectations
         .iter()
         .any(|e| matches!(e.outcome, oracle::Outcome::Dropped | oracle::Outcome::Forwarded));
@@ -265,13 +264,12 @@ fn dump_conntrack(topology: &Topology, expectations: &[oracle::Expectation]) -> 
         _ => Vec::new(),
     });
     for node in translating.chain(&all_nodes) {
-        if !tables.contains_key(node) {
-            let flows = conntrack::dump(&topology.node(node)?.netns)
-                .with_context(|| format!("reading the conntrack table of node {node}"))?;
-            tables.insert(node.clone(), flows);
+        topology.node(node)?;
+        if !nodes.contains(node) {
+            nodes.push(node.clone());
         }
     }
-    Ok(tables)
+    Ok(nodes)
 }
 
 /// The nodes' 127.0.0.1 ports some probe's traffic is aimed at.
@@ -341,7 +339,10 @@ fn probe_phases(
         if let Some(recorder) = recorder.as_deref_mut() {
             recorder.phase_done(probe_flows(phase, &sent)).context("measuring rule coverage")?;
         }
-        out.push((sent, announced.complete(dump_conntrack(topology, expected)?)?));
+        // Entry by entry, as announced: a dump would walk the host's whole conntrack table.
+        let nodes = tables_to_read(topology, expected)?;
+        let tables = announced.tables(nodes.iter().map(String::as_str)).context("reading conntrack")?;
+        out.push((sent, tables));
     }
     Ok(out)
 }

@@ -75,6 +75,30 @@ pub fn lookup(ns: &Netns, ip_protocol: u8, tuple: &Tuple) -> Result<Option<Flow>
     }
 }
 
+/// The entries of `ns` whose (protocol, original tuple) `keys` name, as they are now, in that
+/// order; an entry gone meanwhile is left out. One socket for all.
+pub fn lookup_each(ns: &Netns, keys: &[(u8, Tuple)]) -> Result<Vec<Flow>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut socket = CtSocket::open(ns)?;
+    let mut out = Vec::with_capacity(keys.len());
+    for (ip_protocol, tuple) in keys {
+        let message =
+            ConntrackMessage::Get(vec![ConntrackAttribute::CtaTupleOrig(to_netlink(*ip_protocol, tuple))]);
+        match socket.request(family_of(tuple), message, Reply::Ack) {
+            Ok(answer) => out.extend(answer.iter().find_map(flow_of)),
+            Err(e) if is_enoent(&e) => {}
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("looking up {} {tuple} in namespace {}", protocol_name(*ip_protocol), ns.name())
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Deletes every entry of `ns`'s table (IPv4 and IPv6).
 pub fn flush(ns: &Netns) -> Result<()> {
     let mut socket = CtSocket::open(ns)?;

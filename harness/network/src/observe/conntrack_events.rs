@@ -18,7 +18,7 @@ use netlink_packet_netfilter::conntrack::ConntrackMessage;
 use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
 use netlink_sys::{Socket, protocols::NETLINK_NETFILTER};
 
-use super::conntrack::{Flow, from_netlink};
+use super::conntrack::{Flow, Tuple, from_netlink};
 use crate::topology::netns::Netns;
 
 /// `NFNLGRP_CONNTRACK_NEW` and `NFNLGRP_CONNTRACK_DESTROY` (linux/netfilter/nfnetlink.h).
@@ -201,39 +201,69 @@ fn decode(mut data: &[u8]) -> Result<Vec<(Change, Flow)>> {
     Ok(out)
 }
 
-/// A recorder on every node, and the log of what each announced (kept as evidence).
+/// A recorder on every node, the log of what each announced (kept as evidence), and every
+/// entry announced and not yet destroyed: what a node's table holds of the run's traffic, to be
+/// read entry by entry ([`NodeRecorders::tables`]) instead of dumped.
 pub struct NodeRecorders {
     recorders: BTreeMap<String, Recorder>,
+    netns: BTreeMap<String, Netns>,
     log: BTreeMap<String, String>,
+    /// By node, in the order announced: (protocol, original tuple) of each entry confirmed and
+    /// not destroyed since the recorders started.
+    live: BTreeMap<String, Vec<(u8, Tuple)>>,
 }
 
 impl NodeRecorders {
-    /// Starts a recorder in each `(node name, namespace)`.
+    /// Starts a recorder in each `(node name, namespace)`, before the run's first probe: the
+    /// table then holds no entry of the run's traffic that is not announced.
     pub fn start<'n>(nodes: impl IntoIterator<Item = (&'n str, &'n Netns)>) -> Result<NodeRecorders> {
         let mut recorders = BTreeMap::new();
+        let mut netns = BTreeMap::new();
         for (name, ns) in nodes {
             recorders.insert(name.to_string(), Recorder::start(ns).with_context(|| format!("node {name}"))?);
+            netns.insert(name.to_string(), ns.clone());
         }
-        Ok(NodeRecorders { recorders, log: BTreeMap::new() })
+        Ok(NodeRecorders { recorders, netns, log: BTreeMap::new(), live: BTreeMap::new() })
     }
 
-    /// A phase's tables, dumped at its end, completed with the entries its probes made that were
-    /// gone by then ([`with_gone`]). Every node's announcements are taken, so the next phase
+    /// A phase's tables of `nodes`, completed with the entries its probes made that were gone
+    /// by then ([`with_gone`]). Not dumped: each entry announced since the recorders started
+    /// and not destroyed is looked up by its tuple (its state now; one hash lookup, where a
+    /// dump walks the host's whole conntrack table, some 10 ms, whatever the namespace holds).
+    /// They hold every entry the run's traffic made, as a dump does; not what came before the
+    /// recorders (none of a probe's). Every node's announcements are taken, so the next phase
     /// starts afresh.
-    pub fn complete(&mut self, tables: BTreeMap<String, Vec<Flow>>) -> Result<BTreeMap<String, Vec<Flow>>> {
+    pub fn tables<'a>(&mut self, nodes: impl IntoIterator<Item = &'a str>) -> Result<BTreeMap<String, Vec<Flow>>> {
+        let announced = self.take_all()?;
+        let mut out = BTreeMap::new();
+        for node in nodes {
+            let ns = self.netns.get(node).with_context(|| format!("no conntrack recorder on node {node}"))?;
+            let live = self.live.get(node).map(Vec::as_slice).unwrap_or_default();
+            let table = super::conntrack::lookup_each(ns, live)
+                .with_context(|| format!("reading the conntrack entries of node {node}"))?;
+            let events = announced.get(node).map(Vec::as_slice).unwrap_or_default();
+            out.insert(node.to_string(), with_gone(table, events));
+        }
+        Ok(out)
+    }
+
+    /// Every node's announcements since the last call, logged and applied to `live`.
+    fn take_all(&mut self) -> Result<BTreeMap<String, Vec<(Change, Flow)>>> {
         let mut announced = BTreeMap::new();
         for (node, recorder) in &mut self.recorders {
             let events = recorder.take().with_context(|| format!("node {node}"))?;
             self.log.entry(node.clone()).or_default().push_str(&log_lines(&events));
+            let live = self.live.entry(node.clone()).or_default();
+            for (change, flow) in &events {
+                let key = (flow.ip_protocol, flow.original);
+                match change {
+                    Change::New => live.push(key),
+                    Change::Destroyed => live.retain(|k| *k != key),
+                }
+            }
             announced.insert(node.clone(), events);
         }
-        Ok(tables
-            .into_iter()
-            .map(|(node, table)| {
-                let events = announced.get(&node).map(Vec::as_slice).unwrap_or_default();
-                (node, with_gone(table, events))
-            })
-            .collect())
+        Ok(announced)
     }
 
     /// What `node` announced in the phases completed so far, one line each.
