@@ -233,7 +233,10 @@ impl NodeRecorders {
     /// They hold every entry the run's traffic made, as a dump does; not what came before the
     /// recorders (none of a probe's). Every node's announcements are taken, so the next phase
     /// starts afresh.
-    pub fn tables<'a>(&mut self, nodes: impl IntoIterator<Item = &'a str>) -> Result<BTreeMap<String, Vec<Flow>>> {
+    pub fn tables<'a>(
+        &mut self,
+        nodes: impl IntoIterator<Item = &'a str>,
+    ) -> Result<BTreeMap<String, Vec<Flow>>> {
         let announced = self.take_all()?;
         let mut out = BTreeMap::new();
         for node in nodes {

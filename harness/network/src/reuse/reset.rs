@@ -8,11 +8,11 @@
 //! - the proxy's rules: every nftables table deleted (iptables-nft's are nftables tables too);
 //!   IPVS virtual servers cleared and ipsets destroyed where there are any; links it added
 //!   (`kube-ipvs0`) deleted;
-//! - conntrack entries: flushed in every namespace that holds any;
+//! - conntrack entries: flushed in every namespace that holds any, last;
 //! - sockets the clients and servers left (a connection the other end never closed):
 //!   destroyed (`ss -K`, the kernel's `SOCK_DESTROY`); connections in TIME_WAIT hold only
 //!   their own source ports, which the next run does not take (`stage::Keeper`);
-//! - neighbour and bridge-forwarding entries the traffic taught: flushed, so the next run's
+//! - neighbour and bridge-forwarding entries the traffic taught: deleted, so the next run's
 //!   first packets resolve and flood as in a fresh topology;
 //! - routes a probe steered through a node: removed;
 //! - kernel settings the proxy wrote (`route_localnet`, IPVS's): written back.
@@ -44,23 +44,23 @@ pub async fn reset(topology: &Topology, built: &State) -> Result<()> {
     topology.unsteer_all().await?;
     let mut left = Vec::new();
     for (role, ns) in topology.roles() {
+        let node = role.starts_with("node/");
         let undo = async {
             let links = Links::connect(ns).await?;
-            if role.starts_with("node/") {
+            if node {
                 undo_proxy(ns)?;
-            }
-            if role.starts_with("node/") {
                 let not_back = restore_sysctls(ns, built.0.get(&role))?;
                 left.extend(not_back.into_iter().map(|l| format!("{role}: {l}")));
             }
             destroy_sockets(ns)?;
             flush_neighbours(&links).await?;
-            // Last: a link request right after the tables' deletion waits on the kernel (some
-            // 15 ms, measured), and by now it need not.
-            if role.starts_with("node/") {
+            // Not straight after the tables' deletion: a link request then waits on the kernel
+            // (some 15 ms, measured).
+            if node {
                 delete_added_links(&links, &link_names(built.0.get(&role))).await?;
             }
-            // Last, after whatever else could still send a packet.
+            // Last, once nothing here sends a packet the proxy's conntrack hooks, which go with
+            // its tables a moment later, could still record.
             flush_conntrack(ns)?;
             anyhow::Ok(())
         };
@@ -221,13 +221,19 @@ async fn flush_neighbours(links: &Links) -> Result<()> {
             _ => false,
         };
         if made {
-            // An entry gone between the listing and the deletion is as good as deleted.
-            let _ = links.handle().neighbours().del(m).execute().await;
+            match links.handle().neighbours().del(m).execute().await {
+                // Gone between the listing and the deletion: as good as deleted.
+                Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENOENT => {}
+                result => {
+                    result.map_err(|e| anyhow!("{}: {e}", links.context("deleting a neighbour entry")))?
+                }
+            }
         }
     }
     Ok(())
 }
 
+/// Whether the entry is a multicast group's.
 fn multicast(m: &NeighbourMessage) -> bool {
     m.attributes.iter().any(|a| match a {
         NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => v4.is_multicast(),

@@ -1,5 +1,5 @@
 //! What a topology's namespaces hold that a run could change, read back as lines of text: the
-//! links, addresses, routes and policy rules; the neighbour and bridge-forwarding entries;
+//! links, addresses, routes and policy rules; the neighbour entries;
 //! the netfilter state (nftables tables, legacy iptables tables, IPVS, ipsets); the conntrack
 //! entries; the sockets; and the kernel settings. Two reads compare line by line, so a reused
 //! topology is checked against what it was built as (`reset`), and a difference reads as what
@@ -17,7 +17,7 @@ use anyhow::{Context, Result, anyhow};
 use futures::TryStreamExt;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourState};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute};
 use rtnetlink::{IpVersion, RouteMessageBuilder};
 
@@ -271,8 +271,10 @@ async fn read_rules(links: &Links, lines: &mut BTreeSet<String>) -> Result<()> {
     Ok(())
 }
 
-/// `neighbour FAMILY LINK IP STATE` (no MAC: random per build), and for each bridge port the
-/// count of forwarding entries it learned (`fdb LINK learned N`).
+/// `neighbour FAMILY LINK IP STATE` (no MAC: random per build). Not the addresses bridges
+/// learned: the kernel's own chatter on a link (IGMP and MLD reports, sent on its timers after
+/// a link comes up) teaches them too, in a fresh topology whenever it happens to, so their
+/// count tells nothing (`reset` deletes them all the same).
 async fn read_neighbours(
     links: &Links,
     name: &impl Fn(u32) -> String,
@@ -286,7 +288,6 @@ async fn read_neighbours(
         .try_collect()
         .await
         .map_err(|e| anyhow!("{}: {e}", links.context("listing neighbours")))?;
-    let mut learned: BTreeMap<String, usize> = BTreeMap::new();
     for m in messages {
         let h = &m.header;
         let link = name(h.ifindex);
@@ -295,21 +296,13 @@ async fn read_neighbours(
             NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
             _ => None,
         });
-        match destination {
-            // The kernel's own chatter on a link (IGMP and MLD reports, IPv6 neighbour
-            // discovery between link-local addresses) comes and goes on its timers, in a fresh
-            // topology as in a kept one, and no probe is sent to such an address.
-            Some(ip) if ip.is_multicast() || shown(ip).starts_with("fe80") => {}
-            Some(ip) => {
-                lines.insert(format!("neighbour {:?} {link} {ip} {:?}", h.family, h.state));
-            }
-            // A bridge's forwarding entry: its own ports' addresses are permanent, and
-            // learned ones differ by MAC and by when the kernel ages them.
-            None if h.state != NeighbourState::Permanent => *learned.entry(link).or_default() += 1,
-            None => {}
+        // The kernel's own chatter on a link (IGMP and MLD reports, IPv6 neighbour discovery
+        // between link-local addresses) comes and goes on its timers, in a fresh topology as in
+        // a kept one, and no probe is sent to such an address.
+        if let Some(ip) = destination.filter(|ip| !ip.is_multicast() && !shown(*ip).starts_with("fe80")) {
+            lines.insert(format!("neighbour {:?} {link} {ip} {:?}", h.family, h.state));
         }
     }
-    lines.extend(learned.into_iter().map(|(link, n)| format!("fdb {link} learned {n}")));
     Ok(())
 }
 
