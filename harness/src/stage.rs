@@ -171,8 +171,7 @@ impl Stage {
         };
         let ports_left = self.source_ports.peek() < LAST_SOURCE_PORT_TO_KEEP;
         if let (Some(keeper), Some((_, built)), true) = (keeper, &self.reusable, ports_left) {
-            let r = self.runtime.block_on(reuse::reset(&self.topology, built));
-            match r {
+            match self.runtime.block_on(reuse::reset(&self.topology, built)) {
                 Ok(()) => {
                     keeper.kept = Some(self);
                     keeper.refused = None;

@@ -6,8 +6,9 @@
 //!
 //! What a run changes, and how each is undone:
 //! - the proxy's rules: every nftables table deleted (iptables-nft's are nftables tables too);
-//!   IPVS virtual servers cleared and ipsets destroyed where there are any; links it added
-//!   (`kube-ipvs0`) deleted;
+//!   IPVS virtual servers cleared and ipsets destroyed where there are any;
+//! - links a run added (`kube-ipvs0`; the node network's end of a stand-in control plane's
+//!   veth, whose namespace the kernel destroys later): deleted;
 //! - conntrack entries: flushed in every namespace that holds any, last;
 //! - sockets the clients and servers left (a connection the other end never closed):
 //!   destroyed (`ss -K`, the kernel's `SOCK_DESTROY`); connections in TIME_WAIT hold only
@@ -20,7 +21,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context, Result, anyhow, bail};
-use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::link::LinkAttribute;
 use netlink_packet_route::neighbour::{
@@ -56,9 +56,7 @@ pub async fn reset(topology: &Topology, built: &State) -> Result<()> {
             flush_neighbours(&links).await?;
             // Not straight after the tables' deletion: a link request then waits on the kernel
             // (some 15 ms, measured).
-            if node {
-                delete_added_links(&links, &link_names(built.0.get(&role))).await?;
-            }
+            delete_added_links(&links, &link_names(built.0.get(&role))).await?;
             // Last, once nothing here sends a packet the proxy's conntrack hooks, which go with
             // its tables a moment later, could still record.
             flush_conntrack(ns)?;
@@ -110,29 +108,25 @@ fn undo_proxy(ns: &Netns) -> Result<()> {
     Ok(())
 }
 
-/// Deletes the links a proxy made (any link not in `built_links`: `kube-ipvs0`).
+/// Deletes the links a run added (any link not in `built_links`): a proxy's (`kube-ipvs0`),
+/// or the node network's end of a stand-in control plane's veth, which the kernel removes only
+/// when it gets to destroying the control plane's namespace (measured: sometimes after the
+/// run).
 async fn delete_added_links(links: &Links, built_links: &BTreeSet<String>) -> Result<()> {
-    let messages: Vec<_> = links
-        .handle()
-        .link()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| anyhow!("{}: {e}", links.context("listing links")))?;
+    let messages: Vec<_> = links.collect("listing links", links.handle().link().get().execute()).await?;
     for m in messages {
         let name = m.attributes.iter().find_map(|a| match a {
             LinkAttribute::IfName(n) => Some(n.clone()),
             _ => None,
         });
         if let Some(name) = name.filter(|n| !built_links.contains(n)) {
-            links
-                .handle()
-                .link()
-                .del(m.header.index)
-                .execute()
-                .await
-                .map_err(|e| anyhow!("{}: {e}", links.context(&format!("deleting link {name}"))))?;
+            match links.handle().link().del(m.header.index).execute().await {
+                // Gone meanwhile: its peer's namespace was being destroyed, which takes it along.
+                Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => {}
+                result => {
+                    result.map_err(|e| anyhow!("{}: {e}", links.context(&format!("deleting link {name}"))))?
+                }
+            }
         }
     }
     Ok(())
@@ -197,14 +191,8 @@ fn destroy_sockets(ns: &Netns) -> Result<()> {
 /// bridge's table as a link change (`IFLA_BR_FDB_FLUSH`) makes the kernel send IGMP reports,
 /// which conntrack, until the proxy's tables are fully gone, records (measured).
 async fn flush_neighbours(links: &Links) -> Result<()> {
-    let neighbours: Vec<_> = links
-        .handle()
-        .neighbours()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| anyhow!("{}: {e}", links.context("listing neighbours")))?;
+    let neighbours: Vec<_> =
+        links.collect("listing neighbours", links.handle().neighbours().get().execute()).await?;
     for m in neighbours {
         let h = &m.header;
         let made = match h.family {

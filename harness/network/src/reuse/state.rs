@@ -13,8 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow};
-use futures::TryStreamExt;
+use anyhow::{Context, Result};
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
@@ -114,14 +113,8 @@ async fn read_namespace(ns: &Netns, depth: Depth, node: bool, sysctls: bool) -> 
 
 /// `link NAME KIND up|down mtu=N [master=NAME]`; returns the names by index.
 async fn read_links(links: &Links, lines: &mut BTreeSet<String>) -> Result<BTreeMap<u32, String>> {
-    let messages: Vec<LinkMessage> = links
-        .handle()
-        .link()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| anyhow!("{}: {e}", links.context("listing links")))?;
+    let messages: Vec<LinkMessage> =
+        links.collect("listing links", links.handle().link().get().execute()).await?;
     let names: BTreeMap<u32, String> =
         messages.iter().filter_map(|m| Some((m.header.index, link_name(m)?))).collect();
     for m in &messages {
@@ -171,14 +164,8 @@ async fn read_addresses(
     name: &impl Fn(u32) -> String,
     lines: &mut BTreeSet<String>,
 ) -> Result<()> {
-    let messages: Vec<_> = links
-        .handle()
-        .address()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| anyhow!("{}: {e}", links.context("listing addresses")))?;
+    let messages: Vec<_> =
+        links.collect("listing addresses", links.handle().address().get().execute()).await?;
     for m in messages {
         for a in &m.attributes {
             if let AddressAttribute::Address(ip) = a {
@@ -221,14 +208,8 @@ async fn read_routes(
     let requests =
         [RouteMessageBuilder::<Ipv4Addr>::new().build(), RouteMessageBuilder::<Ipv6Addr>::new().build()];
     for request in requests {
-        let messages: Vec<_> = links
-            .handle()
-            .route()
-            .get(request)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| anyhow!("{}: {e}", links.context("listing routes")))?;
+        let messages: Vec<_> =
+            links.collect("listing routes", links.handle().route().get(request).execute()).await?;
         for m in messages {
             let h = &m.header;
             let mut table = u32::from(h.table);
@@ -258,14 +239,8 @@ async fn read_routes(
 /// `rule …`, both families.
 async fn read_rules(links: &Links, lines: &mut BTreeSet<String>) -> Result<()> {
     for version in [IpVersion::V4, IpVersion::V6] {
-        let messages: Vec<_> = links
-            .handle()
-            .rule()
-            .get(version)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| anyhow!("{}: {e}", links.context("listing policy rules")))?;
+        let messages: Vec<_> =
+            links.collect("listing policy rules", links.handle().rule().get(version).execute()).await?;
         lines.extend(messages.iter().map(|m| format!("rule {:?} {:?}", m.header, m.attributes)));
     }
     Ok(())
@@ -280,14 +255,8 @@ async fn read_neighbours(
     name: &impl Fn(u32) -> String,
     lines: &mut BTreeSet<String>,
 ) -> Result<()> {
-    let messages: Vec<_> = links
-        .handle()
-        .neighbours()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| anyhow!("{}: {e}", links.context("listing neighbours")))?;
+    let messages: Vec<_> =
+        links.collect("listing neighbours", links.handle().neighbours().get().execute()).await?;
     for m in messages {
         let h = &m.header;
         let link = name(h.ifindex);

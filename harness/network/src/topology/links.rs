@@ -50,6 +50,16 @@ impl Links {
         format!("{what} in namespace {}", self.netns)
     }
 
+    /// Every message of a dump (`self.handle().link().get().execute()`, …); an error says
+    /// `what` was asked, and where.
+    pub(crate) async fn collect<T>(
+        &self,
+        what: &str,
+        dump: impl futures::Stream<Item = Result<T, rtnetlink::Error>>,
+    ) -> Result<Vec<T>> {
+        dump.try_collect().await.map_err(|e| anyhow!("{}: {e}", self.context(what)))
+    }
+
     pub async fn index(&self, name: &str) -> Result<u32> {
         let mut links = self.handle.link().get().match_name(name.to_string()).execute();
         let link = links
