@@ -50,17 +50,13 @@ fn judged(report: &ScenarioReport) -> Vec<(String, bool)> {
 }
 
 /// Runs each of `names` with `proxy` on a kept stage; then compares the kept topology with a
-/// fresh one, and runs it again on the kept one. The scenarios run at once, each on its own
-/// stage: they mostly wait on packets and syncs.
+/// fresh one, and runs it again on the kept one. One scenario after another: the test runner
+/// runs this file's tests beside others, some of which wait on answers with a short timeout.
 fn reused_equals_fresh(proxy: &dyn Proxy, names: &[&str], coverage: bool) {
     if !packetproof::privileges::scenarios_can_run() {
         return;
     }
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let checks: Vec<_> =
-            names.iter().map(|name| scope.spawn(move || check(proxy, name, coverage))).collect();
-        checks.into_iter().filter_map(|c| c.join().unwrap_or_else(|_| Err("panicked".into())).err()).collect()
-    });
+    let failures: Vec<String> = names.iter().filter_map(|name| check(proxy, name, coverage).err()).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
