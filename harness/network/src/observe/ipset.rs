@@ -1,7 +1,6 @@
-//! A namespace's ipsets over nfnetlink: their names, and destroying every one. The `ipset`
-//! program takes some 15 ms a run to do either; a kept topology's reset does both on every
-//! node (net/netfilter/ipset/ip_set_core.c: `IPSET_CMD_LIST` and `IPSET_CMD_DESTROY` without a
-//! set name act on every set).
+//! A namespace's ipsets over nfnetlink: their names, and destroying every one, without a
+//! program run per node per reset (net/netfilter/ipset/ip_set_core.c: `IPSET_CMD_LIST` and
+//! `IPSET_CMD_DESTROY` without a set name act on every set).
 
 use anyhow::{Context, Result};
 
