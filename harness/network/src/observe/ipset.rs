@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 
-use super::nftables::{NftSocket, attr, attributes, name_of};
+use super::nftables::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NftSocket, attr, attributes, name_of};
 use crate::topology::netns::Netns;
 
 const NFNL_SUBSYS_IPSET: u16 = 6;
@@ -19,9 +19,6 @@ const ATTR_SETNAME: u16 = 2;
 /// The protocol version asked for: 6, which every kernel since 2.6.39 speaks (newer ones accept
 /// 6 and 7).
 const PROTOCOL: u8 = 6;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP: u16 = 0x300;
 
 /// The name of every set in `ns`. A kernel without ipset refuses the request: it has no set.
 pub fn names(ns: &Netns) -> Result<Vec<String>> {
