@@ -130,6 +130,10 @@ enum Command {
         /// each side passed the oracle, each scenario not compared, the exit code).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Where a side that fails one of a scenario's probes leaves its evidence:
+        /// DIR/left/SCENARIO and DIR/right/SCENARIO (summary, pcaps, conntrack, rules).
+        #[arg(long, value_name = "DIR", default_value = "artifacts")]
+        artifacts: PathBuf,
     },
     /// A service proxy that watches the Kubernetes API (the adapter `reference-proxy-*` runs
     /// it on every node): proves the API-server adapter without kube-proxy.
@@ -204,8 +208,22 @@ pub fn main() -> i32 {
                 fresh_topologies,
             })
         }
-        Command::Diff { paths, left, left_options, right, right_options, timeout_ms, jobs, json } => {
-            let options = RunOptions { timeout: Duration::from_millis(timeout_ms), ..RunOptions::default() };
+        Command::Diff {
+            paths,
+            left,
+            left_options,
+            right,
+            right_options,
+            timeout_ms,
+            jobs,
+            json,
+            artifacts,
+        } => {
+            let options = RunOptions {
+                timeout: Duration::from_millis(timeout_ms),
+                artifacts: Some(artifacts),
+                ..RunOptions::default()
+            };
             proxy_choice(&left, &left_options).and_then(|left| {
                 let right = proxy_choice(&right, &right_options)?;
                 commands::diff::main(&default_paths(paths), &left, &right, &options, jobs, json.as_deref())

@@ -125,12 +125,18 @@ pub fn diff(
         options: RunOptions { profile: Some(Profile::KUBE_PROXY_IPTABLES), ..engine.options.clone() },
         ..engine.clone()
     };
+    // Each side's evidence in a folder of its own (`left/SCENARIO`, `right/SCENARIO`).
+    let folders = engine.options.artifacts.as_ref().map(|root| (root.join("left"), root.join("right")));
+    let (left_folder, right_folder) = match &folders {
+        Some((l, r)) => (Some(l.as_path()), Some(r.as_path())),
+        None => (None, None),
+    };
     let runs: Vec<Run> = scenarios
         .iter()
         .flat_map(|s| {
             [
-                Run { scenario: s, proxy: RunProxy::Choice(left) },
-                Run { scenario: s, proxy: RunProxy::Choice(right) },
+                Run { artifacts: left_folder, ..Run::new(s, RunProxy::Choice(left)) },
+                Run { artifacts: right_folder, ..Run::new(s, RunProxy::Choice(right)) },
             ]
         })
         .collect();

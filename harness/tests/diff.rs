@@ -23,7 +23,16 @@ fn scenarios(names: &[&str]) -> Option<Vec<Scenario>> {
 }
 
 fn differing(scenarios: &[Scenario], left: &ProxyChoice, right: &ProxyChoice) -> BTreeSet<(String, String)> {
-    let engine = Engine { options: RunOptions::default(), jobs: 2 };
+    differing_with(scenarios, left, right, RunOptions::default())
+}
+
+fn differing_with(
+    scenarios: &[Scenario],
+    left: &ProxyChoice,
+    right: &ProxyChoice,
+    options: RunOptions,
+) -> BTreeSet<(String, String)> {
+    let engine = Engine { options, jobs: 2 };
     let found = diff(scenarios, left, right, &engine, &mut []).expect("the runs end");
     eprint!("{}", packetproof::commands::diff::table(&left.name, &right.name, &found));
     assert!(found.not_compared.is_empty(), "every scenario compared: {:?}", found.not_compared);
@@ -75,12 +84,19 @@ fn a_mutant_differs_from_its_original_in_the_flows_its_bug_changes() {
     let original = ProxyChoice::named("builtin-iptables");
     let mut broken = ProxyChoice::named("builtin-iptables");
     broken.options.insert("mutant".into(), "etp-local-masquerades".into());
-    let found = differing(&suite, &original, &broken);
+    let artifacts = std::env::temp_dir().join(format!("packetproof-diff-evidence-{}", std::process::id()));
+    let options = RunOptions { artifacts: Some(artifacts.clone()), ..RunOptions::default() };
+    let found = differing_with(&suite, &original, &broken, options);
     let known: BTreeSet<(String, String)> =
         pairs("etp-local-nodeport", &["node-b-host-to-node-a-node-port", "outside-via-endpoint-node"])
             .into_iter()
             .collect();
     assert_eq!(found, known);
+    // The side that broke the oracle keeps its evidence, in its own folder; the rest none.
+    let kept = |side: &str, scenario: &str| artifacts.join(side).join(scenario).join("summary.txt").exists();
+    assert!(kept("right", "etp-local-nodeport"), "the mutant's failing scenario keeps its evidence");
+    assert!(!kept("left", "etp-local-nodeport") && !kept("right", "kube-dns-udp"), "passing runs keep none");
+    let _ = std::fs::remove_dir_all(&artifacts);
 }
 
 /// A side that could not be set up (its program does not exist) is an input or machine fault,

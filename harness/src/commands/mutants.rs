@@ -102,7 +102,7 @@ pub fn hunt(
     let runs: Vec<Run> = proxies
         .iter()
         .flat_map(|proxy| {
-            scenarios.iter().map(move |scenario| Run { scenario, proxy: RunProxy::Built(proxy.as_ref()) })
+            scenarios.iter().map(move |scenario| Run::new(scenario, RunProxy::Built(proxy.as_ref())))
         })
         .collect();
     let mut left: Vec<usize> = vec![n; mutants.len()];
@@ -194,14 +194,15 @@ pub fn check_signatures(
             match scenarios.iter().find(|s| s.name == name) {
                 Some(scenario) => {
                     owners.push(i);
-                    runs.push(Run { scenario, proxy: RunProxy::Built(proxy.as_ref()) });
+                    runs.push(Run::new(scenario, RunProxy::Built(proxy.as_ref())));
                 }
                 None => checks[i].unmet.push(format!("{name}: no such scenario")),
             }
         }
     }
+    // As the hunt: mutants of one scenario run on one kept topology, reset between them.
     let engine = Engine {
-        options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() },
+        options: RunOptions { timeout: MUTANT_TIMEOUT, reuse_topologies: true, ..RunOptions::default() },
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut left: Vec<usize> = mutants.iter().map(|_| 0).collect();
@@ -335,7 +336,7 @@ fn run_each(
 ) -> anyhow::Result<()> {
     let engine = Engine { options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() }, jobs };
     let runs: Vec<Run> =
-        scenarios.iter().map(|&scenario| Run { scenario, proxy: RunProxy::Built(proxy) }).collect();
+        scenarios.iter().map(|&scenario| Run::new(scenario, RunProxy::Built(proxy))).collect();
     engine.execute(&runs, &mut [&mut EachResult(on_result)])?;
     Ok(())
 }

@@ -198,5 +198,5 @@ pub fn run_one(
     skip_reason: Option<&str>,
 ) -> Result<ScenarioReport> {
     let proxy = proxy_override.map_or(RunProxy::Own, RunProxy::Choice);
-    engine::run_one(&Run { scenario: s, proxy }, options, skip_reason, None)
+    engine::run_one(&Run::new(s, proxy), options, skip_reason, None)
 }

@@ -11,6 +11,7 @@ mod reporters;
 
 pub use reporters::{CoverageReport, MachineReports, RunProgress, TerminalReport};
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -40,13 +41,20 @@ pub enum RunProxy<'a> {
 pub struct Run<'a> {
     pub scenario: &'a Scenario,
     pub proxy: RunProxy<'a>,
+    /// Where this run's evidence goes instead of the options' folder: `diff` runs each
+    /// scenario twice, and keeps each side's apart.
+    pub artifacts: Option<&'a Path>,
 }
 
 impl<'a> Run<'a> {
+    pub fn new(scenario: &'a Scenario, proxy: RunProxy<'a>) -> Run<'a> {
+        Run { scenario, proxy, artifacts: None }
+    }
+
     /// Every scenario with its own proxy, or with `proxy` instead where given.
     pub fn each(scenarios: &'a [Scenario], proxy: Option<&'a ProxyChoice>) -> Vec<Run<'a>> {
         let proxy = proxy.map_or(RunProxy::Own, RunProxy::Choice);
-        scenarios.iter().map(|scenario| Run { scenario, proxy }).collect()
+        scenarios.iter().map(|scenario| Run::new(scenario, proxy)).collect()
     }
 }
 
@@ -320,6 +328,14 @@ pub fn run_one(
     if let Some(reason) = skip_reason {
         return Ok(ScenarioReport::skipped(s, proxy.name(), reason.to_string()));
     }
+    let own_folder;
+    let options = match run.artifacts {
+        Some(dir) => {
+            own_folder = RunOptions { artifacts: Some(dir.to_path_buf()), ..options.clone() };
+            &own_folder
+        }
+        None => options,
+    };
     let mut report = runner::run_kept(s, proxy, options, keeper)?;
     // Reports say what was judged: a proxy's options too (a mutant, a mode, a program).
     if let Some(choice) = chosen.filter(|c| !c.options.is_empty()) {

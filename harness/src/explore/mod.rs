@@ -331,7 +331,7 @@ fn stream(
                 loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((n, ready, f)) = next else { return };
-                    let run = Run { scenario: &ready.scenario, proxy: RunProxy::Choice(&settings.proxy) };
+                    let run = Run::new(&ready.scenario, RunProxy::Choice(&settings.proxy));
                     let result = crate::engine::run_caught(&run, &engine.options, skip_all, None);
                     if finished.send((n, Entry::Ran(Box::new(ready), f, Box::new(result)))).is_err() {
                         return;
@@ -519,7 +519,7 @@ fn run_all(
         return Ok(Vec::new());
     }
     let runs: Vec<Run> =
-        scenarios.iter().map(|&scenario| Run { scenario, proxy: RunProxy::Choice(proxy) }).collect();
+        scenarios.iter().map(|&scenario| Run::new(scenario, RunProxy::Choice(proxy))).collect();
     Ok(engine.execute(&runs, &mut [])?.into_iter().map(|(_, r)| r).collect())
 }
 
@@ -565,7 +565,7 @@ fn rerun_beside_another(
         .enumerate()
         .map(|(i, scenario)| {
             let proxy = if i < classify::RERUNS { &settings.proxy } else { &other };
-            Run { scenario, proxy: RunProxy::Choice(proxy) }
+            Run::new(scenario, RunProxy::Choice(proxy))
         })
         .collect();
     let results: Vec<Option<ScenarioReport>> =
@@ -816,10 +816,8 @@ fn reproducing_mutants(
     };
     // Only a built-in proxy that passes the case unbroken can tell a bug by its mutants.
     let unbroken: Vec<ProxyChoice> = built_in.iter().map(|name| ProxyChoice::named(name)).collect();
-    let runs: Vec<Run> = unbroken
-        .iter()
-        .map(|choice| Run { scenario: &shrunk.scenario, proxy: RunProxy::Choice(choice) })
-        .collect();
+    let runs: Vec<Run> =
+        unbroken.iter().map(|choice| Run::new(&shrunk.scenario, RunProxy::Choice(choice))).collect();
     let passing: Vec<&str> = built_in
         .iter()
         .zip(engine.execute(&runs, &mut [])?)
@@ -845,9 +843,7 @@ fn reproducing_mutants(
         .collect();
     let runs: Vec<Run> = choices
         .iter()
-        .flat_map(|(_, choice)| {
-            copies.iter().map(move |s| Run { scenario: s, proxy: RunProxy::Choice(choice) })
-        })
+        .flat_map(|(_, choice)| copies.iter().map(move |s| Run::new(s, RunProxy::Choice(choice))))
         .collect();
     let results = engine.execute(&runs, &mut [])?;
     let reproduced: Vec<bool> = results

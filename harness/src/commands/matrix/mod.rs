@@ -551,6 +551,7 @@ fn guest_run(proxy: &str, args: &Args, paths: &[PathBuf]) -> vm::GuestRun {
             a.extend(["--jobs".into(), jobs.to_string()]);
         }
         a.extend(["--timeout-ms".into(), args.timeout_ms.to_string()]);
+        a.extend(["--artifacts".into(), format!("{dir}/artifacts")]);
         a.extend(["--json".into(), format!("{dir}/report.json")]);
         a.extend(paths.iter().map(|p| p.display().to_string()));
         run.args = a;
