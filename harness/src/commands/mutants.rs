@@ -200,9 +200,11 @@ pub fn check_signatures(
             }
         }
     }
-    // As the hunt: mutants of one scenario run on one kept topology, reset between them.
+    // Fresh topologies, unlike the hunt's: a mutant's signature names few scenarios, so a kept
+    // topology is seldom used again, and a reset not followed by a run of its shape is work
+    // lost (measured: 27.6 s against 23.5 s for the iptables catalog's checks).
     let engine = Engine {
-        options: RunOptions { timeout: MUTANT_TIMEOUT, reuse_topologies: true, ..RunOptions::default() },
+        options: RunOptions { timeout: MUTANT_TIMEOUT, ..RunOptions::default() },
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut left: Vec<usize> = mutants.iter().map(|_| 0).collect();

@@ -872,7 +872,8 @@ mod tests {
         assert_eq!(
             run.args.join(" "),
             "diff --left apiserver --left-option mode=ipvs --right builtin-ipvs --right-option \
-             mutant=no-affinity --timeout-ms 500 --json /share/apiserver/report.json scenarios/sctp.yaml"
+             mutant=no-affinity --timeout-ms 500 --artifacts /share/apiserver/artifacts --json \
+             /share/apiserver/report.json scenarios/sctp.yaml"
         );
     }
 
