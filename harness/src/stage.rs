@@ -6,9 +6,10 @@
 //!
 //! A worker that runs one cluster again and again (the mutant hunt: every mutant against each
 //! scenario) keeps its stage in a [`Keeper`]: at the end of a run that went well the stage is
-//! reset (`reuse::reset`) and kept, and the next run of the same topology plays on it instead
-//! of building a new one. A stage the reset cannot put back as built is taken down, and the
-//! reason printed.
+//! kept as the run left it, and the next run of the same topology resets it (`reuse::reset`)
+//! and plays on it instead of building a new one. A next run of another topology takes it down
+//! unreset: a reset nobody uses is work lost. A stage the reset cannot put back as built is
+//! taken down, and the reason printed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,8 +46,9 @@ const LAST_SOURCE_PORT_TO_KEEP: u16 = 60_000;
 /// The stage a worker kept from its last run, for a next run of the same topology.
 #[derive(Default)]
 pub struct Keeper {
+    /// As its last run left it: reset only when a run of its topology comes.
     kept: Option<Stage>,
-    /// Why the last stage offered back was not kept, if it was not.
+    /// Why the last stage kept could not be reset, if it could not.
     refused: Option<String>,
 }
 
@@ -60,24 +62,48 @@ pub fn reuse_counts() -> (usize, usize) {
 }
 
 impl Keeper {
-    /// The stage kept, if any.
-    pub fn kept(&self) -> Option<&Stage> {
-        self.kept.as_ref()
+    /// The stage kept, reset now: what the next run of its topology would play on; `None` if
+    /// none was kept or its reset failed ([`Keeper::refused`] says why).
+    pub fn reset_kept(&mut self) -> Result<Option<&Stage>> {
+        let Some(stage) = self.kept.take() else { return Ok(None) };
+        self.kept = self.reset(stage)?;
+        Ok(self.kept.as_ref())
     }
 
-    /// Why the last stage a run offered back was not kept (what its reset left).
+    /// Why the last stage kept could not be reset (what its reset left).
     pub fn refused(&self) -> Option<&str> {
         self.refused.as_deref()
     }
 
-    /// A stage for `cluster`: the kept one if it was built for the same topology, else a new
-    /// one (the kept one, of another topology, is taken down first).
+    /// `stage` reset to its topology as built, or `None` (taken down, the reason kept and
+    /// printed) where the reset could not.
+    fn reset(&mut self, stage: Stage) -> Result<Option<Stage>> {
+        let (_, built) = stage.reusable.as_ref().expect("only a reusable stage is kept");
+        match stage.runtime.block_on(reuse::reset(&stage.topology, built)) {
+            Ok(()) => {
+                self.refused = None;
+                Ok(Some(stage))
+            }
+            Err(e) => {
+                let why = format!("{e:#}");
+                eprintln!("packetproof: a topology not used again: {why}");
+                self.refused = Some(why);
+                stage.teardown()?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// A stage for `cluster`: the kept one, reset, if it was built for the same topology, else
+    /// a new one (the kept one, of another topology, is taken down first, unreset).
     pub fn stage_for(&mut self, cluster: &Cluster) -> Result<Stage> {
         let shape = shape(cluster);
         match self.kept.take() {
             Some(stage) if stage.reusable.as_ref().is_some_and(|(s, _)| *s == shape) => {
-                REUSED.fetch_add(1, Ordering::Relaxed);
-                return Ok(stage);
+                if let Some(stage) = self.reset(stage)? {
+                    REUSED.fetch_add(1, Ordering::Relaxed);
+                    return Ok(stage);
+                }
             }
             Some(other) => other.teardown()?,
             None => {}
@@ -149,8 +175,8 @@ impl Stage {
         self.play_keeping(None, scene)
     }
 
-    /// As [`Stage::play`]; a stage from `keeper` that the reset puts back as built goes back
-    /// to it instead of coming down.
+    /// As [`Stage::play`]; a stage from `keeper` goes back to it as the run left it (its next
+    /// run resets it) instead of coming down.
     pub fn play_keeping<'p, T>(
         self,
         keeper: Option<&mut Keeper>,
@@ -170,19 +196,9 @@ impl Stage {
             value
         };
         let ports_left = self.source_ports.peek() < LAST_SOURCE_PORT_TO_KEEP;
-        if let (Some(keeper), Some((_, built)), true) = (keeper, &self.reusable, ports_left) {
-            match self.runtime.block_on(reuse::reset(&self.topology, built)) {
-                Ok(()) => {
-                    keeper.kept = Some(self);
-                    keeper.refused = None;
-                    return Ok(value);
-                }
-                Err(e) => {
-                    let why = format!("{e:#}");
-                    eprintln!("packetproof: a topology not used again: {why}");
-                    keeper.refused = Some(why);
-                }
-            }
+        if let (Some(keeper), true, true) = (keeper, self.reusable.is_some(), ports_left) {
+            keeper.kept = Some(self);
+            return Ok(value);
         }
         self.teardown()?;
         Ok(value)

@@ -67,7 +67,8 @@ fn check(proxy: &dyn Proxy, name: &str, coverage: bool) -> Result<(), String> {
     let mut keeper = Keeper::default();
     let first =
         runner::run_kept(&s, proxy, &options, Some(&mut keeper)).map_err(|e| said(format!("{e:#}")))?;
-    let Some(kept) = keeper.kept() else {
+    let kept = keeper.reset_kept().map_err(|e| said(format!("{e:#}")))?;
+    let Some(kept) = kept else {
         return Err(said(format!("not kept: {}", keeper.refused().unwrap_or("no reason"))));
     };
     let reused = kept.state(Depth::Full).map_err(|e| said(format!("{e:#}")))?;
