@@ -47,6 +47,7 @@ pub struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
+    /// `scenario` with `proxy`, its evidence where the options say.
     pub fn new(scenario: &'a Scenario, proxy: RunProxy<'a>) -> Run<'a> {
         Run { scenario, proxy, artifacts: None }
     }
