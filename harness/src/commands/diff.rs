@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, load_all, remove_leftovers};
+use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, clear_leftovers, load_all};
 pub use crate::compare::{Behaviour, Differences, FlowDiff, NotCompared, behaviour, diff};
 use crate::engine::{Engine, RunProgress};
 use crate::model::ProxyChoice;
@@ -93,9 +93,7 @@ pub fn main(
     for choice in [left, right] {
         proxy::build(choice, Path::new("."))?;
     }
-    for stale in remove_leftovers(false)? {
-        eprintln!("packetproof: removed {stale}, left by an earlier run");
-    }
+    clear_leftovers(!options.nodes.is_empty())?;
     let engine = Engine { options: options.clone(), jobs };
     let mut progress = RunProgress::new(Paint::for_stdout(clap::ColorChoice::Auto));
     let found = diff(&scenarios, left, right, &engine, &mut [&mut progress])?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, proxy_choice, remove_leftovers};
+use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, clear_leftovers, proxy_choice};
 use crate::explore::features::Feature;
 use crate::explore::{self, Settings, Stop, Summary};
 use crate::runner::RunOptions;
@@ -129,9 +129,7 @@ pub fn main(args: Args) -> Result<i32> {
     if let Some(reason) = crate::privileges::preflight() {
         anyhow::bail!("cannot explore here: {reason}");
     }
-    for stale in remove_leftovers(false)? {
-        eprintln!("packetproof: removed {stale}, left by an earlier run");
-    }
+    clear_leftovers(false)?;
     let stop = match (args.budget, args.cases) {
         (Some(budget), _) => Stop::After(budget),
         (None, cases) => Stop::Cases(cases.unwrap_or(100)),

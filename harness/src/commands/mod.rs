@@ -63,8 +63,34 @@ pub(crate) fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
 
 /// Removes what killed runs left behind: namespaces, additions to existing nodes, and objects
 /// they wrote to a cluster's API (deleted the way the `cluster` proxy wrote them).
-pub(crate) fn remove_leftovers(include_live: bool) -> Result<Vec<String>> {
+pub(crate) fn remove_leftovers(include_live: bool) -> Result<crate::topology::Leftovers> {
     crate::topology::remove_leftovers(include_live, proxy::cluster::delete_leftover)
+}
+
+/// Before a run: removes what killed runs left behind, saying what. Additions an earlier run
+/// made to existing nodes or a cluster that cannot be taken back now (the cluster unreachable,
+/// say) stop a run on existing nodes (`on_existing_nodes`: they may be the same nodes), exit 2;
+/// a run on packetproof's own namespaces, which nothing of theirs reaches, goes on and says so.
+pub(crate) fn clear_leftovers(on_existing_nodes: bool) -> Result<()> {
+    let found = remove_leftovers(false)?;
+    for stale in &found.removed {
+        eprintln!("packetproof: removed {stale}, left by an earlier run");
+    }
+    if found.not_undone.is_empty() {
+        return Ok(());
+    }
+    let list = found.not_undone.join("\n  ");
+    if on_existing_nodes {
+        anyhow::bail!(
+            "what an earlier run added to existing nodes could not be taken back, and they may be this run's \
+             (`packetproof cleanup` tries again):\n  {list}"
+        );
+    }
+    eprintln!(
+        "packetproof: warning: what an earlier run added to existing nodes could not be taken back \
+         (`packetproof cleanup` tries again); this run's namespaces are its own:\n  {list}"
+    );
+    Ok(())
 }
 
 /// Loads and validates every scenario; prints every error and returns `None` if any file is bad.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, load_all, partition, remove_leftovers};
+use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, clear_leftovers, load_all, partition};
 use crate::engine::{self, Engine, MachineReports, Run, RunProxy, TerminalReport};
 use crate::model::{ProxyChoice, Scenario};
 use crate::proxy;
@@ -157,9 +157,7 @@ pub fn main(
     if let Some(choice) = proxy_override {
         proxy::build(choice, Path::new("."))?;
     }
-    for stale in remove_leftovers(false)? {
-        eprintln!("packetproof: removed {stale}, left by an earlier run");
-    }
+    clear_leftovers(!options.nodes.is_empty())?;
     let engine = Engine { options: options.clone(), jobs: jobs.unwrap_or_else(Engine::default_jobs) };
     let mut terminal = TerminalReport::new(paint);
     terminal.show_passing = show_passing;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, default_paths, load_all, proxy_choice, remove_leftovers};
+use super::{EXIT_ERROR, EXIT_FAIL, EXIT_PASS, clear_leftovers, default_paths, load_all, proxy_choice};
 use crate::engine::{Engine, Run, RunProgress};
 use crate::model::{ProxyChoice, Scenario};
 use crate::report::Paint;
@@ -72,9 +72,7 @@ pub fn main(args: Args) -> Result<i32> {
     if let Some(choice) = &proxy {
         crate::proxy::build(choice, Path::new("."))?;
     }
-    for stale in remove_leftovers(false)? {
-        eprintln!("packetproof: removed {stale}, left by an earlier run");
-    }
+    clear_leftovers(false)?;
     let engine_runs = Run::each(&scenarios, proxy.as_ref());
     let jobs = args.jobs.unwrap_or_else(Engine::default_jobs);
     let paint = Paint::for_stdout(clap::ColorChoice::Auto);

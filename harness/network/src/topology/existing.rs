@@ -319,24 +319,45 @@ pub fn undo_all() {
     }
 }
 
+/// What the journals of runs killed outright held.
+#[derive(Debug, Default)]
+pub struct OrphansUndone {
+    /// Each journal undone, with how many additions it held.
+    pub undone: Vec<String>,
+    /// Each journal that could not be undone now (its cluster unreachable, say), with why: kept
+    /// for a later try.
+    pub not_undone: Vec<String>,
+}
+
 /// Takes back what runs killed outright added to existing nodes (all runs' but this one's with
-/// `include_live`), newest first; returns each journal undone, with how many additions it held.
-pub fn undo_orphans(include_live: bool, delete: DeleteApiObject) -> Result<Vec<String>> {
-    let mut undone = Vec::new();
-    for orphan in journal::orphans(include_live)? {
+/// `include_live`), newest first. A journal that cannot be undone stays, and the others are
+/// still undone: one unreachable cluster must not keep every later run from cleaning up.
+pub fn undo_orphans(include_live: bool, delete: DeleteApiObject) -> Result<OrphansUndone> {
+    Ok(undo_each(journal::orphans(include_live)?, delete))
+}
+
+fn undo_each(orphans: Vec<journal::Orphan>, delete: DeleteApiObject) -> OrphansUndone {
+    let mut found = OrphansUndone::default();
+    for orphan in orphans {
         let count = orphan.entries.len();
-        let undos = orphan
+        let path = orphan.path.display().to_string();
+        let undone = orphan
             .entries
             .into_iter()
             .map(|entry| Undo::from_entry(entry, delete))
             .filter_map(Result::transpose)
             .collect::<Result<Vec<_>>>()
-            .with_context(|| format!("reading {}", orphan.path.display()))?;
-        run_all(undos).with_context(|| format!("undoing {}", orphan.path.display()))?;
-        let _ = std::fs::remove_file(&orphan.path);
-        undone.push(format!("{} ({count} additions)", orphan.path.display()));
+            .with_context(|| format!("reading {path}"))
+            .and_then(|undos| run_all(undos).with_context(|| format!("undoing {path}")));
+        match undone {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&orphan.path);
+                found.undone.push(format!("{path} ({count} additions)"));
+            }
+            Err(e) => found.not_undone.push(format!("{e:#}")),
+        }
     }
-    Ok(undone)
+    found
 }
 
 /// A short tag for the links of one topology, unique per process and topology
@@ -475,6 +496,43 @@ async fn wire(topo: &Topology, cluster: &Cluster, tag: &str) -> Result<()> {
 mod tests {
     use super::*;
     use crate::model::PerFamily;
+
+    /// A cluster that cannot be reached now keeps its own journal, and only its own: the
+    /// journal of a node that is gone (its namespace with it) is undone beside it.
+    #[test]
+    fn a_journal_that_cannot_be_undone_stays_and_the_others_are_undone() {
+        let dir = std::env::temp_dir().join(format!("pp-orphans-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, entry: journal::Entry| {
+            std::fs::write(dir.join(name), serde_json::to_string(&entry).unwrap() + "\n").unwrap();
+        };
+        // Pids that cannot be alive (above pid_max's ceiling) own both.
+        write(
+            "4194305-1",
+            journal::Entry::ApiObject {
+                kubeconfig: "/nonexistent/kubeconfig".into(),
+                kind: "Service".into(),
+                namespace: "default".into(),
+                name: "web".into(),
+            },
+        );
+        write("4194306-1", journal::Entry::Link { netns: "/nonexistent/ns/net".into(), name: "ppx0".into() });
+        let unreachable: DeleteApiObject =
+            |_, _, _, name| anyhow::bail!("deleting {name}: connection refused");
+        let found = undo_each(journal::orphans_in(&dir, false).unwrap(), unreachable);
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into())
+            .collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(found.undone.len(), 1, "{found:?}");
+        assert!(found.undone[0].contains("4194306-1"), "{found:?}");
+        assert_eq!(found.not_undone.len(), 1, "{found:?}");
+        assert!(
+            found.not_undone[0].contains("4194305-1") && found.not_undone[0].contains("connection refused")
+        );
+        assert_eq!(left, ["4194305-1"], "the journal not undone stays for a later try");
+    }
 
     #[test]
     fn node_references_read_like_the_engines_name_them() {

@@ -86,7 +86,7 @@ pub fn orphans(include_live: bool) -> Result<Vec<Orphan>> {
     orphans_in(Path::new(DIR), include_live)
 }
 
-fn orphans_in(dir: &Path, include_live: bool) -> Result<Vec<Orphan>> {
+pub(super) fn orphans_in(dir: &Path, include_live: bool) -> Result<Vec<Orphan>> {
     let listing = match fs::read_dir(dir) {
         Ok(listing) => listing,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

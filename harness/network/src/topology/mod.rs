@@ -42,16 +42,28 @@ pub fn install_interrupt_handler() {
     });
 }
 
+/// What [`remove_leftovers`] removed, and what it could not.
+#[derive(Debug, Default)]
+pub struct Leftovers {
+    pub removed: Vec<String>,
+    /// Additions to existing nodes or a cluster that could not be taken back now, with why:
+    /// their journals stay for a later try.
+    pub not_undone: Vec<String>,
+}
+
 /// Removes what runs no longer alive left behind (every run's with `include_live`): their
-/// namespaces, their additions to existing nodes, and their scratch directories. Returns what
-/// was removed, for the user.
-pub fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Vec<String>> {
+/// namespaces, their additions to existing nodes, and their scratch directories. Says what was
+/// removed and what could not be, for the user.
+pub fn remove_leftovers(include_live: bool, delete: existing::DeleteApiObject) -> Result<Leftovers> {
     let namespaces = netns::cleanup(include_live)?.into_iter().map(|name| format!("namespace {name}"));
-    let additions =
-        existing::undo_orphans(include_live, delete)?.into_iter().map(|j| format!("the additions of {j}"));
+    let orphans = existing::undo_orphans(include_live, delete)?;
+    let additions = orphans.undone.into_iter().map(|j| format!("the additions of {j}"));
     let scratch =
         crate::containment::remove_stale_scratch().into_iter().map(|d| format!("directory {}", d.display()));
-    Ok(namespaces.chain(additions).chain(scratch).collect())
+    Ok(Leftovers {
+        removed: namespaces.chain(additions).chain(scratch).collect(),
+        not_undone: orphans.not_undone,
+    })
 }
 
 /// A node namespace, as handed to a proxy to program.
