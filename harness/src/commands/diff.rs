@@ -104,11 +104,32 @@ pub fn main(
         differences: found,
     };
     print!("{}", report.table());
+    if let Some(root) = &options.artifacts {
+        for folder in kept_evidence(root, &report.differences) {
+            println!("evidence of a side that failed: {}", folder.display());
+        }
+    }
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report.exit_code)
+}
+
+/// The evidence folders (`root/left/SCENARIO`, `root/right/SCENARIO`) kept for the differing
+/// flows' sides that failed the oracle, each once.
+fn kept_evidence(root: &Path, found: &Differences) -> std::collections::BTreeSet<PathBuf> {
+    found
+        .flows
+        .iter()
+        .flat_map(|d| {
+            [("left", d.passed.0), ("right", d.passed.1)]
+                .into_iter()
+                .filter(|&(_, passed)| passed == Some(false))
+                .map(|(side, _)| root.join(side).join(&d.scenario))
+        })
+        .filter(|folder| folder.is_dir())
+        .collect()
 }
 
 /// As `run`'s: 2 when a side could not be set up or nothing was compared (input or machine at
@@ -151,6 +172,31 @@ mod tests {
             "an error outweighs a difference"
         );
         assert_eq!(diff_exit_code(&found(0, vec![not(false)], 0)), EXIT_ERROR, "nothing compared");
+    }
+
+    #[test]
+    fn the_evidence_named_is_the_failing_sides_and_only_where_it_was_kept() {
+        let root = std::env::temp_dir().join(format!("pp-diff-kept-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("right/s")).unwrap();
+        let flow = |scenario: &str, passed| FlowDiff {
+            scenario: scenario.into(),
+            probe: "p".into(),
+            left: "a".into(),
+            right: "b".into(),
+            passed,
+        };
+        let found = Differences {
+            flows: vec![
+                flow("s", (Some(true), Some(false))),
+                flow("s", (None, Some(false))),
+                flow("t", (Some(false), None)),
+            ],
+            not_compared: vec![],
+            compared: 2,
+        };
+        let kept = kept_evidence(&root, &found);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(kept.into_iter().collect::<Vec<_>>(), [root.join("right/s")], "t's left kept nothing");
     }
 
     #[test]
