@@ -3,6 +3,7 @@
 //! `probe` schedules them) and the conntrack tables read after it; the verdicts (`verdict`);
 //! for a failure, the evidence (`report::evidence`). The stage takes it all down again.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -249,8 +250,8 @@ fn node_states<'a>(
 /// probe's traffic or answered it (a host-network endpoint: its own NAT may remap the source
 /// port the flow arrived with), and every node when some probe must be dropped or forwarded: a
 /// node that let a flow through holds a confirmed entry for it, one that dropped it does not.
-fn tables_to_read(topology: &Topology, expectations: &[oracle::Expectation]) -> Result<Vec<String>> {
-    let mut nodes: Vec<String> = Vec::new();
+fn tables_to_read(topology: &Topology, expectations: &[oracle::Expectation]) -> Result<BTreeSet<String>> {
+    let mut nodes = BTreeSet::new();
     let everywhere = expectations
         .iter()
         .any(|e| matches!(e.outcome, oracle::Outcome::Dropped | oracle::Outcome::Forwarded));
@@ -265,9 +266,7 @@ fn tables_to_read(topology: &Topology, expectations: &[oracle::Expectation]) -> 
     });
     for node in translating.chain(&all_nodes) {
         topology.node(node)?;
-        if !nodes.contains(node) {
-            nodes.push(node.clone());
-        }
+        nodes.insert(node.clone());
     }
     Ok(nodes)
 }

@@ -208,9 +208,12 @@ pub struct NodeRecorders {
     recorders: BTreeMap<String, Recorder>,
     netns: BTreeMap<String, Netns>,
     log: BTreeMap<String, String>,
-    /// By node, in the order announced: (protocol, original tuple) of each entry confirmed and
-    /// not destroyed since the recorders started.
-    live: BTreeMap<String, Vec<(u8, Tuple)>>,
+    /// By node: (protocol, original tuple) of each entry confirmed and not destroyed since the
+    /// recorders started, with its place in the order announced (a destroy is one removal, not
+    /// a walk of every entry).
+    live: BTreeMap<String, HashMap<(u8, Tuple), u64>>,
+    /// The place the next entry announced takes.
+    announced: u64,
 }
 
 impl NodeRecorders {
@@ -223,7 +226,7 @@ impl NodeRecorders {
             recorders.insert(name.to_string(), Recorder::start(ns).with_context(|| format!("node {name}"))?);
             netns.insert(name.to_string(), ns.clone());
         }
-        Ok(NodeRecorders { recorders, netns, log: BTreeMap::new(), live: BTreeMap::new() })
+        Ok(NodeRecorders { recorders, netns, log: BTreeMap::new(), live: BTreeMap::new(), announced: 0 })
     }
 
     /// A phase's tables of `nodes`, completed with the entries its probes made that were gone
@@ -241,8 +244,10 @@ impl NodeRecorders {
         let mut out = BTreeMap::new();
         for node in nodes {
             let ns = self.netns.get(node).with_context(|| format!("no conntrack recorder on node {node}"))?;
-            let live = self.live.get(node).map(Vec::as_slice).unwrap_or_default();
-            let table = super::conntrack::lookup_each(ns, live)
+            let mut live: Vec<(&(u8, Tuple), &u64)> = self.live.get(node).into_iter().flatten().collect();
+            live.sort_unstable_by_key(|&(_, place)| *place);
+            let keys: Vec<(u8, Tuple)> = live.into_iter().map(|(key, _)| *key).collect();
+            let table = super::conntrack::lookup_each(ns, &keys)
                 .with_context(|| format!("reading the conntrack entries of node {node}"))?;
             let events = announced.get(node).map(Vec::as_slice).unwrap_or_default();
             out.insert(node.to_string(), with_gone(table, events));
@@ -260,8 +265,13 @@ impl NodeRecorders {
             for (change, flow) in &events {
                 let key = (flow.ip_protocol, flow.original);
                 match change {
-                    Change::New => live.push(key),
-                    Change::Destroyed => live.retain(|k| *k != key),
+                    Change::New => {
+                        live.insert(key, self.announced);
+                        self.announced += 1;
+                    }
+                    Change::Destroyed => {
+                        live.remove(&key);
+                    }
                 }
             }
             announced.insert(node.clone(), events);

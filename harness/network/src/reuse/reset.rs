@@ -120,13 +120,9 @@ async fn delete_added_links(links: &Links, built_links: &BTreeSet<String>) -> Re
             _ => None,
         });
         if let Some(name) = name.filter(|n| !built_links.contains(n)) {
-            match links.handle().link().del(m.header.index).execute().await {
-                // Gone meanwhile: its peer's namespace was being destroyed, which takes it along.
-                Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => {}
-                result => {
-                    result.map_err(|e| anyhow!("{}: {e}", links.context(&format!("deleting link {name}"))))?
-                }
-            }
+            // Gone meanwhile: its peer's namespace was being destroyed, which takes it along.
+            let deleted = links.handle().link().del(m.header.index).execute().await;
+            unless_gone(deleted, libc::ENODEV, links, &format!("deleting link {name}"))?;
         }
     }
     Ok(())
@@ -209,16 +205,21 @@ async fn flush_neighbours(links: &Links) -> Result<()> {
             _ => false,
         };
         if made {
-            match links.handle().neighbours().del(m).execute().await {
-                // Gone between the listing and the deletion: as good as deleted.
-                Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENOENT => {}
-                result => {
-                    result.map_err(|e| anyhow!("{}: {e}", links.context("deleting a neighbour entry")))?
-                }
-            }
+            // Gone between the listing and the deletion: as good as deleted.
+            let deleted = links.handle().neighbours().del(m).execute().await;
+            unless_gone(deleted, libc::ENOENT, links, "deleting a neighbour entry")?;
         }
     }
     Ok(())
+}
+
+/// A deletion's result, where the kernel's `gone` error (the object went meanwhile) counts as
+/// deleted; any other error says `what` failed, and where.
+fn unless_gone(result: Result<(), rtnetlink::Error>, gone: i32, links: &Links, what: &str) -> Result<()> {
+    match result {
+        Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -gone => Ok(()),
+        result => result.map_err(|e| anyhow!("{}: {e}", links.context(what))),
+    }
 }
 
 /// Whether the entry is a multicast group's.
