@@ -173,9 +173,14 @@ fn find_vmlinuz(root: &Path) -> Result<(String, PathBuf)> {
     bail!("no /boot/vmlinuz-* nor /usr/lib/modules/*/vmlinuz in the kernel's packages")
 }
 
-/// apt with its own sources, lists and cache under `root`, never the host's.
+/// apt with its own sources, lists and cache under `root`, never the host's: neither its
+/// state nor its configuration. `APT_CONFIG` is read before anything else and moves
+/// `Dir::Etc` (and with it `apt.conf.d`) under `root`, so the host's settings never apply:
+/// container images' `docker-clean` turns off the package cache (every `apt-cache` call then
+/// re-parsed all eight suites' lists, about 4 s of CPU each), and desktop hooks run after
+/// `update` (appstream, packagekit).
 struct PrivateApt {
-    root: PathBuf,
+    config: PathBuf,
 }
 
 impl PrivateApt {
@@ -189,25 +194,14 @@ impl PrivateApt {
             .map(|(archive, suite)| format!("deb [signed-by={KEYRING}] {MIRROR}/{archive} {suite} main\n"))
             .collect();
         std::fs::write(root.join("etc/sources.list"), sources)?;
-        Ok(PrivateApt { root: root.to_path_buf() })
+        let config = root.join("apt.conf");
+        std::fs::write(&config, private_config(root))?;
+        Ok(PrivateApt { config })
     }
 
     fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new(program);
-        let r = self.root.display();
-        for option in [
-            format!("Dir::Etc={r}/etc"),
-            format!("Dir::Etc::sourcelist={r}/etc/sources.list"),
-            "Dir::Etc::sourceparts=-".into(),
-            format!("Dir::State={r}/state"),
-            "Dir::State::status=/dev/null".into(),
-            format!("Dir::Cache={r}/cache"),
-            "APT::Architecture=amd64".into(),
-            "Acquire::Languages=none".into(),
-            "Debug::NoLocking=1".into(),
-        ] {
-            cmd.arg("-o").arg(option);
-        }
+        cmd.env("APT_CONFIG", &self.config);
         cmd
     }
 
@@ -270,6 +264,27 @@ impl PrivateApt {
         }
         Ok(debs)
     }
+}
+
+/// The whole configuration of [`PrivateApt`] under `root` (an `APT_CONFIG` file).
+fn private_config(root: &Path) -> String {
+    let r = root.display();
+    format!(
+        "Dir::Etc \"{r}/etc\";\n\
+         Dir::Etc::main \"apt.conf\";\n\
+         Dir::Etc::parts \"apt.conf.d\";\n\
+         Dir::Etc::sourcelist \"sources.list\";\n\
+         Dir::Etc::sourceparts \"-\";\n\
+         Dir::Etc::preferencesparts \"preferences.d\";\n\
+         Dir::State \"{r}/state\";\n\
+         Dir::State::status \"/dev/null\";\n\
+         Dir::Cache \"{r}/cache\";\n\
+         Dir::Cache::pkgcache \"pkgcache.bin\";\n\
+         Dir::Cache::srcpkgcache \"srcpkgcache.bin\";\n\
+         APT::Architecture \"amd64\";\n\
+         Acquire::Languages \"none\";\n\
+         Debug::NoLocking \"true\";\n"
+    )
 }
 
 /// `apt-cache madison` lines → (version, suite).

@@ -99,10 +99,15 @@ pub fn hunt(
         mutants.iter().map(|&mutant| Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() }).collect();
     // Mutant-major: mutant i's runs are i * n .. (i + 1) * n.
     let n = scenarios.len();
-    let runs: Vec<Run> = proxies
+    let runs: Vec<Run> = mutants
         .iter()
-        .flat_map(|proxy| {
-            scenarios.iter().map(move |scenario| Run::new(scenario, RunProxy::Built(proxy.as_ref())))
+        .zip(&proxies)
+        .flat_map(|(&mutant, proxy)| {
+            let killers = if first_kill { known_killers(mutant) } else { Vec::new() };
+            scenarios.iter().map(move |scenario| Run {
+                ahead: killers.contains(&scenario.name.as_str()),
+                ..Run::new(scenario, RunProxy::Built(proxy.as_ref()))
+            })
         })
         .collect();
     let mut left: Vec<usize> = vec![n; mutants.len()];
@@ -148,6 +153,13 @@ pub fn hunt(
         }
     }
     Ok(hunts)
+}
+
+/// The scenarios a mutant is known to fail: its known-bug signature's. A first-kill hunt
+/// starts them before the others ([`Run::ahead`]): the first kill, and with it the mutant's
+/// hunt, then comes at its first run, and its other runs are cancelled before they start.
+fn known_killers(mutant: Mutant) -> Vec<&'static str> {
+    crate::report::known_bugs::by_name(mutant.name()).map(|b| b.scenarios()).unwrap_or_default()
 }
 
 /// What a mutant's signature run showed (`known_bugs`): each probe of its signature that did

@@ -44,12 +44,15 @@ pub struct Run<'a> {
     /// Where this run's evidence goes instead of the options' folder: `diff` runs each
     /// scenario twice, and keeps each side's apart.
     pub artifacts: Option<&'a Path>,
+    /// Started before every run that is not: a first-kill hunt's runs of a mutant's known
+    /// killers, whose kill cancels the mutant's other runs.
+    pub ahead: bool,
 }
 
 impl<'a> Run<'a> {
     /// `scenario` with `proxy`, its evidence where the options say.
     pub fn new(scenario: &'a Scenario, proxy: RunProxy<'a>) -> Run<'a> {
-        Run { scenario, proxy, artifacts: None }
+        Run { scenario, proxy, artifacts: None, ahead: false }
     }
 
     /// Every scenario with its own proxy, or with `proxy` instead where given.
@@ -254,7 +257,8 @@ impl Engine {
 /// as given. A long run started last would run alone while the other workers sit idle.
 ///
 /// Runs of one scenario (each with another mutant) start one after another, so that a worker
-/// finds its kept topology fits its next run.
+/// finds its kept topology fits its next run. Runs marked [`Run::ahead`] start before all
+/// others, in the same order among themselves.
 fn longest_first(runs: &[Run<'_>]) -> Vec<usize> {
     let mut first_of: std::collections::HashMap<*const Scenario, usize> = Default::default();
     for (i, run) in runs.iter().enumerate() {
@@ -263,7 +267,8 @@ fn longest_first(runs: &[Run<'_>]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..runs.len()).collect();
     order.sort_by_key(|&i| {
         let scenario = runs[i].scenario;
-        (std::cmp::Reverse(expected_waits(scenario)), first_of[&std::ptr::from_ref(scenario)])
+        let first = first_of[&std::ptr::from_ref(scenario)];
+        (std::cmp::Reverse(runs[i].ahead), std::cmp::Reverse(expected_waits(scenario)), first)
     });
     order
 }

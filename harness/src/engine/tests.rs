@@ -117,6 +117,21 @@ fn the_run_with_the_longest_pauses_starts_first_and_results_keep_the_given_order
 }
 
 #[test]
+fn runs_marked_ahead_start_before_the_longest_and_keep_their_order() {
+    let mut suite = scenarios(4);
+    suite[0].probes[0].interval = Some(Duration::from_millis(1500));
+    let unknown = ProxyChoice::named("no-such-proxy");
+    let mut runs = Run::each(&suite, Some(&unknown));
+    runs[3].ahead = true;
+    runs[1].ahead = true;
+    let engine = Engine { options: RunOptions::default(), jobs: 1 };
+    let mut log = Log { lines: Vec::new(), stop_after: None };
+    engine.execute(&runs, &mut [&mut log]).unwrap();
+    let started: Vec<&str> = log.lines.iter().filter_map(|l| l.strip_prefix("started ")).collect();
+    assert_eq!(started, ["s1", "s3", "s0", "s2"]);
+}
+
+#[test]
 fn a_reporter_that_cancels_runs_leaves_those_and_only_those_unstarted() {
     /// At the first finished run, cancels runs 2 and 3 (say, a killed mutant's).
     struct Cancels;

@@ -11,8 +11,9 @@ const NFNL_SUBSYS_IPSET: u16 = 6;
 const fn ipset_msg(command: u16) -> u16 {
     (NFNL_SUBSYS_IPSET << 8) | command
 }
-// enum ipset_cmd and the attributes of every command (linux/netfilter/ipset/ip_set.h).
-const CMD_DESTROY: u16 = ipset_msg(4);
+// enum ipset_cmd and the attributes of every command (linux/netfilter/ipset/ip_set.h): 3 is
+// IPSET_CMD_DESTROY, 4 IPSET_CMD_FLUSH (which empties every set and leaves them all).
+const CMD_DESTROY: u16 = ipset_msg(3);
 const CMD_LIST: u16 = ipset_msg(7);
 const ATTR_PROTOCOL: u16 = 1;
 const ATTR_SETNAME: u16 = 2;
@@ -61,4 +62,33 @@ pub fn destroy_all(ns: &Netns) -> Result<()> {
     let left = list(&mut socket).context("destroying the ipsets")?;
     anyhow::ensure!(left.is_empty(), "ipsets left after destroying them all: {}", left.join(", "));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::netns::process_prefix;
+
+    /// A set an iptables rule refers to cannot be destroyed, and saying so is an error; once
+    /// the rule is gone every set goes.
+    #[test]
+    fn a_referenced_set_is_refused_and_unreferenced_ones_are_destroyed() {
+        if !crate::privileges::scenarios_can_run() {
+            return;
+        }
+        let ns = Netns::create(&format!("{}ipset", process_prefix())).unwrap();
+        let exec = |program: &str, args: &[&str]| {
+            let out = ns.exec(program, args, None).unwrap();
+            assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        exec("ipset", &["create", "referenced", "hash:ip"]);
+        exec("ipset", &["create", "alone", "hash:ip"]);
+        exec("iptables", &["-A", "INPUT", "-m", "set", "--match-set", "referenced", "src", "-j", "ACCEPT"]);
+        let refused = format!("{:#}", destroy_all(&ns).unwrap_err());
+        assert_eq!(names(&ns).unwrap(), ["referenced", "alone"], "{refused}");
+        exec("iptables", &["-F", "INPUT"]);
+        destroy_all(&ns).unwrap();
+        assert!(names(&ns).unwrap().is_empty());
+        ns.remove().unwrap();
+    }
 }
