@@ -52,13 +52,31 @@ pub struct Keeper {
     refused: Option<String>,
 }
 
-/// Topologies built, and runs that played on a kept one instead, by this process.
+/// Topologies built, runs that played on a kept one instead, and kept ones whose reset
+/// failed, by this process.
 static BUILT: AtomicUsize = AtomicUsize::new(0);
 static REUSED: AtomicUsize = AtomicUsize::new(0);
+static REFUSED: AtomicUsize = AtomicUsize::new(0);
 
-/// How many topologies this process built, and how many runs played on a kept one.
-pub fn reuse_counts() -> (usize, usize) {
-    (BUILT.load(Ordering::Relaxed), REUSED.load(Ordering::Relaxed))
+/// What this process did with its topologies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReuseCounts {
+    pub built: usize,
+    /// Runs that played on a topology kept from an earlier run, reset.
+    pub kept: usize,
+    /// Kept topologies whose reset left something (what no reset undoes: an IPVS connection,
+    /// a legacy iptables table, a process still inside; or what the reset missed): each was
+    /// taken down, and its next run built anew.
+    pub not_reset: usize,
+}
+
+/// [`ReuseCounts`] so far.
+pub fn reuse_counts() -> ReuseCounts {
+    ReuseCounts {
+        built: BUILT.load(Ordering::Relaxed),
+        kept: REUSED.load(Ordering::Relaxed),
+        not_reset: REFUSED.load(Ordering::Relaxed),
+    }
 }
 
 impl Keeper {
@@ -87,6 +105,7 @@ impl Keeper {
             Err(e) => {
                 let why = format!("{e:#}");
                 eprintln!("packetproof: a topology not used again: {why}");
+                REFUSED.fetch_add(1, Ordering::Relaxed);
                 self.refused = Some(why);
                 stage.teardown()?;
                 Ok(None)

@@ -13,7 +13,7 @@ use packetproof::proxy::Mutant;
 use packetproof::report::known_bugs::{self, CATALOG};
 use packetproof::{admission, proxy, scenario};
 
-/// One mode at a time: each already runs a scenario per core, and a loaded machine turns
+/// One mode at a time: each already runs four scenarios per core, and a loaded machine turns
 /// answers into timeouts.
 static ONE_MODE: Mutex<()> = Mutex::new(());
 
