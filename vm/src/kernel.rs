@@ -342,6 +342,20 @@ fn run(cmd: &mut Command) -> Result<String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_private_apt_reads_and_keeps_everything_under_its_own_root() {
+        let config = private_config(Path::new("/cache/apt"));
+        for line in config.lines() {
+            let value = line.split('"').nth(1).expect("a quoted value");
+            assert!(!value.starts_with("/etc") && !value.starts_with("/var"), "{line}");
+        }
+        // Its own configuration folder (under Dir::Etc), not the host's apt.conf.d hooks, and
+        // the package cache on, whatever the host's configuration turns off.
+        assert!(config.contains("Dir::Etc \"/cache/apt/etc\";"), "{config}");
+        assert!(config.contains("Dir::Etc::parts \"apt.conf.d\";"), "{config}");
+        assert!(config.contains("Dir::Cache::pkgcache \"pkgcache.bin\";"), "{config}");
+    }
+
     const MADISON: &str = "\
 linux-image-amd64 | 7.3.4-1~bpo13+1 | http://deb.debian.org/debian trixie-backports/main amd64 Packages
 linux-image-amd64 | 6.12.117-1 | http://deb.debian.org/debian trixie/main amd64 Packages
