@@ -380,8 +380,9 @@ fn killers(names: &[String]) -> String {
 }
 
 /// Every hunt as JSON: `{"proxy", "killed", "survived", "errors", "mutants": [{"name",
-/// "killed", "killed_by", "errors"}], "baseline": [[scenario, probe]]}`. A mutant whose
-/// hunt could not set up some scenario counts among `errors`, killed or not.
+/// "killed", "killed_by", "errors"}], "baseline": [[scenario, probe]], "topologies": {"built",
+/// "kept", "not_reset"}}`. A mutant whose hunt could not set up some scenario counts among
+/// `errors`, killed or not.
 pub fn json(
     proxy: &str,
     hunts: &[Hunt],

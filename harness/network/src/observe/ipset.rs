@@ -76,7 +76,15 @@ mod tests {
         if !crate::privileges::scenarios_can_run() {
             return;
         }
-        let ns = Netns::create(&format!("{}ipset", process_prefix())).unwrap();
+        /// Removed however the test ends.
+        struct Scratch(Netns);
+        impl Drop for Scratch {
+            fn drop(&mut self) {
+                let _ = self.0.remove();
+            }
+        }
+        let scratch = Scratch(Netns::create(&format!("{}ipset", process_prefix())).unwrap());
+        let ns = &scratch.0;
         let exec = |program: &str, args: &[&str]| {
             let out = ns.exec(program, args, None).unwrap();
             assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -84,11 +92,10 @@ mod tests {
         exec("ipset", &["create", "referenced", "hash:ip"]);
         exec("ipset", &["create", "alone", "hash:ip"]);
         exec("iptables", &["-A", "INPUT", "-m", "set", "--match-set", "referenced", "src", "-j", "ACCEPT"]);
-        let refused = format!("{:#}", destroy_all(&ns).unwrap_err());
-        assert_eq!(names(&ns).unwrap(), ["referenced", "alone"], "{refused}");
+        let refused = format!("{:#}", destroy_all(ns).unwrap_err());
+        assert_eq!(names(ns).unwrap(), ["referenced", "alone"], "{refused}");
         exec("iptables", &["-F", "INPUT"]);
-        destroy_all(&ns).unwrap();
-        assert!(names(&ns).unwrap().is_empty());
-        ns.remove().unwrap();
+        destroy_all(ns).unwrap();
+        assert!(names(ns).unwrap().is_empty());
     }
 }
