@@ -194,6 +194,14 @@ impl PrivateApt {
             .map(|(archive, suite)| format!("deb [signed-by={KEYRING}] {MIRROR}/{archive} {suite} main\n"))
             .collect();
         std::fs::write(root.join("etc/sources.list"), sources)?;
+        // apt's configuration syntax quotes values: a quote, brace, semicolon or line break in
+        // the path would end one early.
+        let path = root.to_string_lossy();
+        ensure!(
+            !path.contains(['"', '{', '}', ';', '\n']),
+            "the kernel cache's path {path:?} holds a character apt's configuration cannot quote \
+             (set PACKETPROOF_CACHE to another folder)"
+        );
         let config = root.join("apt.conf");
         std::fs::write(&config, private_config(root))?;
         Ok(PrivateApt { config })
