@@ -1,7 +1,7 @@
 //! The kernel matrix on the oldest and newest kernels of the measured set (5.10 and 7.3), in
 //! VMs: real SCTP associations through the three built-in modes (IPVS included, which the
 //! host may not have) with a few core scenarios beside them, a broken SCTP rule caught inside
-//! a VM (on 5.10), and IPVS mutants killed there. Skipped with the reason where qemu is
+//! the VMs, and IPVS mutants killed there. Skipped with the reason where qemu is
 //! missing; under PACKETPROOF_REQUIRE_PRIVILEGES=1 (`.ci/run`) that fails instead.
 
 use std::path::{Path, PathBuf};
@@ -112,15 +112,11 @@ fn sctp_and_core_scenarios_pass_on_the_oldest_and_newest_kernels_and_a_broken_sc
 
     // The same SCTP scenario replayed from a dump of the built-in iptables rules, once intact
     // and once with the SCTP cluster-IP rule removed: the intact replay passes, the broken one
-    // fails on the probe that crosses the removed rule. On the oldest kernel only: that the
-    // check can fail needs one kernel, and each boot and run costs a core for a minute.
-    let (code, report) = matrix_on(
-        "5.10",
-        &["--proxy", "ruleset", "harness/tests/data/broken-sctp"],
-        &dir.join("broken.json"),
-    );
+    // fails on the probe that crosses the removed rule, on both kernels.
+    let (code, report) =
+        matrix(&["--proxy", "ruleset", "harness/tests/data/broken-sctp"], &dir.join("broken.json"));
     let all = statuses(&report);
-    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all.len(), 2 * 2, "{all:?}");
     for (kernel, _, scenario, status) in &all {
         let expected = if scenario == "sctp-rule-removed" { "failed" } else { "passed" };
         assert_eq!(status, expected, "{scenario} on {kernel}");
