@@ -122,10 +122,14 @@ enum Command {
         /// one the oracle expects to be silent waits three tenths of it (its captures decide).
         #[arg(long, default_value_t = 1000, value_parser = crate::commands::timeout_ms)]
         timeout_ms: u64,
-        /// How many runs (one scenario with one proxy) at a time (default 2: a scenario's two
-        /// sides together).
+        /// How many runs (one scenario with one proxy) at a time. A scenario's two sides run
+        /// one after the other on one worker, the second on the first's namespaces, reset.
         #[arg(long, default_value_t = 2, value_parser = crate::commands::jobs)]
         jobs: usize,
+        /// Build each side's namespaces afresh instead of resetting the other side's (slower;
+        /// the verdicts are the same).
+        #[arg(long)]
+        fresh_topologies: bool,
         /// Also write what differed as JSON (the two proxies, each differing flow with whether
         /// each side passed the oracle, each scenario not compared, the exit code).
         #[arg(long, value_name = "FILE")]
@@ -216,12 +220,14 @@ pub fn main() -> i32 {
             right_options,
             timeout_ms,
             jobs,
+            fresh_topologies,
             json,
             artifacts,
         } => {
             let options = RunOptions {
                 timeout: Duration::from_millis(timeout_ms),
                 artifacts: Some(artifacts),
+                reuse_topologies: !fresh_topologies,
                 ..RunOptions::default()
             };
             proxy_choice(&left, &left_options).and_then(|left| {

@@ -101,6 +101,49 @@ fn builtin_nftables() {
     reused_equals_fresh(proxy("builtin-nftables", serde_json::json!({})).as_ref(), KINDS, false);
 }
 
+/// `diff` runs a scenario's second side on the first side's topology, reset: the other mode
+/// on it judges every probe as on a fresh one.
+#[test]
+fn the_other_mode_after_a_reset() {
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let names = ["hairpin.yaml", "live-udp-kept-across-restart.yaml", "session-affinity.yaml"];
+    let (iptables, nftables) =
+        (proxy("builtin-iptables", serde_json::json!({})), proxy("builtin-nftables", serde_json::json!({})));
+    let mut failures = Vec::new();
+    for (first, then) in [(&iptables, &nftables), (&nftables, &iptables)] {
+        for name in names {
+            if let Err(e) = after_another(first.as_ref(), then.as_ref(), name) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn after_another(first: &dyn Proxy, then: &dyn Proxy, name: &str) -> Result<(), String> {
+    let s = scenario(name);
+    let said = |what: String| format!("{name}, {} after {}: {what}", then.name(), first.name());
+    let options = RunOptions { reuse_topologies: true, ..RunOptions::default() };
+    let mut keeper = Keeper::default();
+    runner::run_kept(&s, first, &options, Some(&mut keeper)).map_err(|e| said(format!("{e:#}")))?;
+    if keeper.reset_kept().map_err(|e| said(format!("{e:#}")))?.is_none() {
+        return Err(said(format!("not kept: {}", keeper.refused().unwrap_or("no reason"))));
+    }
+    let reused =
+        runner::run_kept(&s, then, &options, Some(&mut keeper)).map_err(|e| said(format!("{e:#}")))?;
+    let fresh = runner::run(&s, then, &RunOptions::default()).map_err(|e| said(format!("{e:#}")))?;
+    if judged(&reused) != judged(&fresh) {
+        return Err(said(format!(
+            "judged otherwise than fresh: {:?}, fresh {:?}",
+            judged(&reused),
+            judged(&fresh)
+        )));
+    }
+    Ok(())
+}
+
 /// Rule coverage adds a trace table to every node; the reset takes it away with the proxy's.
 #[test]
 fn with_rule_coverage() {
@@ -147,7 +190,12 @@ fn a_real_kube_proxy() {
         .expect("PACKETPROOF_KUBE_PROXY must name a kube-proxy binary for this test");
     let command = format!("{kube_proxy} --config={{config}} --hostname-override={{node}}");
     for mode in ["iptables", "nftables"] {
-        let real = proxy("apiserver", serde_json::json!({"mode": mode, "command": command}));
+        let mut options = serde_json::json!({"mode": mode, "command": command});
+        if mode == "nftables" {
+            // Alpha in v1.30 (refused without its gate), on by default from v1.31.
+            options["featureGates"] = serde_json::json!({"NFTablesProxyMode": true});
+        }
+        let real = proxy("apiserver", options);
         reused_equals_fresh(real.as_ref(), &["hairpin.yaml", "live-udp-kept-across-restart.yaml"], false);
     }
 }

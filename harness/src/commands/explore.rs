@@ -58,6 +58,11 @@ pub struct Args {
     /// Cases run at once (default: four per core).
     #[arg(long, value_parser = super::jobs)]
     pub jobs: Option<usize>,
+    /// Build every run's namespaces afresh instead of resetting an earlier run's of the same
+    /// shape (a case's other side with `--against`; a shrinking's candidates). Slower; the
+    /// verdicts are the same.
+    #[arg(long)]
+    pub fresh_topologies: bool,
     /// Runs a failure's shrinking may take at most.
     #[arg(long, default_value_t = 300)]
     pub shrink_runs: usize,
@@ -150,6 +155,10 @@ pub fn main(args: Args) -> Result<i32> {
         options: RunOptions {
             timeout: Duration::from_millis(args.timeout_ms),
             profile: args.profile,
+            // Where runs go through the engine: a case's two sides (`--against`) on one worker,
+            // the second on the first's namespaces; a shrinking's candidates. Each new case
+            // builds its own: of 600 cases generated, 596 had namespaces of their own shape.
+            reuse_topologies: !args.fresh_topologies,
             ..RunOptions::default()
         },
         jobs: args.jobs.unwrap_or_else(crate::engine::Engine::default_jobs),

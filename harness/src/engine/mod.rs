@@ -8,12 +8,13 @@
 //! and never see two events at once.
 
 mod reporters;
+mod schedule;
 
 pub use reporters::{CoverageReport, MachineReports, RunProgress, TerminalReport};
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -159,14 +160,16 @@ impl Engine {
         tell(&Event::SuiteStarted { total }, &mut failure);
         // Once per suite: a host that cannot run scenarios skips every one with the reason.
         let skip_all = crate::privileges::preflight();
-        let order = longest_first(runs);
-        let next = AtomicUsize::new(0);
+        let workers = self.jobs.clamp(1, total.max(1));
+        let order =
+            longest_first(runs).into_iter().map(|i| (i, std::ptr::from_ref(runs[i].scenario), runs[i].ahead));
+        let schedule = Mutex::new(schedule::Schedule::new(order, workers, self.options.reuse_topologies));
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<Message>();
         std::thread::scope(|scope| {
-            for _ in 0..self.jobs.clamp(1, total.max(1)) {
+            for worker in 0..workers {
                 let tx = tx.clone();
-                let (next, order, stop, skip_all) = (&next, &order, &stop, skip_all.as_deref());
+                let (schedule, stop, skip_all) = (&schedule, &stop, skip_all.as_deref());
                 let cancelled = &cancelled;
                 scope.spawn(move || {
                     // The reporters' answer to each finished run: a worker waits for it, so
@@ -174,7 +177,8 @@ impl Engine {
                     let (answer, answered) = mpsc::channel::<Control>();
                     let mut keeper = self.options.reuse_topologies.then(Keeper::default);
                     while !stop.load(Ordering::Relaxed) {
-                        let Some(&index) = order.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                        let next = schedule.lock().unwrap_or_else(|e| e.into_inner()).next(worker);
+                        let Some(index) = next else { break };
                         if cancelled[index].load(Ordering::Relaxed) {
                             continue;
                         }
@@ -256,9 +260,9 @@ impl Engine {
 /// between attempts, e.g. outlasting a session-affinity timeout), then the most phases, else
 /// as given. A long run started last would run alone while the other workers sit idle.
 ///
-/// Runs of one scenario (each with another mutant) start one after another, so that a worker
-/// finds its kept topology fits its next run. Runs marked [`Run::ahead`] start before all
-/// others, in the same order among themselves.
+/// Runs of one scenario (each with another mutant) come one after another. Runs marked
+/// [`Run::ahead`] start before all others, in the same order among themselves. Where workers
+/// keep their topologies, [`schedule`] lets each keep to its scenario's runs.
 fn longest_first(runs: &[Run<'_>]) -> Vec<usize> {
     let mut first_of: std::collections::HashMap<*const Scenario, usize> = Default::default();
     for (i, run) in runs.iter().enumerate() {
