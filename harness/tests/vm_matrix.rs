@@ -304,6 +304,11 @@ fn ipvs_mutants_are_killed_inside_a_vm() {
         .map(|m| (m["name"].as_str().unwrap(), m["killed"] == true))
         .collect();
     assert_eq!(verdicts, mutants.map(|m| (m, true)), "{hunt}");
+    // One worker keeps to a scenario's runs: at least one ran on a topology an IPVS run left,
+    // reset (virtual servers, ipsets, kube-ipvs0, IPVS's kernel settings), and every reset held.
+    let topologies = &hunt["topologies"];
+    assert!(topologies["kept"].as_u64() >= Some(1), "no IPVS topology reused: {topologies}");
+    assert_eq!(topologies["not_reset"], 0, "an IPVS topology's reset left something: {hunt}");
     assert_eq!(code, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
