@@ -81,14 +81,15 @@ fn check(proxy: &dyn Proxy, name: &str, coverage: bool) -> Result<(), String> {
     }
     let second =
         runner::run_kept(&s, proxy, &options, Some(&mut keeper)).map_err(|e| said(format!("{e:#}")))?;
-    if judged(&second) != judged(&first) {
-        return Err(said(format!(
-            "judged otherwise when reused: {:?} then {:?}",
-            judged(&first),
-            judged(&second)
-        )));
+    judged_alike(&first, &second).map_err(|e| said(format!("judged otherwise when reused: {e}")))
+}
+
+/// Whether two runs judged every probe alike; else both runs' verdicts, `a` first.
+fn judged_alike(a: &ScenarioReport, b: &ScenarioReport) -> Result<(), String> {
+    match judged(a) == judged(b) {
+        true => Ok(()),
+        false => Err(format!("{:?} then {:?}", judged(a), judged(b))),
     }
-    Ok(())
 }
 
 #[test]
@@ -134,14 +135,8 @@ fn after_another(first: &dyn Proxy, then: &dyn Proxy, name: &str) -> Result<(), 
     let reused =
         runner::run_kept(&s, then, &options, Some(&mut keeper)).map_err(|e| said(format!("{e:#}")))?;
     let fresh = runner::run(&s, then, &RunOptions::default()).map_err(|e| said(format!("{e:#}")))?;
-    if judged(&reused) != judged(&fresh) {
-        return Err(said(format!(
-            "judged otherwise than fresh: {:?}, fresh {:?}",
-            judged(&reused),
-            judged(&fresh)
-        )));
-    }
-    Ok(())
+    judged_alike(&fresh, &reused)
+        .map_err(|e| said(format!("judged otherwise than fresh (fresh, reused): {e}")))
 }
 
 /// Rule coverage adds a trace table to every node; the reset takes it away with the proxy's.
