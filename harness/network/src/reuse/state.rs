@@ -410,6 +410,18 @@ fn read_setting(mut file: std::fs::File) -> Option<String> {
     Some(text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
+/// `nftables table FAMILY NAME` for each nf_tables table (iptables-nft's tables among them).
+fn netfilter_tables(ns: &Netns) -> Result<Vec<String>> {
+    let tables = crate::observe::nftables::NftSocket::open(ns)?.tables()?;
+    let family = crate::observe::nftables::family_name;
+    Ok(tables.into_iter().map(|(f, name)| format!("nftables table {} {name}", family(f))).collect())
+}
+
+/// `ipset NAME` for each set.
+fn ipsets(ns: &Netns) -> Result<Vec<String>> {
+    Ok(crate::observe::ipset::names(ns)?.into_iter().map(|set| format!("ipset {set}")).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,16 +455,4 @@ mod tests {
         assert!(differing <= 2, "{differing} settings read otherwise");
         assert!(read.len() > 50, "{read:?}");
     }
-}
-
-/// `nftables table FAMILY NAME` for each nf_tables table (iptables-nft's tables among them).
-fn netfilter_tables(ns: &Netns) -> Result<Vec<String>> {
-    let tables = crate::observe::nftables::NftSocket::open(ns)?.tables()?;
-    let family = crate::observe::nftables::family_name;
-    Ok(tables.into_iter().map(|(f, name)| format!("nftables table {} {name}", family(f))).collect())
-}
-
-/// `ipset NAME` for each set.
-fn ipsets(ns: &Netns) -> Result<Vec<String>> {
-    Ok(crate::observe::ipset::names(ns)?.into_iter().map(|set| format!("ipset {set}")).collect())
 }
