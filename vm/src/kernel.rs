@@ -186,6 +186,14 @@ struct PrivateApt {
 impl PrivateApt {
     fn new(root: &Path) -> Result<PrivateApt> {
         ensure!(Path::new(KEYRING).exists(), "{KEYRING} is missing (install debian-archive-keyring)");
+        // Checked before anything is written there. apt's configuration syntax quotes values:
+        // a quote, brace, semicolon or line break in the path would end one early.
+        let path = root.to_string_lossy();
+        ensure!(
+            !path.contains(['"', '{', '}', ';', '\n']),
+            "the kernel cache's path {path:?} holds a character apt's configuration cannot quote \
+             (set PACKETPROOF_CACHE to another folder)"
+        );
         for d in ["etc/apt.conf.d", "etc/preferences.d", "state/lists/partial", "cache/archives/partial"] {
             std::fs::create_dir_all(root.join(d)).with_context(|| format!("creating {}", root.display()))?;
         }
@@ -194,14 +202,6 @@ impl PrivateApt {
             .map(|(archive, suite)| format!("deb [signed-by={KEYRING}] {MIRROR}/{archive} {suite} main\n"))
             .collect();
         std::fs::write(root.join("etc/sources.list"), sources)?;
-        // apt's configuration syntax quotes values: a quote, brace, semicolon or line break in
-        // the path would end one early.
-        let path = root.to_string_lossy();
-        ensure!(
-            !path.contains(['"', '{', '}', ';', '\n']),
-            "the kernel cache's path {path:?} holds a character apt's configuration cannot quote \
-             (set PACKETPROOF_CACHE to another folder)"
-        );
         let config = root.join("apt.conf");
         std::fs::write(&config, private_config(root))?;
         Ok(PrivateApt { config })
