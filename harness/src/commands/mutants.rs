@@ -172,11 +172,23 @@ pub struct SignatureCheck {
     pub unmet: Vec<String>,
     /// Scenarios that could not be set up with this mutant.
     pub errors: Vec<String>,
+    /// How many of the signature's `by_chance` probes failed as it says.
+    pub by_chance_shown: usize,
 }
 
 impl SignatureCheck {
     pub fn proven(&self) -> bool {
         self.unmet.is_empty() && self.errors.is_empty()
+    }
+
+    /// A bug whose every probe shows it only by chance is proven by any of them: a run of the
+    /// bug misses them all only if every attempt of every one misses (for the catalog's such
+    /// bugs, four or more probes of 20 or 40 attempts, about half of each showing it).
+    fn require_a_chance_shown(&mut self) {
+        let Some(bug) = crate::report::known_bugs::by_name(self.mutant.name()) else { return };
+        if bug.signature.iter().all(|m| m.by_chance) && self.by_chance_shown == 0 && self.errors.is_empty() {
+            self.unmet.push("none of its by-chance probes failed as the signature says".into());
+        }
     }
 }
 
@@ -194,7 +206,7 @@ pub fn check_signatures(
     let proxies: Vec<Box<dyn Proxy>> = mutants.iter().map(|&m| breakable(Some(m))).collect();
     let mut checks: Vec<SignatureCheck> = mutants
         .iter()
-        .map(|&mutant| SignatureCheck { mutant, unmet: Vec::new(), errors: Vec::new() })
+        .map(|&mutant| SignatureCheck { mutant, unmet: Vec::new(), errors: Vec::new(), by_chance_shown: 0 })
         .collect();
     // (mutant's index, run) for every scenario of every signature.
     let mut owners = Vec::new();
@@ -231,11 +243,15 @@ pub fn check_signatures(
             let i = owners[index];
             let check = &mut checks[i];
             match result {
-                Ok(report) => check.unmet.extend(unmet(check.mutant, scenario, report)),
+                Ok(report) => {
+                    check.unmet.extend(unmet(check.mutant, scenario, report));
+                    check.by_chance_shown += shown_by_chance(check.mutant, scenario, report);
+                }
                 Err(e) => check.errors.push(format!("{}: {e:#}", scenario.name)),
             }
             left[i] -= 1;
             if left[i] == 0 {
+                check.require_a_chance_shown();
                 on_done(check);
             }
         });
@@ -246,10 +262,22 @@ pub fn check_signatures(
     Ok(checks)
 }
 
-/// The probes of `mutant`'s signature in `scenario` that did not fail as the signature says.
+/// How many of `mutant`'s `by_chance` probes in `scenario` failed as its signature says.
+fn shown_by_chance(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> usize {
+    let Some(bug) = crate::report::known_bugs::by_name(mutant.name()) else { return 0 };
+    let Outcome::Judged(verdicts) = &report.outcome else { return 0 };
+    bug.signature
+        .iter()
+        .filter(|m| m.by_chance && m.scenario == scenario.name)
+        .filter(|m| verdicts.iter().any(|v| v.probe.name == m.probe && v.symptoms().contains(&m.symptom)))
+        .count()
+}
+
+/// The probes of `mutant`'s signature in `scenario` that did not fail as the signature says,
+/// `by_chance` ones aside: a run may miss those (see [`shown_by_chance`]).
 fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<String> {
     let Some(bug) = crate::report::known_bugs::by_name(mutant.name()) else { return Vec::new() };
-    let marks = bug.signature.iter().filter(|m| m.scenario == scenario.name);
+    let marks = bug.signature.iter().filter(|m| m.scenario == scenario.name && !m.by_chance);
     let verdicts = match &report.outcome {
         Outcome::Judged(v) => v.as_slice(),
         Outcome::ProxyFailed(why) => {
@@ -272,7 +300,16 @@ fn unmet(mutant: Mutant, scenario: &Scenario, report: &ScenarioReport) -> Vec<St
                 }
                 None => "not judged".to_string(),
                 Some(v) if !v.failed() => "passed".to_string(),
-                Some(v) if v.symptoms().contains(&m.symptom) => return None,
+                Some(v) if v.symptoms().contains(&m.symptom) => match v.attempts_showing(m.symptom) {
+                    // A probe the bug fails in only some attempts rests on their random
+                    // choices: a run can miss it, so the mark must say so (`by_chance`).
+                    Some((showing, judged)) if showing < judged => format!(
+                        "failed as {} in only {showing} of {judged} attempts, so a run can pass it by chance: \
+                         its mark must be `by_chance`",
+                        m.symptom
+                    ),
+                    _ => return None,
+                },
                 Some(v) => {
                     let kinds: Vec<String> = v.symptoms().iter().map(|k| k.to_string()).collect();
                     format!(

@@ -23,10 +23,22 @@ pub struct Mark {
     pub scenario: &'static str,
     pub probe: &'static str,
     pub symptom: Symptom,
+    /// The bug shows in this probe only when a random choice lands on it: each attempt picks
+    /// a backend, and only some backends show the bug (masquerade missing toward a local
+    /// endpoint, whose remote twin is masqueraded to the same address). A run that passes it
+    /// neither proves nor rules out the bug; one that fails it otherwise rules it out.
+    pub by_chance: bool,
 }
 
+/// A probe every run of the bug fails: every attempt shows `symptom`
+/// (`tests/mutants.rs` checks that, attempt by attempt).
 const fn mark(scenario: &'static str, probe: &'static str, symptom: Symptom) -> Mark {
-    Mark { scenario, probe, symptom }
+    Mark { scenario, probe, symptom, by_chance: false }
+}
+
+/// A probe that shows the bug only in the attempts whose random choice lands on it.
+const fn by_chance(scenario: &'static str, probe: &'static str, symptom: Symptom) -> Mark {
+    Mark { scenario, probe, symptom, by_chance: true }
 }
 
 /// A known bug.
@@ -98,7 +110,8 @@ pub struct Match {
 /// [`ANY`], those of every probe of the scenario; for [`PROXY`], the proxy's own failure. A bug matches
 /// when the run judged at least half of its signature's probes and every one of them failed
 /// with the signature's symptom: a run of a few scenarios can name a bug, and one probe that
-/// passes, or fails otherwise, rules it out.
+/// passes, or fails otherwise, rules it out. A [`by_chance`] probe that passed counts neither
+/// way: the bug's random choice missed it.
 pub fn matches(judged: impl Fn(&str, &str) -> Option<BTreeSet<Symptom>>) -> Vec<Match> {
     CATALOG
         .iter()
@@ -107,6 +120,7 @@ pub fn matches(judged: impl Fn(&str, &str) -> Option<BTreeSet<Symptom>>) -> Vec<
             for m in bug.signature {
                 match judged(m.scenario, m.probe) {
                     None => {}
+                    Some(symptoms) if symptoms.is_empty() && m.by_chance => {}
                     Some(symptoms) if symptoms.contains(&m.symptom) => {
                         probes.push((m.scenario.to_string(), m.probe.to_string()))
                     }
@@ -142,11 +156,11 @@ pub static CATALOG: &[KnownBug] = &[
             mark("external-ip-on-node-address", "office-to-external-ip-on-node-a", WrongSource),
             mark("external-ip-on-node-address", "office-to-web-node-port-on-node-b", WrongSource),
             mark("external-ip-on-node-address", "pod-to-external-ip-on-node-a", WrongSource),
-            mark("external-ips", "node-a-host", WrongSource),
-            mark("external-ips", "node-b-host-udp", WrongSource),
-            mark("external-ips", "outside-udp-via-node-a", WrongSource),
-            mark("external-ips", "outside-via-node-a", WrongSource),
-            mark("external-ips", "outside-via-node-b", WrongSource),
+            by_chance("external-ips", "node-a-host", WrongSource),
+            by_chance("external-ips", "node-b-host-udp", WrongSource),
+            by_chance("external-ips", "outside-udp-via-node-a", WrongSource),
+            by_chance("external-ips", "outside-via-node-a", WrongSource),
+            by_chance("external-ips", "outside-via-node-b", WrongSource),
             mark("external-ips", "pod-on-node-a", WrongSource),
             mark("external-ips", "pod-on-node-b", WrongSource),
         ],
@@ -157,10 +171,10 @@ pub static CATALOG: &[KnownBug] = &[
         shipped: "unknown",
         fixed: "unknown",
         signature: &[
-            mark("dual-stack", "node-host-to-cluster-ip-v4", WrongSource),
-            mark("dual-stack", "node-host-to-cluster-ip-v6", WrongSource),
-            mark("ipv6-cluster-ip", "node-a-host-to-cluster-ip-tcp", WrongSource),
-            mark("ipv6-cluster-ip", "node-b-host-to-cluster-ip-udp", WrongSource),
+            by_chance("dual-stack", "node-host-to-cluster-ip-v4", WrongSource),
+            by_chance("dual-stack", "node-host-to-cluster-ip-v6", WrongSource),
+            by_chance("ipv6-cluster-ip", "node-a-host-to-cluster-ip-tcp", WrongSource),
+            by_chance("ipv6-cluster-ip", "node-b-host-to-cluster-ip-udp", WrongSource),
         ],
     },
     KnownBug {
@@ -291,8 +305,8 @@ pub static CATALOG: &[KnownBug] = &[
         shipped: "unknown",
         fixed: "unknown",
         signature: &[
-            mark("terminating-ignored-while-ready", "outside-to-node-port", WrongBackend),
-            mark("terminating-ignored-while-ready", "pod-to-cluster-ip", WrongBackend),
+            by_chance("terminating-ignored-while-ready", "outside-to-node-port", WrongBackend),
+            by_chance("terminating-ignored-while-ready", "pod-to-cluster-ip", WrongBackend),
         ],
     },
     KnownBug {
@@ -367,15 +381,15 @@ pub static CATALOG: &[KnownBug] = &[
         shipped: "unknown",
         fixed: "unknown",
         signature: &[
-            mark("topology-hints", "etp-local-pod-to-cluster-ip", WrongBackend),
-            mark("topology-hints", "hinted-from-node-a-host", WrongBackend),
-            mark("topology-hints", "hinted-from-zone-a", WrongBackend),
-            mark("topology-hints", "hinted-from-zone-b", WrongBackend),
-            mark("topology-hints", "hinted-outside-via-node-a", WrongBackend),
-            mark("topology-hints", "hinted-outside-via-node-b", WrongBackend),
-            mark("traffic-distribution", "zone-a-node-host", WrongBackend),
-            mark("traffic-distribution", "zone-a-pod-without-local-endpoint", WrongBackend),
-            mark("traffic-distribution", "zone-b-pod", WrongBackend),
+            by_chance("topology-hints", "etp-local-pod-to-cluster-ip", WrongBackend),
+            by_chance("topology-hints", "hinted-from-node-a-host", WrongBackend),
+            by_chance("topology-hints", "hinted-from-zone-a", WrongBackend),
+            by_chance("topology-hints", "hinted-from-zone-b", WrongBackend),
+            by_chance("topology-hints", "hinted-outside-via-node-a", WrongBackend),
+            by_chance("topology-hints", "hinted-outside-via-node-b", WrongBackend),
+            by_chance("traffic-distribution", "zone-a-node-host", WrongBackend),
+            by_chance("traffic-distribution", "zone-a-pod-without-local-endpoint", WrongBackend),
+            by_chance("traffic-distribution", "zone-b-pod", WrongBackend),
         ],
     },
     KnownBug {
@@ -568,7 +582,7 @@ pub static CATALOG: &[KnownBug] = &[
         shipped: "kube-proxy with internalTrafficPolicy or topology hints (alpha in v1.21), as reported in 2021",
         fixed: "unknown",
         signature: &[
-            mark("topology-hints", "etp-local-pod-to-cluster-ip", WrongBackend),
+            by_chance("topology-hints", "etp-local-pod-to-cluster-ip", WrongBackend),
             mark("traffic-policies-apart", "both-local-pod-on-node-without-endpoint", Answered),
         ],
     },
@@ -665,5 +679,26 @@ mod tests {
         assert!(!matches(one_passed).iter().any(|m| m.bug.name == bug.name));
         // Nothing of the signature judged: no claim.
         assert!(matches(|_: &str, _: &str| None).is_empty());
+    }
+
+    /// A probe that shows the bug only by chance and passed neither proves nor rules it out;
+    /// a certain one that passed rules it out.
+    #[test]
+    fn a_by_chance_probe_that_passed_counts_neither_way() {
+        let bug = by_name("no-node-port-masq").expect("in the catalog");
+        let chance = bug.signature.iter().find(|m| m.by_chance).expect("a by-chance probe");
+        let certain = bug.signature.iter().find(|m| !m.by_chance).expect("a certain probe");
+        let all_but = |passed: Mark| {
+            move |s: &str, p: &str| {
+                let m = bug.signature.iter().find(|m| m.scenario == s && m.probe == p)?;
+                Some(if (s, p) == (passed.scenario, passed.probe) {
+                    BTreeSet::new()
+                } else {
+                    BTreeSet::from([m.symptom])
+                })
+            }
+        };
+        assert!(matches(all_but(*chance)).iter().any(|m| m.bug.name == bug.name));
+        assert!(!matches(all_but(*certain)).iter().any(|m| m.bug.name == bug.name));
     }
 }

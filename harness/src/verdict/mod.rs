@@ -235,7 +235,9 @@ impl Faults {
     pub(crate) fn counted(self, total: usize) -> Vec<Failure> {
         self.0
             .into_values()
-            .map(|(f, n)| f.map_message(|m| format!("{m} ({n} of {total} attempts)")))
+            .map(|(f, n)| {
+                f.map_message(|m| format!("{m} ({n} of {total} attempts)")).of_attempts_counted(n as usize)
+            })
             .collect()
     }
 }
@@ -425,5 +427,29 @@ mod tests {
         let reject = Expectation::required(Outcome::Rejected, "test");
         let v = verdict(&reject, vec![Attempt::Silent, Attempt::Refused { reason: "x".into() }]);
         assert_eq!(v.failures, vec!["1 of 2 attempts were not refused: 1/1 silent"]);
+    }
+
+    /// A signature's mark is certain only where every attempt shows its symptom
+    /// (`commands::mutants`): the counts come from the failures, kind by kind.
+    #[test]
+    fn attempts_are_counted_by_the_kind_they_show() {
+        let observed = vec![
+            answered("a", "10.244.1.1"),
+            answered("a", "10.244.1.1"),
+            answered("b", "10.244.1.2"),
+            Attempt::Silent,
+        ];
+        let v = verdict(&two_backends(), observed);
+        assert_eq!(v.attempts_showing(Symptom::WrongSource), Some((3, 4)));
+        assert_eq!(v.attempts_showing(Symptom::Silent), Some((1, 4)));
+        assert_eq!(v.attempts_showing(Symptom::Refused), Some((0, 4)));
+        let dropped = Expectation::required(Outcome::Dropped, "test");
+        let v =
+            verdict(&dropped, vec![answered("a", "10.244.1.20"), Attempt::Refused { reason: "x".into() }]);
+        assert_eq!(v.attempts_showing(Symptom::Answered), Some((1, 2)));
+        assert_eq!(v.attempts_showing(Symptom::Refused), Some((1, 2)));
+        // A failure of the probe as a whole counts no attempts.
+        let v = verdict(&two_backends(), (0..40).map(|_| answered("a", "10.244.1.20")).collect());
+        assert_eq!(v.attempts_showing(Symptom::Uneven), None);
     }
 }

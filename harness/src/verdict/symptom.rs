@@ -3,7 +3,7 @@
 //! kinds beside its sentence, so a signature can say "the hairpin probe goes silent" without
 //! quoting addresses or counts, and rewording a sentence changes no kind.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -121,11 +121,14 @@ impl FromStr for Symptom {
 pub struct Failure {
     pub symptoms: BTreeSet<Symptom>,
     pub message: String,
+    /// How many of the probe's attempts showed each kind, for a failure of single attempts;
+    /// empty for a failure of the probe as a whole (shares, affinity, a failed sync).
+    pub attempts: BTreeMap<Symptom, usize>,
 }
 
 impl Failure {
     pub fn new(symptom: Symptom, message: impl Into<String>) -> Failure {
-        Failure { symptoms: BTreeSet::from([symptom]), message: message.into() }
+        Failure { symptoms: BTreeSet::from([symptom]), message: message.into(), attempts: BTreeMap::new() }
     }
 
     /// A failure whose kinds are the attempts that should not be there (`Answered`, `Silent`,
@@ -134,11 +137,21 @@ impl Failure {
         attempts: impl IntoIterator<Item = &'a Attempt>,
         message: impl Into<String>,
     ) -> Failure {
-        let mut symptoms: BTreeSet<Symptom> = attempts.into_iter().map(Symptom::of_attempt).collect();
+        let mut counts: BTreeMap<Symptom, usize> = BTreeMap::new();
+        for attempt in attempts {
+            *counts.entry(Symptom::of_attempt(attempt)).or_default() += 1;
+        }
+        let mut symptoms: BTreeSet<Symptom> = counts.keys().copied().collect();
         if symptoms.is_empty() {
             symptoms.insert(Symptom::Other);
         }
-        Failure { symptoms, message: message.into() }
+        Failure { symptoms, message: message.into(), attempts: counts }
+    }
+
+    /// The same failure, shown by `n` of the probe's attempts.
+    pub(crate) fn of_attempts_counted(self, n: usize) -> Failure {
+        let attempts = self.symptoms.iter().map(|&s| (s, n)).collect();
+        Failure { attempts, ..self }
     }
 
     /// The same failure, its sentence extended (a count, a place): the kinds stay.
@@ -194,5 +207,17 @@ impl ProbeVerdict {
     /// The kinds of this probe's failures (empty when it passed).
     pub fn symptoms(&self) -> BTreeSet<Symptom> {
         self.failures.iter().flat_map(|f| f.symptoms.iter().copied()).collect()
+    }
+
+    /// How many of the attempts the harness judged showed `symptom`, out of how many: `None`
+    /// where a failure of that kind is of the probe as a whole, not of single attempts.
+    pub fn attempts_showing(&self, symptom: Symptom) -> Option<(usize, usize)> {
+        let mut showing = 0;
+        for f in self.failures.iter().filter(|f| f.symptoms.contains(&symptom)) {
+            showing += f.attempts.get(&symptom)?;
+        }
+        let unobserved: usize =
+            self.harness_faults.iter().map(|f| f.attempts.values().max().copied().unwrap_or(0)).sum();
+        Some((showing, self.observed.len().saturating_sub(unobserved)))
     }
 }
