@@ -183,7 +183,7 @@ impl SignatureCheck {
 
     /// A bug whose every probe shows it only by chance is proven by any of them: a run of the
     /// bug misses them all only if every attempt of every one misses (for the catalog's such
-    /// bugs, four or more probes of 20 or 40 attempts, about half of each showing it).
+    /// bugs, two or more probes of 20 or 40 attempts, about half of each showing it).
     fn require_a_chance_shown(&mut self) {
         let Some(bug) = crate::report::known_bugs::by_name(self.mutant.name()) else { return };
         if bug.signature.iter().all(|m| m.by_chance) && self.by_chance_shown == 0 && self.errors.is_empty() {

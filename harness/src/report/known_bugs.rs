@@ -25,8 +25,9 @@ pub struct Mark {
     pub symptom: Symptom,
     /// The bug shows in this probe only when a random choice lands on it: each attempt picks
     /// a backend, and only some backends show the bug (masquerade missing toward a local
-    /// endpoint, whose remote twin is masqueraded to the same address). A run that passes it
-    /// neither proves nor rules out the bug; one that fails it otherwise rules it out.
+    /// endpoint, whose remote twin is masqueraded to the same address). Only its failing with
+    /// `symptom` tells: a run that passes it, or fails it otherwise (the attempts that missed
+    /// the bug may fail in another way of their own), neither proves nor rules out the bug.
     pub by_chance: bool,
 }
 
@@ -110,8 +111,8 @@ pub struct Match {
 /// [`ANY`], those of every probe of the scenario; for [`PROXY`], the proxy's own failure. A bug matches
 /// when the run judged at least half of its signature's probes and every one of them failed
 /// with the signature's symptom: a run of a few scenarios can name a bug, and one probe that
-/// passes, or fails otherwise, rules it out. A [`by_chance`] probe that passed counts neither
-/// way: the bug's random choice missed it.
+/// passes, or fails otherwise, rules it out. A [`by_chance`] probe counts only when it failed
+/// with the symptom: otherwise the bug's random choices may have missed it.
 pub fn matches(judged: impl Fn(&str, &str) -> Option<BTreeSet<Symptom>>) -> Vec<Match> {
     CATALOG
         .iter()
@@ -120,10 +121,10 @@ pub fn matches(judged: impl Fn(&str, &str) -> Option<BTreeSet<Symptom>>) -> Vec<
             for m in bug.signature {
                 match judged(m.scenario, m.probe) {
                     None => {}
-                    Some(symptoms) if symptoms.is_empty() && m.by_chance => {}
                     Some(symptoms) if symptoms.contains(&m.symptom) => {
                         probes.push((m.scenario.to_string(), m.probe.to_string()))
                     }
+                    Some(_) if m.by_chance => {}
                     Some(_) => return None,
                 }
             }
@@ -681,24 +682,27 @@ mod tests {
         assert!(matches(|_: &str, _: &str| None).is_empty());
     }
 
-    /// A probe that shows the bug only by chance and passed neither proves nor rules it out;
-    /// a certain one that passed rules it out.
+    /// A probe that shows the bug only by chance and passed, or failed otherwise, neither
+    /// proves nor rules it out; a certain one rules it out.
     #[test]
-    fn a_by_chance_probe_that_passed_counts_neither_way() {
+    fn a_by_chance_probe_counts_only_when_it_fails_as_said() {
         let bug = by_name("no-node-port-masq").expect("in the catalog");
         let chance = bug.signature.iter().find(|m| m.by_chance).expect("a by-chance probe");
         let certain = bug.signature.iter().find(|m| !m.by_chance).expect("a certain probe");
-        let all_but = |passed: Mark| {
+        let all_but = |other: Mark, symptoms: BTreeSet<Symptom>| {
             move |s: &str, p: &str| {
                 let m = bug.signature.iter().find(|m| m.scenario == s && m.probe == p)?;
-                Some(if (s, p) == (passed.scenario, passed.probe) {
-                    BTreeSet::new()
+                Some(if (s, p) == (other.scenario, other.probe) {
+                    symptoms.clone()
                 } else {
                     BTreeSet::from([m.symptom])
                 })
             }
         };
-        assert!(matches(all_but(*chance)).iter().any(|m| m.bug.name == bug.name));
-        assert!(!matches(all_but(*certain)).iter().any(|m| m.bug.name == bug.name));
+        let named = |judged| matches(judged).iter().any(|m| m.bug.name == bug.name);
+        for symptoms in [BTreeSet::new(), BTreeSet::from([Silent])] {
+            assert!(named(all_but(*chance, symptoms.clone())), "{symptoms:?}");
+            assert!(!named(all_but(*certain, symptoms.clone())), "{symptoms:?}");
+        }
     }
 }
