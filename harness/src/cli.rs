@@ -122,10 +122,11 @@ enum Command {
         /// one the oracle expects to be silent waits three tenths of it (its captures decide).
         #[arg(long, default_value_t = 1000, value_parser = crate::commands::timeout_ms)]
         timeout_ms: u64,
-        /// How many runs (one scenario with one proxy) at a time. A scenario's two sides run
-        /// one after the other on one worker, the second on the first's namespaces, reset.
-        #[arg(long, default_value_t = 2, value_parser = crate::commands::jobs)]
-        jobs: usize,
+        /// How many runs (one scenario with one proxy) at a time (default: four per core; 1
+        /// to 256). A scenario's two sides run one after the other on one worker, the second
+        /// on the first's namespaces, reset.
+        #[arg(long, value_parser = crate::commands::jobs)]
+        jobs: Option<usize>,
         /// Build each side's namespaces afresh instead of resetting the other side's (slower;
         /// the verdicts are the same).
         #[arg(long)]
@@ -232,7 +233,14 @@ pub fn main() -> i32 {
             };
             proxy_choice(&left, &left_options).and_then(|left| {
                 let right = proxy_choice(&right, &right_options)?;
-                commands::diff::main(&default_paths(paths), &left, &right, &options, jobs, json.as_deref())
+                commands::diff::main(
+                    &default_paths(paths),
+                    &left,
+                    &right,
+                    &options,
+                    jobs.unwrap_or_else(crate::engine::Engine::default_jobs),
+                    json.as_deref(),
+                )
             })
         }
         Command::Merge { reports, json, junit, color } => commands::merge::main(
