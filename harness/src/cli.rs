@@ -79,6 +79,10 @@ enum Command {
         /// are the same).
         #[arg(long)]
         fresh_topologies: bool,
+        /// Also run each scenario in whose every state a mutant's rules are the unbroken
+        /// proxy's (such a run cannot kill the mutant; by default it is not made).
+        #[arg(long)]
+        every_run: bool,
     },
     /// Join the JSON reports of a suite's slices (`run --partition`), kernels and modes (`run
     /// --json`, `matrix --json`) into one verdict: one count, the known bugs matched over all
@@ -200,7 +204,17 @@ pub fn main() -> i32 {
         Command::Check { paths, show } => commands::check::main(&default_paths(paths), show),
         Command::Rules { file, node, proxy } => commands::rules::main(&file, node.as_deref(), &proxy),
         Command::Bench(args) => commands::bench::main(args),
-        Command::Mutants { suite, only, first_kill, proxy, json, jobs, partition, fresh_topologies } => {
+        Command::Mutants {
+            suite,
+            only,
+            first_kill,
+            proxy,
+            json,
+            jobs,
+            partition,
+            fresh_topologies,
+            every_run,
+        } => {
             let json = json.as_deref();
             commands::mutants::main(&commands::HuntArgs {
                 suite: &suite,
@@ -211,6 +225,7 @@ pub fn main() -> i32 {
                 jobs,
                 partition,
                 fresh_topologies,
+                every_run,
             })
         }
         Command::Diff {

@@ -113,7 +113,7 @@ fn several_mutants_hunted_at_once_are_each_judged_by_their_own_runs() {
     assert!(baseline.is_empty(), "{baseline:?}");
     for first_kill in [false, true] {
         let told = Mutex::new(Vec::new());
-        let how = mutants::HowToHunt { first_kill, jobs: 4, fresh_topologies: false };
+        let how = mutants::HowToHunt { first_kill, jobs: 4, fresh_topologies: false, every_run: false };
         let hunts = mutants::hunt(&scenarios, &chosen, how, breakable, &baseline, |h| {
             told.lock().unwrap().push(h.mutant.name().to_string());
         })
@@ -138,6 +138,71 @@ fn several_mutants_hunted_at_once_are_each_judged_by_their_own_runs() {
                     h.killed_by
                 );
             }
+        }
+    }
+}
+
+/// A hunt does not run a scenario in whose every state the mutant's rules are the unbroken
+/// proxy's: run anyway (`every_run`), each such run kills nothing.
+#[test]
+fn the_runs_a_hunt_skips_would_have_killed_nothing() {
+    let _alone = ONE_MODE.lock().unwrap_or_else(|e| e.into_inner());
+    if !packetproof::privileges::scenarios_can_run() {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let scenarios: Vec<Scenario> = ["hairpin", "no-endpoints-reject", "session-affinity"]
+        .iter()
+        .map(|n| admission::load(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let chosen: Vec<Mutant> =
+        ["drop-instead-of-reject", "no-affinity"].iter().map(|n| n.parse().unwrap()).collect();
+    for name in [proxy::iptables::NAME, proxy::nftables::NAME] {
+        let breakable = mutants::breakable(name).expect("a built-in proxy");
+        let baseline = mutants::baseline(&scenarios, breakable, 4).expect("the unbroken proxy runs");
+        let hunt = |scenarios: &[Scenario], chosen: &[Mutant], every_run| {
+            let how = mutants::HowToHunt { first_kill: false, jobs: 4, fresh_topologies: false, every_run };
+            let hunts =
+                mutants::hunt(scenarios, chosen, how, breakable, &baseline, |_| {}).expect("the hunt runs");
+            for h in &hunts {
+                assert!(h.errors.is_empty(), "{name}: {}: {:?}", h.mutant, h.errors);
+            }
+            hunts
+        };
+        let skipping: Vec<(Vec<String>, Vec<String>)> =
+            hunt(&scenarios, &chosen, false).into_iter().map(|h| (h.killed_by, h.equivalent)).collect();
+        // No affinity outside `session-affinity`: `no-affinity` acts as the unbroken proxy in
+        // the other two. No Service without endpoints outside `no-endpoints-reject`: iptables
+        // mode then writes no REJECT to turn into a DROP (nftables mode's reject chain is
+        // always there).
+        let no_reject = match name {
+            proxy::iptables::NAME => vec!["hairpin".to_string(), "session-affinity".to_string()],
+            _ => vec![],
+        };
+        assert_eq!(
+            skipping,
+            [
+                (vec!["no-endpoints-reject".to_string()], no_reject),
+                (
+                    vec!["session-affinity".to_string()],
+                    vec!["hairpin".to_string(), "no-endpoints-reject".to_string()]
+                ),
+            ],
+            "{name}"
+        );
+        for (&mutant, (_, equivalent)) in chosen.iter().zip(&skipping) {
+            let skipped: Vec<Scenario> =
+                scenarios.iter().filter(|s| equivalent.contains(&s.name)).cloned().collect();
+            if skipped.is_empty() {
+                continue;
+            }
+            let ran = hunt(&skipped, &[mutant], true);
+            assert!(ran[0].equivalent.is_empty(), "{name}: {mutant}: every run made");
+            assert!(
+                ran[0].killed_by.is_empty(),
+                "{name}: {mutant} killed by {:?}, which the hunt skips",
+                ran[0].killed_by
+            );
         }
     }
 }

@@ -38,6 +38,9 @@ pub struct Hunt {
     pub killed_by: Vec<String>,
     /// Scenarios that could not be set up with this mutant (counted as neither).
     pub errors: Vec<String>,
+    /// Scenarios not run: in every one of their states the mutant does what the unbroken
+    /// proxy does ([`Proxy::same_as_unbroken`]), so they cannot kill it.
+    pub equivalent: Vec<String>,
 }
 
 impl Hunt {
@@ -78,14 +81,19 @@ pub struct HowToHunt {
     /// Build every run's topology afresh instead of each worker resetting and reusing its
     /// last one (`stage::Keeper`; `tests/reuse.rs` shows a reused topology judges alike).
     pub fresh_topologies: bool,
+    /// Run every scenario against every mutant, also where the mutant does in every state
+    /// what the unbroken proxy does (those runs cannot kill it).
+    pub every_run: bool,
 }
 
 /// Runs `scenarios` against each mutant of the proxy `breakable` builds: every mutant's runs
 /// in one engine, `jobs` at once, so that several mutants are hunted at a time (each run in
 /// namespaces of its own) and no mutant waits for another's slowest scenario. With
 /// `first_kill`, a mutant's hunt ends at its first kill and its runs not yet started are
-/// cancelled. Failures of `baseline` probes do not count. `on_done` hears of each mutant
-/// once its verdict is known.
+/// cancelled. Failures of `baseline` probes do not count. A scenario in whose every state a
+/// mutant does what the unbroken proxy does is not run against it (unless `every_run`): its
+/// verdict would be the unbroken proxy's. `on_done` hears of each mutant once its verdict is
+/// known.
 pub fn hunt(
     scenarios: &[Scenario],
     mutants: &[Mutant],
@@ -94,28 +102,37 @@ pub fn hunt(
     baseline: &Baseline,
     on_done: impl Fn(&Hunt),
 ) -> anyhow::Result<Vec<Hunt>> {
-    let HowToHunt { first_kill, jobs, fresh_topologies } = how;
+    let HowToHunt { first_kill, jobs, fresh_topologies, every_run } = how;
     let proxies: Vec<Box<dyn Proxy>> = mutants.iter().map(|&m| breakable(Some(m))).collect();
-    let mut hunts: Vec<Hunt> =
-        mutants.iter().map(|&mutant| Hunt { mutant, killed_by: Vec::new(), errors: Vec::new() }).collect();
-    // Mutant-major: mutant i's runs are i * n .. (i + 1) * n.
-    let n = scenarios.len();
-    let runs: Vec<Run> = mutants
+    let mut hunts: Vec<Hunt> = mutants
         .iter()
-        .zip(&proxies)
-        .flat_map(|(&mutant, proxy)| {
-            let killers = if first_kill { known_killers(mutant) } else { Vec::new() };
-            scenarios.iter().map(move |scenario| Run {
+        .map(|&mutant| Hunt { mutant, killed_by: Vec::new(), errors: Vec::new(), equivalent: Vec::new() })
+        .collect();
+    // Mutant-major: mutant i's runs are `spans[i]`, each run's mutant `owner[run]`.
+    let mut runs: Vec<Run> = Vec::new();
+    let mut owner = Vec::new();
+    let mut spans = Vec::new();
+    for (i, (&mutant, proxy)) in mutants.iter().zip(&proxies).enumerate() {
+        let killers = if first_kill { known_killers(mutant) } else { Vec::new() };
+        let start = runs.len();
+        for scenario in scenarios {
+            if !every_run && same_as_unbroken(proxy.as_ref(), scenario) {
+                hunts[i].equivalent.push(scenario.name.clone());
+                continue;
+            }
+            runs.push(Run {
                 ahead: killers.contains(&scenario.name.as_str()),
                 ..Run::new(scenario, RunProxy::Built(proxy.as_ref()))
-            })
-        })
-        .collect();
-    let mut left: Vec<usize> = vec![n; mutants.len()];
+            });
+            owner.push(i);
+        }
+        spans.push(start..runs.len());
+    }
+    let mut left: Vec<usize> = spans.iter().map(|span| span.len()).collect();
     let mut told = vec![false; mutants.len()];
     let mut reporter =
         EachRunControlled(|index: usize, s: &Scenario, outcome: &anyhow::Result<ScenarioReport>| {
-            let i = index / n;
+            let i = owner[index];
             left[i] -= 1;
             if told[i] {
                 return Control::Continue;
@@ -132,7 +149,7 @@ pub fn hunt(
             if first_kill && hunt.killed() {
                 told[i] = true;
                 on_done(hunt);
-                return Control::Cancel { from: i * n, to: (i + 1) * n };
+                return Control::Cancel { from: spans[i].start, to: spans[i].end };
             }
             if left[i] == 0 {
                 told[i] = true;
@@ -148,12 +165,18 @@ pub fn hunt(
     engine.execute(&runs, &mut [&mut reporter])?;
     for (hunt, told) in hunts.iter_mut().zip(told) {
         hunt.killed_by.sort();
-        // Only with no scenario at all: nothing ran, and nothing killed it.
+        // Only with no scenario run at all: nothing killed it.
         if !told {
             on_done(hunt);
         }
     }
     Ok(hunts)
+}
+
+/// Whether `proxy` (a mutant) does what the unbroken proxy does in every state `scenario`
+/// takes, its start and each step.
+fn same_as_unbroken(proxy: &dyn Proxy, scenario: &Scenario) -> bool {
+    scenario.phases().iter().all(|phase| proxy.same_as_unbroken(phase.cluster))
 }
 
 /// The scenarios a mutant is known to fail: its known-bug signature's. A first-kill hunt
@@ -417,8 +440,8 @@ fn killers(names: &[String]) -> String {
 }
 
 /// Every hunt as JSON: `{"proxy", "killed", "survived", "errors", "mutants": [{"name",
-/// "killed", "killed_by", "errors"}], "baseline": [[scenario, probe]], "topologies": {"built",
-/// "kept", "not_reset"}}`. A mutant whose hunt could not set up some scenario counts among
+/// "killed", "killed_by", "errors", "equivalent"}], "baseline": [[scenario, probe]],
+/// "topologies": {"built", "kept", "not_reset"}}`. A mutant whose hunt could not set up some scenario counts among
 /// `errors`, killed or not.
 pub fn json(
     proxy: &str,
@@ -433,6 +456,7 @@ pub fn json(
             killed: h.killed(),
             killed_by: h.killed_by.clone(),
             errors: h.errors.clone(),
+            equivalent: h.equivalent.clone(),
         })
         .collect();
     let killed = hunts.iter().filter(|h| h.killed()).count();
@@ -470,6 +494,10 @@ pub(crate) struct HuntedMutant {
     pub killed: bool,
     pub killed_by: Vec<String>,
     pub errors: Vec<String>,
+    /// Scenarios not run, in whose every state the mutant does what the unbroken proxy does
+    /// (absent from reports of older builds).
+    #[serde(default)]
+    pub equivalent: Vec<String>,
 }
 
 /// The catalog as a Markdown table: mutant, what it breaks, killed or survived, by whom.
@@ -500,6 +528,8 @@ pub struct HuntArgs<'a> {
     pub partition: Option<partition::Partition>,
     /// A fresh topology for every run (see [`HowToHunt`]).
     pub fresh_topologies: bool,
+    /// Also the runs that cannot kill (see [`HowToHunt`]).
+    pub every_run: bool,
 }
 
 /// `packetproof mutants`: every catalogued mutant of a built-in proxy hunted with a suite.
@@ -535,7 +565,12 @@ pub fn main(args: &HuntArgs<'_>) -> Result<i32> {
     let paint = Paint::for_stdout(clap::ColorChoice::Auto);
     // Several mutants are hunted at once: each line comes when its verdict is known.
     let progress = Progress::new(total, paint);
-    let how = HowToHunt { first_kill: args.first_kill, jobs, fresh_topologies: args.fresh_topologies };
+    let how = HowToHunt {
+        first_kill: args.first_kill,
+        jobs,
+        fresh_topologies: args.fresh_topologies,
+        every_run: args.every_run,
+    };
     let hunts = hunt(&scenarios, &chosen, how, breakable, &baseline, |h| {
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let verdict = if h.killed() { paint.pass("killed") } else { paint.fail("SURVIVED") };
@@ -555,6 +590,14 @@ pub fn main(args: &HuntArgs<'_>) -> Result<i32> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let survivors = hunts.iter().filter(|h| !h.killed()).count();
+    let equivalent: usize = hunts.iter().map(|h| h.equivalent.len()).sum();
+    if equivalent > 0 {
+        println!(
+            "not run: {equivalent} of {} runs, whose scenario's every state the mutant's rules treat as the \
+             unbroken proxy's do (they cannot kill it; --every-run runs them)",
+            hunts.len() * scenarios.len()
+        );
+    }
     let ReuseCounts { built, kept, not_reset } = crate::stage::reuse_counts();
     println!(
         "topologies: {built} built, {kept} runs on one kept from an earlier run, reset; \

@@ -76,6 +76,14 @@ pub trait Proxy: Send + Sync {
     fn check_inputs(&self, _source: &Path, _nodes: &[&str]) -> Result<()> {
         Ok(())
     }
+
+    /// Whether this proxy, a built-in one broken by a mutant, does in `cluster`'s state exactly
+    /// what the unbroken one does: the bug is all in the rules, and they come out the same on
+    /// every node. A scenario in whose every state that holds cannot tell the two apart, so a
+    /// hunt need not run it. `false` wherever that is not known.
+    fn same_as_unbroken(&self, _cluster: &Cluster) -> bool {
+        false
+    }
 }
 
 /// A started proxy. Dropping it must stop whatever it started, as [`Running::stop`] does

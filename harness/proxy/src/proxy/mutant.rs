@@ -497,6 +497,16 @@ impl Mutant {
         )
     }
 
+    /// Whether the bug is all in the rules the proxy computes (what it reads of the Services,
+    /// the endpoints it picks, the rules it edits), none in how it loads them, in its health
+    /// check servers or in its conntrack clean-up: where its rules equal the unbroken proxy's,
+    /// it then does what the unbroken proxy does.
+    pub(crate) fn only_in_the_rules(self) -> bool {
+        !matches!(self, Mutant::AffinityLostOnSync | Mutant::PartialSyncMissesEndpoints)
+            && self.health_bug().is_none()
+            && self.cleanup_lapse().is_none()
+    }
+
     /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
     #[cfg(test)]
     pub(crate) fn keeps_stale_conntrack(self) -> bool {

@@ -53,6 +53,16 @@ pub(crate) fn node_ruleset(cluster: &Cluster, node: &str, mutant: Option<Mutant>
     rules
 }
 
+/// The views a node is programmed with: each family's on its own in a dual-stack cluster, as
+/// kube-proxy runs a proxier per family.
+fn family_views(cluster: &Cluster) -> Vec<Cluster> {
+    if cluster.second_family.is_some() {
+        cluster.families().into_iter().map(|f| cluster.family_view(f)).collect()
+    } else {
+        vec![cluster.clone()]
+    }
+}
+
 /// The sysctl kube-proxy sets (once, at start) so that node ports answer on 127.0.0.1 (IPv4
 /// only: there are no node ports on ::1).
 const ROUTE_LOCALNET: &str = "/proc/sys/net/ipv4/conf/all/route_localnet";
@@ -80,6 +90,16 @@ impl Proxy for BuiltinIptables {
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
         program_nodes(self, state, env)
     }
+
+    fn same_as_unbroken(&self, cluster: &Cluster) -> bool {
+        let Some(mutant) = self.mutant.filter(|m| m.only_in_the_rules()) else { return false };
+        let views = family_views(cluster);
+        cluster.nodes.iter().all(|node| {
+            views
+                .iter()
+                .all(|v| node_ruleset(v, &node.name, Some(mutant)) == node_ruleset(v, &node.name, None))
+        })
+    }
 }
 
 impl NodeProgrammer for BuiltinIptables {
@@ -91,11 +111,7 @@ impl NodeProgrammer for BuiltinIptables {
     /// A dual-stack cluster is programmed per family, as kube-proxy runs a proxier per family:
     /// each family's view into its own tables (`iptables-restore`, `ip6tables-restore`).
     fn program_node(&self, cluster: &Cluster, node: &NodeHandle, state: &mut NodeState) -> Result<()> {
-        let views: Vec<Cluster> = if cluster.second_family.is_some() {
-            cluster.families().into_iter().map(|f| cluster.family_view(f)).collect()
-        } else {
-            vec![cluster.clone()]
-        };
+        let views = family_views(cluster);
         for view in &views {
             let family = view.ip_family();
             if node_ports::localhost_node_ports(&view.proxy, family) {

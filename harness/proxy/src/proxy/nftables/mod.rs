@@ -194,6 +194,14 @@ impl Proxy for BuiltinNftables {
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
         program_nodes(self, state, env)
     }
+
+    fn same_as_unbroken(&self, cluster: &Cluster) -> bool {
+        let Some(mutant) = self.mutant.filter(|m| m.only_in_the_rules()) else { return false };
+        cluster.nodes.iter().all(|node| {
+            node_rulesets_in(cluster, &node.name, Some(mutant), self.layout)
+                == node_rulesets_in(cluster, &node.name, None, self.layout)
+        })
+    }
 }
 
 impl NodeProgrammer for BuiltinNftables {

@@ -438,3 +438,24 @@ fn affinity_to_not_ready_checks_and_keeps_a_chain_for_the_not_ready_endpoint() {
     assert!(new.iter().any(|l| l.contains("--rcheck") && l.contains("10.244.0.6:8080")), "{new:?}");
     assert!(new.iter().any(|l| l.contains("--to-destination 10.244.0.6:8080")), "{new:?}");
 }
+
+/// A hunt skips the scenarios in whose every state a mutant acts as the unbroken proxy: that
+/// holds where the mutant's rules come out the same on every node, and never for a bug outside
+/// the rules (how they are loaded, health checks, conntrack clean-up).
+#[test]
+fn the_same_rules_on_every_node_act_as_the_unbroken_proxy() {
+    let plain = cluster(vec![kube_dns(), nginx(TrafficPolicy::Cluster)]);
+    let proxy = |m| BuiltinIptables { mutant: Some(m) };
+    // No Service without endpoints: nothing to reject, so nothing to drop instead.
+    assert!(proxy(Mutant::DropInsteadOfReject).same_as_unbroken(&plain));
+    let rejecting = cluster(vec![kube_dns(), nginx(TrafficPolicy::Cluster), no_endpoints()]);
+    assert!(!proxy(Mutant::DropInsteadOfReject).same_as_unbroken(&rejecting));
+    // Every Service masquerades off-cluster traffic.
+    assert!(!proxy(Mutant::NoOffClusterMasq).same_as_unbroken(&plain));
+    for outside in
+        [Mutant::AffinityLostOnSync, Mutant::PartialSyncMissesEndpoints, Mutant::HealthCheckAlwaysOk]
+    {
+        assert!(!proxy(outside).same_as_unbroken(&plain), "{outside}");
+    }
+    assert!(!BuiltinIptables { mutant: None }.same_as_unbroken(&plain), "no mutant: nothing to skip");
+}
