@@ -26,6 +26,15 @@ fn load_suite() -> Vec<Scenario> {
         .collect()
 }
 
+/// These scenarios of the suite, by name.
+fn named_scenarios(names: &[&str]) -> Vec<Scenario> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    names
+        .iter()
+        .map(|n| admission::load(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
 /// The suite, or `None` where scenarios cannot run.
 fn suite() -> Option<Vec<Scenario>> {
     packetproof::privileges::scenarios_can_run().then(load_suite)
@@ -101,11 +110,7 @@ fn several_mutants_hunted_at_once_are_each_judged_by_their_own_runs() {
     if !packetproof::privileges::scenarios_can_run() {
         return;
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let scenarios: Vec<Scenario> = ["hairpin", "kube-dns-udp"]
-        .iter()
-        .map(|n| admission::load(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
+    let scenarios = named_scenarios(&["hairpin", "kube-dns-udp"]);
     let chosen: Vec<Mutant> =
         ["no-hairpin-masq", "last-endpoint-never-chosen"].iter().map(|n| n.parse().unwrap()).collect();
     let breakable = mutants::breakable(proxy::iptables::NAME).expect("a built-in proxy");
@@ -150,11 +155,7 @@ fn the_runs_a_hunt_skips_would_have_killed_nothing() {
     if !packetproof::privileges::scenarios_can_run() {
         return;
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let scenarios: Vec<Scenario> = ["hairpin", "no-endpoints-reject", "session-affinity"]
-        .iter()
-        .map(|n| admission::load(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
+    let scenarios = named_scenarios(&["hairpin", "no-endpoints-reject", "session-affinity"]);
     let chosen: Vec<Mutant> =
         ["drop-instead-of-reject", "no-affinity"].iter().map(|n| n.parse().unwrap()).collect();
     for name in [proxy::iptables::NAME, proxy::nftables::NAME] {
