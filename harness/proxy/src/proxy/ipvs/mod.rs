@@ -104,6 +104,14 @@ impl Proxy for BuiltinIpvs {
     fn start<'a>(&'a self, state: &State<'_>, env: &Env<'a>) -> Result<Box<dyn Running + 'a>> {
         program_nodes(self, state, env)
     }
+
+    /// The whole plan compared: rules, sets, virtual servers and the addresses of `kube-ipvs0`.
+    fn same_as_unbroken(&self, cluster: &Cluster) -> bool {
+        let Some(mutant) = self.mutant.filter(|m| m.only_in_the_rules()) else { return false };
+        cluster.nodes.iter().all(|node| {
+            node_plans(cluster, &node.name, Some(mutant)) == node_plans(cluster, &node.name, None)
+        })
+    }
 }
 
 impl NodeProgrammer for BuiltinIpvs {

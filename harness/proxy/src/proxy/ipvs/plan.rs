@@ -68,7 +68,7 @@ pub struct Breaks {
 }
 
 /// One family's programming of one node.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FamilyPlan {
     pub family: IpFamily,
     pub sets: Sets,

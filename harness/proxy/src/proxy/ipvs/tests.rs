@@ -93,3 +93,20 @@ fn the_unbound_addresses_mutant_empties_the_dummy_link_only() {
     assert_eq!(plan.sets.entries(SetName::IpvsIps).collect::<Vec<_>>(), ["10.96.0.10"]);
     assert_eq!(reals(&plan, "10.96.0.10:80"), ["10.244.0.5:8080", "10.244.1.5:8080"]);
 }
+
+/// A hunt skips a scenario whose every state gets the unbroken proxy's plan from the mutant:
+/// rules, sets, virtual servers and bound addresses all compared.
+#[test]
+fn a_mutant_acts_as_the_unbroken_proxy_where_its_whole_plan_is_the_same() {
+    use crate::proxy::{Mutant, Proxy};
+    let plain = Cluster::example(vec![web(ServiceType::NodePort, TrafficPolicy::Cluster)]);
+    let proxy = |m| super::BuiltinIpvs { mutant: Some(m) };
+    // No session affinity: no persistence to leave out.
+    assert!(proxy(Mutant::NoAffinity).same_as_unbroken(&plain));
+    let mut sticky = web(ServiceType::NodePort, TrafficPolicy::Cluster);
+    sticky.session_affinity = SessionAffinity::ClientIp { timeout_seconds: 600 };
+    assert!(!proxy(Mutant::NoAffinity).same_as_unbroken(&Cluster::example(vec![sticky])));
+    // Only the bound addresses differ; and a bug in the sync itself is never skipped.
+    assert!(!proxy(Mutant::ServiceAddressesNotBound).same_as_unbroken(&plain));
+    assert!(!proxy(Mutant::AffinityLostOnSync).same_as_unbroken(&plain));
+}
