@@ -441,8 +441,8 @@ fn killers(names: &[String]) -> String {
 
 /// Every hunt as JSON: `{"proxy", "killed", "survived", "errors", "mutants": [{"name",
 /// "killed", "killed_by", "errors", "equivalent"}], "baseline": [[scenario, probe]],
-/// "topologies": {"built", "kept", "not_reset"}}`. A mutant whose hunt could not set up some scenario counts among
-/// `errors`, killed or not.
+/// "topologies": {"built", "kept", "not_reset"}}`. A mutant whose hunt could not set up some
+/// scenario counts among `errors`, killed or not.
 pub fn json(
     proxy: &str,
     hunts: &[Hunt],
@@ -593,8 +593,8 @@ pub fn main(args: &HuntArgs<'_>) -> Result<i32> {
     let equivalent: usize = hunts.iter().map(|h| h.equivalent.len()).sum();
     if equivalent > 0 {
         println!(
-            "not run: {equivalent} of {} runs, whose scenario's every state the mutant's rules treat as the \
-             unbroken proxy's do (they cannot kill it; --every-run runs them)",
+            "not run: {equivalent} of {} runs, in whose scenario's every state the mutant's rules are the \
+             unbroken proxy's (they cannot kill it; --every-run makes them)",
             hunts.len() * scenarios.len()
         );
     }
