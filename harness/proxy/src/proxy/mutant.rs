@@ -502,15 +502,7 @@ impl Mutant {
     /// check servers or in its conntrack clean-up: where its rules equal the unbroken proxy's,
     /// it then does what the unbroken proxy does.
     pub(crate) fn only_in_the_rules(self) -> bool {
-        !matches!(self, Mutant::AffinityLostOnSync | Mutant::PartialSyncMissesEndpoints)
-            && self.health_bug().is_none()
-            && self.cleanup_lapse().is_none()
-    }
-
-    /// Whether the proxy leaves stale UDP conntrack entries behind after a change.
-    #[cfg(test)]
-    pub(crate) fn keeps_stale_conntrack(self) -> bool {
-        self.cleanup_lapse().is_some()
+        !self.breaks_loading() && self.health_bug().is_none() && self.cleanup_lapse().is_none()
     }
 
     /// Which stale UDP conntrack entries the proxy leaves behind after a change.
@@ -527,7 +519,6 @@ impl Mutant {
     }
 
     /// Whether the proxy's loading of its rules is the bug (the rules are right).
-    #[cfg(test)]
     pub(crate) fn breaks_loading(self) -> bool {
         matches!(self, Mutant::AffinityLostOnSync | Mutant::PartialSyncMissesEndpoints)
     }
